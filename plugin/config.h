@@ -1,0 +1,71 @@
+/*
+ * config.h - the "MemoryTrim" configuration: one table of keys read by
+ * generic code (parse, validate, patch, print). A struct mt_config is a plain
+ * value; the instance keeps its copy under its own lock (see memtrim.c).
+ */
+#ifndef MEMTRIM_CONFIG_H
+#define MEMTRIM_CONFIG_H
+
+#include <stdint.h>
+
+struct cJSON;
+
+#define MT_CONFIG_STR_MAX 512
+
+struct mt_config {
+    int enabled;
+    char http_bind[64];
+    int http_port;     /* 0 = ephemeral; -1 = no HTTP server */
+    int http_threads;
+    char auth_token[256]; /* "" = none */
+    int read_requires_auth;
+    double trim_interval_seconds; /* 0 = no periodic trims */
+    int64_t trim_pad_bytes;
+    int64_t trim_min_releasable_bytes;
+    int64_t trim_releasable_trigger_bytes; /* 0 = no burst trims */
+    double trim_min_gap_seconds;
+    int64_t memory_limit_bytes; /* 0 = auto (cgroup) */
+    double pressure_ratio;      /* 0 = no pressure trims */
+    double sample_interval_seconds; /* 0 = no samples stored */
+    double probe_budget_percent;
+    int stats_max_age_ms;
+    int manual_trim_min_interval_ms;
+    char database[MT_CONFIG_STR_MAX]; /* "" = no store */
+    double retention_hours;
+    int follow_fork;       /* LD_PRELOAD: restart in a forked child */
+    int max_connections;
+    int max_connections_per_ip;
+    int connection_timeout_seconds;
+};
+
+/* Fill *cfg with the defaults. */
+void config_defaults(struct mt_config *cfg);
+
+/*
+ * Parse a configuration document (the section itself, or an object holding a
+ * "MemoryTrim" section; NULL or "" = defaults) into *cfg. Returns 0, or
+ * -EINVAL with *err (caller frees with free()) naming the key and the problem.
+ */
+int config_parse(const char *json, struct mt_config *cfg, char **err);
+
+/* The same for an already parsed section object. */
+int config_apply(const struct cJSON *section, struct mt_config *cfg, int runtime_only,
+                 char **err);
+
+/*
+ * Runtime change (PATCH /config): only keys marked runtime-changeable;
+ * validated whole before anything changes. Returns 0 or -EINVAL with *err.
+ */
+int config_patch(struct mt_config *cfg, const char *json, char **err);
+
+/* The effective configuration as a JSON object (CamelCase keys); the token is redacted. */
+struct cJSON *config_to_json(const struct mt_config *cfg);
+
+/* The closest known key to `key` (for "did you mean"), or NULL. */
+const char *config_closest_key(const char *key);
+
+/* Whether a key exists / may be changed at run time. */
+int config_key_exists(const char *key);
+int config_key_is_runtime(const char *key);
+
+#endif /* MEMTRIM_CONFIG_H */

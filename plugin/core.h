@@ -1,0 +1,79 @@
+/*
+ * core.h - what the instance offers to the HTTP handlers (api/) and the host
+ * adapters (Orthanc, LD_PRELOAD, the C ABI). Every function here is safe to
+ * call from any thread while the instance runs; each takes the lock it needs.
+ */
+#ifndef MEMTRIM_CORE_H
+#define MEMTRIM_CORE_H
+
+#include <stdint.h>
+#include "config.h"
+#include "types.h"
+
+struct memtrim;
+struct cJSON;
+
+/* Log sink: adapters (Orthanc) replace it; default writes to stderr. */
+enum mt_log_level { MT_LOG_ERROR = 0, MT_LOG_WARNING, MT_LOG_INFO };
+typedef void (*mt_log_fn)(int level, const char *msg, void *arg);
+void mt_set_log_sink(mt_log_fn fn, void *arg);
+void mt_log(int level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Wall clock in ms since the epoch; monotonic clock in ns. */
+int64_t mt_now_ms(void);
+int64_t mt_mono_ns(void);
+
+/* Lifecycle (the C ABI wraps these). */
+int mt_create(const char *config_json, struct memtrim **out, char **err);
+void mt_destroy(struct memtrim *mt);
+int mt_suspend(struct memtrim *mt);
+int mt_resume(struct memtrim *mt);
+int mt_http_port(const struct memtrim *mt);
+
+/*
+ * The shared snapshot for readers (/memory/stats, /metrics): refreshed at most
+ * every StatsMaxAgeMs however many readers ask (one refreshes, the others wait
+ * for it and share the result); the mallinfo2 part only as the probe budget
+ * allows. Returns 0.
+ */
+int mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
+
+/*
+ * A manual trim. pad < 0 means TrimPadBytes. Returns 0 with *out filled
+ * (out->coalesced set when another trim was running and its result is
+ * shared), or -EAGAIN when closer than ManualTrimMinIntervalMs to the last
+ * manual trim (*retry_after_ms says how long to wait).
+ */
+int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
+                   int64_t *retry_after_ms);
+
+/* Counters since start. */
+void mt_counters_get(struct memtrim *mt, struct mt_counters *out);
+
+/* A copy of the effective configuration. */
+void mt_config_get(struct memtrim *mt, struct mt_config *out);
+
+/* PATCH /config: runtime keys only. 0 or -EINVAL with *err (free()). */
+int mt_config_patch(struct memtrim *mt, const char *json, char **err);
+
+/* Health: the store's state and the last error, for /healthz. */
+struct mt_health {
+    int degraded;           /* 1 when something is not working */
+    char reason[256];       /* why, "" when healthy */
+    char db_state[32];      /* "ok", "disabled", "unavailable", "retrying" */
+    int64_t started_ms;     /* wall clock at start */
+    int suspended;          /* nesting depth */
+};
+void mt_health_get(struct memtrim *mt, struct mt_health *out);
+
+/*
+ * The store for readers: each HTTP worker opens its own read connection with
+ * db_reader_open(mt_db_path(mt)). NULL when there is no store configured.
+ * Returns a pointer owned by the instance, valid while it runs.
+ */
+const char *mt_db_path(struct memtrim *mt);
+/* Whether the store is usable now (readers answer 503 otherwise). */
+int mt_db_available(struct memtrim *mt);
+
+#endif /* MEMTRIM_CORE_H */

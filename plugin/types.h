@@ -1,0 +1,120 @@
+/*
+ * types.h - the plain data that crosses module boundaries: probe readings,
+ * trim results and the counters. No functions, no locks: whoever holds one of
+ * these owns a copy.
+ */
+#ifndef MEMTRIM_TYPES_H
+#define MEMTRIM_TYPES_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+/* The cheap part of a probe: /proc/self/{statm,status,stat} and the cgroup files. */
+struct mt_cheap {
+    int64_t timestamp_ms; /* wall clock, ms since the epoch; 0 = never taken */
+    uint64_t rss_bytes;
+    uint64_t rss_anon_bytes;
+    uint64_t rss_file_bytes;
+    uint64_t rss_shmem_bytes;
+    uint64_t swap_bytes;
+    uint64_t vm_size_bytes;
+    uint64_t minor_faults;
+    uint64_t major_faults;
+    int64_t cgroup_usage_bytes; /* -1 unknown */
+    int64_t cgroup_limit_bytes; /* -1 no limit or unknown */
+    int cgroup_version;         /* 0 none found, 1 or 2 */
+    int64_t duration_ns;        /* what this reading cost */
+};
+
+/* The costly part: mallinfo2(), which locks every arena and walks its free lists. */
+struct mt_heap {
+    int64_t timestamp_ms; /* 0 = never taken */
+    uint64_t arena_bytes;    /* mallinfo2.arena: non-mmapped space from the system */
+    uint64_t ordblks;        /* free chunks */
+    uint64_t smblks;         /* free fastbin chunks */
+    uint64_t hblks;          /* mmapped regions */
+    uint64_t hblkhd;         /* bytes in mmapped regions */
+    uint64_t fsmblks;        /* bytes in free fastbin chunks */
+    uint64_t uordblks;       /* bytes in use (non-mmapped) */
+    uint64_t fordblks;       /* bytes free (non-mmapped) */
+    uint64_t keepcost;       /* top-most releasable chunk of the main arena */
+    uint64_t heap_in_use_bytes; /* uordblks + hblkhd */
+    uint64_t heap_free_bytes;   /* fordblks */
+    uint64_t heap_mmapped_bytes; /* hblkhd */
+    int arena_count;             /* -1 unknown */
+    int64_t duration_ns;         /* what mallinfo2 cost */
+};
+
+/* What /memory/stats shows and what a stored sample holds. */
+struct mt_snapshot {
+    struct mt_cheap cheap;
+    struct mt_heap heap;
+    double fragmentation_ratio;       /* rss / heap in use; 0 when unknown */
+    uint64_t releasable_estimate_bytes; /* free heap that a trim could return */
+    int64_t memory_limit_bytes;       /* effective limit: config or cgroup; -1 none */
+    int64_t heap_age_ms;              /* age of the heap part when read */
+    int64_t cheap_age_ms;             /* age of the cheap part when read */
+};
+
+enum mt_trigger {
+    MT_TRIGGER_MANUAL = 0,
+    MT_TRIGGER_PERIODIC,
+    MT_TRIGGER_PRESSURE,
+    MT_TRIGGER_BURST, /* releasable estimate passed TrimReleasableTriggerBytes */
+    MT_TRIGGER_COUNT
+};
+
+enum mt_skip_reason {
+    MT_SKIP_BELOW_MIN_RELEASABLE = 0, /* periodic: estimate < TrimMinReleasableBytes */
+    MT_SKIP_SUSPENDED,                /* periodic/pressure while suspended */
+    MT_SKIP_BUSY,                     /* another trim was running */
+    MT_SKIP_NO_HEAP_STATS,            /* estimate unavailable (probe budget) */
+    MT_SKIP_COUNT
+};
+
+/* One measured malloc_trim. */
+struct mt_trim_result {
+    int64_t id;          /* process-wide sequence number, from 1 */
+    int trigger;         /* enum mt_trigger */
+    int64_t start_ms;    /* wall clock when malloc_trim was called */
+    int64_t duration_ns; /* malloc_trim alone */
+    uint64_t rss_before_bytes;
+    uint64_t rss_after_bytes;
+    uint64_t heap_free_before_bytes;
+    uint64_t heap_free_after_bytes;
+    int64_t released_bytes; /* rss_before - rss_after (may be negative on a busy host) */
+    int malloc_trim_ret;     /* 1 if glibc released something */
+    uint64_t pad_bytes;
+    int coalesced;           /* this caller received another caller's trim */
+};
+
+/* Trim-duration histogram bucket upper bounds, seconds (plus +Inf). */
+#define MT_HIST_BUCKETS 12
+extern const double mt_hist_bounds[MT_HIST_BUCKETS];
+
+/* Monotonic counters since start; copied out under the instance's stats lock. */
+struct mt_counters {
+    uint64_t trims[MT_TRIGGER_COUNT];
+    uint64_t released_bytes[MT_TRIGGER_COUNT]; /* sum of positive released_bytes */
+    uint64_t skips[MT_SKIP_COUNT];
+    uint64_t manual_coalesced;
+    uint64_t manual_rate_limited;
+    uint64_t trim_hist[MT_HIST_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+    double trim_seconds_sum;
+    uint64_t heap_probes;          /* mallinfo2 calls */
+    double heap_probe_seconds;     /* their total duration */
+    double heap_probe_last_seconds;
+    uint64_t cheap_probes;
+    double cheap_probe_seconds;
+    double housekeeper_cpu_seconds; /* CLOCK_THREAD_CPUTIME_ID of the housekeeper */
+    uint64_t housekeeper_ticks;
+    uint64_t samples_stored;
+    uint64_t store_errors;
+    uint64_t trims_dropped; /* results that could not be queued for the store */
+};
+
+const char *mt_trigger_name(int trigger);    /* "manual", ...; "unknown" */
+int mt_trigger_parse(const char *name);      /* -1 if unknown */
+const char *mt_skip_reason_name(int reason);
+
+#endif /* MEMTRIM_TYPES_H */
