@@ -22,38 +22,72 @@
 struct db_writer;
 struct db_reader;
 
-/* Open or create the database at path (":memory:" allowed), migrate the schema. */
+/*
+ * Open or create the database at path (":memory:" allowed), migrate the schema.
+ * Errors: -ENOENT/-ENOTDIR/-EACCES/-EROFS... (cannot open or create: the OS
+ * error), -EROFS (read-only file or file system), -EBADMSG (not an SQLite
+ * database, or another application's), -EPROTONOSUPPORT (written by a newer
+ * memtrim: refused, never touched), -EBUSY (locked by another connection
+ * for longer than the busy timeout), -ENOSPC, -ENOMEM, -EIO.
+ */
 int db_writer_open(const char *path, struct db_writer **out, char **err);
 void db_writer_close(struct db_writer *w); /* flushes; accepts NULL */
 
-/* Buffer a sample / a trim; written in the current batch transaction. */
+/*
+ * The name readers must give db_reader_open for this writer's store: path
+ * itself for a file; for ":memory:" a shared-cache URI private to this writer
+ * ("file:memtrim-<ptr>?mode=memory&cache=shared"), valid while it is open.
+ * Owned by the writer.
+ */
+const char *db_writer_reader_path(const struct db_writer *w);
+
+/*
+ * Buffer a sample / a trim; written in the current batch transaction (begun
+ * here when none is open; committed by db_writer_flush, or here once it
+ * holds DB_BATCH_MAX rows). A sample is keyed by its timestamp_ms: a second
+ * sample with the same millisecond replaces the first. On failure (-EBUSY,
+ * -ENOSPC, ...) the whole open batch is rolled back (the message says how
+ * many rows were dropped) and the writer stays usable: the next call starts
+ * a new batch.
+ */
 int db_writer_add_sample(struct db_writer *w, const struct mt_snapshot *s, char **err);
 int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char **err);
 
-/* Commit the current batch (the housekeeper calls this every tick). */
+/*
+ * Commit the current batch (the housekeeper calls this every tick); 0 when
+ * nothing is pending. On failure the batch is rolled back and dropped.
+ */
 int db_writer_flush(struct db_writer *w, char **err);
 
 /*
  * Delete rows older than cutoff_ms, at most max_rows per table per call, so
  * it never holds the writer long. *deleted (may be NULL) receives the count.
+ * Runs in the current batch and commits it (as db_writer_flush does).
  */
 int db_writer_retention(struct db_writer *w, int64_t cutoff_ms, int max_rows, int64_t *deleted,
                         char **err);
 
-/* Readers: their own connection, read-only. */
+/*
+ * Readers: their own connection, read-only; path is db_writer_reader_path().
+ * ":memory:" itself is -ENOTSUP (an in-memory store is private to its
+ * writer's connection). -EAGAIN while the store is not created or not yet
+ * migrated to DB_SCHEMA_VERSION by its writer; otherwise the errors of
+ * db_writer_open. A reader of an in-memory store reads uncommitted rows.
+ */
 int db_reader_open(const char *path, struct db_reader **out, char **err);
 void db_reader_close(struct db_reader *r);
 
 /* One stored trim (the trim result plus its row id). */
 struct db_trim_row {
-    struct mt_trim_result t;
+    struct mt_trim_result t; /* t.id is the writer's sequence number (0 if stored by schema 1) */
+    int64_t row_id;          /* stable id of the row in the store */
 };
 
 struct db_trim_query {
     int64_t since_ms;  /* inclusive; INT64_MIN = no bound */
     int64_t until_ms;  /* exclusive; INT64_MAX = no bound */
     int trigger;       /* -1 = any */
-    int limit;         /* rows to return, newest first */
+    int limit;         /* rows to return, newest first; 0 = summary only */
 };
 
 struct db_trim_summary {
@@ -68,6 +102,10 @@ struct db_trim_summary {
 /*
  * Trims matching q, newest first, into a malloc'd array (*rows, caller frees);
  * the summary covers every matching trim, not only the returned ones.
+ * Percentiles use the nearest-rank definition: the p-th percentile of N
+ * durations sorted ascending is the one at rank ceil(p * N / 100), 1-based
+ * (so always a duration that occurred). All zero when nothing matches.
+ * -EINVAL for limit < 0, since >= until or a trigger outside enum mt_trigger.
  */
 int db_query_trims(struct db_reader *r, const struct db_trim_query *q, struct db_trim_row **rows,
                    size_t *nrows, struct db_trim_summary *summary, char **err);
@@ -86,6 +124,9 @@ struct db_bucket {
 /*
  * One metric between since (inclusive) and until (exclusive) bucketed to
  * step_ms, computed in SQL. Empty buckets are omitted. *buckets is malloc'd.
+ * Samples where the metric is unknown (NULL: e.g. no mallinfo2 yet) are left
+ * out of count/min/avg/max. -EINVAL for an unknown metric, since_ms < 0,
+ * until_ms <= since_ms, step_ms <= 0 or more than 100,000 buckets.
  */
 int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, int64_t until_ms,
                     int64_t step_ms, struct db_bucket **buckets, size_t *nbuckets, char **err);

@@ -1,0 +1,172 @@
+/*
+ * db_schema.c - the store's schema: recognising a memtrim database, refusing
+ * a newer or foreign one, and migrating forward one version at a time.
+ *
+ * Threads: the writer's thread, at db_writer_open (readers only check). The
+ * migration runs in one BEGIN IMMEDIATE transaction, so two writers racing
+ * to migrate the same file cannot both apply a step.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "db_internal.h"
+
+/*
+ * Version 1: the first schema. A fresh store is created by applying every
+ * step from 0, so this SQL is exercised on every new file, and a file left
+ * at version 1 by an older memtrim takes the same path from 1.
+ * trims.trigger holds enum mt_trigger (0 manual, 1 periodic, 2 pressure,
+ * 3 burst): those values are part of the file format and never renumbered.
+ */
+static const char db_schema_v1[] =
+    "PRAGMA application_id = 1836348013;" /* DB_APPLICATION_ID */
+    "CREATE TABLE samples ("
+    " timestamp_ms INTEGER PRIMARY KEY,"
+    " rss_bytes INTEGER NOT NULL,"
+    " rss_anon_bytes INTEGER,"
+    " rss_file_bytes INTEGER,"
+    " swap_bytes INTEGER,"
+    " heap_in_use_bytes INTEGER,"
+    " heap_free_bytes INTEGER,"
+    " heap_mmapped_bytes INTEGER,"
+    " arena_bytes INTEGER,"
+    " fragmentation_ratio REAL);"
+    "CREATE TABLE trims ("
+    " start_ms INTEGER NOT NULL,"
+    " trigger INTEGER NOT NULL,"
+    " duration_ns INTEGER NOT NULL,"
+    " rss_before_bytes INTEGER,"
+    " rss_after_bytes INTEGER,"
+    " released_bytes INTEGER,"
+    " malloc_trim_ret INTEGER);"
+    "CREATE INDEX trims_start ON trims (start_ms);";
+
+/*
+ * Version 2: the probe's wider view in samples (arena count, the releasable
+ * estimate, cgroup usage, the limit, the mallinfo2 cost) and the full trim
+ * result; an index for the trigger filter of /memory/trims. ADD COLUMN does
+ * not rewrite the table, so this is instant even on a week of samples.
+ */
+static const char db_schema_v2[] =
+    "ALTER TABLE samples ADD COLUMN arena_count INTEGER;"
+    "ALTER TABLE samples ADD COLUMN releasable_estimate_bytes INTEGER;"
+    "ALTER TABLE samples ADD COLUMN cgroup_usage_bytes INTEGER;"
+    "ALTER TABLE samples ADD COLUMN memory_limit_bytes INTEGER;"
+    "ALTER TABLE samples ADD COLUMN heap_probe_duration_seconds REAL;"
+    "ALTER TABLE trims ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE trims ADD COLUMN heap_free_before_bytes INTEGER;"
+    "ALTER TABLE trims ADD COLUMN heap_free_after_bytes INTEGER;"
+    "ALTER TABLE trims ADD COLUMN pad_bytes INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE trims ADD COLUMN coalesced INTEGER NOT NULL DEFAULT 0;"
+    "CREATE INDEX trims_trigger_start ON trims (trigger, start_ms);";
+
+/* Step i takes the schema from version i to version i + 1. */
+static const char *const db_migrations[DB_SCHEMA_VERSION] = {
+    db_schema_v1,
+    db_schema_v2,
+};
+
+static int db_count_objects(sqlite3 *db, int64_t *n, char **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, "SELECT count(*) FROM sqlite_schema", -1, &st, NULL);
+
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = db_fail_sql(err, db, rc, "read schema");
+        sqlite3_finalize(st);
+        return rc;
+    }
+    *n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/*
+ * What is at this connection: *version 0 for an empty database (nothing in
+ * it yet), 1..DB_SCHEMA_VERSION for a memtrim store. A file that is not a
+ * database or is someone else's is -EBADMSG; a newer memtrim's store is
+ * -EPROTONOSUPPORT.
+ */
+int db_schema_check(sqlite3 *db, int for_reader, int64_t *version, char **err)
+{
+    int64_t app_id = 0, v = 0, objects = 0;
+    int rc;
+
+    rc = db_pragma_int(db, "application_id", &app_id, err);
+    if (rc == 0)
+        rc = db_pragma_int(db, "user_version", &v, err);
+    if (rc == 0)
+        rc = db_count_objects(db, &objects, err);
+    if (rc == -EBADMSG) {
+        free(*err);
+        *err = NULL;
+        return db_fail(err, rc, "not a memtrim store: the file is not an SQLite database");
+    }
+    if (rc < 0)
+        return rc;
+    if (app_id == 0 && v == 0 && objects == 0) {
+        *version = 0;
+        return 0;
+    }
+    if (app_id != DB_APPLICATION_ID || v < 1)
+        return db_fail(err, -EBADMSG,
+                       "not a memtrim store: an SQLite database of another application "
+                       "(application_id %lld, user_version %lld, %lld schema objects)",
+                       (long long)app_id, (long long)v, (long long)objects);
+    if (v > DB_SCHEMA_VERSION)
+        return db_fail(err, -EPROTONOSUPPORT,
+                       "store schema version %lld is newer than this memtrim supports (%d); "
+                       "refusing to %s it (upgrade memtrim or use another file)",
+                       (long long)v, DB_SCHEMA_VERSION, for_reader ? "read" : "write");
+    *version = v;
+    return 0;
+}
+
+/* Apply the steps from version `from` up to DB_SCHEMA_VERSION; the caller holds the transaction. */
+static int db_schema_apply(sqlite3 *db, int64_t from, char **err)
+{
+    char sql[64], what[64];
+    int rc;
+
+    for (int v = (int)from; v < DB_SCHEMA_VERSION; v++) {
+        snprintf(what, sizeof(what), "migrate schema %d -> %d", v, v + 1);
+        rc = db_exec(db, db_migrations[v], what, err);
+        if (rc < 0)
+            return rc;
+        snprintf(sql, sizeof(sql), "PRAGMA user_version = %d", v + 1);
+        rc = db_exec(db, sql, what, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Bring the store at db to DB_SCHEMA_VERSION (creating it when empty). */
+int db_schema_migrate(sqlite3 *db, char **err)
+{
+    int64_t version = 0;
+    int rc;
+
+    rc = db_schema_check(db, 0, &version, err);
+    if (rc < 0 || version == DB_SCHEMA_VERSION)
+        return rc;
+    rc = db_exec(db, "BEGIN IMMEDIATE", "begin migration", err);
+    if (rc < 0)
+        return rc;
+    /* Again under the write lock: another writer may have migrated meanwhile. */
+    rc = db_schema_check(db, 0, &version, err);
+    if (rc == 0)
+        rc = db_schema_apply(db, version, err);
+    if (rc == 0)
+        rc = db_exec(db, "COMMIT", "commit migration", err);
+    if (rc < 0)
+        goto fail;
+    return 0;
+fail:
+    if (!sqlite3_get_autocommit(db))
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}

@@ -1,0 +1,360 @@
+/*
+ * db_writer.c - the store's one writer: open and migrate, batched inserts of
+ * samples and trims (one transaction per batch), retention by age.
+ *
+ * Threads: the housekeeper, alone (the writer is opened, used and closed by
+ * one thread at a time). No locks of its own; SQLite's file locks keep other
+ * connections out, and a lock held by another process surfaces as -EBUSY
+ * after DB_BUSY_TIMEOUT_MS instead of blocking the housekeeper.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db_internal.h"
+
+struct db_sample_col {
+    const char *name;
+    enum db_src src;
+    size_t offset; /* in struct mt_snapshot */
+};
+
+#define DB_SAMPLE_COL(name, src, field) {#name, src, offsetof(struct mt_snapshot, field)},
+static const struct db_sample_col db_sample_cols[] = {DB_SAMPLE_COLUMNS(DB_SAMPLE_COL)};
+#undef DB_SAMPLE_COL
+#define DB_NSAMPLE_COLS (sizeof(db_sample_cols) / sizeof(db_sample_cols[0]))
+
+static const char *const db_wsql[DB_W_COUNT] = {
+    [DB_W_BEGIN] = "BEGIN IMMEDIATE",
+    [DB_W_COMMIT] = "COMMIT",
+    [DB_W_ROLLBACK] = "ROLLBACK",
+    [DB_W_INSERT_SAMPLE] = NULL, /* built from db_sample_cols */
+    [DB_W_INSERT_TRIM] =
+        "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
+        " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
+        " pad_bytes, coalesced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    [DB_W_RETAIN_SAMPLES] =
+        "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
+        " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
+    [DB_W_RETAIN_TRIMS] = "DELETE FROM trims WHERE rowid IN (SELECT rowid FROM trims"
+                          " WHERE start_ms < ?1 ORDER BY start_ms LIMIT ?2)",
+};
+
+/* "INSERT OR REPLACE INTO samples (timestamp_ms, <columns>) VALUES (?, ...)": malloc'd. */
+static char *db_sample_insert_sql(void)
+{
+    size_t cap = 128;
+    char *sql;
+    size_t len;
+
+    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
+        cap += strlen(db_sample_cols[i].name) + 5;
+    sql = malloc(cap);
+    if (sql == NULL)
+        return NULL;
+    len = (size_t)snprintf(sql, cap, "INSERT OR REPLACE INTO samples (timestamp_ms");
+    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
+        len += (size_t)snprintf(sql + len, cap - len, ", %s", db_sample_cols[i].name);
+    len += (size_t)snprintf(sql + len, cap - len, ") VALUES (?");
+    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
+        len += (size_t)snprintf(sql + len, cap - len, ", ?");
+    snprintf(sql + len, cap - len, ")");
+    return sql;
+}
+
+static int db_writer_prepare(struct db_writer *w, char **err)
+{
+    char *insert = db_sample_insert_sql();
+    int rc;
+
+    if (insert == NULL)
+        return db_fail(err, -ENOMEM, "out of memory");
+    for (int i = 0; i < DB_W_COUNT; i++) {
+        rc = db_prepare(w->db, db_wsql[i] != NULL ? db_wsql[i] : insert, &w->stmt[i], err);
+        if (rc < 0)
+            break;
+    }
+    free(insert);
+    return rc;
+}
+
+static int db_writer_set_paths(struct db_writer *w, const char *path)
+{
+    w->path = strdup(path);
+    if (db_is_memory_path(path)) {
+        /* A private name per writer, so readers of this store can find it and nobody else. */
+        if (asprintf(&w->reader_path, "file:memtrim-%p?mode=memory&cache=shared", (void *)w) < 0)
+            w->reader_path = NULL;
+    } else {
+        w->reader_path = strdup(path);
+    }
+    return w->path != NULL && w->reader_path != NULL ? 0 : -ENOMEM;
+}
+
+int db_writer_open(const char *path, struct db_writer **out, char **err)
+{
+    struct db_writer *w = NULL;
+    int64_t version = 0;
+    int rc;
+
+    *out = NULL;
+    if (path == NULL || path[0] == '\0')
+        return db_fail(err, -EINVAL, "no database path");
+    w = calloc(1, sizeof(*w));
+    if (w == NULL || db_writer_set_paths(w, path) < 0) {
+        rc = db_fail(err, -ENOMEM, "out of memory");
+        goto fail;
+    }
+    rc = db_connect(w->reader_path, 0, &w->db, err);
+    if (rc < 0)
+        goto fail;
+    if (sqlite3_db_readonly(w->db, "main") == 1) {
+        rc = db_fail(err, -EROFS, "%s: the database is read-only (file or file system)", path);
+        goto fail;
+    }
+    /* Recognise the file before changing anything in it. */
+    rc = db_schema_check(w->db, 0, &version, err);
+    if (rc == 0 && !db_is_memory_path(path))
+        rc = db_exec(w->db, "PRAGMA journal_mode = WAL", "set WAL", err);
+    if (rc == 0)
+        rc = db_exec(w->db,
+                     "PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 4194304;",
+                     "set pragmas", err);
+    if (rc == 0)
+        rc = db_schema_migrate(w->db, err);
+    if (rc == 0)
+        rc = db_writer_prepare(w, err);
+    if (rc < 0)
+        goto fail;
+    *out = w;
+    return 0;
+fail:
+    db_writer_close(w);
+    return rc;
+}
+
+const char *db_writer_reader_path(const struct db_writer *w)
+{
+    return w->reader_path;
+}
+
+/* Roll the open batch back, if any: the writer is clean for the next one. */
+static void db_writer_abort(struct db_writer *w)
+{
+    if (!sqlite3_get_autocommit(w->db)) {
+        sqlite3_step(w->stmt[DB_W_ROLLBACK]);
+        sqlite3_reset(w->stmt[DB_W_ROLLBACK]);
+    }
+    w->pending = 0;
+}
+
+void db_writer_close(struct db_writer *w)
+{
+    if (w == NULL)
+        return;
+    if (w->db != NULL && w->stmt[DB_W_COMMIT] != NULL) {
+        char *err = NULL;
+        if (db_writer_flush(w, &err) < 0)
+            free(err);
+    }
+    for (int i = 0; i < DB_W_COUNT; i++)
+        sqlite3_finalize(w->stmt[i]);
+    if (w->db != NULL && !sqlite3_get_autocommit(w->db))
+        sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    sqlite3_close(w->db);
+    free(w->path);
+    free(w->reader_path);
+    free(w);
+}
+
+/* Join the open batch, or start one (committing a batch that grew too large). */
+static int db_writer_begin(struct db_writer *w, char **err)
+{
+    int rc;
+
+    if (!sqlite3_get_autocommit(w->db)) {
+        if (w->pending < DB_BATCH_MAX)
+            return 0;
+        rc = db_writer_flush(w, err);
+        if (rc < 0)
+            return rc;
+    }
+    w->pending = 0;
+    return db_step_done(w->stmt[DB_W_BEGIN], "begin batch", err);
+}
+
+static void db_bind_sample_col(sqlite3_stmt *st, int i, const struct db_sample_col *c,
+                               const struct mt_snapshot *s)
+{
+    const char *p = (const char *)s + c->offset;
+    int heap_known = s->heap.timestamp_ms != 0;
+    int64_t i64;
+    int iv;
+    double d;
+
+    switch (c->src) {
+    case DB_SRC_U64:
+    case DB_SRC_HEAP_U64:
+        memcpy(&i64, p, sizeof(i64));
+        if (c->src == DB_SRC_HEAP_U64 && !heap_known)
+            sqlite3_bind_null(st, i);
+        else
+            sqlite3_bind_int64(st, i, i64);
+        break;
+    case DB_SRC_HEAP_INT:
+        memcpy(&iv, p, sizeof(iv));
+        if (heap_known && iv >= 0)
+            sqlite3_bind_int(st, i, iv);
+        else
+            sqlite3_bind_null(st, i);
+        break;
+    case DB_SRC_HEAP_NS:
+        memcpy(&i64, p, sizeof(i64));
+        if (heap_known)
+            sqlite3_bind_double(st, i, (double)i64 / 1e9);
+        else
+            sqlite3_bind_null(st, i);
+        break;
+    case DB_SRC_I64:
+        memcpy(&i64, p, sizeof(i64));
+        if (i64 >= 0)
+            sqlite3_bind_int64(st, i, i64);
+        else
+            sqlite3_bind_null(st, i);
+        break;
+    case DB_SRC_RATIO:
+        memcpy(&d, p, sizeof(d));
+        if (d != 0)
+            sqlite3_bind_double(st, i, d);
+        else
+            sqlite3_bind_null(st, i);
+        break;
+    }
+}
+
+/* Run an insert in the batch; on failure the whole batch is rolled back and says so. */
+static int db_writer_insert(struct db_writer *w, sqlite3_stmt *st, const char *what, char **err)
+{
+    char msg[96];
+    int rc;
+
+    snprintf(msg, sizeof(msg), "%s (batch of %lld rows dropped)", what,
+             (long long)w->pending + 1);
+    rc = db_step_done(st, msg, err);
+    if (rc < 0) {
+        db_writer_abort(w);
+        return rc;
+    }
+    w->pending++;
+    return 0;
+}
+
+int db_writer_add_sample(struct db_writer *w, const struct mt_snapshot *s, char **err)
+{
+    sqlite3_stmt *st;
+    int64_t ts;
+    int rc;
+
+    if (w == NULL || s == NULL)
+        return db_fail(err, -EINVAL, "add sample: no writer or no sample");
+    ts = s->cheap.timestamp_ms != 0 ? s->cheap.timestamp_ms : s->heap.timestamp_ms;
+    if (ts <= 0)
+        return db_fail(err, -EINVAL, "add sample: the sample has no timestamp");
+    rc = db_writer_begin(w, err);
+    if (rc < 0)
+        return rc;
+    st = w->stmt[DB_W_INSERT_SAMPLE];
+    sqlite3_bind_int64(st, 1, ts);
+    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
+        db_bind_sample_col(st, (int)i + 2, &db_sample_cols[i], s);
+    return db_writer_insert(w, st, "insert sample", err);
+}
+
+int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char **err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (w == NULL || t == NULL)
+        return db_fail(err, -EINVAL, "add trim: no writer or no trim");
+    rc = db_writer_begin(w, err);
+    if (rc < 0)
+        return rc;
+    st = w->stmt[DB_W_INSERT_TRIM];
+    sqlite3_bind_int64(st, 1, t->start_ms);
+    sqlite3_bind_int(st, 2, t->trigger);
+    sqlite3_bind_int64(st, 3, t->duration_ns);
+    sqlite3_bind_int64(st, 4, (int64_t)t->rss_before_bytes);
+    sqlite3_bind_int64(st, 5, (int64_t)t->rss_after_bytes);
+    sqlite3_bind_int64(st, 6, t->released_bytes);
+    sqlite3_bind_int(st, 7, t->malloc_trim_ret);
+    sqlite3_bind_int64(st, 8, t->id);
+    sqlite3_bind_int64(st, 9, (int64_t)t->heap_free_before_bytes);
+    sqlite3_bind_int64(st, 10, (int64_t)t->heap_free_after_bytes);
+    sqlite3_bind_int64(st, 11, (int64_t)t->pad_bytes);
+    sqlite3_bind_int(st, 12, t->coalesced != 0);
+    return db_writer_insert(w, st, "insert trim", err);
+}
+
+int db_writer_flush(struct db_writer *w, char **err)
+{
+    char what[64];
+    int rc;
+
+    if (w == NULL)
+        return db_fail(err, -EINVAL, "flush: no writer");
+    if (sqlite3_get_autocommit(w->db)) {
+        w->pending = 0;
+        return 0;
+    }
+    snprintf(what, sizeof(what), "commit (batch of %lld rows dropped)", (long long)w->pending);
+    rc = db_step_done(w->stmt[DB_W_COMMIT], what, err);
+    if (rc < 0) {
+        db_writer_abort(w);
+        return rc;
+    }
+    w->pending = 0;
+    return 0;
+}
+
+static int db_writer_delete_old(struct db_writer *w, enum db_wstmt which, int64_t cutoff_ms,
+                                int max_rows, int64_t *deleted, char **err)
+{
+    sqlite3_stmt *st = w->stmt[which];
+    int rc;
+
+    sqlite3_bind_int64(st, 1, cutoff_ms);
+    sqlite3_bind_int(st, 2, max_rows);
+    rc = db_step_done(st, which == DB_W_RETAIN_SAMPLES ? "delete old samples" : "delete old trims",
+                      err);
+    if (rc == 0)
+        *deleted += sqlite3_changes64(w->db);
+    return rc;
+}
+
+int db_writer_retention(struct db_writer *w, int64_t cutoff_ms, int max_rows, int64_t *deleted,
+                        char **err)
+{
+    int64_t n = 0;
+    int rc;
+
+    if (deleted != NULL)
+        *deleted = 0;
+    if (w == NULL || max_rows <= 0)
+        return db_fail(err, -EINVAL, "retention: no writer or max_rows <= 0");
+    rc = db_writer_begin(w, err);
+    if (rc == 0)
+        rc = db_writer_delete_old(w, DB_W_RETAIN_SAMPLES, cutoff_ms, max_rows, &n, err);
+    if (rc == 0)
+        rc = db_writer_delete_old(w, DB_W_RETAIN_TRIMS, cutoff_ms, max_rows, &n, err);
+    if (rc < 0) {
+        db_writer_abort(w);
+        return rc;
+    }
+    rc = db_writer_flush(w, err);
+    if (rc == 0 && deleted != NULL)
+        *deleted = n;
+    return rc;
+}
