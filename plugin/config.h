@@ -6,6 +6,7 @@
 #ifndef MEMTRIM_CONFIG_H
 #define MEMTRIM_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct cJSON;
@@ -15,7 +16,7 @@ struct cJSON;
 struct mt_config {
     int enabled;
     char http_bind[64];
-    int http_port;     /* 0 = ephemeral; -1 = no HTTP server */
+    int http_port;     /* 0 = ephemeral */
     int http_threads;
     char auth_token[256]; /* "" = none */
     int read_requires_auth;
@@ -63,6 +64,11 @@ struct cJSON *config_to_json(const struct mt_config *cfg);
 
 /* The closest known key to `key` (for "did you mean"), or NULL. */
 const char *config_closest_key(const char *key);
+
+/* The i-th key of the table (for tests and documentation): 0, or -1 past the end.
+ * type is 'b' boolean, 'i' integer, 'd' number, 's' string. */
+int config_key_info(size_t i, const char **name, char *type, double *min, double *max,
+                    int *runtime);
 
 /* Whether a key exists / may be changed at run time. */
 int config_key_exists(const char *key);

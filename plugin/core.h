@@ -35,9 +35,9 @@ int mt_http_port(const struct memtrim *mt);
  * The shared snapshot for readers (/memory/stats, /metrics): refreshed at most
  * every StatsMaxAgeMs however many readers ask (one refreshes, the others wait
  * for it and share the result); the mallinfo2 part only as the probe budget
- * allows. Returns 0.
+ * allows.
  */
-int mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
+void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
 
 /*
  * A manual trim. pad < 0 means TrimPadBytes. Returns 0 with *out filled

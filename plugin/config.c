@@ -1,0 +1,403 @@
+/*
+ * config.c - the "MemoryTrim" configuration keys, as one table read by
+ * generic code: parse and validate at start, patch at run time, print.
+ * Pure functions on a caller-owned struct mt_config: no locks, no threads.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "config.h"
+
+enum key_type { KEY_BOOL, KEY_INT, KEY_INT64, KEY_DOUBLE, KEY_STRING };
+
+struct config_key {
+    const char *name;
+    enum key_type type;
+    size_t offset;
+    size_t size; /* KEY_STRING: buffer size */
+    double min, max;
+    double def_num;
+    const char *def_str;
+    int runtime; /* may change with PATCH /config */
+    int secret;  /* redacted when printed */
+    int nullable; /* JSON null means the default ("none"/"auto") */
+};
+
+#define OFF(f) offsetof(struct mt_config, f)
+#define SZ(f) sizeof(((struct mt_config *)0)->f)
+#define MIB (1024.0 * 1024.0)
+#define MAXB 9007199254740992.0 /* 2^53: the largest integer a JSON double holds exactly */
+
+static const struct config_key keys[] = {
+    {"Enabled", KEY_BOOL, OFF(enabled), 0, 0, 1, 1, NULL, 0, 0, 0},
+    {"HttpBind", KEY_STRING, OFF(http_bind), SZ(http_bind), 0, 0, 0, "127.0.0.1", 0, 0, 0},
+    {"HttpPort", KEY_INT, OFF(http_port), 0, 0, 65535, 8043, NULL, 0, 0, 0},
+    {"HttpThreads", KEY_INT, OFF(http_threads), 0, 1, 64, 2, NULL, 0, 0, 0},
+    {"AuthToken", KEY_STRING, OFF(auth_token), SZ(auth_token), 0, 0, 0, "", 0, 1, 1},
+    {"ReadRequiresAuth", KEY_BOOL, OFF(read_requires_auth), 0, 0, 1, 0, NULL, 0, 0, 0},
+    {"TrimIntervalSeconds", KEY_DOUBLE, OFF(trim_interval_seconds), 0, 0, 86400 * 7, 30, NULL, 1,
+     0, 0},
+    {"TrimPadBytes", KEY_INT64, OFF(trim_pad_bytes), 0, 0, MAXB, 0, NULL, 1, 0, 0},
+    {"TrimMinReleasableBytes", KEY_INT64, OFF(trim_min_releasable_bytes), 0, 0, MAXB, 8 * MIB,
+     NULL, 1, 0, 0},
+    {"TrimReleasableTriggerBytes", KEY_INT64, OFF(trim_releasable_trigger_bytes), 0, 0, MAXB,
+     64 * MIB, NULL, 1, 0, 0},
+    {"TrimMinGapSeconds", KEY_DOUBLE, OFF(trim_min_gap_seconds), 0, 0, 86400, 5, NULL, 1, 0, 0},
+    {"MemoryLimitBytes", KEY_INT64, OFF(memory_limit_bytes), 0, 0, MAXB, 0, NULL, 1, 0, 1},
+    {"PressureRatio", KEY_DOUBLE, OFF(pressure_ratio), 0, 0, 1, 0.9, NULL, 1, 0, 0},
+    {"SampleIntervalSeconds", KEY_DOUBLE, OFF(sample_interval_seconds), 0, 0, 86400, 10, NULL, 1,
+     0, 0},
+    {"ProbeBudgetPercent", KEY_DOUBLE, OFF(probe_budget_percent), 0, 0.001, 10, 0.1, NULL, 1, 0,
+     0},
+    {"StatsMaxAgeMs", KEY_INT, OFF(stats_max_age_ms), 0, 0, 3600000, 1000, NULL, 1, 0, 0},
+    {"ManualTrimMinIntervalMs", KEY_INT, OFF(manual_trim_min_interval_ms), 0, 0, 3600000, 1000,
+     NULL, 1, 0, 0},
+    {"Database", KEY_STRING, OFF(database), SZ(database), 0, 0, 0, "memtrim.sqlite", 0, 0, 1},
+    {"RetentionHours", KEY_DOUBLE, OFF(retention_hours), 0, 0.01, 24 * 3650, 168, NULL, 1, 0, 0},
+    {"FollowFork", KEY_BOOL, OFF(follow_fork), 0, 0, 1, 0, NULL, 0, 0, 0},
+    {"MaxConnections", KEY_INT, OFF(max_connections), 0, 1, 100000, 1024, NULL, 0, 0, 0},
+    {"MaxConnectionsPerIp", KEY_INT, OFF(max_connections_per_ip), 0, 0, 100000, 0, NULL, 0, 0, 0},
+    {"ConnectionTimeoutSeconds", KEY_INT, OFF(connection_timeout_seconds), 0, 1, 3600, 30, NULL,
+     0, 0, 0},
+};
+#define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+static const struct config_key *find_key(const char *name)
+{
+    for (size_t i = 0; i < NKEYS; i++)
+        if (strcmp(keys[i].name, name) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+int config_key_info(size_t i, const char **name, char *type, double *min, double *max,
+                    int *runtime)
+{
+    static const char types[] = {[KEY_BOOL] = 'b', [KEY_INT] = 'i', [KEY_INT64] = 'i',
+                                 [KEY_DOUBLE] = 'd', [KEY_STRING] = 's'};
+    if (i >= NKEYS)
+        return -1;
+    *name = keys[i].name;
+    *type = types[keys[i].type];
+    *min = keys[i].min;
+    *max = keys[i].max;
+    *runtime = keys[i].runtime;
+    return 0;
+}
+
+int config_key_exists(const char *key)
+{
+    return key && find_key(key) != NULL;
+}
+
+int config_key_is_runtime(const char *key)
+{
+    const struct config_key *k = key ? find_key(key) : NULL;
+    return k && k->runtime;
+}
+
+/* Case-insensitive edit distance, capped strings (keys are short). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), row[64], prev;
+    if (la >= 63 || lb >= 63)
+        return (size_t)-1;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        prev = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t cur = row[j];
+            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            size_t best = prev + cost;
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+const char *config_closest_key(const char *key)
+{
+    const char *best = NULL;
+    size_t best_d = (size_t)-1, len = key ? strlen(key) : 0;
+    if (!key)
+        return NULL;
+    for (size_t i = 0; i < NKEYS; i++) {
+        size_t d = edit_distance(key, keys[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = keys[i].name;
+        }
+    }
+    /* Suggest only what looks like a typo, not any key at all. */
+    size_t limit = len / 3 > 2 ? len / 3 : 2;
+    return best_d <= limit ? best : NULL;
+}
+
+static char *errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static char *errf(const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    return strdup(buf);
+}
+
+void config_defaults(struct mt_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct config_key *k = &keys[i];
+        char *p = (char *)cfg + k->offset;
+        switch (k->type) {
+        case KEY_BOOL:
+        case KEY_INT:
+            *(int *)p = (int)k->def_num;
+            break;
+        case KEY_INT64:
+            *(int64_t *)p = (int64_t)k->def_num;
+            break;
+        case KEY_DOUBLE:
+            *(double *)p = k->def_num;
+            break;
+        case KEY_STRING:
+            snprintf(p, k->size, "%s", k->def_str ? k->def_str : "");
+            break;
+        }
+    }
+}
+
+static const char *type_name(enum key_type t)
+{
+    switch (t) {
+    case KEY_BOOL:
+        return "a boolean";
+    case KEY_INT:
+    case KEY_INT64:
+        return "an integer";
+    case KEY_DOUBLE:
+        return "a number";
+    case KEY_STRING:
+        return "a string";
+    }
+    return "?";
+}
+
+/* Check one value against its key; store it into cfg when store is set. */
+static int apply_value(const struct config_key *k, const cJSON *v, struct mt_config *cfg,
+                       char **err)
+{
+    char *p = (char *)cfg + k->offset;
+
+    if (cJSON_IsNull(v) && k->nullable) {
+        if (k->type == KEY_STRING)
+            p[0] = '\0';
+        else if (k->type == KEY_INT64)
+            *(int64_t *)p = 0;
+        return 0;
+    }
+    if (k->type == KEY_BOOL) {
+        if (!cJSON_IsBool(v))
+            goto wrong_type;
+        *(int *)p = cJSON_IsTrue(v);
+        return 0;
+    }
+    if (k->type == KEY_STRING) {
+        if (!cJSON_IsString(v))
+            goto wrong_type;
+        if (strlen(v->valuestring) >= k->size) {
+            *err = errf("configuration key %s: value is too long (at most %zu characters)",
+                        k->name, k->size - 1);
+            return -EINVAL;
+        }
+        snprintf(p, k->size, "%s", v->valuestring);
+        return 0;
+    }
+    if (!cJSON_IsNumber(v))
+        goto wrong_type;
+    double d = v->valuedouble;
+    if (!isfinite(d) || ((k->type == KEY_INT || k->type == KEY_INT64) && d != floor(d))) {
+        *err = errf("configuration key %s: expected %s, got %g", k->name, type_name(k->type), d);
+        return -EINVAL;
+    }
+    if (d < k->min || d > k->max) {
+        *err = errf("configuration key %s: %.17g is out of range [%.17g, %.17g]", k->name, d,
+                    k->min, k->max);
+        return -EINVAL;
+    }
+    if (k->type == KEY_INT)
+        *(int *)p = (int)d;
+    else if (k->type == KEY_INT64)
+        *(int64_t *)p = (int64_t)d;
+    else
+        *(double *)p = d;
+    return 0;
+
+wrong_type:
+    *err = errf("configuration key %s: expected %s%s", k->name, type_name(k->type),
+                k->nullable ? " or null" : "");
+    return -EINVAL;
+}
+
+/* Relations between keys that no single bound expresses. */
+static int check_relations(const struct mt_config *cfg, char **err)
+{
+    if (cfg->enabled && cfg->http_bind[0] == '\0') {
+        *err = errf("configuration key HttpBind: must not be empty");
+        return -EINVAL;
+    }
+    if (cfg->pressure_ratio > 0 && cfg->pressure_ratio < 0.1) {
+        *err = errf("configuration key PressureRatio: %.3g is too low to be useful (use 0 to "
+                    "disable pressure trims, or a value in [0.1, 1])",
+                    cfg->pressure_ratio);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, char **err)
+{
+    struct mt_config tmp = *cfg;
+    const cJSON *item;
+
+    *err = NULL;
+    if (!cJSON_IsObject(section)) {
+        *err = errf("configuration: the MemoryTrim section must be a JSON object");
+        return -EINVAL;
+    }
+    cJSON_ArrayForEach(item, section)
+    {
+        const char *name = item->string ? item->string : "";
+        const struct config_key *k = find_key(name);
+        if (!k) {
+            const char *near = config_closest_key(name);
+            if (near)
+                *err = errf("configuration key %s is unknown: did you mean %s?", name, near);
+            else
+                *err = errf("configuration key %s is unknown", name);
+            return -EINVAL;
+        }
+        if (runtime_only && !k->runtime) {
+            *err = errf("configuration key %s cannot be changed at run time (restart the host "
+                        "with the new value)",
+                        name);
+            return -EINVAL;
+        }
+        int rc = apply_value(k, item, &tmp, err);
+        if (rc)
+            return rc;
+    }
+    int rc = check_relations(&tmp, err);
+    if (rc)
+        return rc;
+    *cfg = tmp;
+    return 0;
+}
+
+static int parse_doc(const char *json, cJSON **out, char **err)
+{
+    const char *end = NULL;
+    *out = cJSON_ParseWithOpts(json, &end, 1);
+    if (!*out) {
+        size_t at = end ? (size_t)(end - json) : 0;
+        *err = errf("configuration: invalid JSON near byte %zu", at);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int config_parse(const char *json, struct mt_config *cfg, char **err)
+{
+    cJSON *doc = NULL;
+    const cJSON *section;
+    int rc;
+
+    *err = NULL;
+    config_defaults(cfg);
+    if (!json || !*json)
+        return 0;
+    if ((rc = parse_doc(json, &doc, err)))
+        return rc;
+    if (!cJSON_IsObject(doc)) {
+        *err = errf("configuration: expected a JSON object");
+        cJSON_Delete(doc);
+        return -EINVAL;
+    }
+    section = cJSON_GetObjectItemCaseSensitive(doc, "MemoryTrim");
+    if (!section)
+        section = doc; /* the root is the section itself */
+    rc = config_apply(section, cfg, 0, err);
+    cJSON_Delete(doc);
+    return rc;
+}
+
+int config_patch(struct mt_config *cfg, const char *json, char **err)
+{
+    cJSON *doc = NULL;
+    int rc;
+
+    *err = NULL;
+    if (!json || !*json) {
+        *err = errf("configuration: empty body, expected a JSON object");
+        return -EINVAL;
+    }
+    if ((rc = parse_doc(json, &doc, err)))
+        return rc;
+    rc = config_apply(doc, cfg, 1, err);
+    cJSON_Delete(doc);
+    return rc;
+}
+
+cJSON *config_to_json(const struct mt_config *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < NKEYS; i++) {
+        const struct config_key *k = &keys[i];
+        const char *p = (const char *)cfg + k->offset;
+        cJSON *v = NULL;
+        switch (k->type) {
+        case KEY_BOOL:
+            v = cJSON_CreateBool(*(const int *)p);
+            break;
+        case KEY_INT:
+            v = cJSON_CreateNumber(*(const int *)p);
+            break;
+        case KEY_INT64:
+            v = cJSON_CreateNumber((double)*(const int64_t *)p);
+            break;
+        case KEY_DOUBLE:
+            v = cJSON_CreateNumber(*(const double *)p);
+            break;
+        case KEY_STRING:
+            if (k->secret)
+                v = p[0] ? cJSON_CreateString("<redacted>") : cJSON_CreateNull();
+            else
+                v = cJSON_CreateString(p);
+            break;
+        }
+        if (!v || !cJSON_AddItemToObject(o, k->name, v)) {
+            cJSON_Delete(v);
+            cJSON_Delete(o);
+            return NULL;
+        }
+    }
+    return o;
+}

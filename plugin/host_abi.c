@@ -1,0 +1,49 @@
+/*
+ * host_abi.c - the exported C ABI of libmemtrim.so (include/memtrim.h): thin
+ * wrappers over the core that check their arguments. No state of its own.
+ * SPDX-License-Identifier: MIT
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core.h"
+#include "memtrim.h"
+
+MEMTRIM_API int memtrim_start(const char *config_json, memtrim_t **out, char **errmsg)
+{
+    if (errmsg)
+        *errmsg = NULL;
+    if (!out)
+        return -EINVAL;
+    return mt_create(config_json, out, errmsg);
+}
+
+MEMTRIM_API void memtrim_stop(memtrim_t *mt)
+{
+    mt_destroy(mt);
+}
+
+MEMTRIM_API int memtrim_suspend(memtrim_t *mt)
+{
+    return mt_suspend(mt);
+}
+
+MEMTRIM_API int memtrim_resume(memtrim_t *mt)
+{
+    return mt_resume(mt);
+}
+
+MEMTRIM_API int memtrim_http_port(const memtrim_t *mt)
+{
+    return mt_http_port(mt);
+}
+
+MEMTRIM_API const char *memtrim_version(void)
+{
+    return MEMTRIM_VERSION;
+}
+
+MEMTRIM_API void memtrim_free(void *p)
+{
+    free(p);
+}

@@ -1,0 +1,372 @@
+/*
+ * housekeeper.c - DESIGN. One thread per instance wakes every 250 ms (or at
+ * once when stopped or woken) and, in this order: checks RSS against the
+ * memory limit (statm: microseconds), probes the heap when the host has been
+ * busy and the budget allows, decides on a trim (pressure, then burst, then
+ * periodic), stores samples and trim results, applies retention. It owns the
+ * store's writer connection. Locks: hk_lock guards hk_stop and the counters
+ * in mt->hk (held only to read or bump them); cfg_lock only to copy the
+ * configuration; never two at once, never across a probe, trim or write.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+#include "db.h"
+#include "instance.h"
+
+#define MS (1000000LL)
+#define SEC (1000000000LL)
+#define TICK_NS (250 * MS)
+#define HEAP_PROBE_MIN_NS (1 * SEC)     /* at most one heap probe a second when calm */
+#define HEAP_PROBE_PRESSURE_NS (250 * MS)
+#define PRESSURE_BUDGET_FACTOR 10.0     /* near the limit the budget is ten times larger */
+#define PRESSURE_REPEAT_NS (1 * SEC)    /* hard pressure trims at most once a second... */
+#define ACTIVITY_NS (10 * MS)           /* ...heap probes only after the host used 10 ms CPU */
+#define RETENTION_EVERY_NS (60 * SEC)
+#define RETENTION_BATCH 2000
+#define DB_RETRY_MIN_NS (1 * SEC)
+#define DB_RETRY_MAX_NS (60 * SEC)
+
+struct hk_state {
+    struct mt_config cfg;
+    uint64_t cfg_generation;
+    int64_t next_periodic, next_sample, last_burst, last_pressure, last_pressure_skip;
+    uint64_t last_pressure_rss;
+    int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
+    int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
+    int64_t limit;                       /* effective memory limit at the last tick */
+    struct db_writer *db;
+    int64_t db_retry_at, db_retry_delay, next_retention;
+    char db_error[256];
+};
+
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static void count_skip(struct memtrim *mt, int reason)
+{
+    pthread_mutex_lock(&mt->hk_lock);
+    mt->hk.skips[reason]++;
+    pthread_mutex_unlock(&mt->hk_lock);
+}
+
+static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
+{
+    pthread_mutex_lock(&mt->cfg_lock);
+    int changed = st->cfg_generation != mt->cfg_generation || st->next_periodic == 0;
+    st->cfg = mt->cfg;
+    st->cfg_generation = mt->cfg_generation;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    if (!changed)
+        return;
+    st->next_periodic = now + (int64_t)(st->cfg.trim_interval_seconds * SEC);
+    st->next_sample = now; /* a sample at start, then every interval */
+}
+
+/* ---- the store ---------------------------------------------------------- */
+
+static void store_failed(struct memtrim *mt, struct hk_state *st, int64_t now, const char *what,
+                         char *err)
+{
+    char reason[256];
+    snprintf(reason, sizeof(reason), "database %s: %s", what, err ? err : "unknown error");
+    free(err);
+    if (strcmp(reason, st->db_error) != 0)
+        mt_log(MT_LOG_ERROR, "store", "%s; trims go on, the store retries", reason);
+    snprintf(st->db_error, sizeof(st->db_error), "%s", reason);
+    pthread_mutex_lock(&mt->hk_lock);
+    mt->hk.store_errors++;
+    pthread_mutex_unlock(&mt->hk_lock);
+    atomic_store(&mt->db_available, 0);
+    mt_set_health(mt, "retrying", reason);
+    db_writer_close(st->db);
+    st->db = NULL;
+    st->db_retry_delay = st->db_retry_delay ? st->db_retry_delay * 2 : DB_RETRY_MIN_NS;
+    if (st->db_retry_delay > DB_RETRY_MAX_NS)
+        st->db_retry_delay = DB_RETRY_MAX_NS;
+    st->db_retry_at = now + st->db_retry_delay;
+}
+
+static int store_open(struct memtrim *mt, struct hk_state *st, int64_t now)
+{
+    char *err = NULL;
+    if (st->db)
+        return 0;
+    if (now < st->db_retry_at)
+        return -EAGAIN;
+    int rc = db_writer_open(mt->db_path, &st->db, &err);
+    if (rc) {
+        st->db = NULL;
+        store_failed(mt, st, now, "cannot be opened", err);
+        return rc;
+    }
+    if (st->db_error[0])
+        mt_log(MT_LOG_INFO, "store", "database %s is available again", mt->db_path);
+    st->db_error[0] = '\0';
+    st->db_retry_delay = 0;
+    atomic_store(&mt->db_available, 1);
+    mt_set_health(mt, "ok", "");
+    return 0;
+}
+
+/* Write queued trims and the sample (if any) in one transaction. */
+static void store_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
+                       const struct mt_snapshot *sample)
+{
+    struct mt_trim_result batch[64];
+    unsigned n = 0, i;
+    char *err = NULL;
+    int rc = 0;
+
+    if (!mt->db_path[0] || store_open(mt, st, now))
+        return;
+    n = trim_drain(&mt->trims, batch, 64);
+    for (i = 0; i < n && rc == 0; i++)
+        rc = db_writer_add_trim(st->db, &batch[i], &err);
+    if (rc == 0 && sample)
+        rc = db_writer_add_sample(st->db, sample, &err);
+    if (rc == 0)
+        rc = db_writer_flush(st->db, &err);
+    if (rc) {
+        trim_requeue(&mt->trims, batch, n); /* nothing committed: keep them for later */
+        store_failed(mt, st, now, "write failed", err);
+        return;
+    }
+    if (sample) {
+        pthread_mutex_lock(&mt->hk_lock);
+        mt->hk.samples_stored++;
+        pthread_mutex_unlock(&mt->hk_lock);
+    }
+    if (now >= st->next_retention) {
+        int64_t deleted = 0;
+        int64_t cutoff = mt_now_ms() - (int64_t)(st->cfg.retention_hours * 3600.0 * 1000.0);
+        rc = db_writer_retention(st->db, cutoff, RETENTION_BATCH, &deleted, &err);
+        if (rc)
+            store_failed(mt, st, now, "retention failed", err);
+        /* More to delete: come back next tick rather than hold the writer. */
+        st->next_retention = deleted >= RETENTION_BATCH ? now : now + RETENTION_EVERY_NS;
+    }
+}
+
+/* ---- the policy --------------------------------------------------------- */
+
+static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_t now)
+{
+    struct mt_trim_result r;
+    int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
+                      &r, NULL);
+    if (rc == -EBUSY) {
+        count_skip(mt, MT_SKIP_BUSY);
+        return;
+    }
+    if (trigger == MT_TRIGGER_PRESSURE) {
+        st->last_pressure = now;
+        st->last_pressure_rss = r.rss_after_bytes;
+    }
+    if (trigger == MT_TRIGGER_BURST || trigger == MT_TRIGGER_PRESSURE)
+        st->last_burst = now;
+    if (trigger != MT_TRIGGER_PERIODIC)
+        mt_log(MT_LOG_INFO, "housekeeper",
+               "%s trim released %lld bytes in %.3f ms (RSS %llu -> %llu)",
+               mt_trigger_name(trigger), (long long)r.released_bytes, r.duration_ns / 1e6,
+               (unsigned long long)r.rss_before_bytes, (unsigned long long)r.rss_after_bytes);
+}
+
+/*
+ * Probe the heap when it is worth it: the host used CPU since the last
+ * probe (an idle host frees nothing) or a periodic decision needs an
+ * estimate. The budget in snapshot.c still has the last word.
+ */
+static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_estimate,
+                    struct mt_snapshot *snap)
+{
+    int64_t proc = probe_process_cpu_ns(), own = thread_cpu_ns();
+    int active = proc < 0 || (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;
+    struct snapshot_want want = {
+        .cheap_max_age_ns = zone ? TICK_NS / 2 : SEC,
+        .heap_max_age_ns = INT64_MAX,
+        .budget_percent = st->cfg.probe_budget_percent * (zone ? PRESSURE_BUDGET_FACTOR : 1.0),
+        .memory_limit_cfg = st->cfg.memory_limit_bytes,
+    };
+    if (need_estimate)
+        want.heap_max_age_ns = 0;
+    else if (active)
+        want.heap_max_age_ns = zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS;
+    snapshot_get(&mt->cache, &want, snap);
+    if (snap->heap.timestamp_ms != st->last_heap_ms) { /* a new reading, by anyone */
+        st->last_heap_ms = snap->heap.timestamp_ms;
+        st->last_proc_cpu = proc;
+        st->last_own_cpu = own;
+    }
+    st->limit = snap->memory_limit_bytes;
+}
+
+static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
+                        struct mt_snapshot *snap)
+{
+    const struct mt_config *c = &st->cfg;
+    uint64_t rss = probe_rss();
+    int suspended = atomic_load(&mt->suspend_depth) > 0;
+    int64_t limit = c->memory_limit_bytes > 0 ? c->memory_limit_bytes : st->limit;
+    int zone = limit > 0 && c->pressure_ratio > 0 && rss >= (uint64_t)limit / 2;
+    int periodic_due = c->trim_interval_seconds > 0 && now >= st->next_periodic;
+
+    refresh(mt, st, zone, periodic_due && !suspended, snap);
+    limit = snap->memory_limit_bytes;
+    uint64_t est = snap->releasable_estimate_bytes;
+    int known = snap->heap.timestamp_ms != 0;
+
+    /* 1. Pressure: at the line, or free-but-resident memory that would cross it if reused elsewhere. */
+    if (limit > 0 && c->pressure_ratio > 0) {
+        uint64_t line = (uint64_t)((double)limit * c->pressure_ratio);
+        int hard = rss >= line;
+        int early = zone && known && est >= (uint64_t)c->trim_min_releasable_bytes &&
+                    est > 0 && rss + est >= line;
+        int again = now - st->last_pressure >= PRESSURE_REPEAT_NS ||
+                    rss > st->last_pressure_rss + (uint64_t)limit / 20;
+        if ((hard && again) || (early && !hard)) {
+            if (!suspended)
+                do_trim(mt, st, MT_TRIGGER_PRESSURE, now);
+            else if (now - st->last_pressure_skip >= SEC) {
+                st->last_pressure_skip = now;
+                count_skip(mt, MT_SKIP_SUSPENDED);
+            }
+            return;
+        }
+    }
+    /* 2. Burst: much releasable memory; trim now rather than at the next interval. */
+    if (c->trim_releasable_trigger_bytes > 0 && known && !suspended &&
+        now - st->last_burst >= (int64_t)(c->trim_min_gap_seconds * SEC)) {
+        uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
+        if (trigger < snap->cheap.rss_bytes / 10)
+            trigger = snap->cheap.rss_bytes / 10;
+        if (est >= trigger) {
+            do_trim(mt, st, MT_TRIGGER_BURST, now);
+            st->next_periodic = now + (int64_t)(c->trim_interval_seconds * SEC);
+            return;
+        }
+    }
+    /* 3. Periodic, skipped when not worth it. */
+    if (periodic_due) {
+        st->next_periodic = now + (int64_t)(c->trim_interval_seconds * SEC);
+        if (suspended)
+            count_skip(mt, MT_SKIP_SUSPENDED);
+        else if (!known)
+            count_skip(mt, MT_SKIP_NO_HEAP_STATS);
+        else if (est < (uint64_t)c->trim_min_releasable_bytes)
+            count_skip(mt, MT_SKIP_BELOW_MIN_RELEASABLE);
+        else
+            do_trim(mt, st, MT_TRIGGER_PERIODIC, now);
+    }
+}
+
+static void tick(struct memtrim *mt, struct hk_state *st)
+{
+    struct mt_snapshot snap, sample;
+    int64_t now = mt_mono_ns();
+    const struct mt_snapshot *to_store = NULL;
+
+    reload_config(mt, st, now);
+    policy_tick(mt, st, now, &snap);
+    if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && mt->db_path[0]) {
+        struct snapshot_want want = {
+            .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
+            .heap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
+            .budget_percent = st->cfg.probe_budget_percent,
+            .memory_limit_cfg = st->cfg.memory_limit_bytes,
+        };
+        snapshot_get(&mt->cache, &want, &sample);
+        to_store = &sample;
+        st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * SEC);
+    }
+    store_tick(mt, st, now, to_store);
+
+    pthread_mutex_lock(&mt->hk_lock);
+    mt->hk.ticks++;
+    mt->hk.cpu_seconds = (double)thread_cpu_ns() / 1e9;
+    pthread_mutex_unlock(&mt->hk_lock);
+}
+
+static void *housekeeper_main(void *arg)
+{
+    struct memtrim *mt = arg;
+    struct hk_state *st = calloc(1, sizeof(*st));
+    sigset_t all;
+
+    /* The host's signals are the host's: never deliver them to this thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), "memtrim-hk");
+    if (!st) {
+        mt_log(MT_LOG_ERROR, "housekeeper", "out of memory; no trims will run");
+        return NULL;
+    }
+    st->last_burst = st->last_pressure = st->last_pressure_skip = -(int64_t)3600 * SEC;
+    st->last_proc_cpu = -(int64_t)3600 * SEC;
+
+    pthread_mutex_lock(&mt->hk_lock);
+    while (!mt->hk_stop) {
+        pthread_mutex_unlock(&mt->hk_lock);
+        tick(mt, st);
+        pthread_mutex_lock(&mt->hk_lock);
+        if (mt->hk_stop)
+            break;
+        struct timespec deadline;
+        clock_gettime(CLOCK_MONOTONIC, &deadline);
+        deadline.tv_nsec += TICK_NS;
+        if (deadline.tv_nsec >= SEC) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= SEC;
+        }
+        pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
+    }
+    pthread_mutex_unlock(&mt->hk_lock);
+
+    /* Last words: whatever trims are queued go to the store. */
+    if (st->db)
+        store_tick(mt, st, mt_mono_ns(), NULL);
+    db_writer_close(st->db);
+    atomic_store(&mt->db_available, 0);
+    free(st);
+    return NULL;
+}
+
+int housekeeper_start(struct memtrim *mt, char **err)
+{
+    int rc = pthread_create(&mt->hk_thread, NULL, housekeeper_main, mt);
+    if (rc) {
+        *err = strdup("cannot start the housekeeper thread");
+        return -rc;
+    }
+    mt->hk_started = 1;
+    return 0;
+}
+
+void housekeeper_wake(struct memtrim *mt)
+{
+    pthread_mutex_lock(&mt->hk_lock);
+    pthread_cond_broadcast(&mt->hk_cond);
+    pthread_mutex_unlock(&mt->hk_lock);
+}
+
+void housekeeper_stop(struct memtrim *mt)
+{
+    if (!mt->hk_started)
+        return;
+    pthread_mutex_lock(&mt->hk_lock);
+    mt->hk_stop = 1;
+    pthread_cond_broadcast(&mt->hk_cond);
+    pthread_mutex_unlock(&mt->hk_lock);
+    pthread_join(mt->hk_thread, NULL);
+    mt->hk_started = 0;
+}

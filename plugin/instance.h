@@ -1,0 +1,69 @@
+/*
+ * instance.h - struct memtrim, the one object that owns everything an
+ * instance runs: configuration, snapshot cache, trim service, housekeeper,
+ * HTTP server. Private to plugin/; other modules use core.h.
+ *
+ * Locks, never nested: cfg_lock (the configuration), health_lock (the
+ * store's state), the cache's and the trim service's own locks, and hk_lock
+ * (the housekeeper's wakeups). suspend_depth and db_available are atomics.
+ */
+#ifndef MEMTRIM_INSTANCE_H
+#define MEMTRIM_INSTANCE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "snapshot.h"
+#include "trim.h"
+#include "types.h"
+
+struct server;
+
+struct hk_counters {
+    uint64_t skips[MT_SKIP_COUNT];
+    uint64_t ticks;
+    double cpu_seconds;
+    uint64_t samples_stored;
+    uint64_t store_errors;
+};
+
+struct memtrim {
+    pthread_mutex_t cfg_lock;
+    struct mt_config cfg;
+    uint64_t cfg_generation; /* bumped by PATCH /config; the housekeeper re-reads */
+
+    struct snapshot_cache cache;
+    struct trim_service trims;
+
+    /* housekeeper */
+    pthread_t hk_thread;
+    int hk_started;
+    pthread_mutex_t hk_lock;
+    pthread_cond_t hk_cond;
+    int hk_stop;                 /* guarded by hk_lock */
+    struct hk_counters hk;       /* guarded by hk_lock */
+    atomic_int suspend_depth;
+
+    /* store state, written by the housekeeper */
+    pthread_mutex_t health_lock;
+    char db_state[32];
+    char health_reason[256];
+    atomic_int db_available;
+    char db_path[MT_CONFIG_STR_MAX]; /* fixed at start (Database is not runtime) */
+
+    struct server *server;
+    int http_port;
+    int64_t started_ms;
+};
+
+/* housekeeper.c */
+int housekeeper_start(struct memtrim *mt, char **err);
+void housekeeper_stop(struct memtrim *mt);
+void housekeeper_wake(struct memtrim *mt);
+
+/* memtrim.c */
+void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason);
+
+#endif /* MEMTRIM_INSTANCE_H */

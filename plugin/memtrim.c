@@ -1,0 +1,255 @@
+/*
+ * memtrim.c - the instance: start in order (configuration, cache, trim
+ * service, housekeeper, HTTP server), stop in reverse, and the core.h
+ * functions that the HTTP handlers and host adapters call. At most one
+ * instance runs per process (malloc_trim is process-wide), guarded by
+ * `instance_lock`; each getter takes only the lock of what it reads.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "memtrim.h"
+#include "instance.h"
+#include "server.h"
+
+static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
+static int instance_running;
+
+static char *errdup(const char *fmt, const char *arg)
+{
+    char buf[512];
+    snprintf(buf, sizeof(buf), fmt, arg);
+    return strdup(buf);
+}
+
+void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason)
+{
+    pthread_mutex_lock(&mt->health_lock);
+    snprintf(mt->db_state, sizeof(mt->db_state), "%s", db_state);
+    snprintf(mt->health_reason, sizeof(mt->health_reason), "%s", reason ? reason : "");
+    pthread_mutex_unlock(&mt->health_lock);
+}
+
+static void instance_free(struct memtrim *mt)
+{
+    trim_service_destroy(&mt->trims);
+    snapshot_destroy(&mt->cache);
+    pthread_cond_destroy(&mt->hk_cond);
+    pthread_mutex_destroy(&mt->hk_lock);
+    pthread_mutex_destroy(&mt->health_lock);
+    pthread_mutex_destroy(&mt->cfg_lock);
+    free(mt);
+}
+
+static struct memtrim *instance_alloc(const struct mt_config *cfg)
+{
+    struct memtrim *mt = calloc(1, sizeof(*mt));
+    pthread_condattr_t attr;
+    if (!mt)
+        return NULL;
+    mt->cfg = *cfg;
+    snprintf(mt->db_path, sizeof(mt->db_path), "%s", cfg->database);
+    mt->http_port = -1;
+    pthread_mutex_init(&mt->cfg_lock, NULL);
+    pthread_mutex_init(&mt->health_lock, NULL);
+    pthread_mutex_init(&mt->hk_lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&mt->hk_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (snapshot_init(&mt->cache) || trim_service_init(&mt->trims)) {
+        free(mt);
+        return NULL;
+    }
+    atomic_init(&mt->suspend_depth, 0);
+    atomic_init(&mt->db_available, 0);
+    mt_set_health(mt, cfg->database[0] ? "opening" : "disabled", "");
+    return mt;
+}
+
+int mt_create(const char *config_json, struct memtrim **out, char **err)
+{
+    struct mt_config cfg;
+    struct memtrim *mt;
+    char *e = NULL;
+    int rc;
+
+    *out = NULL;
+    if (err)
+        *err = NULL;
+    if ((rc = config_parse(config_json, &cfg, &e)))
+        goto fail;
+    if (!cfg.enabled) {
+        mt_log(MT_LOG_INFO, "core", "disabled by configuration (Enabled: false)");
+        return 0;
+    }
+    pthread_mutex_lock(&instance_lock);
+    if (instance_running) {
+        pthread_mutex_unlock(&instance_lock);
+        e = strdup("an instance of memtrim already runs in this process");
+        rc = -EBUSY;
+        goto fail;
+    }
+    instance_running = 1;
+    pthread_mutex_unlock(&instance_lock);
+
+    if (!(mt = instance_alloc(&cfg))) {
+        e = strdup("out of memory");
+        rc = -ENOMEM;
+        goto fail_running;
+    }
+    mt->started_ms = mt_now_ms();
+    if ((rc = housekeeper_start(mt, &e)))
+        goto fail_free;
+    if ((rc = server_start(mt, &cfg, &mt->server, &e)))
+        goto fail_hk;
+    mt->http_port = server_port(mt->server);
+    mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on http://%s:%d/", MEMTRIM_VERSION,
+           cfg.http_bind, mt->http_port);
+    *out = mt;
+    return 0;
+
+fail_hk:
+    housekeeper_stop(mt);
+fail_free:
+    instance_free(mt);
+fail_running:
+    pthread_mutex_lock(&instance_lock);
+    instance_running = 0;
+    pthread_mutex_unlock(&instance_lock);
+fail:
+    if (!e)
+        e = errdup("start failed: %s", strerror(-rc));
+    mt_log(MT_LOG_ERROR, "core", "%s", e);
+    if (err)
+        *err = e;
+    else
+        free(e);
+    return rc;
+}
+
+void mt_destroy(struct memtrim *mt)
+{
+    if (!mt)
+        return;
+    server_stop(mt->server);
+    mt->server = NULL;
+    housekeeper_stop(mt);
+    instance_free(mt);
+    pthread_mutex_lock(&instance_lock);
+    instance_running = 0;
+    pthread_mutex_unlock(&instance_lock);
+    mt_log(MT_LOG_INFO, "core", "stopped");
+}
+
+int mt_suspend(struct memtrim *mt)
+{
+    if (!mt)
+        return -EINVAL;
+    return atomic_fetch_add(&mt->suspend_depth, 1) + 1;
+}
+
+int mt_resume(struct memtrim *mt)
+{
+    if (!mt)
+        return -EINVAL;
+    int depth = atomic_load(&mt->suspend_depth);
+    while (depth > 0 && !atomic_compare_exchange_weak(&mt->suspend_depth, &depth, depth - 1))
+        ;
+    if (depth <= 0)
+        return -ERANGE;
+    housekeeper_wake(mt);
+    return depth - 1;
+}
+
+int mt_http_port(const struct memtrim *mt)
+{
+    return mt ? mt->http_port : -1;
+}
+
+void mt_config_get(struct memtrim *mt, struct mt_config *out)
+{
+    pthread_mutex_lock(&mt->cfg_lock);
+    *out = mt->cfg;
+    pthread_mutex_unlock(&mt->cfg_lock);
+}
+
+int mt_config_patch(struct memtrim *mt, const char *json, char **err)
+{
+    pthread_mutex_lock(&mt->cfg_lock);
+    int rc = config_patch(&mt->cfg, json, err);
+    if (rc == 0)
+        mt->cfg_generation++;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    if (rc == 0) {
+        mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
+        housekeeper_wake(mt);
+    }
+    return rc;
+}
+
+void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
+{
+    struct mt_config cfg;
+    mt_config_get(mt, &cfg);
+    struct snapshot_want want = {
+        .cheap_max_age_ns = (int64_t)cfg.stats_max_age_ms * 1000000,
+        .heap_max_age_ns = (int64_t)cfg.stats_max_age_ms * 1000000,
+        .budget_percent = cfg.probe_budget_percent,
+        .memory_limit_cfg = cfg.memory_limit_bytes,
+    };
+    snapshot_get(&mt->cache, &want, out);
+}
+
+int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
+                   int64_t *retry_after_ms)
+{
+    struct mt_config cfg;
+    mt_config_get(mt, &cfg);
+    if (pad < 0)
+        pad = cfg.trim_pad_bytes;
+    int rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, (uint64_t)pad,
+                      cfg.manual_trim_min_interval_ms, TRIM_WAIT_IF_BUSY, out, retry_after_ms);
+    if (rc == 0 && !out->coalesced)
+        housekeeper_wake(mt); /* hand the result to the store soon */
+    return rc;
+}
+
+void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    trim_counters(&mt->trims, out);
+    snapshot_counters(&mt->cache, out);
+    pthread_mutex_lock(&mt->hk_lock);
+    memcpy(out->skips, mt->hk.skips, sizeof(out->skips));
+    out->housekeeper_cpu_seconds = mt->hk.cpu_seconds;
+    out->housekeeper_ticks = mt->hk.ticks;
+    out->samples_stored = mt->hk.samples_stored;
+    out->store_errors = mt->hk.store_errors;
+    pthread_mutex_unlock(&mt->hk_lock);
+}
+
+void mt_health_get(struct memtrim *mt, struct mt_health *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&mt->health_lock);
+    snprintf(out->db_state, sizeof(out->db_state), "%s", mt->db_state);
+    snprintf(out->reason, sizeof(out->reason), "%s", mt->health_reason);
+    pthread_mutex_unlock(&mt->health_lock);
+    out->degraded = out->reason[0] != '\0';
+    out->started_ms = mt->started_ms;
+    out->suspended = atomic_load(&mt->suspend_depth);
+}
+
+const char *mt_db_path(struct memtrim *mt)
+{
+    return mt->db_path[0] ? mt->db_path : NULL;
+}
+
+int mt_db_available(struct memtrim *mt)
+{
+    return atomic_load(&mt->db_available);
+}

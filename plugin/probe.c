@@ -1,0 +1,248 @@
+/*
+ * probe.c - reads the process's memory: /proc/self/{statm,status,stat}, the
+ * memory cgroup (v1 or v2) and glibc's mallinfo2/malloc_info. Runs on
+ * whichever thread asks (housekeeper, HTTP workers through snapshot.c); keeps
+ * no state and takes no locks of its own: mallinfo2 and malloc_info take
+ * the arena locks inside glibc, which is why snapshot.c rations them.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "probe.h"
+
+#define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */
+
+/* Read a small file into buf (NUL-terminated) with plain syscalls, no allocation. */
+static ssize_t read_small(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ssize_t n, total = 0;
+    if (fd < 0)
+        return -errno;
+    while ((size_t)total < size - 1) {
+        n = read(fd, buf + total, size - 1 - (size_t)total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        total += n;
+    }
+    close(fd);
+    buf[total] = '\0';
+    return total;
+}
+
+static long page_size(void)
+{
+    static long ps;
+    if (!ps)
+        ps = sysconf(_SC_PAGESIZE);
+    return ps > 0 ? ps : 4096;
+}
+
+uint64_t probe_rss(void)
+{
+    char buf[128];
+    unsigned long size, resident;
+    if (read_small("/proc/self/statm", buf, sizeof(buf)) <= 0)
+        return 0;
+    if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
+        return 0;
+    return (uint64_t)resident * (uint64_t)page_size();
+}
+
+/* Fields of /proc/self/stat after the command name, which may hold spaces. */
+static int read_stat(uint64_t *minflt, uint64_t *majflt, int64_t *cpu_ns)
+{
+    char buf[1024];
+    unsigned long mi, ma, ut, st;
+    if (read_small("/proc/self/stat", buf, sizeof(buf)) <= 0)
+        return -EIO;
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return -EIO;
+    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %lu %*u %lu %lu", &mi, &ma, &ut,
+               &st) != 4)
+        return -EIO;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (hz <= 0)
+        hz = 100;
+    if (minflt)
+        *minflt = mi;
+    if (majflt)
+        *majflt = ma;
+    if (cpu_ns)
+        *cpu_ns = (int64_t)(ut + st) * (1000000000 / hz);
+    return 0;
+}
+
+int64_t probe_process_cpu_ns(void)
+{
+    int64_t ns;
+    return read_stat(NULL, NULL, &ns) == 0 ? ns : -1;
+}
+
+static uint64_t status_kb(const char *buf, const char *key)
+{
+    const char *p = strstr(buf, key);
+    return p ? strtoull(p + strlen(key), NULL, 10) * 1024 : 0;
+}
+
+static int64_t read_int_file(const char *path)
+{
+    char buf[64];
+    if (!path[0] || read_small(path, buf, sizeof(buf)) <= 0)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0)
+        return -1;
+    long long v = strtoll(buf, NULL, 10);
+    if (v < 0 || v >= NO_LIMIT_V1)
+        return -1;
+    return v;
+}
+
+static int file_exists(const char *path)
+{
+    return access(path, R_OK) == 0;
+}
+
+/* Look for the first of the candidate directories that holds `file`. */
+static int cgroup_dir(char *out, size_t size, const char *root, const char *rel, const char *file)
+{
+    char path[PATH_MAX];
+    /* The process's own cgroup, then the root (inside a container the
+     * namespace root is the container's cgroup). */
+    const char *cands[2] = {rel, ""};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s%s/%s", root, cands[i], file);
+        if (file_exists(path)) {
+            snprintf(out, size, "%s%s", root, cands[i]);
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
+int probe_cgroup_init(struct probe_cgroup *cg)
+{
+    char buf[4096], dir[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
+    int have_v1 = 0, have_v2 = 0;
+
+    memset(cg, 0, sizeof(*cg));
+    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
+        return -ENOENT;
+    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        *c2 = '\0';
+        const char *controllers = c1 + 1, *rel = c2 + 1;
+        if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
+            snprintf(v2rel, sizeof(v2rel), "%s", strcmp(rel, "/") ? rel : "");
+            have_v2 = 1;
+        } else {
+            for (const char *m = strstr(controllers, "memory"); m; m = NULL)
+                if ((m == controllers || m[-1] == ',') && (m[6] == '\0' || m[6] == ',')) {
+                    snprintf(v1rel, sizeof(v1rel), "%s", strcmp(rel, "/") ? rel : "");
+                    have_v1 = 1;
+                }
+        }
+    }
+    if (have_v1 && cgroup_dir(dir, sizeof(dir), "/sys/fs/cgroup/memory", v1rel,
+                              "memory.limit_in_bytes") == 0) {
+        cg->version = 1;
+        snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.usage_in_bytes", dir);
+        snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.limit_in_bytes", dir);
+        return 0;
+    }
+    if (have_v2 && cgroup_dir(dir, sizeof(dir), "/sys/fs/cgroup", v2rel, "memory.max") == 0) {
+        cg->version = 2;
+        snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.current", dir);
+        snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.max", dir);
+        return 0;
+    }
+    return -ENOENT;
+}
+
+int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
+{
+    char buf[4096];
+    int64_t t0 = mt_mono_ns();
+    int rc = 0;
+
+    memset(out, 0, sizeof(*out));
+    out->timestamp_ms = mt_now_ms();
+    out->cgroup_usage_bytes = -1;
+    out->cgroup_limit_bytes = -1;
+    out->rss_bytes = probe_rss();
+    if (read_small("/proc/self/status", buf, sizeof(buf)) > 0) {
+        out->rss_anon_bytes = status_kb(buf, "RssAnon:");
+        out->rss_file_bytes = status_kb(buf, "RssFile:");
+        out->rss_shmem_bytes = status_kb(buf, "RssShmem:");
+        out->swap_bytes = status_kb(buf, "VmSwap:");
+        out->vm_size_bytes = status_kb(buf, "VmSize:");
+    } else {
+        rc = -EIO;
+    }
+    if (read_stat(&out->minor_faults, &out->major_faults, NULL))
+        rc = -EIO;
+    if (cg && cg->version) {
+        out->cgroup_version = cg->version;
+        out->cgroup_usage_bytes = read_int_file(cg->usage_path);
+        out->cgroup_limit_bytes = read_int_file(cg->limit_path);
+    }
+    out->duration_ns = mt_mono_ns() - t0;
+    return rc;
+}
+
+/* Count the arenas from malloc_info's XML: one <heap nr="..."> per arena. */
+static int count_arenas(void)
+{
+    char *xml = NULL;
+    size_t len = 0;
+    int n = 0;
+    FILE *f = open_memstream(&xml, &len);
+    if (!f)
+        return -1;
+    if (malloc_info(0, f) != 0) {
+        fclose(f);
+        free(xml);
+        return -1;
+    }
+    fclose(f);
+    for (const char *p = xml; p && (p = strstr(p, "<heap nr=")); p++)
+        n++;
+    free(xml);
+    return n;
+}
+
+void probe_heap(struct mt_heap *out, int want_arenas)
+{
+    int64_t t0 = mt_mono_ns();
+    struct mallinfo2 mi = mallinfo2();
+    int64_t t1 = mt_mono_ns();
+
+    memset(out, 0, sizeof(*out));
+    out->timestamp_ms = mt_now_ms();
+    out->arena_bytes = mi.arena;
+    out->ordblks = mi.ordblks;
+    out->smblks = mi.smblks;
+    out->hblks = mi.hblks;
+    out->hblkhd = mi.hblkhd;
+    out->fsmblks = mi.fsmblks;
+    out->uordblks = mi.uordblks;
+    out->fordblks = mi.fordblks;
+    out->keepcost = mi.keepcost;
+    out->heap_in_use_bytes = mi.uordblks + mi.hblkhd;
+    out->heap_free_bytes = mi.fordblks;
+    out->heap_mmapped_bytes = mi.hblkhd;
+    out->arena_count = want_arenas ? count_arenas() : -1;
+    out->duration_ns = (want_arenas ? mt_mono_ns() : t1) - t0;
+}

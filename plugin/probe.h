@@ -1,0 +1,37 @@
+/*
+ * probe.h - raw readings of the process's memory. The cheap part reads
+ * /proc/self and the cgroup files (microseconds, no allocator locks); the
+ * costly part calls mallinfo2() (and, when asked, malloc_info() for the
+ * arena count), which locks every arena of the host. Callers decide when the
+ * costly part may run (snapshot.c keeps the budget). Stateless except for
+ * the cgroup paths, which belong to the caller.
+ */
+#ifndef MEMTRIM_PROBE_H
+#define MEMTRIM_PROBE_H
+
+#include <limits.h>
+#include <stdint.h>
+#include "types.h"
+
+struct probe_cgroup {
+    int version;             /* 0 none, 1, 2 */
+    char usage_path[PATH_MAX];
+    char limit_path[PATH_MAX];
+};
+
+/* Find this process's memory cgroup files (v1 or v2). Returns 0 or -ENOENT. */
+int probe_cgroup_init(struct probe_cgroup *cg);
+
+/* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
+uint64_t probe_rss(void);
+
+/* Process CPU time (user + system, all threads) in ns, from /proc/self/stat; -1 on failure. */
+int64_t probe_process_cpu_ns(void);
+
+/* The cheap part. Returns 0 or a negative errno (out is still filled where possible). */
+int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out);
+
+/* The costly part: mallinfo2, timed; arena count only when want_arenas (malloc_info). */
+void probe_heap(struct mt_heap *out, int want_arenas);
+
+#endif /* MEMTRIM_PROBE_H */

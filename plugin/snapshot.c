@@ -1,0 +1,170 @@
+/*
+ * snapshot.c - the cached view of the process's memory that every reader
+ * shares, and the duty-cycle budget of mallinfo2 (ProbeBudgetPercent): after
+ * a call that took d, the next may start d * 100 / budget later, so a 0.5 ms
+ * call runs at most every 0.5 s at 0.1 %. Locking: cache->lock guards all
+ * fields; a refresher marks `refreshing`, probes unlocked, then publishes and
+ * broadcasts, so a hundred pollers cost the host what one does.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "core.h"
+#include "snapshot.h"
+
+#define ARENA_COUNT_EVERY 10 /* malloc_info (arena count) on every 10th heap probe */
+
+int snapshot_init(struct snapshot_cache *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->arena_count = -1;
+    if (pthread_mutex_init(&c->lock, NULL))
+        return -ENOMEM;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    if (rc) {
+        pthread_mutex_destroy(&c->lock);
+        return -ENOMEM;
+    }
+    probe_cgroup_init(&c->cg); /* no cgroup is not an error */
+    return 0;
+}
+
+void snapshot_destroy(struct snapshot_cache *c)
+{
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+}
+
+/* Derived values; called with the lock held. */
+static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t now,
+                   struct mt_snapshot *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->cheap = c->cheap;
+    out->heap = c->heap;
+    if (out->heap.arena_count < 0)
+        out->heap.arena_count = c->arena_count;
+    out->cheap_age_ms = c->cheap_mono_ns ? (now - c->cheap_mono_ns) / 1000000 : -1;
+    out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
+    out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
+    if (c->heap_mono_ns && c->heap.heap_in_use_bytes)
+        out->fragmentation_ratio = (double)c->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;
+    /*
+     * What a trim could give back: free heap that is still resident. mallinfo2
+     * counts free chunks whether or not their pages are resident (after a trim
+     * they are not), so bound it by the resident anonymous memory that is not
+     * live heap, less what was not heap right after the last trim (stacks,
+     * other mappings).
+     */
+    if (c->heap_mono_ns) {
+        uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
+        uint64_t resident_free = c->cheap.rss_anon_bytes > used ? c->cheap.rss_anon_bytes - used : 0;
+        out->releasable_estimate_bytes =
+            resident_free < c->heap.heap_free_bytes ? resident_free : c->heap.heap_free_bytes;
+    }
+}
+
+static void count_heap_locked(struct snapshot_cache *c, const struct mt_heap *h)
+{
+    double s = (double)h->duration_ns / 1e9;
+    c->heap_probes++;
+    c->heap_seconds += s;
+    c->heap_last_seconds = s;
+    if (h->arena_count >= 0)
+        c->arena_count = h->arena_count;
+}
+
+void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
+                  struct mt_snapshot *out)
+{
+    struct mt_cheap cheap;
+    struct mt_heap heap;
+    int64_t now;
+    int do_cheap, do_heap, arenas;
+
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        now = mt_mono_ns();
+        do_cheap = !c->cheap_mono_ns || now - c->cheap_mono_ns > want->cheap_max_age_ns;
+        do_heap = want->heap_max_age_ns != INT64_MAX &&
+                  (!c->heap_mono_ns || now - c->heap_mono_ns > want->heap_max_age_ns) &&
+                  now >= c->heap_next_allowed_ns;
+        if (!do_cheap && !do_heap)
+            break;
+        if (c->refreshing) {
+            pthread_cond_wait(&c->cond, &c->lock);
+            continue;
+        }
+        c->refreshing = 1;
+        arenas = do_heap && (c->arena_count < 0 || c->heap_count_since_arenas >= ARENA_COUNT_EVERY);
+        pthread_mutex_unlock(&c->lock);
+
+        if (do_cheap)
+            probe_cheap(&c->cg, &cheap); /* cg is written only at init */
+        if (do_heap)
+            probe_heap(&heap, arenas);
+
+        pthread_mutex_lock(&c->lock);
+        now = mt_mono_ns();
+        if (do_cheap) {
+            c->cheap = cheap;
+            c->cheap_mono_ns = now;
+            c->cheap_probes++;
+            c->cheap_seconds += (double)cheap.duration_ns / 1e9;
+        }
+        if (do_heap) {
+            double budget = want->budget_percent > 0 ? want->budget_percent : 0.1;
+            c->heap = heap;
+            c->heap_mono_ns = now;
+            c->heap_next_allowed_ns = now + (int64_t)((double)heap.duration_ns * 100.0 / budget);
+            c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
+            count_heap_locked(c, &heap);
+        }
+        c->refreshing = 0;
+        pthread_cond_broadcast(&c->cond);
+        break;
+    }
+    derive(c, want->memory_limit_cfg, mt_mono_ns(), out);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
+                         const struct mt_heap *heap)
+{
+    pthread_mutex_lock(&c->lock);
+    int64_t now = mt_mono_ns();
+    int64_t limit = c->cheap.cgroup_limit_bytes;
+    c->cheap = *cheap;
+    if (cheap->cgroup_limit_bytes < 0)
+        c->cheap.cgroup_limit_bytes = limit;
+    c->cheap_mono_ns = now;
+    c->heap = *heap;
+    c->heap_mono_ns = now;
+    c->nonheap_baseline = cheap->rss_anon_bytes > heap->heap_in_use_bytes
+                              ? cheap->rss_anon_bytes - heap->heap_in_use_bytes
+                              : 0;
+    count_heap_locked(c, heap);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap)
+{
+    pthread_mutex_lock(&c->lock);
+    count_heap_locked(c, heap);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out)
+{
+    pthread_mutex_lock(&c->lock);
+    out->heap_probes = c->heap_probes;
+    out->heap_probe_seconds = c->heap_seconds;
+    out->heap_probe_last_seconds = c->heap_last_seconds;
+    out->cheap_probes = c->cheap_probes;
+    out->cheap_probe_seconds = c->cheap_seconds;
+    pthread_mutex_unlock(&c->lock);
+}

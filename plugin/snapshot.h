@@ -1,0 +1,57 @@
+/*
+ * snapshot.h - the shared, cached view of the process's memory and the
+ * budget that rations mallinfo2. Any thread may call these; one mutex
+ * (cache->lock) guards everything here and is never held across a probe:
+ * one caller refreshes while the others wait on cache->cond (single flight).
+ */
+#ifndef MEMTRIM_SNAPSHOT_H
+#define MEMTRIM_SNAPSHOT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "probe.h"
+#include "types.h"
+
+struct snapshot_cache {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refreshing;
+    struct probe_cgroup cg;
+    struct mt_cheap cheap;
+    struct mt_heap heap;
+    int64_t cheap_mono_ns; /* when taken; 0 = never */
+    int64_t heap_mono_ns;
+    int64_t heap_next_allowed_ns; /* the budget gate */
+    unsigned heap_count_since_arenas;
+    int arena_count;             /* last known, -1 unknown */
+    uint64_t nonheap_baseline;   /* rss_anon - heap in use right after the last trim */
+    /* counters */
+    uint64_t heap_probes, cheap_probes;
+    double heap_seconds, cheap_seconds, heap_last_seconds;
+};
+
+struct snapshot_want {
+    int64_t cheap_max_age_ns;  /* refresh the cheap part when older */
+    int64_t heap_max_age_ns;   /* refresh the heap part when older (INT64_MAX = never) */
+    double budget_percent;     /* share of wall time mallinfo2 may take */
+    int64_t memory_limit_cfg;  /* MemoryLimitBytes (0 = use the cgroup's) */
+};
+
+int snapshot_init(struct snapshot_cache *c);
+void snapshot_destroy(struct snapshot_cache *c);
+
+/* Refresh what is older than asked (the heap part only as the budget allows) and copy out. */
+void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
+                  struct mt_snapshot *out);
+
+/* Record readings taken around a trim (they are fresh: readers get them for free). */
+void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
+                         const struct mt_heap *heap);
+
+/* Count a heap probe taken outside the cache (the one before a trim). */
+void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap);
+
+/* Fill the probe counters of *out. */
+void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out);
+
+#endif /* MEMTRIM_SNAPSHOT_H */

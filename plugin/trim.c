@@ -1,0 +1,174 @@
+/*
+ * trim.c - runs malloc_trim, one at a time, and measures it: RSS and free
+ * heap before and after, its own duration, its return value. Called by the
+ * housekeeper (periodic, burst, pressure) and by HTTP workers (manual).
+ * Locking: ts->lock guards the state below and is released while
+ * malloc_trim runs; waiters sleep on ts->done until the generation moves.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+
+#include "core.h"
+#include "trim.h"
+
+int trim_service_init(struct trim_service *ts)
+{
+    memset(ts, 0, sizeof(*ts));
+    ts->next_id = 1;
+    if (pthread_mutex_init(&ts->lock, NULL))
+        return -ENOMEM;
+    if (pthread_cond_init(&ts->done, NULL)) {
+        pthread_mutex_destroy(&ts->lock);
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+void trim_service_destroy(struct trim_service *ts)
+{
+    pthread_cond_destroy(&ts->done);
+    pthread_mutex_destroy(&ts->lock);
+}
+
+/* The measured trim itself; no lock held. */
+static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad,
+                         struct mt_trim_result *r)
+{
+    struct mt_heap before, after;
+    struct mt_cheap cheap_after;
+
+    memset(r, 0, sizeof(*r));
+    r->trigger = trigger;
+    r->pad_bytes = pad;
+    probe_heap(&before, 0);
+    snapshot_count_heap(sc, &before);
+    r->heap_free_before_bytes = before.heap_free_bytes;
+    r->rss_before_bytes = probe_rss();
+
+    r->start_ms = mt_now_ms();
+    int64_t t0 = mt_mono_ns();
+    r->malloc_trim_ret = malloc_trim((size_t)pad);
+    r->duration_ns = mt_mono_ns() - t0;
+
+    probe_cheap(&sc->cg, &cheap_after);
+    probe_heap(&after, 0);
+    r->rss_after_bytes = cheap_after.rss_bytes;
+    r->heap_free_after_bytes = after.heap_free_bytes;
+    r->released_bytes = (int64_t)r->rss_before_bytes - (int64_t)r->rss_after_bytes;
+    snapshot_after_trim(sc, &cheap_after, &after);
+}
+
+static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
+{
+    double s = (double)r->duration_ns / 1e9;
+    int b = 0;
+
+    r->id = ts->next_id++;
+    ts->trims[r->trigger]++;
+    if (r->released_bytes > 0)
+        ts->released[r->trigger] += (uint64_t)r->released_bytes;
+    while (b < MT_HIST_BUCKETS && s > mt_hist_bounds[b])
+        b++;
+    ts->hist[b]++;
+    ts->seconds_sum += s;
+    if (ts->qcount < TRIM_QUEUE_LEN) {
+        ts->queue[(ts->qhead + ts->qcount) % TRIM_QUEUE_LEN] = *r;
+        ts->qcount++;
+    } else {
+        ts->dropped++;
+    }
+}
+
+int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
+             int64_t min_interval_ms, int flags, struct mt_trim_result *out,
+             int64_t *retry_after_ms)
+{
+    struct mt_trim_result r;
+
+    if (trigger < 0 || trigger >= MT_TRIGGER_COUNT)
+        return -EINVAL;
+    pthread_mutex_lock(&ts->lock);
+    if (ts->running) {
+        if (!(flags & TRIM_WAIT_IF_BUSY)) {
+            pthread_mutex_unlock(&ts->lock);
+            return -EBUSY;
+        }
+        uint64_t gen = ts->generation;
+        while (ts->generation == gen)
+            pthread_cond_wait(&ts->done, &ts->lock);
+        *out = ts->last;
+        out->coalesced = 1;
+        ts->coalesced++;
+        pthread_mutex_unlock(&ts->lock);
+        return 0;
+    }
+    int64_t now = mt_mono_ns();
+    if (min_interval_ms >= 0 && ts->last_manual_mono_ns &&
+        now - ts->last_manual_mono_ns < min_interval_ms * 1000000) {
+        int64_t wait_ns = ts->last_manual_mono_ns + min_interval_ms * 1000000 - now;
+        if (retry_after_ms)
+            *retry_after_ms = (wait_ns + 999999) / 1000000;
+        ts->rate_limited++;
+        pthread_mutex_unlock(&ts->lock);
+        return -EAGAIN;
+    }
+    if (min_interval_ms >= 0)
+        ts->last_manual_mono_ns = now;
+    ts->running = 1;
+    pthread_mutex_unlock(&ts->lock);
+
+    measure_trim(sc, trigger, pad, &r);
+
+    pthread_mutex_lock(&ts->lock);
+    record_locked(ts, &r);
+    ts->last = r;
+    ts->running = 0;
+    ts->generation++;
+    pthread_cond_broadcast(&ts->done);
+    pthread_mutex_unlock(&ts->lock);
+    *out = r;
+    return 0;
+}
+
+unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigned max)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&ts->lock);
+    while (n < max && ts->qcount > 0) {
+        buf[n++] = ts->queue[ts->qhead];
+        ts->qhead = (ts->qhead + 1) % TRIM_QUEUE_LEN;
+        ts->qcount--;
+    }
+    pthread_mutex_unlock(&ts->lock);
+    return n;
+}
+
+void trim_requeue(struct trim_service *ts, const struct mt_trim_result *buf, unsigned n)
+{
+    pthread_mutex_lock(&ts->lock);
+    /* Walk backwards so the oldest ends up first; what does not fit is dropped. */
+    for (unsigned i = n; i-- > 0;) {
+        if (ts->qcount >= TRIM_QUEUE_LEN) {
+            ts->dropped++;
+            continue;
+        }
+        ts->qhead = (ts->qhead + TRIM_QUEUE_LEN - 1) % TRIM_QUEUE_LEN;
+        ts->queue[ts->qhead] = buf[i];
+        ts->qcount++;
+    }
+    pthread_mutex_unlock(&ts->lock);
+}
+
+void trim_counters(struct trim_service *ts, struct mt_counters *out)
+{
+    pthread_mutex_lock(&ts->lock);
+    memcpy(out->trims, ts->trims, sizeof(out->trims));
+    memcpy(out->released_bytes, ts->released, sizeof(out->released_bytes));
+    memcpy(out->trim_hist, ts->hist, sizeof(out->trim_hist));
+    out->trim_seconds_sum = ts->seconds_sum;
+    out->manual_coalesced = ts->coalesced;
+    out->manual_rate_limited = ts->rate_limited;
+    out->trims_dropped = ts->dropped;
+    pthread_mutex_unlock(&ts->lock);
+}

@@ -1,0 +1,62 @@
+/*
+ * trim.h - the trim service: one malloc_trim at a time, each one measured,
+ * concurrent manual requests coalesced onto the running trim, manual rate
+ * limit, and a queue of results for the store. Any thread may call; the
+ * service's mutex guards its state and is never held across malloc_trim.
+ */
+#ifndef MEMTRIM_TRIM_H
+#define MEMTRIM_TRIM_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "snapshot.h"
+#include "types.h"
+
+#define TRIM_QUEUE_LEN 256
+
+struct trim_service {
+    pthread_mutex_t lock;
+    pthread_cond_t done;
+    int running;
+    uint64_t generation; /* bumped when a trim finishes */
+    struct mt_trim_result last;
+    int64_t next_id;
+    int64_t last_manual_mono_ns; /* start of the last manual trim; 0 = none */
+    /* counters */
+    uint64_t trims[MT_TRIGGER_COUNT];
+    uint64_t released[MT_TRIGGER_COUNT];
+    uint64_t hist[MT_HIST_BUCKETS + 1];
+    double seconds_sum;
+    uint64_t coalesced, rate_limited, dropped;
+    /* results waiting for the store (the housekeeper drains them) */
+    struct mt_trim_result queue[TRIM_QUEUE_LEN];
+    unsigned qhead, qcount;
+};
+
+int trim_service_init(struct trim_service *ts);
+void trim_service_destroy(struct trim_service *ts);
+
+enum trim_mode {
+    TRIM_WAIT_IF_BUSY = 1, /* coalesce onto a running trim (manual requests) */
+};
+
+/*
+ * Trim now. min_interval_ms >= 0 applies the manual rate limit. Returns 0
+ * with *out filled (out->coalesced when another trim's result was shared),
+ * -EAGAIN when rate-limited (*retry_after_ms set), or -EBUSY when a trim is
+ * running and flags lacks TRIM_WAIT_IF_BUSY.
+ */
+int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
+             int64_t min_interval_ms, int flags, struct mt_trim_result *out,
+             int64_t *retry_after_ms);
+
+/* Move up to max queued results into buf; returns how many. */
+unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigned max);
+
+/* Put results back at the head of the queue (the store could not take them). */
+void trim_requeue(struct trim_service *ts, const struct mt_trim_result *buf, unsigned n);
+
+/* Fill the trim counters of *out. */
+void trim_counters(struct trim_service *ts, struct mt_counters *out);
+
+#endif /* MEMTRIM_TRIM_H */

@@ -1,0 +1,91 @@
+/*
+ * util.c - logging, clocks and the names of triggers and skip reasons.
+ * The log sink is set once by a host adapter before an instance starts and
+ * read by any thread afterwards (an atomic pointer pair guarded by a mutex).
+ */
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+const double mt_hist_bounds[MT_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                                0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
+
+static const char *const trigger_names[MT_TRIGGER_COUNT] = {"manual", "periodic", "pressure",
+                                                            "burst"};
+static const char *const skip_names[MT_SKIP_COUNT] = {"below_min_releasable", "suspended", "busy",
+                                                      "no_heap_stats"};
+
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static mt_log_fn log_fn;
+static void *log_arg;
+
+const char *mt_trigger_name(int trigger)
+{
+    if (trigger < 0 || trigger >= MT_TRIGGER_COUNT)
+        return "unknown";
+    return trigger_names[trigger];
+}
+
+int mt_trigger_parse(const char *name)
+{
+    for (int i = 0; name && i < MT_TRIGGER_COUNT; i++)
+        if (strcmp(name, trigger_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *mt_skip_reason_name(int reason)
+{
+    if (reason < 0 || reason >= MT_SKIP_COUNT)
+        return "unknown";
+    return skip_names[reason];
+}
+
+void mt_set_log_sink(mt_log_fn fn, void *arg)
+{
+    pthread_mutex_lock(&log_lock);
+    log_fn = fn;
+    log_arg = arg;
+    pthread_mutex_unlock(&log_lock);
+}
+
+void mt_log(int level, const char *module, const char *fmt, ...)
+{
+    static const char *const level_names[] = {"error", "warning", "info"};
+    char msg[1024];
+    int n = snprintf(msg, sizeof(msg), "memtrim/%s: ", module);
+    va_list ap;
+
+    va_start(ap, fmt);
+    if (n >= 0 && (size_t)n < sizeof(msg))
+        vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+    va_end(ap);
+
+    pthread_mutex_lock(&log_lock);
+    if (log_fn) {
+        log_fn(level, msg, log_arg);
+    } else {
+        if (level < 0 || level > MT_LOG_INFO)
+            level = MT_LOG_INFO;
+        fprintf(stderr, "%s (%s)\n", msg, level_names[level]);
+    }
+    pthread_mutex_unlock(&log_lock);
+}
+
+int64_t mt_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mt_mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}

@@ -1,0 +1,54 @@
+/*
+ * harness.h - the unit tests' small harness: CHECK macros that count and
+ * report, and a closing "N passed, N failed" line. Each test binary is one
+ * ctest test; it fails when any check failed.
+ */
+#ifndef MEMTRIM_HARNESS_H
+#define MEMTRIM_HARNESS_H
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static int h_passed, h_failed;
+
+#define CHECK_MSG(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            h_passed++;                                                                            \
+        } else {                                                                                   \
+            h_failed++;                                                                            \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);                     \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+#define CHECK(cond) CHECK_MSG(cond, "%s", "")
+#define CHECK_EQ_INT(a, b)                                                                         \
+    do {                                                                                           \
+        long long h_a_ = (long long)(a), h_b_ = (long long)(b);                                    \
+        CHECK_MSG(h_a_ == h_b_, "%lld != %lld (%s vs %s)", h_a_, h_b_, #a, #b);                    \
+    } while (0)
+#define CHECK_CONTAINS(s, sub)                                                                     \
+    CHECK_MSG((s) && strstr((s), (sub)), "'%s' does not contain '%s'", (s) ? (s) : "(null)", (sub))
+
+#define RUN(test)                                                                                  \
+    do {                                                                                           \
+        fprintf(stderr, "-- %s\n", #test);                                                         \
+        test();                                                                                    \
+    } while (0)
+
+#define SKIP(why)                                                                                  \
+    do {                                                                                           \
+        printf("SKIP %s: %s\n", __func__, why);                                                    \
+        return;                                                                                    \
+    } while (0)
+
+static inline int harness_end(void)
+{
+    printf("%d passed, %d failed\n", h_passed, h_failed);
+    return h_failed ? 1 : 0;
+}
+
+#endif /* MEMTRIM_HARNESS_H */

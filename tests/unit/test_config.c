@@ -1,0 +1,235 @@
+/* test_config.c - the configuration table: every key valid and invalid, typos, types, bounds. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include <cjson/cJSON.h>
+
+#include "config.h"
+#include "harness.h"
+
+static int parse(const char *json, struct mt_config *cfg, char **err)
+{
+    *err = NULL;
+    return config_parse(json, cfg, err);
+}
+
+static void test_defaults(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse(NULL, &cfg, &err), 0);
+    CHECK_EQ_INT(cfg.enabled, 1);
+    CHECK(strcmp(cfg.http_bind, "127.0.0.1") == 0);
+    CHECK_EQ_INT(cfg.http_port, 8043);
+    CHECK_EQ_INT(cfg.http_threads, 2);
+    CHECK(cfg.auth_token[0] == '\0');
+    CHECK(cfg.trim_interval_seconds == 30);
+    CHECK_EQ_INT(cfg.trim_min_releasable_bytes, 8 << 20);
+    CHECK_EQ_INT(cfg.trim_releasable_trigger_bytes, 64 << 20);
+    CHECK(cfg.trim_min_gap_seconds == 5);
+    CHECK_EQ_INT(cfg.memory_limit_bytes, 0);
+    CHECK(cfg.pressure_ratio == 0.9);
+    CHECK(cfg.sample_interval_seconds == 10);
+    CHECK(cfg.probe_budget_percent == 0.1);
+    CHECK_EQ_INT(cfg.stats_max_age_ms, 1000);
+    CHECK_EQ_INT(cfg.manual_trim_min_interval_ms, 1000);
+    CHECK(strcmp(cfg.database, "memtrim.sqlite") == 0);
+    CHECK(cfg.retention_hours == 168);
+    CHECK_EQ_INT(parse("", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{}", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{\"MemoryTrim\": {}}", &cfg, &err), 0);
+}
+
+static void test_section_or_root(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse("{\"MemoryTrim\": {\"HttpPort\": 9000}}", &cfg, &err), 0);
+    CHECK_EQ_INT(cfg.http_port, 9000);
+    CHECK_EQ_INT(parse("{\"HttpPort\": 9001, \"Database\": \":memory:\"}", &cfg, &err), 0);
+    CHECK_EQ_INT(cfg.http_port, 9001);
+    CHECK(strcmp(cfg.database, ":memory:") == 0);
+    CHECK_EQ_INT(parse("{\"MemoryTrim\": 5}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "must be a JSON object");
+    free(err);
+    CHECK_EQ_INT(parse("[1, 2]", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "expected a JSON object");
+    free(err);
+    CHECK_EQ_INT(parse("{\"HttpPort\": 80", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "invalid JSON");
+    free(err);
+    CHECK_EQ_INT(parse("{\"HttpPort\": 80} trailing", &cfg, &err), -EINVAL);
+    free(err);
+}
+
+/* A JSON value of the right type and in range for a key, as text. */
+static void valid_value(char type, double min, double max, char *buf, size_t size)
+{
+    switch (type) {
+    case 'b': snprintf(buf, size, "false"); break;
+    case 's': snprintf(buf, size, "\"x\""); break;
+    case 'i': snprintf(buf, size, "%.0f", floor((min + (max < 1e6 ? max : 1e6)) / 2)); break;
+    default: snprintf(buf, size, "%.6g", (min + (max < 1e6 ? max : 1e6)) / 2); break;
+    }
+}
+
+static void test_every_key(void)
+{
+    const char *name;
+    char type, json[512], value[64];
+    double min, max;
+    int runtime, nkeys = 0;
+    struct mt_config cfg;
+    char *err;
+
+    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++) {
+        nkeys++;
+        /* valid */
+        valid_value(type, min, max, value, sizeof(value));
+        snprintf(json, sizeof(json), "{\"%s\": %s}", name, value);
+        if (strcmp(name, "HttpBind") == 0)
+            snprintf(json, sizeof(json), "{\"HttpBind\": \"127.0.0.2\"}");
+        CHECK_MSG(parse(json, &cfg, &err) == 0, "%s: %s", json, err ? err : "");
+        free(err);
+        /* wrong type: a string for others, a number for strings */
+        snprintf(json, sizeof(json), "{\"%s\": %s}", name, type == 's' ? "12" : "\"12\"");
+        CHECK_MSG(parse(json, &cfg, &err) == -EINVAL, "%s accepted", json);
+        CHECK_CONTAINS(err, name);
+        CHECK_CONTAINS(err, "expected");
+        free(err);
+        /* out of range, below and above */
+        if (type == 'i' || type == 'd') {
+            snprintf(json, sizeof(json), "{\"%s\": %.17g}", name, min - 1);
+            CHECK_MSG(parse(json, &cfg, &err) == -EINVAL, "%s accepted", json);
+            CHECK_CONTAINS(err, name);
+            CHECK_CONTAINS(err, "out of range");
+            free(err);
+            snprintf(json, sizeof(json), "{\"%s\": %.17g}", name, max * 2 + 1);
+            CHECK_MSG(parse(json, &cfg, &err) == -EINVAL, "%s accepted", json);
+            CHECK_CONTAINS(err, "out of range");
+            free(err);
+        }
+        if (type == 'i') {
+            snprintf(json, sizeof(json), "{\"%s\": %.17g}", name, min + 0.5);
+            CHECK_MSG(parse(json, &cfg, &err) == -EINVAL, "%s accepted", json);
+            CHECK_CONTAINS(err, "expected an integer");
+            free(err);
+        }
+    }
+    CHECK_EQ_INT(nkeys, 23);
+}
+
+static void test_typos(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse("{\"TrimIntervalSecond\": 5}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "TrimIntervalSecond is unknown");
+    CHECK_CONTAINS(err, "did you mean TrimIntervalSeconds?");
+    free(err);
+    CHECK_EQ_INT(parse("{\"MemoryTrim\": {\"httpport\": 5}}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "did you mean HttpPort?");
+    free(err);
+    CHECK_EQ_INT(parse("{\"Databse\": \"x\"}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "did you mean Database?");
+    free(err);
+    CHECK_EQ_INT(parse("{\"CompletelyDifferent\": 1}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "CompletelyDifferent is unknown");
+    CHECK(strstr(err, "did you mean") == NULL);
+    free(err);
+}
+
+static void test_special_values(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse("{\"AuthToken\": null, \"MemoryLimitBytes\": null}", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{\"HttpPort\": null}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "HttpPort");
+    free(err);
+    CHECK_EQ_INT(parse("{\"PressureRatio\": 0.05}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "PressureRatio");
+    free(err);
+    CHECK_EQ_INT(parse("{\"PressureRatio\": 0}", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{\"HttpBind\": \"\"}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "HttpBind");
+    free(err);
+    char longtok[400];
+    memset(longtok, 'a', sizeof(longtok));
+    longtok[sizeof(longtok) - 1] = 0;
+    char json[512];
+    snprintf(json, sizeof(json), "{\"AuthToken\": \"%s\"}", longtok);
+    CHECK_EQ_INT(parse(json, &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "too long");
+    free(err);
+    /* 2^53 is the largest exact byte count; beyond is out of range */
+    CHECK_EQ_INT(parse("{\"TrimPadBytes\": 9007199254740992}", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{\"TrimPadBytes\": 1e300}", &cfg, &err), -EINVAL);
+    free(err);
+}
+
+static void test_patch(void)
+{
+    struct mt_config cfg, before;
+    char *err;
+    CHECK_EQ_INT(parse("{\"AuthToken\": \"s3cret\"}", &cfg, &err), 0);
+    before = cfg;
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSeconds\": 5, \"PressureRatio\": 0.8}", &err),
+                 0);
+    CHECK(cfg.trim_interval_seconds == 5);
+    CHECK(cfg.pressure_ratio == 0.8);
+    /* a bad value anywhere in the body changes nothing */
+    struct mt_config mid = cfg;
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSeconds\": 7, \"PressureRatio\": 3}", &err),
+                 -EINVAL);
+    CHECK_CONTAINS(err, "PressureRatio");
+    free(err);
+    CHECK(memcmp(&cfg, &mid, sizeof(cfg)) == 0);
+    /* start-up keys are refused at run time */
+    CHECK_EQ_INT(config_patch(&cfg, "{\"HttpPort\": 1234}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "cannot be changed at run time");
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "", &err), -EINVAL);
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSecnds\": 1}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "did you mean TrimIntervalSeconds?");
+    free(err);
+    CHECK(config_key_is_runtime("TrimIntervalSeconds"));
+    CHECK(!config_key_is_runtime("Database"));
+    (void)before;
+}
+
+static void test_to_json_redacts(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse("{\"AuthToken\": \"s3cret-token\"}", &cfg, &err), 0);
+    cJSON *o = config_to_json(&cfg);
+    char *text = cJSON_PrintUnformatted(o);
+    CHECK(text && strstr(text, "s3cret") == NULL);
+    CHECK_CONTAINS(text, "\"AuthToken\":\"<redacted>\"");
+    CHECK_CONTAINS(text, "\"TrimIntervalSeconds\":30");
+    /* what it prints parses back to the same configuration (less the token) */
+    cJSON_DeleteItemFromObject(o, "AuthToken");
+    char *again = cJSON_PrintUnformatted(o);
+    struct mt_config back;
+    CHECK_EQ_INT(parse(again, &back, &err), 0);
+    CHECK(back.trim_interval_seconds == cfg.trim_interval_seconds);
+    CHECK_EQ_INT(back.http_port, cfg.http_port);
+    free(text);
+    free(again);
+    cJSON_Delete(o);
+}
+
+int main(void)
+{
+    RUN(test_defaults);
+    RUN(test_section_or_root);
+    RUN(test_every_key);
+    RUN(test_typos);
+    RUN(test_special_values);
+    RUN(test_patch);
+    RUN(test_to_json_redacts);
+    return harness_end();
+}

@@ -1,0 +1,159 @@
+/* test_probe.c - the probe's readings, the cgroup files, and the shared snapshot's single flight. */
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "core.h"
+#include "harness.h"
+#include "probe.h"
+#include "snapshot.h"
+
+static void test_cheap(void)
+{
+    struct probe_cgroup cg;
+    struct mt_cheap c;
+    probe_cgroup_init(&cg);
+    CHECK_EQ_INT(probe_cheap(&cg, &c), 0);
+    CHECK(c.rss_bytes > 0);
+    CHECK(c.rss_anon_bytes > 0);
+    CHECK(c.rss_anon_bytes + c.rss_file_bytes + c.rss_shmem_bytes <= c.rss_bytes + (1 << 20));
+    CHECK(c.vm_size_bytes >= c.rss_bytes);
+    CHECK(c.minor_faults > 0);
+    CHECK(c.duration_ns > 0);
+    CHECK(c.timestamp_ms > 1700000000000LL);
+    CHECK(probe_rss() > 0);
+    CHECK(probe_process_cpu_ns() >= 0);
+}
+
+static void test_heap_follows_allocation(void)
+{
+    struct mt_heap h0, h1, h2;
+    enum { N = 64 * 1024 };
+    static char *blocks[N];
+
+    probe_heap(&h0, 1);
+    CHECK(h0.duration_ns > 0);
+    CHECK(h0.arena_count >= 1);
+    for (int i = 0; i < N; i++) {
+        blocks[i] = malloc(1024);
+        memset(blocks[i], 1, 1024);
+    }
+    probe_heap(&h1, 0);
+    CHECK_MSG(h1.heap_in_use_bytes >= h0.heap_in_use_bytes + (60u << 20), "in use %llu -> %llu",
+              (unsigned long long)h0.heap_in_use_bytes, (unsigned long long)h1.heap_in_use_bytes);
+    CHECK_EQ_INT(h1.arena_count, -1);
+    for (int i = 0; i < N; i++)
+        free(blocks[i]);
+    probe_heap(&h2, 0);
+    CHECK_MSG(h2.heap_in_use_bytes + (60u << 20) <= h1.heap_in_use_bytes, "in use %llu -> %llu",
+              (unsigned long long)h1.heap_in_use_bytes, (unsigned long long)h2.heap_in_use_bytes);
+    CHECK(h2.heap_in_use_bytes == h2.uordblks + h2.hblkhd);
+    CHECK(h2.heap_free_bytes == h2.fordblks);
+    /* a single large block is mmapped and counted as mmapped heap */
+    char *big = malloc(64u << 20);
+    memset(big, 1, 64u << 20);
+    probe_heap(&h1, 0);
+    CHECK(h1.heap_mmapped_bytes >= (64u << 20));
+    free(big);
+}
+
+/* In a child moved into a fresh v1 memory cgroup with a 1 GiB limit, the probe reads that limit. */
+static void test_cgroup_limit(void)
+{
+    char dir[256], path[300];
+    if (geteuid() != 0)
+        SKIP("not root: cannot create a memory cgroup");
+    if (access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) != 0)
+        SKIP("no cgroup v1 memory controller on this machine");
+    snprintf(dir, sizeof(dir), "/sys/fs/cgroup/memory/memtrim-test-%d", (int)getpid());
+    CHECK_EQ_INT(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fprintf(f, "%d\n", 1 << 30) > 0 && fclose(f) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+        FILE *p = fopen(path, "w");
+        if (!p || fprintf(p, "%d\n", (int)getpid()) < 0 || fclose(p))
+            _exit(10);
+        struct probe_cgroup cg;
+        struct mt_cheap c;
+        if (probe_cgroup_init(&cg) || cg.version != 1)
+            _exit(11);
+        probe_cheap(&cg, &c);
+        if (c.cgroup_limit_bytes != (1 << 30))
+            _exit(12);
+        if (c.cgroup_usage_bytes <= 0)
+            _exit(13);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    rmdir(dir);
+    /* Unlimited reads as -1 (the root group has no limit). */
+    struct probe_cgroup cg;
+    struct mt_cheap c;
+    if (probe_cgroup_init(&cg) == 0) {
+        probe_cheap(&cg, &c);
+        CHECK(c.cgroup_version == 1 || c.cgroup_version == 2);
+        CHECK(c.cgroup_limit_bytes == -1 || c.cgroup_limit_bytes > 0);
+    }
+}
+
+static struct snapshot_cache cache;
+static struct snapshot_want want = {.cheap_max_age_ns = 10000000000LL,
+                                    .heap_max_age_ns = 10000000000LL,
+                                    .budget_percent = 0.1};
+
+static void *reader(void *arg)
+{
+    struct mt_snapshot s;
+    for (int i = 0; i < 50; i++)
+        snapshot_get(&cache, &want, &s);
+    *(int *)arg = s.cheap.rss_bytes > 0 && s.heap.timestamp_ms > 0;
+    return NULL;
+}
+
+static void test_single_flight(void)
+{
+    pthread_t t[16];
+    int ok[16];
+    struct mt_counters c;
+    CHECK_EQ_INT(snapshot_init(&cache), 0);
+    for (int i = 0; i < 16; i++)
+        pthread_create(&t[i], NULL, reader, &ok[i]);
+    for (int i = 0; i < 16; i++) {
+        pthread_join(t[i], NULL);
+        CHECK(ok[i]);
+    }
+    memset(&c, 0, sizeof(c));
+    snapshot_counters(&cache, &c);
+    CHECK_EQ_INT(c.heap_probes, 1); /* 800 reads within the max age: one mallinfo2 */
+    CHECK_EQ_INT(c.cheap_probes, 1);
+    /* The budget: with a tiny budget a second probe is refused even when stale. */
+    struct snapshot_want stale = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                                  .budget_percent = 0.001};
+    struct mt_snapshot s;
+    snapshot_get(&cache, &stale, &s); /* refused or allowed depending on the first call's end */
+    snapshot_get(&cache, &stale, &s);
+    snapshot_get(&cache, &stale, &s);
+    snapshot_counters(&cache, &c);
+    CHECK_MSG(c.heap_probes <= 2, "heap probes %llu", (unsigned long long)c.heap_probes);
+    CHECK(c.cheap_probes >= 4);
+    CHECK(s.heap_age_ms >= 0);
+    snapshot_destroy(&cache);
+}
+
+int main(void)
+{
+    RUN(test_cheap);
+    RUN(test_heap_follows_allocation);
+    RUN(test_cgroup_limit);
+    RUN(test_single_flight);
+    return harness_end();
+}

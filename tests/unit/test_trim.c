@@ -1,0 +1,160 @@
+/* test_trim.c - a measured malloc_trim returns churned memory; rate limit, coalescing, queue. */
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "churn.h"
+#include "core.h"
+#include "harness.h"
+#include "probe.h"
+#include "snapshot.h"
+#include "trim.h"
+
+static struct snapshot_cache cache;
+static struct trim_service ts;
+
+static void test_trim_returns_churn(void)
+{
+    struct churn c[4];
+    struct mt_trim_result r;
+    struct mt_heap live;
+    uint64_t rss_start = probe_rss();
+
+    churn_run(c, 4, 64, 20); /* 256 MB churned in 4 arenas, 2 % kept */
+    uint64_t rss_churned = probe_rss();
+    CHECK_MSG(rss_churned > rss_start + (150u << 20), "RSS %llu -> %llu after churn",
+              (unsigned long long)rss_start, (unsigned long long)rss_churned);
+
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
+    probe_heap(&live, 0);
+    CHECK_EQ_INT(r.id, 1);
+    CHECK_EQ_INT(r.trigger, MT_TRIGGER_MANUAL);
+    CHECK_EQ_INT(r.malloc_trim_ret, 1);
+    CHECK(r.duration_ns > 0);
+    CHECK(r.start_ms > 1700000000000LL);
+    CHECK(r.rss_before_bytes >= rss_churned - (8u << 20));
+    CHECK(r.released_bytes == (int64_t)r.rss_before_bytes - (int64_t)r.rss_after_bytes);
+    CHECK_MSG(r.released_bytes > (100 << 20), "released %lld", (long long)r.released_bytes);
+    CHECK(r.heap_free_before_bytes > (150u << 20));
+    CHECK(!r.coalesced);
+    /* The bar: RSS after <= 1.5 x (live heap + RSS at start). */
+    double bound = 1.5 * (double)(live.heap_in_use_bytes + rss_start);
+    CHECK_MSG((double)r.rss_after_bytes <= bound, "RSS after %llu > bound %.0f (live %llu, start %llu)",
+              (unsigned long long)r.rss_after_bytes, bound,
+              (unsigned long long)live.heap_in_use_bytes, (unsigned long long)rss_start);
+
+    /* The cache now shows the post-trim state: little left to release. */
+    struct snapshot_want want = {.cheap_max_age_ns = 1000000000LL,
+                                 .heap_max_age_ns = 1000000000LL, .budget_percent = 0.1};
+    struct mt_snapshot s;
+    snapshot_get(&cache, &want, &s);
+    CHECK_MSG(s.releasable_estimate_bytes < (16u << 20), "estimate %llu after trim",
+              (unsigned long long)s.releasable_estimate_bytes);
+    CHECK(s.heap.heap_free_bytes > 0);
+
+    struct mt_counters k;
+    memset(&k, 0, sizeof(k));
+    trim_counters(&ts, &k);
+    CHECK_EQ_INT(k.trims[MT_TRIGGER_MANUAL], 1);
+    CHECK_EQ_INT(k.released_bytes[MT_TRIGGER_MANUAL], r.released_bytes);
+    uint64_t hist = 0;
+    for (int i = 0; i <= MT_HIST_BUCKETS; i++)
+        hist += k.trim_hist[i];
+    CHECK_EQ_INT(hist, 1);
+    churn_release(c, 4);
+}
+
+static void test_rate_limit(void)
+{
+    struct mt_trim_result r;
+    int64_t retry = 0;
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 60000, 0, &r, &retry), 0);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 60000, 0, &r, &retry), -EAGAIN);
+    CHECK_MSG(retry > 59000 && retry <= 60000, "retry after %lld", (long long)retry);
+    /* Other triggers are not rate-limited. */
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), 0);
+    CHECK_EQ_INT(r.trigger, MT_TRIGGER_PERIODIC);
+    /* After the interval it succeeds again. */
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 0, 0, &r, &retry), 0);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PRESSURE + 5, 0, -1, 0, &r, NULL), -EINVAL);
+}
+
+static struct mt_trim_result waiter_result;
+static int waiter_rc = -1;
+static void *waiter(void *arg)
+{
+    (void)arg;
+    waiter_rc = trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, TRIM_WAIT_IF_BUSY,
+                         &waiter_result, NULL);
+    return NULL;
+}
+
+/* A request that arrives while a trim runs gets that trim's result. */
+static void test_coalesce(void)
+{
+    pthread_t t;
+    struct mt_trim_result r;
+    /* Hold the service as a running trim would, deterministically. */
+    pthread_mutex_lock(&ts.lock);
+    ts.running = 1;
+    pthread_mutex_unlock(&ts.lock);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), -EBUSY);
+    pthread_create(&t, NULL, waiter, NULL);
+    usleep(50000);
+    CHECK_EQ_INT(waiter_rc, -1); /* still waiting */
+    pthread_mutex_lock(&ts.lock);
+    memset(&ts.last, 0, sizeof(ts.last));
+    ts.last.id = 4242;
+    ts.last.released_bytes = 77;
+    ts.running = 0;
+    ts.generation++;
+    pthread_cond_broadcast(&ts.done);
+    pthread_mutex_unlock(&ts.lock);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(waiter_rc, 0);
+    CHECK_EQ_INT(waiter_result.id, 4242);
+    CHECK_EQ_INT(waiter_result.released_bytes, 77);
+    CHECK_EQ_INT(waiter_result.coalesced, 1);
+    struct mt_counters k;
+    memset(&k, 0, sizeof(k));
+    trim_counters(&ts, &k);
+    CHECK_EQ_INT(k.manual_coalesced, 1);
+}
+
+static void test_queue(void)
+{
+    struct mt_trim_result buf[300];
+    unsigned n = trim_drain(&ts, buf, 300);
+    CHECK_EQ_INT(n, 4); /* every trim above (the coalesced one was not a trim), in order */
+    for (unsigned i = 1; i < n; i++)
+        CHECK(buf[i].id == buf[i - 1].id + 1);
+    trim_requeue(&ts, buf, n);
+    struct mt_trim_result again[8];
+    CHECK_EQ_INT(trim_drain(&ts, again, 8), 4);
+    CHECK_EQ_INT(again[0].id, buf[0].id);
+    CHECK_EQ_INT(again[3].id, buf[3].id);
+    /* Overflow is counted, never blocks. */
+    for (int i = 0; i < TRIM_QUEUE_LEN + 3; i++) {
+        struct mt_trim_result r;
+        trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL);
+    }
+    struct mt_counters k;
+    memset(&k, 0, sizeof(k));
+    trim_counters(&ts, &k);
+    CHECK_EQ_INT(k.trims_dropped, 3);
+    CHECK_EQ_INT(trim_drain(&ts, buf, 300), TRIM_QUEUE_LEN);
+}
+
+int main(void)
+{
+    snapshot_init(&cache);
+    trim_service_init(&ts);
+    RUN(test_trim_returns_churn);
+    RUN(test_rate_limit);
+    RUN(test_coalesce);
+    RUN(test_queue);
+    trim_service_destroy(&ts);
+    snapshot_destroy(&cache);
+    return harness_end();
+}
