@@ -1,0 +1,53 @@
+/*
+ * api.h - the handlers, one file per resource (healthz.c, stats.c, trim.c,
+ * trims.c, series.c, metrics.c, config.c, assets.c), and the small JSON
+ * helpers they share (json.c). Handlers run on HTTP worker threads; they
+ * call the core (plugin/core.h), which takes its own locks, and the store
+ * through a reader from the server's pool.
+ */
+#ifndef MEMTRIM_API_H
+#define MEMTRIM_API_H
+
+#include <stdint.h>
+#include "http.h"
+
+struct cJSON;
+struct mt_trim_result;
+struct mt_snapshot;
+
+int api_dashboard_get(const struct server_request *req, struct server_reply *rep);
+int api_openapi_get(const struct server_request *req, struct server_reply *rep);
+int api_healthz_get(const struct server_request *req, struct server_reply *rep);
+int api_stats_get(const struct server_request *req, struct server_reply *rep);
+int api_trim_run(const struct server_request *req, struct server_reply *rep);
+int api_trims_get(const struct server_request *req, struct server_reply *rep);
+int api_series_get(const struct server_request *req, struct server_reply *rep);
+int api_metrics_get(const struct server_request *req, struct server_reply *rep);
+int api_config_get(const struct server_request *req, struct server_reply *rep);
+int api_config_patch(const struct server_request *req, struct server_reply *rep);
+
+/*
+ * JSON helpers: keys must be string literals (added without copying). A
+ * failed allocation sets *failed, so a handler checks once at the end.
+ */
+void api_json_num(struct cJSON *obj, const char *key, double v, int *failed);
+void api_json_int(struct cJSON *obj, const char *key, int64_t v, int *failed);
+void api_json_int_or_null(struct cJSON *obj, const char *key, int64_t v, int present, int *failed);
+void api_json_str(struct cJSON *obj, const char *key, const char *v, int *failed);
+void api_json_bool(struct cJSON *obj, const char *key, int v, int *failed);
+void api_json_null(struct cJSON *obj, const char *key, int *failed);
+/* Attach item under key (key NULL: append to an array); frees item on failure. */
+void api_json_item(struct cJSON *obj, const char *key, struct cJSON *item, int *failed);
+/* root, or NULL (root freed) when anything failed. */
+struct cJSON *api_json_done(struct cJSON *root, int failed);
+
+/* 500 for a failed store query: "reading <what> failed: <err>"; frees err; returns rc. */
+int api_store_failed(struct server_reply *rep, const char *what, int rc, char *err);
+
+/* A trim result as JSON (shared by /memory/trim and /memory/trims); NULL on OOM. */
+struct cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced);
+
+/* The /memory/stats object for a snapshot; NULL on OOM. */
+struct cJSON *api_stats_to_json(const struct mt_snapshot *s);
+
+#endif /* MEMTRIM_API_H */

@@ -1,0 +1,44 @@
+/*
+ * config.c - GET /config (the effective configuration, CamelCase keys as in
+ * the configuration file, the token redacted) and PATCH /config (a JSON
+ * object of runtime-changeable keys, validated whole by the same key table
+ * as start-up before anything changes). Runs on HTTP worker threads; the
+ * core takes the configuration lock.
+ */
+#include "api.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "core.h"
+
+int api_config_get(const struct server_request *req, struct server_reply *rep)
+{
+    struct mt_config cfg;
+    mt_config_get(req->mt, &cfg);
+    return server_reply_json(rep, 200, config_to_json(&cfg));
+}
+
+int api_config_patch(const struct server_request *req, struct server_reply *rep)
+{
+    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    if (doc == NULL || !cJSON_IsObject(doc)) {
+        cJSON_Delete(doc);
+        return server_reply_error(rep, 400, "bad_body",
+                                  "PATCH /config needs a JSON object of runtime keys, "
+                                  "e.g. {\"TrimIntervalSeconds\": 60}");
+    }
+    cJSON_Delete(doc);
+    char *err = NULL;
+    int rc = mt_config_patch(req->mt, req->body, &err);
+    if (rc != 0) {
+        server_reply_error(rep, rc == -EINVAL ? 400 : 500,
+                           rc == -EINVAL ? "bad_config" : "internal_error", "%s",
+                           err ? err : "the configuration was not changed");
+        free(err);
+        return rc;
+    }
+    return api_config_get(req, rep);
+}

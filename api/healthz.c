@@ -1,0 +1,34 @@
+/*
+ * healthz.c - GET /healthz: ok or degraded, version, uptime, the store's
+ * state and, when degraded, why. Open without a token (liveness probes).
+ * Runs on HTTP worker threads; mt_health_get takes the instance's lock.
+ */
+#include "api.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+
+#include "core.h"
+#include "memtrim.h"
+
+int api_healthz_get(const struct server_request *req, struct server_reply *rep)
+{
+    struct mt_health h;
+    mt_health_get(req->mt, &h);
+    int64_t now = mt_now_ms();
+
+    int failed = 0;
+    cJSON *root = cJSON_CreateObject();
+    api_json_str(root, "status", h.degraded ? "degraded" : "ok", &failed);
+    api_json_str(root, "version", MEMTRIM_VERSION, &failed);
+    api_json_num(root, "uptime_seconds", (double)(now - h.started_ms) / 1e3, &failed);
+    api_json_int(root, "started_ms", h.started_ms, &failed);
+    api_json_str(root, "database", h.db_state, &failed);
+    api_json_str(root, "reason", h.reason, &failed);
+    api_json_int(root, "suspended", h.suspended, &failed);
+    if (failed) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    return server_reply_json(rep, 200, root);
+}

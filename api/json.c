@@ -1,0 +1,68 @@
+/*
+ * json.c - small cJSON helpers shared by the handlers: literal keys added
+ * without copying (half the allocations of cJSON_Add*ToObject), null for
+ * unknown values, one failure flag per object. Runs on HTTP worker threads;
+ * no state, no locks.
+ */
+#include "api.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void api_json_item(cJSON *obj, const char *key, cJSON *item, int *failed)
+{
+    int ok = item != NULL && obj != NULL &&
+             (key ? cJSON_AddItemToObjectCS(obj, key, item) : cJSON_AddItemToArray(obj, item));
+    if (!ok) {
+        cJSON_Delete(item);
+        *failed = 1;
+    }
+}
+
+cJSON *api_json_done(cJSON *root, int failed)
+{
+    if (!failed)
+        return root;
+    cJSON_Delete(root);
+    return NULL;
+}
+
+int api_store_failed(struct server_reply *rep, const char *what, int rc, char *err)
+{
+    server_reply_error(rep, 500, "store_query_failed", "reading %s failed: %s", what,
+                       err ? err : strerror(rc < 0 ? -rc : EIO));
+    free(err);
+    return rc < 0 ? rc : -EIO;
+}
+
+void api_json_num(cJSON *obj, const char *key, double v, int *failed)
+{
+    api_json_item(obj, key, cJSON_CreateNumber(v), failed);
+}
+
+void api_json_int(cJSON *obj, const char *key, int64_t v, int *failed)
+{
+    api_json_item(obj, key, cJSON_CreateNumber((double)v), failed);
+}
+
+void api_json_int_or_null(cJSON *obj, const char *key, int64_t v, int present, int *failed)
+{
+    api_json_item(obj, key, present ? cJSON_CreateNumber((double)v) : cJSON_CreateNull(), failed);
+}
+
+void api_json_str(cJSON *obj, const char *key, const char *v, int *failed)
+{
+    api_json_item(obj, key, v ? cJSON_CreateString(v) : cJSON_CreateNull(), failed);
+}
+
+void api_json_bool(cJSON *obj, const char *key, int v, int *failed)
+{
+    api_json_item(obj, key, cJSON_CreateBool(v), failed);
+}
+
+void api_json_null(cJSON *obj, const char *key, int *failed)
+{
+    api_json_item(obj, key, cJSON_CreateNull(), failed);
+}

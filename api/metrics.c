@@ -1,0 +1,205 @@
+/*
+ * metrics.c - GET /metrics: Prometheus text format 0.0.4. Every name starts
+ * with memtrim_, uses base units (_bytes, _seconds) and _total for counters,
+ * with HELP and TYPE lines: trims by trigger, skips by reason, bytes
+ * released, the trim-duration histogram, probe counts and durations, the
+ * housekeeper's CPU time, and the gauges of the shared snapshot. Written
+ * into one buffer (one allocation in the usual case). Runs on HTTP worker
+ * threads; the core takes its own locks.
+ */
+#include "api.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core.h"
+#include "memtrim.h"
+
+#define API_METRICS_INITIAL (16 * 1024)
+
+struct api_text {
+    char *p;
+    size_t len, cap;
+    int failed;
+};
+
+static void api_text_printf(struct api_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void api_text_printf(struct api_text *t, const char *fmt, ...)
+{
+    for (int attempt = 0; attempt < 2 && !t->failed; attempt++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = 1;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = (t->cap + (size_t)n) * 2;
+        char *grown = realloc(t->p, cap);
+        if (grown == NULL) {
+            t->failed = 1;
+            return;
+        }
+        t->p = grown;
+        t->cap = cap;
+    }
+}
+
+static void api_head(struct api_text *t, const char *name, const char *type, const char *help)
+{
+    api_text_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void api_u64(struct api_text *t, const char *name, const char *type, const char *help,
+                    uint64_t v)
+{
+    api_head(t, name, type, help);
+    api_text_printf(t, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void api_f64(struct api_text *t, const char *name, const char *type, const char *help,
+                    double v)
+{
+    api_head(t, name, type, help);
+    api_text_printf(t, "%s %.9g\n", name, v);
+}
+
+static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
+{
+    api_head(t, "memtrim_trims_total", "counter", "Trims run, by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_trims_total{trigger=\"%s\"} %llu\n", mt_trigger_name(i),
+                        (unsigned long long)c->trims[i]);
+    api_head(t, "memtrim_released_bytes_total", "counter",
+             "Bytes of RSS given back by trims (positive releases), by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_released_bytes_total{trigger=\"%s\"} %llu\n",
+                        mt_trigger_name(i), (unsigned long long)c->released_bytes[i]);
+    api_head(t, "memtrim_trim_skips_total", "counter", "Trims skipped, by reason.");
+    for (int i = 0; i < MT_SKIP_COUNT; i++)
+        api_text_printf(t, "memtrim_trim_skips_total{reason=\"%s\"} %llu\n",
+                        mt_skip_reason_name(i), (unsigned long long)c->skips[i]);
+    api_u64(t, "memtrim_manual_trims_coalesced_total", "counter",
+            "Manual trim requests that shared a trim already running.", c->manual_coalesced);
+    api_u64(t, "memtrim_manual_trims_rate_limited_total", "counter",
+            "Manual trim requests refused with 429 (ManualTrimMinIntervalMs).",
+            c->manual_rate_limited);
+
+    api_head(t, "memtrim_trim_duration_seconds", "histogram", "Duration of malloc_trim calls.");
+    uint64_t cumulative = 0;
+    for (int i = 0; i < MT_HIST_BUCKETS; i++) {
+        cumulative += c->trim_hist[i];
+        api_text_printf(t, "memtrim_trim_duration_seconds_bucket{le=\"%.9g\"} %llu\n",
+                        mt_hist_bounds[i], (unsigned long long)cumulative);
+    }
+    cumulative += c->trim_hist[MT_HIST_BUCKETS];
+    api_text_printf(t, "memtrim_trim_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                    (unsigned long long)cumulative);
+    api_text_printf(t, "memtrim_trim_duration_seconds_sum %.9g\n", c->trim_seconds_sum);
+    api_text_printf(t, "memtrim_trim_duration_seconds_count %llu\n",
+                    (unsigned long long)cumulative);
+}
+
+static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
+{
+    api_u64(t, "memtrim_heap_probes_total", "counter", "mallinfo2 calls.", c->heap_probes);
+    api_f64(t, "memtrim_heap_probe_seconds_total", "counter", "Time spent in mallinfo2.",
+            c->heap_probe_seconds);
+    api_f64(t, "memtrim_heap_probe_last_duration_seconds", "gauge",
+            "Duration of the last mallinfo2 call.", c->heap_probe_last_seconds);
+    api_u64(t, "memtrim_cheap_probes_total", "counter",
+            "Reads of /proc/self and the cgroup files.", c->cheap_probes);
+    api_f64(t, "memtrim_cheap_probe_seconds_total", "counter",
+            "Time spent reading /proc/self and the cgroup files.", c->cheap_probe_seconds);
+    api_f64(t, "memtrim_housekeeper_cpu_seconds_total", "counter",
+            "CPU time of memtrim's housekeeper thread.", c->housekeeper_cpu_seconds);
+    api_u64(t, "memtrim_housekeeper_ticks_total", "counter", "Housekeeper ticks.",
+            c->housekeeper_ticks);
+    api_u64(t, "memtrim_samples_stored_total", "counter", "Samples written to the store.",
+            c->samples_stored);
+    api_u64(t, "memtrim_store_errors_total", "counter", "Store operations that failed.",
+            c->store_errors);
+    api_u64(t, "memtrim_trims_dropped_total", "counter",
+            "Trim results that could not be queued for the store.", c->trims_dropped);
+}
+
+static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
+{
+    const struct mt_cheap *c = &s->cheap;
+    const struct mt_heap *h = &s->heap;
+    api_u64(t, "memtrim_rss_bytes", "gauge", "Resident set size.", c->rss_bytes);
+    api_u64(t, "memtrim_rss_anon_bytes", "gauge", "Anonymous resident memory.", c->rss_anon_bytes);
+    api_u64(t, "memtrim_rss_file_bytes", "gauge", "File-backed resident memory.", c->rss_file_bytes);
+    api_u64(t, "memtrim_rss_shmem_bytes", "gauge", "Shared resident memory.", c->rss_shmem_bytes);
+    api_u64(t, "memtrim_swap_bytes", "gauge", "Swapped-out memory.", c->swap_bytes);
+    api_u64(t, "memtrim_vm_size_bytes", "gauge", "Virtual memory size.", c->vm_size_bytes);
+    api_head(t, "memtrim_page_faults_total", "counter", "Page faults of the process, by type.");
+    api_text_printf(t, "memtrim_page_faults_total{type=\"minor\"} %llu\n",
+                    (unsigned long long)c->minor_faults);
+    api_text_printf(t, "memtrim_page_faults_total{type=\"major\"} %llu\n",
+                    (unsigned long long)c->major_faults);
+    if (c->cgroup_usage_bytes >= 0)
+        api_u64(t, "memtrim_cgroup_usage_bytes", "gauge", "Memory usage of the cgroup.",
+                (uint64_t)c->cgroup_usage_bytes);
+    if (s->memory_limit_bytes >= 0)
+        api_u64(t, "memtrim_memory_limit_bytes", "gauge",
+                "Effective memory limit (MemoryLimitBytes or the cgroup's).",
+                (uint64_t)s->memory_limit_bytes);
+    if (h->timestamp_ms == 0)
+        return;
+    api_u64(t, "memtrim_heap_in_use_bytes", "gauge", "Heap in use (mallinfo2 uordblks + hblkhd).",
+            h->heap_in_use_bytes);
+    api_u64(t, "memtrim_heap_free_bytes", "gauge", "Free heap (mallinfo2 fordblks).",
+            h->heap_free_bytes);
+    api_u64(t, "memtrim_heap_mmapped_bytes", "gauge", "Heap in mmapped regions (hblkhd).",
+            h->heap_mmapped_bytes);
+    api_u64(t, "memtrim_heap_arena_bytes", "gauge", "Non-mmapped heap (mallinfo2 arena).",
+            h->arena_bytes);
+    api_u64(t, "memtrim_heap_free_chunks", "gauge", "Free heap chunks (mallinfo2 ordblks).",
+            h->ordblks);
+    if (h->arena_count >= 0)
+        api_u64(t, "memtrim_heap_arenas", "gauge", "malloc arenas.", (uint64_t)h->arena_count);
+    api_u64(t, "memtrim_releasable_estimate_bytes", "gauge",
+            "Free heap that a trim could give back (estimate).", s->releasable_estimate_bytes);
+    api_f64(t, "memtrim_fragmentation_ratio", "gauge", "RSS divided by heap in use.",
+            s->fragmentation_ratio);
+    api_f64(t, "memtrim_heap_stats_age_seconds", "gauge",
+            "Age of the heap statistics when this page was made.", (double)s->heap_age_ms / 1e3);
+}
+
+int api_metrics_get(const struct server_request *req, struct server_reply *rep)
+{
+    struct mt_counters c;
+    struct mt_snapshot s;
+    struct mt_health h;
+    mt_counters_get(req->mt, &c);
+    mt_snapshot_get(req->mt, &s);
+    mt_health_get(req->mt, &h);
+
+    struct api_text t = {.p = malloc(API_METRICS_INITIAL), .cap = API_METRICS_INITIAL};
+    t.failed = t.p == NULL;
+    api_head(&t, "memtrim_build_info", "gauge", "memtrim's version (always 1).");
+    api_text_printf(&t, "memtrim_build_info{version=\"%s\"} 1\n", MEMTRIM_VERSION);
+    api_f64(&t, "memtrim_start_time_seconds", "gauge", "When memtrim started, seconds since the epoch.",
+            (double)h.started_ms / 1e3);
+    api_u64(&t, "memtrim_degraded", "gauge", "1 when something is not working (see /healthz).",
+            (uint64_t)(h.degraded != 0));
+    api_u64(&t, "memtrim_suspended", "gauge", "Suspend nesting depth (0 = trims allowed).",
+            (uint64_t)(h.suspended > 0 ? h.suspended : 0));
+    api_metrics_trims(&t, &c);
+    api_metrics_probe(&t, &c);
+    api_metrics_gauges(&t, &s);
+    if (t.failed) {
+        free(t.p);
+        return server_reply_error(rep, 500, "out_of_memory", "could not build the metrics page");
+    }
+    return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, t.len);
+}

@@ -1,0 +1,121 @@
+/*
+ * series.c - GET /memory/series: one stored metric (a /memory/stats field
+ * name) between `since` and `until`, bucketed to `step` with min/avg/max per
+ * bucket, computed by the store in SQL. Defaults: the last hour, about 300
+ * buckets. Reads the store through a reader from the server's pool; runs on
+ * HTTP worker threads; no locks of its own.
+ */
+#include "api.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+#include "db.h"
+
+#define API_SERIES_SPAN_DEFAULT_MS 3600000LL
+#define API_SERIES_BUCKETS_TARGET 300
+#define API_SERIES_BUCKETS_MAX 10000
+#define API_SERIES_STEP_MAX_MS (366LL * 86400000LL)
+
+struct api_series_params {
+    const char *metric;
+    int64_t since_ms, until_ms, step_ms;
+};
+
+static int api_series_bad_metric(struct server_reply *rep, const char *given)
+{
+    char why[QUERY_WHY_SIZE * 4];
+    size_t off = (size_t)snprintf(why, sizeof(why), "parameter 'metric': %s; one of ",
+                                  given ? "unknown metric" : "required");
+    for (int i = 0; db_series_metrics[i] != NULL && off < sizeof(why); i++)
+        off += (size_t)snprintf(why + off, sizeof(why) - off, "%s%s", i ? ", " : "",
+                                db_series_metrics[i]);
+    return server_reply_bad_param(rep, why);
+}
+
+static int api_series_parse(const struct server_request *req, struct api_series_params *p,
+                            struct server_reply *rep)
+{
+    char why[QUERY_WHY_SIZE];
+    int64_t now = mt_now_ms();
+    p->metric = query_get(req->query, "metric");
+    if (p->metric == NULL || !db_series_metric_valid(p->metric))
+        return api_series_bad_metric(rep, p->metric);
+    p->until_ms = now;
+    p->since_ms = -1;
+    p->step_ms = 0;
+    if (query_time_ms(req->query, "until", now, &p->until_ms, why, sizeof(why)) < 0 ||
+        query_time_ms(req->query, "since", now, &p->since_ms, why, sizeof(why)) < 0 ||
+        query_duration_ms(req->query, "step", 1, API_SERIES_STEP_MAX_MS, &p->step_ms, why,
+                          sizeof(why)) < 0)
+        return server_reply_bad_param(rep, why);
+    if (p->since_ms < 0)
+        p->since_ms = p->until_ms > API_SERIES_SPAN_DEFAULT_MS
+                          ? p->until_ms - API_SERIES_SPAN_DEFAULT_MS
+                          : 0;
+    if (p->until_ms <= p->since_ms)
+        return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
+    int64_t span = p->until_ms - p->since_ms;
+    if (p->step_ms == 0) {
+        int64_t step = (span + API_SERIES_BUCKETS_TARGET - 1) / API_SERIES_BUCKETS_TARGET;
+        p->step_ms = step <= 1000 ? 1000 : (step + 999) / 1000 * 1000;
+    }
+    if (span / p->step_ms >= API_SERIES_BUCKETS_MAX) {
+        snprintf(why, sizeof(why),
+                 "parameter 'step': %lld ms gives %lld buckets over this range; at most %d",
+                 (long long)p->step_ms, (long long)(span / p->step_ms + 1),
+                 API_SERIES_BUCKETS_MAX);
+        return server_reply_bad_param(rep, why);
+    }
+    return 0;
+}
+
+static cJSON *api_series_json(const struct api_series_params *p, const struct db_bucket *b,
+                              size_t n)
+{
+    int failed = 0;
+    cJSON *root = cJSON_CreateObject();
+    api_json_str(root, "metric", p->metric, &failed);
+    api_json_int(root, "since_ms", p->since_ms, &failed);
+    api_json_int(root, "until_ms", p->until_ms, &failed);
+    api_json_int(root, "step_ms", p->step_ms, &failed);
+    cJSON *list = cJSON_CreateArray();
+    for (size_t i = 0; list != NULL && i < n && !failed; i++) {
+        cJSON *o = cJSON_CreateObject();
+        api_json_int(o, "timestamp_ms", b[i].start_ms, &failed);
+        api_json_int(o, "count", b[i].count, &failed);
+        api_json_num(o, "min", b[i].min, &failed);
+        api_json_num(o, "avg", b[i].avg, &failed);
+        api_json_num(o, "max", b[i].max, &failed);
+        api_json_item(list, NULL, o, &failed);
+    }
+    api_json_item(root, "buckets", list, &failed);
+    return api_json_done(root, failed);
+}
+
+int api_series_get(const struct server_request *req, struct server_reply *rep)
+{
+    struct api_series_params p;
+    int rc = api_series_parse(req, &p, rep);
+    if (rc != 0)
+        return rc;
+
+    struct db_reader *reader = NULL;
+    rc = server_reader_get(req->srv, req->mt, &reader, rep);
+    if (rc != 0)
+        return rc;
+    struct db_bucket *buckets = NULL;
+    size_t n = 0;
+    char *err = NULL;
+    rc = db_query_series(reader, p.metric, p.since_ms, p.until_ms, p.step_ms, &buckets, &n, &err);
+    server_reader_put(req->srv, reader, rc != 0);
+    if (rc != 0)
+        return api_store_failed(rep, "the series", rc, err);
+    rc = server_reply_json(rep, 200, api_series_json(&p, buckets, n));
+    free(buckets);
+    return rc;
+}

@@ -1,0 +1,82 @@
+/*
+ * readers.c - read connections to the store for the HTTP workers: a small
+ * pool of db_reader, so that each worker reuses a connection instead of
+ * opening one per request (SQLite connections are used by one thread at a
+ * time: a reader is taken out of the pool for the request and put back).
+ * Runs on HTTP worker threads; the pool's mutex is held only to push or pop.
+ * The pool is emptied by server_stop after the daemon's threads are gone.
+ */
+#include "http.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "core.h"
+#include "db.h"
+
+void server_readers_init(struct server_readers *p)
+{
+    pthread_mutex_init(&p->lock, NULL);
+    p->nidle = 0;
+}
+
+void server_readers_free(struct server_readers *p)
+{
+    for (int i = 0; i < p->nidle; i++)
+        db_reader_close(p->idle[i]);
+    p->nidle = 0;
+    pthread_mutex_destroy(&p->lock);
+}
+
+int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **out,
+                      struct server_reply *rep)
+{
+    const char *path = mt_db_path(mt);
+    if (path == NULL || path[0] == '\0') {
+        server_reply_error(rep, 503, "store_disabled",
+                           "no store is configured (\"Database\" is empty), so no history is kept");
+        return -ENODEV;
+    }
+    if (!mt_db_available(mt)) {
+        struct mt_health h;
+        mt_health_get(mt, &h);
+        server_reply_error(rep, 503, "store_unavailable", "the store is %s%s%s", h.db_state,
+                           h.reason[0] ? ": " : "", h.reason);
+        return -EAGAIN;
+    }
+    struct db_reader *r = NULL;
+    if (s != NULL) {
+        pthread_mutex_lock(&s->readers.lock);
+        if (s->readers.nidle > 0)
+            r = s->readers.idle[--s->readers.nidle];
+        pthread_mutex_unlock(&s->readers.lock);
+    }
+    if (r == NULL) {
+        char *err = NULL;
+        int rc = db_reader_open(path, &r, &err);
+        if (rc != 0) {
+            server_reply_error(rep, 503, "store_unavailable", "cannot open the store for reading: %s",
+                               err ? err : "unknown error");
+            free(err);
+            return rc < 0 ? rc : -EIO;
+        }
+    }
+    *out = r;
+    return 0;
+}
+
+void server_reader_put(struct server *s, struct db_reader *r, int broken)
+{
+    if (r == NULL)
+        return;
+    if (s != NULL && !broken) {
+        pthread_mutex_lock(&s->readers.lock);
+        if (s->readers.nidle < SERVER_READERS_MAX) {
+            s->readers.idle[s->readers.nidle++] = r;
+            r = NULL;
+        }
+        pthread_mutex_unlock(&s->readers.lock);
+    }
+    db_reader_close(r);
+}

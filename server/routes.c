@@ -1,0 +1,28 @@
+/*
+ * routes.c - the route table: every resource the server answers, who may
+ * call it and which query parameters it takes. Read by server_dispatch;
+ * openapi.yaml must list exactly these (tests/e2e/test_contract.py and
+ * tests/unit/test_server_routes.c check it). Constant data: no threads, no locks.
+ */
+#include "api.h"
+#include "http.h"
+
+static const char *const trim_params[] = {"pad", NULL};
+static const char *const trims_params[] = {"since", "until", "limit", "trigger", NULL};
+static const char *const series_params[] = {"metric", "since", "until", "step", NULL};
+
+const struct server_route server_routes[] = {
+    {"GET", "/", SERVER_AUTH_NONE, NULL, api_dashboard_get},
+    {"GET", "/openapi.yaml", SERVER_AUTH_NONE, NULL, api_openapi_get},
+    {"GET", "/healthz", SERVER_AUTH_NONE, NULL, api_healthz_get},
+    {"GET", "/memory/stats", SERVER_AUTH_READ, NULL, api_stats_get},
+    {"POST", "/memory/trim", SERVER_AUTH_WRITE, trim_params, api_trim_run},
+    {"GET", "/memory/trim", SERVER_AUTH_WRITE, trim_params, api_trim_run},
+    {"GET", "/memory/trims", SERVER_AUTH_READ, trims_params, api_trims_get},
+    {"GET", "/memory/series", SERVER_AUTH_READ, series_params, api_series_get},
+    {"GET", "/metrics", SERVER_AUTH_READ, NULL, api_metrics_get},
+    {"GET", "/config", SERVER_AUTH_READ, NULL, api_config_get},
+    {"PATCH", "/config", SERVER_AUTH_WRITE, NULL, api_config_patch},
+};
+
+const size_t server_nroutes = sizeof(server_routes) / sizeof(server_routes[0]);
