@@ -130,10 +130,11 @@ int db_exec(sqlite3 *db, const char *sql, const char *what, char **err)
 int db_pragma_int(sqlite3 *db, const char *pragma, int64_t *out, char **err)
 {
     sqlite3_stmt *st = NULL;
-    char sql[64];
+    char sql[64], what[64];
     int rc;
 
     snprintf(sql, sizeof(sql), "PRAGMA %s", pragma);
+    snprintf(what, sizeof(what), "read %s", pragma);
     rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
@@ -142,7 +143,7 @@ int db_pragma_int(sqlite3 *db, const char *pragma, int64_t *out, char **err)
         rc = SQLITE_OK;
     }
     if (rc != SQLITE_OK) {
-        rc = db_fail_sql(err, db, rc, pragma);
+        rc = db_fail_sql(err, db, rc, what);
         sqlite3_finalize(st);
         return rc;
     }

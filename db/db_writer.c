@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "db_internal.h"
 
@@ -93,6 +94,36 @@ static int db_writer_set_paths(struct db_writer *w, const char *path)
     return w->path != NULL && w->reader_path != NULL ? 0 : -ENOMEM;
 }
 
+/*
+ * SQLite retries a failed create read-only and reports that as "no such
+ * file"; say why the directory refused it instead (read-only, permissions).
+ */
+static int db_writer_why_cannot_create(const char *path, int rc, char **err)
+{
+    char *dir = strdup(path), *slash;
+    int code;
+
+    if (rc != -ENOENT || dir == NULL || db_is_memory_path(path) || strncmp(path, "file:", 5) == 0)
+        goto out;
+    slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash != NULL)
+        *slash = '\0';
+    else
+        strcpy(dir, ".");
+    if (access(dir, W_OK) != 0 && errno != ENOENT) {
+        code = -errno;
+        free(*err);
+        *err = NULL;
+        rc = db_fail(err, code, "cannot create %s: directory %s is not writable (%s)", path, dir,
+                     strerror(-code));
+    }
+out:
+    free(dir);
+    return rc;
+}
+
 int db_writer_open(const char *path, struct db_writer **out, char **err)
 {
     struct db_writer *w = NULL;
@@ -108,8 +139,10 @@ int db_writer_open(const char *path, struct db_writer **out, char **err)
         goto fail;
     }
     rc = db_connect(w->reader_path, 0, &w->db, err);
-    if (rc < 0)
+    if (rc < 0) {
+        rc = db_writer_why_cannot_create(path, rc, err);
         goto fail;
+    }
     if (sqlite3_db_readonly(w->db, "main") == 1) {
         rc = db_fail(err, -EROFS, "%s: the database is read-only (file or file system)", path);
         goto fail;
