@@ -1,0 +1,108 @@
+/*
+ * test_server_routes.c - the route table against the contract: every route
+ * is unique and its path and method appear in the embedded openapi.yaml;
+ * every metric the store can chart (db_series_metrics) is a numeric field of
+ * /memory/stats. With --list it prints "METHOD PATH" per route, which the
+ * E2E contract test (tests/e2e/test_contract.py) compares with the spec in
+ * both directions.
+ *
+ * Threads: one. Files: none.
+ */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+#include "db.h"
+#include "harness.h"
+#include "http.h"
+#include "types.h"
+
+extern const unsigned char mt_asset_openapi[];
+extern const unsigned long mt_asset_openapi_len;
+
+/* The "  <path>:" block of the spec's paths, up to the next path; NULL if absent. */
+static const char *spec_path_block(const char *spec, const char *path, size_t *len)
+{
+    char key[160];
+    snprintf(key, sizeof(key), "\n  %s:\n", path);
+    const char *p = strstr(spec, key);
+    if (p == NULL)
+        return NULL;
+    p += strlen(key);
+    const char *end = p;
+    /* The block ends at the next line indented by exactly two spaces. */
+    while ((end = strchr(end, '\n')) != NULL) {
+        if (end[1] == ' ' && end[2] == ' ' && end[3] != ' ')
+            break;
+        if (end[1] != ' ' && end[1] != '\n')
+            break;
+        end++;
+    }
+    *len = end ? (size_t)(end - p) : strlen(p);
+    return p;
+}
+
+static void test_routes_in_spec(void)
+{
+    const char *spec = (const char *)mt_asset_openapi;
+    CHECK_EQ_INT(strlen(spec), mt_asset_openapi_len);
+    for (size_t i = 0; i < server_nroutes; i++) {
+        const struct server_route *r = &server_routes[i];
+        CHECK_MSG(r->path[0] == '/' && r->handler != NULL, "%s", r->path);
+        for (size_t j = 0; j < i; j++)
+            CHECK_MSG(strcmp(r->path, server_routes[j].path) != 0 ||
+                          strcmp(r->method, server_routes[j].method) != 0,
+                      "%s %s twice", r->method, r->path);
+        size_t len = 0;
+        const char *block = spec_path_block(spec, r->path, &len);
+        CHECK_MSG(block != NULL, "%s is not in openapi.yaml", r->path);
+        if (block == NULL)
+            continue;
+        char op[32];
+        size_t k = 0;
+        k += (size_t)snprintf(op, sizeof(op), "    ");
+        for (const char *m = r->method; *m && k < sizeof(op) - 3; m++)
+            op[k++] = (char)(*m | 0x20);
+        op[k++] = ':';
+        op[k] = '\0';
+        int found = 0;
+        for (const char *p = block; p && p < block + len; p = strchr(p, '\n'), p = p ? p + 1 : p)
+            if (strncmp(p, op, k) == 0 && p[k] == '\n')
+                found = 1;
+        CHECK_MSG(found, "%s %s is not in openapi.yaml", r->method, r->path);
+    }
+}
+
+static void test_series_metrics_are_stats_fields(void)
+{
+    struct mt_snapshot s;
+    memset(&s, 0, sizeof(s));
+    s.cheap.timestamp_ms = 1;
+    s.heap.timestamp_ms = 1;
+    s.fragmentation_ratio = 1.5;
+    s.cheap.cgroup_usage_bytes = 1;
+    s.memory_limit_bytes = 1;
+    s.heap.arena_count = 1;
+    cJSON *stats = api_stats_to_json(&s);
+    CHECK(stats != NULL);
+    for (int i = 0; db_series_metrics[i] != NULL; i++) {
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(stats, db_series_metrics[i]);
+        CHECK_MSG(cJSON_IsNumber(v), "metric %s is not a numeric /memory/stats field",
+                  db_series_metrics[i]);
+    }
+    cJSON_Delete(stats);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--list") == 0) {
+        for (size_t i = 0; i < server_nroutes; i++)
+            printf("%s %s\n", server_routes[i].method, server_routes[i].path);
+        return 0;
+    }
+    RUN(test_routes_in_spec);
+    RUN(test_series_metrics_are_stats_fields);
+    return harness_end();
+}
