@@ -77,7 +77,7 @@ enum db_rstmt { DB_R_TRIM_ROWS = 0, DB_R_TRIM_SUMMARY, DB_R_TRIM_PCTL, DB_R_COUN
 struct db_reader {
     sqlite3 *db;
     sqlite3_stmt *stmt[DB_R_COUNT][2];
-    sqlite3_stmt **series; /* one per entry of db_series_metrics, lazily prepared */
+    sqlite3_stmt **series; /* [2m] aggregate, [2m+1] seek, for metric m; lazily prepared */
 };
 
 /* db_common.c */
@@ -92,6 +92,10 @@ int db_step_done(sqlite3_stmt *st, const char *what, char **err);
 int db_is_memory_path(const char *path);
 int db_series_metric_index(const char *metric);
 int db_series_metric_count(void);
+
+/* db_query.c */
+int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt, const char *arg,
+                   char **err);
 
 /* db_schema.c */
 int db_schema_check(sqlite3 *db, int for_reader, int64_t *version, char **err);

@@ -1,6 +1,7 @@
 /*
- * db_query.c - readers of the store: trim history with its summary, and
- * bucketed time series, each computed in SQL on a read-only connection.
+ * db_query.c - readers of the store: opening them, and the trim history
+ * with its summary computed in SQL on a read-only connection (the series
+ * are in db_series.c).
  *
  * Threads: one reader per thread that queries (each HTTP worker opens its
  * own). No locks: WAL lets readers run beside the writer, and a query reads
@@ -37,12 +38,6 @@ static const char *const db_rsql[DB_R_COUNT] = {
                        " WHERE rn IN (?4, ?5, ?6)",
 };
 
-/* ?1 since, ?2 until, ?3 step; %s is a column validated against db_series_metrics. */
-static const char db_series_sql[] =
-    "SELECT (timestamp_ms - ?1) / ?3, count(%1$s), min(%1$s), avg(%1$s), max(%1$s)"
-    " FROM samples WHERE timestamp_ms >= ?1 AND timestamp_ms < ?2 AND %1$s IS NOT NULL"
-    " GROUP BY 1 ORDER BY 1";
-
 void db_reader_close(struct db_reader *r)
 {
     int n = db_series_metric_count();
@@ -53,7 +48,7 @@ void db_reader_close(struct db_reader *r)
         sqlite3_finalize(r->stmt[i][0]);
         sqlite3_finalize(r->stmt[i][1]);
     }
-    for (int i = 0; r->series != NULL && i < n; i++)
+    for (int i = 0; r->series != NULL && i < 2 * n; i++)
         sqlite3_finalize(r->series[i]);
     free(r->series);
     sqlite3_close(r->db);
@@ -74,15 +69,20 @@ int db_reader_open(const char *path, struct db_reader **out, char **err)
                                       "db_writer_reader_path() instead");
     r = calloc(1, sizeof(*r));
     if (r != NULL)
-        r->series = calloc((size_t)db_series_metric_count(), sizeof(*r->series));
+        r->series = calloc(2 * (size_t)db_series_metric_count(), sizeof(*r->series));
     if (r == NULL || r->series == NULL) {
         rc = db_fail(err, -ENOMEM, "out of memory");
         goto fail;
     }
     rc = db_connect(path, 1, &r->db, err);
-    /* Only matters for a shared-cache (in-memory) store: no table locks against the writer. */
+    /*
+     * read_uncommitted only matters for a shared-cache (in-memory) store: no
+     * table locks against the writer. mmap: a week-long scan reads 50 MB; it
+     * maps address space, not memory.
+     */
     if (rc == 0)
-        rc = db_exec(r->db, "PRAGMA read_uncommitted = 1", "set pragmas", err);
+        rc = db_exec(r->db, "PRAGMA read_uncommitted = 1; PRAGMA mmap_size = 268435456;",
+                     "set pragmas", err);
     if (rc == 0)
         rc = db_schema_check(r->db, 1, &version, err);
     if (rc == 0 && version < DB_SCHEMA_VERSION)
@@ -98,7 +98,7 @@ fail:
 }
 
 /* The cached statement, prepared on first use from fmt and its one string argument. */
-static int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt,
+int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt,
                           const char *arg, char **err)
 {
     char *sql = NULL;
@@ -233,61 +233,5 @@ int db_query_trims(struct db_reader *r, const struct db_trim_query *q, struct db
     sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
     if (rc < 0)
         memset(summary, 0, sizeof(*summary));
-    return rc;
-}
-
-static int db_series_read(sqlite3_stmt *st, int64_t since_ms, int64_t step_ms, size_t cap,
-                          struct db_bucket **buckets, size_t *nbuckets, char **err)
-{
-    struct db_bucket *out = calloc(cap, sizeof(*out));
-    size_t n = 0;
-    int rc = SQLITE_DONE;
-
-    if (out == NULL)
-        return db_fail(err, -ENOMEM, "out of memory");
-    while (n < cap && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        struct db_bucket *b = &out[n++];
-        b->start_ms = since_ms + sqlite3_column_int64(st, 0) * step_ms;
-        b->count = sqlite3_column_int64(st, 1);
-        b->min = sqlite3_column_double(st, 2);
-        b->avg = sqlite3_column_double(st, 3);
-        b->max = sqlite3_column_double(st, 4);
-    }
-    if (n < cap && rc != SQLITE_DONE) {
-        free(out);
-        return db_fail_sql(err, sqlite3_db_handle(st), rc, "query series");
-    }
-    *buckets = out;
-    *nbuckets = n;
-    return 0;
-}
-
-int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, int64_t until_ms,
-                    int64_t step_ms, struct db_bucket **buckets, size_t *nbuckets, char **err)
-{
-    int m = db_series_metric_index(metric);
-    int64_t nb;
-    sqlite3_stmt *st;
-    int rc;
-
-    *buckets = NULL;
-    *nbuckets = 0;
-    if (r == NULL || m < 0)
-        return db_fail(err, -EINVAL, "unknown metric \"%.64s\"", metric ? metric : "(null)");
-    if (since_ms < 0 || until_ms <= since_ms || step_ms <= 0)
-        return db_fail(err, -EINVAL, "series: need 0 <= since < until and step > 0");
-    nb = (until_ms - since_ms - 1) / step_ms + 1;
-    if (nb > DB_SERIES_MAX_BUCKETS)
-        return db_fail(err, -EINVAL, "series: %lld buckets, at most %d (use a larger step)",
-                       (long long)nb, DB_SERIES_MAX_BUCKETS);
-    rc = db_reader_stmt(r, &r->series[m], db_series_sql, db_series_metrics[m], err);
-    if (rc < 0)
-        return rc;
-    st = r->series[m];
-    sqlite3_bind_int64(st, 1, since_ms);
-    sqlite3_bind_int64(st, 2, until_ms);
-    sqlite3_bind_int64(st, 3, step_ms);
-    rc = db_series_read(st, since_ms, step_ms, (size_t)nb, buckets, nbuckets, err);
-    sqlite3_reset(st);
     return rc;
 }
