@@ -215,10 +215,12 @@ static void study(struct worker *w, int number, unsigned *seed)
     for (size_t i = 0; i < w->nkept; i++)
         free(w->kept[i]);
     free(w->kept);
-    w->kept = malloc((n * (size_t)opt.keep_permille / 1000 + 1) * sizeof(void *));
+    size_t keep_cap = n * (size_t)opt.keep_permille / 500 + 16; /* twice the expected share */
+    w->kept = malloc(keep_cap * sizeof(void *));
     w->nkept = 0;
     for (size_t i = 0; i < n; i++) {
-        if (w->kept && (size_t)(rand_r(seed) % 1000) < (size_t)opt.keep_permille)
+        if (w->kept && w->nkept < keep_cap &&
+            (size_t)(rand_r(seed) % 1000) < (size_t)opt.keep_permille)
             w->kept[w->nkept++] = blocks[i];
         else
             free(blocks[i]);

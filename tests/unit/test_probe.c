@@ -31,6 +31,7 @@ static void test_cheap(void)
 
 static void test_heap_follows_allocation(void)
 {
+    SKIP_IF_SANITIZER_ALLOCATOR();
     struct mt_heap h0, h1, h2;
     enum { N = 64 * 1024 };
     static char *blocks[N];

@@ -1,0 +1,197 @@
+/*
+ * test_housekeeper.c - the policy on a running instance: periodic trims,
+ * skips with a reason on an idle heap, pressure trims near MemoryLimitBytes,
+ * burst trims, suspend/resume, and a prompt stop.
+ */
+#include <errno.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "churn.h"
+#include "core.h"
+#include "harness.h"
+#include "probe.h"
+
+static double now_s(void)
+{
+    return (double)mt_mono_ns() / 1e9;
+}
+
+static struct memtrim *start(const char *json)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    int rc = mt_create(json, &mt, &err);
+    CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
+    free(err);
+    return mt;
+}
+
+static uint64_t trims(struct memtrim *mt, int trigger)
+{
+    struct mt_counters c;
+    mt_counters_get(mt, &c);
+    return c.trims[trigger];
+}
+
+static uint64_t skips(struct memtrim *mt, int reason)
+{
+    struct mt_counters c;
+    mt_counters_get(mt, &c);
+    return c.skips[reason];
+}
+
+/* Wait up to `seconds` for cond; the deadlines are generous: they guard against hangs. */
+#define WAIT_FOR(cond, seconds)                                                                    \
+    do {                                                                                           \
+        double until_ = now_s() + (seconds);                                                       \
+        while (!(cond) && now_s() < until_)                                                        \
+            usleep(20000);                                                                         \
+    } while (0)
+
+static void test_periodic_trims(void)
+{
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 1,"
+                               " \"TrimMinReleasableBytes\": 0}");
+    if (!mt)
+        return;
+    WAIT_FOR(trims(mt, MT_TRIGGER_PERIODIC) >= 2, 5);
+    CHECK_MSG(trims(mt, MT_TRIGGER_PERIODIC) >= 2, "periodic trims: %llu",
+              (unsigned long long)trims(mt, MT_TRIGGER_PERIODIC));
+    mt_destroy(mt);
+}
+
+static void test_idle_heap_is_skipped(void)
+{
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 1,"
+                               " \"TrimMinReleasableBytes\": 1073741824}");
+    if (!mt)
+        return;
+    WAIT_FOR(skips(mt, MT_SKIP_BELOW_MIN_RELEASABLE) >= 2, 5);
+    CHECK(skips(mt, MT_SKIP_BELOW_MIN_RELEASABLE) >= 2);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_BURST), 0);
+    /* An idle host costs (almost) no mallinfo2: one per periodic decision at most. */
+    struct mt_counters c;
+    mt_counters_get(mt, &c);
+    CHECK_MSG(c.heap_probes <= c.skips[MT_SKIP_BELOW_MIN_RELEASABLE] + 2, "heap probes %llu",
+              (unsigned long long)c.heap_probes);
+    mt_destroy(mt);
+}
+
+static void test_pressure(void)
+{
+    char json[256];
+    uint64_t rss = probe_rss();
+    /* A limit just above the current RSS: RSS is past 90 % of it at once. */
+    snprintf(json, sizeof(json),
+             "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
+             " \"MemoryLimitBytes\": %llu}",
+             (unsigned long long)(rss + rss / 20));
+    double t0 = now_s();
+    struct memtrim *mt = start(json);
+    if (!mt)
+        return;
+    WAIT_FOR(trims(mt, MT_TRIGGER_PRESSURE) >= 1, 1.0);
+    double took = now_s() - t0;
+    CHECK_MSG(trims(mt, MT_TRIGGER_PRESSURE) >= 1, "no pressure trim after %.2f s", took);
+    struct mt_snapshot s;
+    mt_snapshot_get(mt, &s);
+    CHECK_EQ_INT(s.memory_limit_bytes, rss + rss / 20);
+    mt_destroy(mt);
+}
+
+/* Free a burst of memory: it comes back within seconds, not at the next interval. */
+static void test_burst(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+    struct churn c[2];
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 3600,"
+                               " \"TrimReleasableTriggerBytes\": 33554432}");
+    if (!mt)
+        return;
+    usleep(300000);
+    uint64_t before = trims(mt, MT_TRIGGER_BURST);
+    churn_run(c, 2, 96, 20);
+    WAIT_FOR(trims(mt, MT_TRIGGER_BURST) > before, 5);
+    CHECK_MSG(trims(mt, MT_TRIGGER_BURST) > before, "no burst trim");
+    struct mt_counters k;
+    mt_counters_get(mt, &k);
+    CHECK_MSG(k.released_bytes[MT_TRIGGER_BURST] > (64u << 20), "released %llu",
+              (unsigned long long)k.released_bytes[MT_TRIGGER_BURST]);
+    churn_release(c, 2);
+    mt_destroy(mt);
+}
+
+static void test_suspend(void)
+{
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 1,"
+                               " \"TrimMinReleasableBytes\": 0}");
+    if (!mt)
+        return;
+    CHECK_EQ_INT(mt_suspend(mt), 1);
+    CHECK_EQ_INT(mt_suspend(mt), 2); /* nesting */
+    WAIT_FOR(skips(mt, MT_SKIP_SUSPENDED) >= 2, 5);
+    CHECK(skips(mt, MT_SKIP_SUSPENDED) >= 2);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
+    CHECK_EQ_INT(mt_resume(mt), 1);
+    usleep(1500000);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0); /* still suspended once */
+    struct mt_health h;
+    mt_health_get(mt, &h);
+    CHECK_EQ_INT(h.suspended, 1);
+    CHECK_EQ_INT(mt_resume(mt), 0);
+    CHECK_EQ_INT(mt_resume(mt), -ERANGE);
+    WAIT_FOR(trims(mt, MT_TRIGGER_PERIODIC) >= 1, 5);
+    CHECK(trims(mt, MT_TRIGGER_PERIODIC) >= 1);
+    /* Manual trims still run while suspended. */
+    CHECK_EQ_INT(mt_suspend(mt), 1);
+    struct mt_trim_result r;
+    int64_t retry;
+    CHECK_EQ_INT(mt_trim_manual(mt, -1, &r, &retry), 0);
+    CHECK_EQ_INT(r.trigger, MT_TRIGGER_MANUAL);
+    mt_destroy(mt);
+}
+
+static void test_stop_is_prompt(void)
+{
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\"}");
+    if (!mt)
+        return;
+    usleep(300000);
+    double t0 = now_s();
+    mt_destroy(mt);
+    double took = now_s() - t0;
+    CHECK_MSG(took < 0.2, "stop took %.3f s", took);
+}
+
+static void test_start_errors(void)
+{
+    struct memtrim *mt = NULL, *second = NULL;
+    char *err = NULL;
+    CHECK_EQ_INT(mt_create("{\"TrimIntervalSecond\": 1}", &mt, &err), -EINVAL);
+    CHECK(mt == NULL);
+    CHECK_CONTAINS(err, "did you mean TrimIntervalSeconds?");
+    free(err);
+    CHECK_EQ_INT(mt_create("{\"Enabled\": false}", &mt, &err), 0);
+    CHECK(mt == NULL);
+    mt = start("{\"HttpPort\": 0, \"Database\": \"\"}");
+    CHECK_EQ_INT(mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &second, &err), -EBUSY);
+    CHECK_CONTAINS(err, "already runs");
+    free(err);
+    CHECK(mt_http_port(mt) > 0);
+    mt_destroy(mt);
+}
+
+int main(void)
+{
+    RUN(test_start_errors);
+    RUN(test_periodic_trims);
+    RUN(test_idle_heap_is_skipped);
+    RUN(test_pressure);
+    RUN(test_burst);
+    RUN(test_suspend);
+    RUN(test_stop_is_prompt);
+    return harness_end();
+}
