@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "db.h"
+#include "db_internal.h" /* db_series_register, to explain its query */
 
 #define WEEK_SAMPLES 604800
 #define WEEK_TRIMS 20000
@@ -167,6 +168,34 @@ static double insert_batched(const char *path, int per_commit, int total)
     return t0;
 }
 
+/* What the series query would be as one GROUP BY: measured for comparison only. */
+#define GROUP_BY_SQL                                                                           \
+    "SELECT (timestamp_ms - ?1) / ?3, count(rss_bytes), min(rss_bytes), avg(rss_bytes),"       \
+    " max(rss_bytes) FROM samples WHERE timestamp_ms >= ?1 AND timestamp_ms < ?2"              \
+    " AND rss_bytes IS NOT NULL GROUP BY 1 ORDER BY 1"
+
+static double group_by_once(const char *path)
+{
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    double t0;
+    int n = 0;
+
+    sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    sqlite3_exec(db, "PRAGMA mmap_size = 268435456", NULL, NULL, NULL);
+    sqlite3_prepare_v2(db, GROUP_BY_SQL, -1, &st, NULL);
+    sqlite3_bind_int64(st, 1, T0_MS);
+    sqlite3_bind_int64(st, 2, T0_MS + WEEK_SAMPLES * 1000LL);
+    sqlite3_bind_int64(st, 3, WEEK_SAMPLES);
+    t0 = now_s();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        n++;
+    t0 = now_s() - t0;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n == 1000 ? t0 : -1;
+}
+
 static void explain(const char *path, const char *sql)
 {
     sqlite3 *db = NULL;
@@ -176,6 +205,7 @@ static void explain(const char *path, const char *sql)
     if (asprintf(&q, "EXPLAIN QUERY PLAN %s", sql) < 0)
         return;
     sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL);
+    db_series_register(db, NULL);
     printf("\n%s\n", sql);
     if (sqlite3_prepare_v2(db, q, -1, &st, NULL) != SQLITE_OK)
         printf("  (cannot explain: %s)\n", sqlite3_errmsg(db));
@@ -189,16 +219,20 @@ static void explain(const char *path, const char *sql)
 
 static void explain_all(const char *path)
 {
-    explain(path, "SELECT (timestamp_ms - ?1) / ?3, count(rss_bytes), min(rss_bytes),"
-                  " avg(rss_bytes), max(rss_bytes) FROM samples WHERE timestamp_ms >= ?1"
-                  " AND timestamp_ms < ?2 AND rss_bytes IS NOT NULL GROUP BY 1 ORDER BY 1");
+    explain(path, "SELECT memtrim_bucket(rss_bytes) FROM samples WHERE timestamp_ms >= ?1"
+                  " AND timestamp_ms < ?2");
+    explain(path, "SELECT timestamp_ms FROM samples WHERE timestamp_ms >= ?1 AND timestamp_ms < ?2"
+                  " AND rss_bytes IS NOT NULL ORDER BY timestamp_ms LIMIT 1");
+    explain(path, GROUP_BY_SQL);
     explain(path, "SELECT count(*), max(duration_ns), coalesce(sum(CASE WHEN released_bytes > 0"
                   " THEN released_bytes END), 0) FROM trims WHERE start_ms >= ?1 AND start_ms < ?2");
     explain(path, "SELECT rn, duration_ns FROM (SELECT duration_ns, row_number() OVER (ORDER BY"
                   " duration_ns) AS rn FROM trims WHERE trigger = ?3 AND start_ms >= ?1 AND"
                   " start_ms < ?2) WHERE rn IN (?4, ?5, ?6)");
-    explain(path, "SELECT rowid, start_ms FROM trims WHERE start_ms >= ?1 AND start_ms < ?2"
-                  " ORDER BY start_ms DESC, rowid DESC LIMIT ?4");
+    explain(path, "SELECT rowid, seq, trigger, start_ms, duration_ns, rss_before_bytes,"
+                  " rss_after_bytes, heap_free_before_bytes, heap_free_after_bytes, released_bytes,"
+                  " malloc_trim_ret, pad_bytes, coalesced FROM trims WHERE start_ms >= ?1 AND"
+                  " start_ms < ?2 ORDER BY start_ms DESC, rowid DESC LIMIT ?4");
     explain(path, "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
                   " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)");
 }
@@ -240,9 +274,12 @@ static void bench_queries(const char *path, int runs)
         free(rows);
     }
     report("series, week, 1000 buckets (ms)", "ms", 1e3, v, runs);
+    for (int i = 0; i < runs; i++)
+        v[i] = group_by_once(path);
+    report("  same as one GROUP BY, for comparison (ms)", "ms", 1e3, v, runs);
     report("trims: 100 rows + summary, all 20k (ms)", "ms", 1e3, v2, runs);
     report("trims: periodic only (ms)", "ms", 1e3, v3, runs);
-    printf("summary: count %lld p50 %.4f s p95 %.4f s p99 %.4f s max %.4f s released %lld\n",
+    printf("periodic summary: count %lld p50 %.4f s p95 %.4f s p99 %.4f s max %.4f s released %lld\n",
            (long long)sum.count, sum.duration_p50_seconds, sum.duration_p95_seconds,
            sum.duration_p99_seconds, sum.duration_max_seconds, (long long)sum.released_bytes);
     db_reader_close(r);

@@ -97,6 +97,9 @@ int db_series_metric_count(void);
 int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt, const char *arg,
                    char **err);
 
+/* db_series.c */
+int db_series_register(sqlite3 *db, char **err);
+
 /* db_schema.c */
 int db_schema_check(sqlite3 *db, int for_reader, int64_t *version, char **err);
 int db_schema_migrate(sqlite3 *db, char **err);

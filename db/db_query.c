@@ -84,6 +84,8 @@ int db_reader_open(const char *path, struct db_reader **out, char **err)
         rc = db_exec(r->db, "PRAGMA read_uncommitted = 1; PRAGMA mmap_size = 268435456;",
                      "set pragmas", err);
     if (rc == 0)
+        rc = db_series_register(r->db, err);
+    if (rc == 0)
         rc = db_schema_check(r->db, 1, &version, err);
     if (rc == 0 && version < DB_SCHEMA_VERSION)
         rc = db_fail(err, -EAGAIN, "%s: store at schema version %lld, not yet %d (no writer yet?)",
