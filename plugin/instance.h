@@ -51,7 +51,7 @@ struct memtrim {
     char db_state[32];
     char health_reason[256];
     atomic_int db_available;
-    char db_path[MT_CONFIG_STR_MAX]; /* fixed at start (Database is not runtime) */
+    char db_path[MT_CONFIG_STR_MAX + 64]; /* fixed at start (Database is not runtime) */
 
     struct server *server;
     int http_port;

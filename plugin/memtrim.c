@@ -51,7 +51,13 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
     if (!mt)
         return NULL;
     mt->cfg = *cfg;
-    snprintf(mt->db_path, sizeof(mt->db_path), "%s", cfg->database);
+    /* ":memory:" becomes a shared-cache URI private to this instance, so that
+     * the HTTP workers' readers see the housekeeper's writes. */
+    if (strcmp(cfg->database, ":memory:") == 0)
+        snprintf(mt->db_path, sizeof(mt->db_path), "file:memtrim-%p?mode=memory&cache=shared",
+                 (void *)mt);
+    else
+        snprintf(mt->db_path, sizeof(mt->db_path), "%s", cfg->database);
     mt->http_port = -1;
     pthread_mutex_init(&mt->cfg_lock, NULL);
     pthread_mutex_init(&mt->health_lock, NULL);
