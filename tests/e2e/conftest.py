@@ -1,0 +1,196 @@
+"""End-to-end fixtures: the real demo host (build/memtrim-demo) with memtrim
+loaded through dlopen, on an ephemeral loopback port, and the OpenAPI
+contract turned into JSON Schema for response validation.
+
+The build to test is MEMTRIM_BUILD_DIR (default: <repo>/build). Run with
+Debian's interpreter: /usr/bin/python3 -m pytest tests/e2e
+"""
+import copy
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
+SPEC_PATH = ROOT / "openapi.yaml"
+
+
+def find_lib():
+    for name in ("libmemtrim.so", "libmemtrim.so.0"):
+        if (BUILD / name).exists():
+            return BUILD / name
+    raise RuntimeError(f"no libmemtrim.so in {BUILD} (set MEMTRIM_BUILD_DIR)")
+
+
+class Demo:
+    """One memtrim-demo process: started with a memtrim configuration and a
+    workload, stopped with SIGTERM (it must exit 0)."""
+
+    def __init__(self, config, workers=2, study_mb=64, keep_percent=2, pause_ms=200,
+                 concurrency=1, studies=0, env=None):
+        self.dir = tempfile.mkdtemp(prefix="memtrim-e2e-")
+        self.port_file = Path(self.dir) / "port"
+        self.log_path = Path(self.dir) / "demo.log"
+        cfg = {"HttpPort": 0, "Database": str(Path(self.dir) / "memtrim.sqlite")}
+        cfg.update(config)
+        self.config = cfg
+        args = [str(BUILD / "memtrim-demo"), "--lib", str(find_lib()),
+                "--config", json.dumps(cfg), "--workers", str(workers),
+                "--study-mb", str(study_mb), "--keep-percent", str(keep_percent),
+                "--concurrency", str(concurrency), "--pause-ms", str(pause_ms),
+                "--studies", str(studies), "--port-file", str(self.port_file), "--quiet"]
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env or os.environ.copy())
+        self.base = None
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"memtrim-demo exited {self.proc.returncode}: {self.output()}")
+            if self.port_file.exists() and self.port_file.read_text().strip():
+                self.port = int(self.port_file.read_text().strip())
+                self.base = f"http://127.0.0.1:{self.port}"
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("memtrim-demo did not write its port file in 20 s")
+
+    def url(self, path):
+        return self.base + path
+
+    def get(self, path, **kw):
+        kw.setdefault("timeout", 30)
+        return requests.get(self.url(path), **kw)
+
+    def request(self, method, path, **kw):
+        kw.setdefault("timeout", 30)
+        return requests.request(method, self.url(path), **kw)
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError("memtrim-demo did not stop within 20 s of SIGTERM")
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def start_demo():
+    """Factory: start_demo(config, **workload) -> Demo; every one is stopped
+    at the end of the test and must have exited 0."""
+    demos = []
+
+    def start(config=None, **kw):
+        d = Demo(config or {}, **kw)
+        demos.append(d)
+        return d
+
+    yield start
+    for d in demos:
+        rc = d.stop()
+        assert rc == 0, f"memtrim-demo exited {rc}: {d.output()[-2000:]}"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    """A shared demo for read-only checks: default policy, a file store,
+    samples every second."""
+    d = Demo({"SampleIntervalSeconds": 1, "ManualTrimMinIntervalMs": 0})
+    yield d
+    rc = d.stop()
+    assert rc == 0, d.output()[-2000:]
+
+
+# ---- the contract as JSON Schema ------------------------------------------
+
+def load_spec():
+    with open(SPEC_PATH) as f:
+        return yaml.safe_load(f)
+
+
+def _to_json_schema(node):
+    """OpenAPI 3.0 schema objects -> JSON Schema (draft 7): nullable becomes
+    a null type, OpenAPI-only keywords go."""
+    if isinstance(node, list):
+        return [_to_json_schema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _to_json_schema(v) for k, v in node.items()
+           if k not in ("nullable", "example", "examples", "xml", "externalDocs", "deprecated")}
+    if node.get("nullable"):
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+            if "enum" in out and None not in out["enum"]:
+                out["enum"] = out["enum"] + [None]
+        else:
+            out = {"anyOf": [{"type": "null"}, out]}
+    return out
+
+
+@pytest.fixture(scope="session")
+def spec():
+    return load_spec()
+
+
+@pytest.fixture(scope="session")
+def validate(spec):
+    """validate(path, method, response): the body must match the schema the
+    spec gives for that path, method, status and content type."""
+    root = _to_json_schema(copy.deepcopy(spec))
+
+    def resolve(node):
+        while isinstance(node, dict) and "$ref" in node:
+            ref = node["$ref"].lstrip("#/").split("/")
+            node = spec
+            for part in ref:
+                node = node[part]
+        return node
+
+    def check(path, method, resp):
+        op = spec["paths"][path][method.lower()]
+        status = str(resp.status_code)
+        assert status in op["responses"], f"{method} {path}: {status} is not in the spec"
+        r = resolve(op["responses"][status])
+        ctype = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        assert ctype in r.get("content", {}), f"{method} {path} {status}: content type {ctype}"
+        schema = r["content"][ctype]["schema"]
+        if ctype == "application/json":
+            body = resp.json()
+            wrapped = dict(root)
+            wrapped.update(_to_json_schema(copy.deepcopy(schema)))
+            jsonschema.validate(body, wrapped, cls=jsonschema.Draft7Validator)
+            return body
+        return resp.text
+
+    return check
+
+
+def metric_value(text, name, labels=None):
+    """The value of one sample in a Prometheus text page (None if absent)."""
+    want = name + ("{" + labels + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        if key == want:
+            return float(value)
+    return None

@@ -1,0 +1,87 @@
+"""Every endpoint's success response validates against its schema in
+openapi.yaml."""
+import time
+
+
+def test_healthz(demo, validate):
+    body = validate("/healthz", "GET", demo.get("/healthz"))
+    assert body["status"] == "ok"
+    assert body["database"] == "ok"
+
+
+def test_stats(demo, validate):
+    deadline = time.time() + 10
+    while True:
+        body = validate("/memory/stats", "GET", demo.get("/memory/stats"))
+        if body["heap_timestamp_ms"] is not None or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert body["rss_bytes"] > 0
+    assert body["cheap_age_ms"] >= 0
+    assert body["heap_timestamp_ms"] is not None, "mallinfo2 never ran"
+    assert body["mallinfo2"]["fordblks"] == body["heap_free_bytes"]
+
+
+def test_trim_post_and_get(demo, validate):
+    body = validate("/memory/trim", "POST", demo.request("POST", "/memory/trim"))
+    assert body["trigger"] == "manual"
+    body = validate("/memory/trim", "GET", demo.get("/memory/trim", params={"pad": 0}))
+    assert body["pad_bytes"] == 0
+
+
+def test_trims(demo, validate):
+    demo.request("POST", "/memory/trim")
+    deadline = time.time() + 10
+    while True:
+        body = validate("/memory/trims", "GET", demo.get("/memory/trims"))
+        if body["trims"] or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert body["summary"]["count"] >= 1
+    assert body["trims"][0]["trigger"] in ("manual", "periodic", "pressure", "burst")
+    body = validate("/memory/trims", "GET", demo.get(
+        "/memory/trims", params={"since": "-1h", "until": str(int(time.time() * 1000) + 1000),
+                                 "limit": 1, "trigger": "manual"}))
+    assert len(body["trims"]) <= 1
+    assert body["trigger"] == "manual"
+    assert all(t["trigger"] == "manual" for t in body["trims"])
+
+
+def test_series(demo, validate):
+    deadline = time.time() + 15
+    while True:
+        body = validate("/memory/series", "GET", demo.get(
+            "/memory/series", params={"metric": "rss_bytes", "since": "-5m", "step": "1s"}))
+        if body["buckets"] or time.time() > deadline:
+            break
+        time.sleep(0.5)
+    assert body["step_ms"] == 1000
+    assert body["buckets"], "no samples stored in 15 s with SampleIntervalSeconds 1"
+    b = body["buckets"][0]
+    assert b["min"] <= b["avg"] <= b["max"]
+    body = validate("/memory/series", "GET", demo.get(
+        "/memory/series", params={"metric": "heap_free_bytes"}))
+    assert body["until_ms"] - body["since_ms"] == 3600000
+
+
+def test_metrics(demo, validate):
+    text = validate("/metrics", "GET", demo.get("/metrics"))
+    assert "memtrim_trim_duration_seconds_bucket" in text
+
+
+def test_config_get(demo, validate):
+    body = validate("/config", "GET", demo.get("/config"))
+    assert body["HttpPort"] == 0
+
+
+def test_config_patch(demo, validate):
+    body = validate("/config", "PATCH",
+                    demo.request("PATCH", "/config", json={"TrimIntervalSeconds": 30}))
+    assert body["TrimIntervalSeconds"] == 30
+
+
+def test_dashboard_and_spec(demo, validate):
+    r = demo.get("/")
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/html")
+    validate("/", "GET", r)
+    validate("/openapi.yaml", "GET", demo.get("/openapi.yaml"))

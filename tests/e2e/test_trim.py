@@ -1,0 +1,82 @@
+"""Manual trims: memory comes back after churn, the rate limit (429 then
+success after the interval), and concurrent requests coalescing into one trim."""
+import threading
+import time
+
+# No periodic, burst or pressure trims: the freed memory stays resident until we trim.
+QUIET_POLICY = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRatio": 0}
+
+
+def wait_for_free_heap(d, minimum, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        s = d.get("/memory/stats").json()
+        if (s["heap_free_bytes"] or 0) >= minimum:
+            return s
+        time.sleep(0.25)
+    raise AssertionError(f"heap_free_bytes never reached {minimum}: {s}")
+
+
+def test_manual_trim_after_churn_releases_memory(start_demo):
+    d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0), workers=4, study_mb=64,
+                   keep_percent=2, pause_ms=3000)
+    wait_for_free_heap(d, 32 << 20)
+    r = d.request("POST", "/memory/trim")
+    assert r.status_code == 200, r.text
+    t = r.json()
+    assert t["released_bytes"] > 0, t
+    assert t["rss_after_bytes"] < t["rss_before_bytes"], t
+    assert t["malloc_trim_result"] == 1
+    assert not t["coalesced"]
+
+
+def test_rate_limit_then_success(start_demo):
+    d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=1500), study_mb=8)
+    assert d.request("POST", "/memory/trim").status_code == 200
+    r = d.request("POST", "/memory/trim")
+    assert r.status_code == 429, r.text
+    retry_s = int(r.headers["Retry-After"])
+    assert 1 <= retry_s <= 2
+    err = r.json()["error"]
+    assert err["code"] == "rate_limited" and "ManualTrimMinIntervalMs" in err["message"]
+    assert 0 < err["retry_after_ms"] <= 1500
+    assert d.get("/memory/trim").status_code == 429  # GET trims too, so it is limited too
+    time.sleep(err["retry_after_ms"] / 1000 + 0.05)
+    r = d.request("POST", "/memory/trim")
+    assert r.status_code == 200, r.text
+    metrics = d.get("/metrics").text
+    assert "memtrim_manual_trims_rate_limited_total 2" in metrics
+
+
+def test_concurrent_trims_coalesce(start_demo):
+    """Trims of a heap with much freed memory take tens of ms; three requests
+    sent together on three connections (four HTTP threads) land during one
+    trim, and at least one shares its result. Retried: it is a race."""
+    d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0, HttpThreads=4), workers=4,
+                   study_mb=128, keep_percent=2, pause_ms=50, concurrency=2)
+    for attempt in range(20):
+        wait_for_free_heap(d, 64 << 20)
+        barrier = threading.Barrier(3)
+        results = []
+
+        def trim():
+            barrier.wait()
+            results.append(d.request("POST", "/memory/trim"))
+
+        threads = [threading.Thread(target=trim) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(r.status_code == 200 for r in results), [r.text for r in results]
+        bodies = [r.json() for r in results]
+        coalesced = [b for b in bodies if b["coalesced"]]
+        if coalesced:
+            ids = {b["id"] for b in bodies}
+            # A coalesced answer is the result of a trim another request started.
+            assert all(b["id"] in ids for b in coalesced)
+            assert len(ids) < len(bodies)
+            metrics = d.get("/metrics").text
+            assert "memtrim_manual_trims_coalesced_total 0" not in metrics
+            return
+    raise AssertionError(f"no coalesced trim in 20 attempts; last: {bodies}")
