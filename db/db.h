@@ -31,7 +31,8 @@ struct db_reader;
  * for longer than the busy timeout), -ENOSPC, -ENOMEM, -EIO.
  */
 int db_writer_open(const char *path, struct db_writer **out, char **err);
-void db_writer_close(struct db_writer *w); /* flushes; accepts NULL */
+/* Flushes (an error there is not reported: flush first to see it); accepts NULL. */
+void db_writer_close(struct db_writer *w);
 
 /*
  * The name readers must give db_reader_open for this writer's store: path

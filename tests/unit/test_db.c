@@ -475,6 +475,24 @@ static void test_retention(void)
     db_writer_close(w);
 }
 
+/* A batch that is never flushed is committed once it holds 10,000 rows. */
+static void test_batch_cap(void)
+{
+    const char *p = tpath("cap.sqlite");
+    struct db_writer *w = NULL;
+
+    CHECK_OK(db_writer_open(p, &w, E));
+    for (int i = 0; i < 10001; i++) {
+        struct mt_snapshot s = snap(1000 + i, 0);
+        CHECK_OK(db_writer_add_sample(w, &s, E));
+    }
+    CHECK_EQ(raw_int(p, "SELECT count(*) FROM samples"), 10000);
+    CHECK_OK(db_writer_flush(w, E));
+    CHECK_EQ(raw_int(p, "SELECT count(*) FROM samples"), 10001);
+    CHECK_OK(db_writer_flush(w, E)); /* nothing pending: 0 */
+    db_writer_close(w);
+}
+
 static void test_memory(void)
 {
     struct db_writer *w = NULL, *w2 = NULL;
@@ -519,6 +537,7 @@ int main(void)
     RUN(test_bucketing);
     RUN(test_percentiles);
     RUN(test_retention);
+    RUN(test_batch_cap);
     RUN(test_memory);
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0)
