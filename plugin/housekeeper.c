@@ -198,7 +198,8 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
         .budget_percent = st->cfg.probe_budget_percent * (zone ? PRESSURE_BUDGET_FACTOR : 1.0),
         .memory_limit_cfg = st->cfg.memory_limit_bytes,
     };
-    if (need_estimate)
+    /* A periodic decision wants a fresh estimate, unless nothing ran since the last one. */
+    if (need_estimate && (active || st->last_heap_ms == 0))
         want.heap_max_age_ns = 0;
     else if (active)
         want.heap_max_age_ns = zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS;
