@@ -9,7 +9,6 @@ b=${1:-build}
 runs=${RUNS:-5}
 jemalloc=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2
 [ -e $jemalloc ] || { [ "$(id -u)" = 0 ] && apt-get install -y -qq libjemalloc2 >/dev/null; }
-export MEMTRIM_QUIET_LOG=1
 median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
 
 echo "## probe and trim costs"
