@@ -75,8 +75,14 @@ static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
 
 /* ---- the store ---------------------------------------------------------- */
 
+/*
+ * A store failure: report it, back off, and keep going without the store.
+ * After a failed write the writer has rolled its batch back and stays usable,
+ * so it is kept when the cause is passing (locked, disk full); otherwise it is
+ * closed and reopened after the back-off.
+ */
 static void store_failed(struct memtrim *mt, struct hk_state *st, int64_t now, const char *what,
-                         char *err)
+                         int rc, char *err)
 {
     char reason[256];
     snprintf(reason, sizeof(reason), "database %s: %s", what, err ? err : "unknown error");
@@ -89,33 +95,40 @@ static void store_failed(struct memtrim *mt, struct hk_state *st, int64_t now, c
     pthread_mutex_unlock(&mt->hk_lock);
     atomic_store(&mt->db_available, 0);
     mt_set_health(mt, "retrying", reason);
-    db_writer_close(st->db);
-    st->db = NULL;
+    if (rc != -EBUSY && rc != -ENOSPC) {
+        db_writer_close(st->db);
+        st->db = NULL;
+    }
     st->db_retry_delay = st->db_retry_delay ? st->db_retry_delay * 2 : DB_RETRY_MIN_NS;
     if (st->db_retry_delay > DB_RETRY_MAX_NS)
         st->db_retry_delay = DB_RETRY_MAX_NS;
     st->db_retry_at = now + st->db_retry_delay;
 }
 
-static int store_open(struct memtrim *mt, struct hk_state *st, int64_t now)
+static void store_recovered(struct memtrim *mt, struct hk_state *st)
 {
-    char *err = NULL;
-    if (st->db)
-        return 0;
-    if (now < st->db_retry_at)
-        return -EAGAIN;
-    int rc = db_writer_open(mt->db_path, &st->db, &err);
-    if (rc) {
-        st->db = NULL;
-        store_failed(mt, st, now, "cannot be opened", err);
-        return rc;
-    }
     if (st->db_error[0])
         mt_log(MT_LOG_INFO, "store", "database %s is available again", mt->db_path);
     st->db_error[0] = '\0';
     st->db_retry_delay = 0;
     atomic_store(&mt->db_available, 1);
     mt_set_health(mt, "ok", "");
+}
+
+static int store_open(struct memtrim *mt, struct hk_state *st, int64_t now)
+{
+    char *err = NULL;
+    if (now < st->db_retry_at)
+        return -EAGAIN;
+    if (st->db)
+        return 0; /* open, or kept open through a passing failure: try again */
+    int rc = db_writer_open(mt->db_path, &st->db, &err);
+    if (rc) {
+        st->db = NULL;
+        store_failed(mt, st, now, "cannot be opened", rc, err);
+        return rc;
+    }
+    store_recovered(mt, st);
     return 0;
 }
 
@@ -139,9 +152,11 @@ static void store_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         rc = db_writer_flush(st->db, &err);
     if (rc) {
         trim_requeue(&mt->trims, batch, n); /* nothing committed: keep them for later */
-        store_failed(mt, st, now, "write failed", err);
+        store_failed(mt, st, now, "write failed", rc, err);
         return;
     }
+    if (st->db_error[0])
+        store_recovered(mt, st);
     if (sample) {
         pthread_mutex_lock(&mt->hk_lock);
         mt->hk.samples_stored++;
@@ -152,7 +167,7 @@ static void store_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         int64_t cutoff = mt_now_ms() - (int64_t)(st->cfg.retention_hours * 3600.0 * 1000.0);
         rc = db_writer_retention(st->db, cutoff, RETENTION_BATCH, &deleted, &err);
         if (rc)
-            store_failed(mt, st, now, "retention failed", err);
+            store_failed(mt, st, now, "retention failed", rc, err);
         /* More to delete: come back next tick rather than hold the writer. */
         st->next_retention = deleted >= RETENTION_BATCH ? now : now + RETENTION_EVERY_NS;
     }

@@ -1,0 +1,230 @@
+/*
+ * test_store_faults.c - a running instance whose store fails: a directory
+ * that cannot hold it, a read-only file system, a file of garbage, a
+ * database locked by another connection, a full disk. In each case memtrim
+ * goes on serving (HTTP answers, trims run), /healthz says "degraded" with the
+ * reason, and where the cause passes the store comes back by itself.
+ * Mounts (read-only, full disk) need root; elsewhere those cases skip.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include "core.h"
+#include "harness.h"
+
+static char dir[64];
+
+static double now_s(void)
+{
+    return (double)mt_mono_ns() / 1e9;
+}
+
+#define WAIT_FOR(cond, seconds)                                                                    \
+    do {                                                                                           \
+        double until_ = now_s() + (seconds);                                                       \
+        while (!(cond) && now_s() < until_)                                                        \
+            usleep(20000);                                                                         \
+    } while (0)
+
+/* GET /healthz over loopback; the body into buf. Returns the status or -1. */
+static int healthz(int port, char *buf, size_t size)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0), status = -1;
+    const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    size_t got = 0;
+    ssize_t n;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    buf[0] = 0;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1))
+        goto out;
+    while (got < size - 1 && (n = read(fd, buf + got, size - 1 - got)) > 0)
+        got += (size_t)n;
+    buf[got] = 0;
+    if (got > 12)
+        status = atoi(buf + 9);
+out:
+    if (fd >= 0)
+        close(fd);
+    return status;
+}
+
+static int degraded(struct memtrim *mt)
+{
+    struct mt_health h;
+    mt_health_get(mt, &h);
+    return h.degraded;
+}
+
+static struct memtrim *start_with(const char *db)
+{
+    char json[512];
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    snprintf(json, sizeof(json),
+             "{\"HttpPort\": 0, \"Database\": \"%s\", \"SampleIntervalSeconds\": 0.25,"
+             " \"TrimIntervalSeconds\": 0}",
+             db);
+    int rc = mt_create(json, &mt, &err);
+    CHECK_MSG(rc == 0 && mt, "start with %s: %d %s", db, rc, err ? err : "");
+    free(err);
+    return mt;
+}
+
+/* The instance serves and trims while its store is down, and says why. */
+static void check_serving_degraded(struct memtrim *mt, const char *reason_part)
+{
+    char body[2048];
+    struct mt_health h;
+    struct mt_trim_result r;
+    int64_t retry;
+    WAIT_FOR(degraded(mt), 3);
+    mt_health_get(mt, &h);
+    CHECK_MSG(h.degraded, "not degraded (db %s)", h.db_state);
+    CHECK_CONTAINS(h.reason, reason_part);
+    CHECK_EQ_INT(healthz(mt_http_port(mt), body, sizeof(body)), 200);
+    CHECK_CONTAINS(body, "\"degraded\"");
+    CHECK_EQ_INT(mt_trim_manual(mt, -1, &r, &retry), 0);
+    CHECK(r.duration_ns > 0);
+}
+
+static void test_unusable_directory(void)
+{
+    char file[128], db[160];
+    snprintf(file, sizeof(file), "%s/not-a-dir", dir);
+    close(open(file, O_CREAT | O_WRONLY, 0644));
+    snprintf(db, sizeof(db), "%s/memtrim.sqlite", file);
+    struct memtrim *mt = start_with(db);
+    if (!mt)
+        return;
+    check_serving_degraded(mt, "cannot be opened");
+    mt_destroy(mt);
+}
+
+static void test_garbage_file(void)
+{
+    char db[128];
+    snprintf(db, sizeof(db), "%s/garbage.sqlite", dir);
+    FILE *f = fopen(db, "w");
+    for (int i = 0; i < 4096; i++)
+        fputc("not a database "[i % 15], f);
+    fclose(f);
+    struct memtrim *mt = start_with(db);
+    if (!mt)
+        return;
+    check_serving_degraded(mt, "cannot be opened");
+    mt_destroy(mt);
+    /* and the file is left as it was: nobody's data is overwritten */
+    struct stat st;
+    CHECK(stat(db, &st) == 0 && st.st_size == 4096);
+}
+
+static void test_locked_then_released(void)
+{
+    char db[128];
+    sqlite3 *other;
+    snprintf(db, sizeof(db), "%s/locked.sqlite", dir);
+    struct memtrim *mt = start_with(db);
+    if (!mt)
+        return;
+    WAIT_FOR(mt_db_available(mt), 3);
+    CHECK(mt_db_available(mt));
+    CHECK_EQ_INT(sqlite3_open(db, &other), SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_exec(other, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    check_serving_degraded(mt, "write failed");
+    sqlite3_exec(other, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(other);
+    WAIT_FOR(!degraded(mt), 5); /* back-off is 1 s, then 2 s ... */
+    CHECK_MSG(!degraded(mt), "still degraded after the lock was released");
+    struct mt_counters k;
+    mt_counters_get(mt, &k);
+    CHECK(k.store_errors >= 1);
+    mt_destroy(mt);
+    /* The trim made while locked was kept and written afterwards. */
+    CHECK_EQ_INT(sqlite3_open(db, &other), SQLITE_OK);
+    sqlite3_stmt *q;
+    sqlite3_prepare_v2(other, "SELECT count(*) FROM trims", -1, &q, NULL);
+    CHECK(sqlite3_step(q) == SQLITE_ROW && sqlite3_column_int(q, 0) >= 1);
+    sqlite3_finalize(q);
+    sqlite3_close(other);
+}
+
+static int mount_tmpfs(const char *where, const char *opts, unsigned long flags)
+{
+    mkdir(where, 0755);
+    return mount("tmpfs", where, "tmpfs", flags, opts);
+}
+
+static void test_read_only(void)
+{
+    char mnt[128], db[160];
+    if (geteuid() != 0)
+        SKIP("not root: cannot mount a read-only file system");
+    snprintf(mnt, sizeof(mnt), "%s/ro", dir);
+    CHECK_EQ_INT(mount_tmpfs(mnt, "size=1m", MS_RDONLY), 0);
+    snprintf(db, sizeof(db), "%s/memtrim.sqlite", mnt);
+    struct memtrim *mt = start_with(db);
+    if (mt) {
+        check_serving_degraded(mt, "Read-only file system");
+        mt_destroy(mt);
+    }
+    umount(mnt);
+}
+
+static void test_disk_full_then_freed(void)
+{
+    char mnt[128], db[160], filler[160];
+    if (geteuid() != 0)
+        SKIP("not root: cannot mount a small file system");
+    snprintf(mnt, sizeof(mnt), "%s/small", dir);
+    CHECK_EQ_INT(mount_tmpfs(mnt, "size=512k", 0), 0);
+    snprintf(db, sizeof(db), "%s/memtrim.sqlite", mnt);
+    struct memtrim *mt = start_with(db);
+    if (!mt) {
+        umount(mnt);
+        return;
+    }
+    WAIT_FOR(mt_db_available(mt), 3);
+    CHECK(mt_db_available(mt));
+    /* Fill the disk to the last byte. */
+    snprintf(filler, sizeof(filler), "%s/filler", mnt);
+    int fd = open(filler, O_CREAT | O_WRONLY, 0644);
+    char block[4096];
+    memset(block, 'x', sizeof(block));
+    while (write(fd, block, sizeof(block)) > 0)
+        ;
+    close(fd);
+    check_serving_degraded(mt, "database");
+    unlink(filler);
+    WAIT_FOR(!degraded(mt), 8);
+    CHECK_MSG(!degraded(mt), "still degraded after space was freed");
+    mt_destroy(mt);
+    umount(mnt);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/memtrim-store-faults-XXXXXX");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    RUN(test_unusable_directory);
+    RUN(test_garbage_file);
+    RUN(test_locked_then_released);
+    RUN(test_read_only);
+    RUN(test_disk_full_then_freed);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+    return harness_end();
+}
