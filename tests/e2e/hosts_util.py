@@ -1,0 +1,272 @@
+"""Helpers for the tests that load memtrim into real hosts (Debian's Orthanc,
+unmodified programs through LD_PRELOAD, a memory cgroup): free loopback
+ports, processes that are always stopped, RSS readings, log scraping and
+memory cgroups (v1 memory.limit_in_bytes or v2 memory.max).
+
+The build to test is MEMTRIM_BUILD_DIR (default: <repo>/build).
+"""
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
+API_LINE = re.compile(r"memtrim/core: memtrim \S+ started; API on http://[^:]+:(\d+)/")
+
+
+def build_file(name):
+    path = BUILD / name
+    if not path.exists():
+        raise RuntimeError(f"no {name} in {BUILD} (build first, or set MEMTRIM_BUILD_DIR)")
+    return path
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_bytes(pid):
+    """VmRSS of a process, in bytes (None when it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def pid_alive(pid):
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def wait_for(predicate, timeout, what, interval=0.05):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def http_ok(url):
+    try:
+        return requests.get(url, timeout=2).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+class Proc:
+    """A process with its output in a log file, stopped by stop() (SIGTERM,
+    then SIGKILL after `grace` seconds) whatever happens in the test."""
+
+    def __init__(self, args, log_path, env=None, cwd=None, **kw):
+        self.args = [str(a) for a in args]
+        self.log_path = Path(log_path)
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=env, cwd=cwd, **kw)
+        self.pid = self.proc.pid
+        self.killed = False
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def running(self):
+        return self.proc.poll() is None
+
+    def wait(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.args[0]} did not exit within {timeout} s; killed")
+
+    def api_port(self, timeout=20):
+        """The port memtrim logged ("... started; API on http://127.0.0.1:PORT/")."""
+        def find():
+            if not self.running():
+                raise AssertionError(f"{self.args[0]} exited {self.proc.returncode}:\n"
+                                     f"{self.output()[-3000:]}")
+            m = API_LINE.search(self.output())
+            return int(m.group(1)) if m else None
+        return wait_for(find, timeout, "memtrim's API line in the log")
+
+    def send(self, sig):
+        if self.running():
+            self.proc.send_signal(sig)
+
+    def kill(self):
+        if self.running():
+            self.proc.kill()
+            self.killed = True
+        self.proc.wait()
+
+    def stop(self, sig=signal.SIGTERM, grace=20):
+        """Signal, wait; returns the exit code (kills after grace seconds)."""
+        if self.running():
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if not self.log.closed:
+            self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def procs():
+    """Factory: procs(args, log_path, **popen) -> Proc; every one is stopped
+    (SIGTERM, then SIGKILL) when the test ends, and extra pids registered
+    with procs.adopt(pid) are killed."""
+    started, adopted = [], []
+
+    def start(args, log_path, **kw):
+        p = Proc(args, log_path, **kw)
+        started.append(p)
+        return p
+
+    start.adopt = adopted.append
+    yield start
+    for p in started:
+        p.stop(grace=10)
+    for pid in adopted:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def preload_env(config, extra=None):
+    """The environment of a program that preloads libmemtrim.so with config
+    (a dict, or a string: inline JSON or a file path)."""
+    import json
+    env = os.environ.copy()
+    env.pop("MEMTRIM_LIB", None)
+    env["LD_PRELOAD"] = str(build_file("libmemtrim.so"))
+    env["MEMTRIM_CONFIG"] = config if isinstance(config, str) else json.dumps(config)
+    env.update(extra or {})
+    return env
+
+
+# ---- memory cgroups -------------------------------------------------------
+
+class Cgroup:
+    """A memory cgroup with a limit, created as root under cgroup v1
+    (/sys/fs/cgroup/memory) or v2 (/sys/fs/cgroup with the memory controller).
+    wrap(args) runs a command inside it."""
+
+    V1 = Path("/sys/fs/cgroup/memory")
+    V2 = Path("/sys/fs/cgroup")
+
+    def __init__(self, name, limit_bytes):
+        self.version, self.path = self._create(name)
+        self.limit = limit_bytes
+        if self.version == 1:
+            (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
+            memsw = self.path / "memory.memsw.limit_in_bytes"
+            if memsw.exists():  # swap must not hide the kill
+                memsw.write_text(str(limit_bytes))
+        else:
+            (self.path / "memory.max").write_text(str(limit_bytes))
+            swap = self.path / "memory.swap.max"
+            if swap.exists():
+                swap.write_text("0")
+
+    @classmethod
+    def unavailable(cls):
+        """Why a memory cgroup cannot be made here, or None when it can."""
+        if os.geteuid() != 0:
+            return "creating a memory cgroup needs root"
+        if (cls.V1 / "memory.limit_in_bytes").exists():
+            return None
+        controllers = cls.V2 / "cgroup.controllers"
+        if controllers.exists() and "memory" in controllers.read_text().split():
+            return None
+        return "no memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor v2 memory)"
+
+    def _create(self, name):
+        if (self.V1 / "memory.limit_in_bytes").exists():
+            path = self.V1 / name
+            path.mkdir()
+            return 1, path
+        parent = self.V2
+        subtree = parent / "cgroup.subtree_control"
+        if "memory" not in subtree.read_text().split():
+            subtree.write_text("+memory")
+        path = parent / name
+        path.mkdir()
+        return 2, path
+
+    def wrap(self, args):
+        """args run inside the cgroup: a shell puts itself in, then execs them."""
+        procs = self.path / "cgroup.procs"
+        return ["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "memtrim-cgroup"] + \
+            [str(a) for a in args]
+
+    def peak_bytes(self):
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        f = self.path / name
+        return int(f.read_text()) if f.exists() else None
+
+    def oom_kills(self):
+        f = self.path / ("memory.oom_control" if self.version == 1 else "memory.events")
+        for line in f.read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+        return None
+
+    def remove(self):
+        """Kill what is left inside, then remove the directory."""
+        for _ in range(50):
+            pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.1)
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.path.rmdir()
+
+
+@pytest.fixture
+def cgroup():
+    """Factory: cgroup(limit_bytes) -> Cgroup, removed at the end; skips
+    with the reason when no memory cgroup can be created here."""
+    why = Cgroup.unavailable()
+    if why:
+        pytest.skip(why)
+    made = []
+
+    def make(limit_bytes):
+        cg = Cgroup(f"memtrim-test-{os.getpid()}-{len(made)}", limit_bytes)
+        made.append(cg)
+        return cg
+
+    yield make
+    for cg in made:
+        cg.remove()
