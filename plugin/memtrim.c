@@ -129,7 +129,15 @@ fail_running:
 fail:
     if (!e)
         e = errdup("start failed: %s", strerror(-rc));
-    mt_log(MT_LOG_ERROR, "core", "%s", e);
+    /* A message that already names its module is logged as that module's. */
+    if (strncmp(e, "memtrim/", 8) == 0 && strchr(e, ':')) {
+        char module[32];
+        const char *colon = strchr(e, ':');
+        snprintf(module, sizeof(module), "%.*s", (int)(colon - e - 8), e + 8);
+        mt_log(MT_LOG_ERROR, module, "%s", colon[1] == ' ' ? colon + 2 : colon + 1);
+    } else {
+        mt_log(MT_LOG_ERROR, "core", "%s", e);
+    }
     if (err)
         *err = e;
     else
