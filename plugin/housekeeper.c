@@ -206,7 +206,9 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
                     struct mt_snapshot *snap)
 {
     int64_t proc = probe_process_cpu_ns(), own = thread_cpu_ns();
-    int active = proc < 0 || (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;
+    /* CPU the host used since the last heap reading (ours aside): an idle host frees nothing. */
+    int active = proc < 0 || st->last_proc_cpu < 0 ||
+                 (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;
     struct snapshot_want want = {
         .cheap_max_age_ns = zone ? TICK_NS / 2 : SEC,
         .heap_max_age_ns = INT64_MAX,
@@ -221,7 +223,9 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
     snapshot_get(&mt->cache, &want, snap);
     if (snap->heap.timestamp_ms != st->last_heap_ms) { /* a new reading, by anyone */
         st->last_heap_ms = snap->heap.timestamp_ms;
-        st->last_proc_cpu = proc;
+        /* The host's CPU when the reading was taken, not when we noticed it:
+         * frees between the two must still count as activity. */
+        st->last_proc_cpu = snap->heap.process_cpu_ns;
         st->last_own_cpu = own;
     }
     st->limit = snap->memory_limit_bytes;
@@ -328,7 +332,7 @@ static void *housekeeper_main(void *arg)
         return NULL;
     }
     st->last_burst = st->last_pressure = st->last_pressure_skip = -(int64_t)3600 * SEC;
-    st->last_proc_cpu = -(int64_t)3600 * SEC;
+    st->last_proc_cpu = -1;
 
     pthread_mutex_lock(&mt->hk_lock);
     while (!mt->hk_stop) {

@@ -225,6 +225,7 @@ static int count_arenas(void)
 
 void probe_heap(struct mt_heap *out, int want_arenas)
 {
+    int64_t cpu = probe_process_cpu_ns(); /* before the clock starts: not mallinfo2's cost */
     int64_t t0 = mt_mono_ns();
     struct mallinfo2 mi = mallinfo2();
     int64_t t1 = mt_mono_ns();
@@ -245,4 +246,5 @@ void probe_heap(struct mt_heap *out, int want_arenas)
     out->heap_mmapped_bytes = mi.hblkhd;
     out->arena_count = want_arenas ? count_arenas() : -1;
     out->duration_ns = (want_arenas ? mt_mono_ns() : t1) - t0;
+    out->process_cpu_ns = cpu;
 }

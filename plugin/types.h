@@ -43,6 +43,7 @@ struct mt_heap {
     uint64_t heap_mmapped_bytes; /* hblkhd */
     int arena_count;             /* -1 unknown */
     int64_t duration_ns;         /* what mallinfo2 cost */
+    int64_t process_cpu_ns;      /* the process's CPU time when taken (-1 unknown) */
 };
 
 /* What /memory/stats shows and what a stored sample holds. */
