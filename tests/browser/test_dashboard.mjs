@@ -1,0 +1,378 @@
+// The dashboard (api/dashboard.html, served at /) in Debian's chromium driven by
+// playwright-core, against real demo hosts; and the Prometheus/Grafana kit in
+// examples/ checked against the /metrics those hosts export.
+//   MEMTRIM_BUILD_DIR            where memtrim-demo is (default: build/)
+//   MEMTRIM_UPDATE_SCREENSHOT=1  also copy the desktop screenshot to docs/dashboard.png
+// Screenshots go to tests/artifacts/. Prints "N passed, N failed"; exits 1 on failure.
+import { chromium } from 'playwright-core';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const buildDir = process.env.MEMTRIM_BUILD_DIR || path.join(root, 'build');
+const demoBin = path.join(buildDir, 'memtrim-demo');
+const artifacts = path.join(root, 'tests/artifacts');
+const OVERALL_TIMEOUT_MS = 240e3;
+const TOKEN = 's3cret-token';
+const GiB = 1024 ** 3;
+
+let passed = 0;
+let failed = 0;
+const demos = [];
+let browser = null;
+
+async function check(name, fn) {
+  const t0 = Date.now();
+  try {
+    await fn();
+    passed++;
+    console.log(`ok   ${name} (${((Date.now() - t0) / 1e3).toFixed(1)} s)`);
+  } catch (e) {
+    failed++;
+    console.log(`FAIL ${name}: ${e && e.message ? e.message.split('\n')[0] : e}`);
+  }
+}
+function assert(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/* ---------- demo hosts ---------- */
+async function startDemo(name, config) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `memtrim-browser-${name}-`));
+  const portFile = path.join(dir, 'port');
+  const log = fs.openSync(path.join(dir, 'demo.log'), 'w');
+  const cfg = { HttpPort: 0, Database: path.join(dir, 'm.sqlite'), SampleIntervalSeconds: 1, ...config };
+  const proc = spawn(demoBin, ['--config', JSON.stringify(cfg), '--port-file', portFile,
+    '--workers', '4', '--study-mb', '64', '--pause-ms', '500'], { stdio: ['ignore', log, log] });
+  const demo = { name, dir, proc, exited: false, started: Date.now() };
+  proc.on('exit', () => { demo.exited = true; });
+  demos.push(demo);
+  for (let i = 0; i < 100; i++) {
+    const port = fs.existsSync(portFile) ? fs.readFileSync(portFile, 'utf8').trim() : '';
+    if (port) {
+      demo.base = `http://127.0.0.1:${port}/`;
+      return demo;
+    }
+    if (demo.exited) break;
+    await sleep(100);
+  }
+  throw new Error(`demo host ${name} did not start: ${fs.readFileSync(path.join(dir, 'demo.log'), 'utf8')}`);
+}
+async function stopDemo(demo, signal = 'SIGTERM') {
+  if (demo.exited) return;
+  demo.proc.kill(signal);
+  for (let i = 0; i < 50 && !demo.exited; i++) await sleep(100);
+  if (!demo.exited) demo.proc.kill('SIGKILL');
+}
+async function getJson(demo, p) {
+  const r = await fetch(demo.base + p, { cache: 'no-store' });
+  return r.json();
+}
+
+/* ---------- the page ---------- */
+// Console errors of a page; `allowStatus` lists HTTP statuses the test provokes on purpose.
+function watchConsole(page, allowStatus = []) {
+  const errors = [];
+  page.on('console', (msg) => {
+    if (msg.type() !== 'error') return;
+    const text = msg.text();
+    const m = /status of (\d+)/.exec(text);
+    if (m && allowStatus.includes(Number(m[1]))) return;
+    errors.push(text);
+  });
+  page.on('pageerror', (e) => errors.push('uncaught: ' + e.message));
+  return errors;
+}
+const cardValue = (page, metric) =>
+  page.$eval(`.card[data-metric="${metric}"] .value`, (e) => e.dataset.value);
+
+async function checkDesktop(demo, ctx) {
+  const page = await ctx.newPage();
+  const errors = watchConsole(page);
+  await page.goto(demo.base, { waitUntil: 'load' });
+
+  await check('page loads and shows the stats', async () => {
+    await page.waitForSelector('#cards[data-timestamp]', { timeout: 10e3 });
+    assert(await page.title() === 'memtrim', 'title is ' + await page.title());
+    assert(await page.$eval('body', (b) => b.dataset.api) === 'ok', 'body[data-api] is not ok');
+  });
+
+  await check('numbers equal /memory/stats of the same snapshot', async () => {
+    // The API serves one shared snapshot (StatsMaxAgeMs): right after the page has
+    // shown a new one, a fetch gets the same snapshot, so the numbers must be exact.
+    const fields = ['rss_bytes', 'heap_in_use_bytes', 'heap_free_bytes', 'heap_mmapped_bytes',
+      'fragmentation_ratio', 'memory_limit_bytes'];
+    let compared = 0;
+    for (let attempt = 0; attempt < 20 && compared < 2; attempt++) {
+      const before = await page.$eval('#cards', (e) => e.dataset.timestamp);
+      await page.waitForFunction((b) => document.querySelector('#cards').dataset.timestamp !== b,
+        before, { timeout: 6e3, polling: 20 });
+      const s = await getJson(demo, 'memory/stats');
+      const shown = await page.$eval('#cards', (e) => ({ ts: e.dataset.timestamp, hts: e.dataset.heapTimestamp }));
+      if (String(s.timestamp_ms) !== shown.ts || String(s.heap_timestamp_ms ?? '') !== shown.hts) continue;
+      for (const f of fields) {
+        const v = await cardValue(page, f);
+        assert(v === String(s[f] ?? ''), `${f}: page shows ${v}, /memory/stats says ${s[f]}`);
+      }
+      compared++;
+    }
+    assert(compared >= 2, `the page and /memory/stats never showed the same snapshot (${compared} matches)`);
+    // Formatted text agrees with the exact value (MiB/GiB, 3 significant digits).
+    const rss = await page.$eval('.card[data-metric="rss_bytes"] .value',
+      (e) => ({ v: Number(e.dataset.value), text: e.textContent, title: e.title }));
+    const m = /^([\d.]+) (KiB|MiB|GiB)$/.exec(rss.text);
+    assert(m, 'RSS is shown as ' + rss.text);
+    const scale = { KiB: 1024, MiB: 1024 ** 2, GiB: GiB }[m[2]];
+    assert(Math.abs(Number(m[1]) * scale - rss.v) / rss.v < 0.01, `RSS text ${rss.text} vs ${rss.v}`);
+    assert(rss.title.replace(/,/g, '').startsWith(String(rss.v)), 'RSS title is ' + rss.title);
+    assert(!(await page.$eval('.card[data-metric="memory_limit_bytes"]', (e) => e.hidden)),
+      'the memory-limit card is hidden although a limit is configured');
+  });
+
+  await check('the chart draws RSS and heap series with points', async () => {
+    await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) >= 12,
+      null, { timeout: 20e3 });
+    const paths = await page.$$eval('#chart path.ln', (ps) => ps.map((p) => ({
+      metric: p.dataset.metric, segments: (p.getAttribute('d').match(/[ML]/g) || []).length })));
+    for (const metric of ['rss_bytes', 'heap_in_use_bytes', 'heap_free_bytes']) {
+      const p = paths.find((x) => x.metric === metric);
+      assert(p && p.segments >= 3, `${metric} line has ${p ? p.segments : 0} points`);
+    }
+    assert(await page.$$eval('#chart .axis text', (t) => t.length) >= 4, 'no axis labels');
+  });
+
+  await check('the window selector reloads the chart', async () => {
+    await page.click('#windows button[data-window="1h"]');
+    assert(await page.$eval('#windows button[data-window="1h"]', (b) => b.getAttribute('aria-pressed')) === 'true',
+      '1 h is not selected');
+    await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) >= 3,
+      null, { timeout: 10e3 });
+    await page.click('#windows button[data-window="15m"]');
+    await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) >= 12,
+      null, { timeout: 10e3 });
+  });
+
+  await check('"Trim now" shows the result and adds a row to the trims table', async () => {
+    await page.waitForSelector('#trims tbody', { state: 'attached' });
+    const before = await page.$$eval('#trims tbody tr', (rows) => rows.map((r) => r.dataset.id));
+    await page.click('#trim-btn');
+    await page.waitForSelector('#trimbox[data-state="ok"]', { timeout: 10e3 });
+    const text = await page.textContent('#trim-result');
+    assert(/^Released .* in .*RSS/.test(text), 'trim result reads: ' + text);
+    const released = Number(await page.$eval('#trim-result', (e) => e.dataset.released));
+    const row = await page.waitForFunction((ids) => {
+      const r = [...document.querySelectorAll('#trims tbody tr[data-trigger="manual"]')]
+        .find((tr) => !ids.includes(tr.dataset.id));
+      return r ? { id: r.dataset.id, released: r.children[3].dataset.value } : null;
+    }, before, { timeout: 10e3 });
+    const got = await row.jsonValue();
+    const api = await getJson(demo, 'memory/trims?trigger=manual&limit=1');
+    assert(String(api.trims[0].id) === got.id, `new row ${got.id}, API's last manual trim ${api.trims[0].id}`);
+    assert(Number(got.released) === released && api.trims[0].released_bytes === released,
+      `released: result ${released}, row ${got.released}, API ${api.trims[0].released_bytes}`);
+    await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.trims) >= 1,
+      null, { timeout: 15e3 });
+  });
+
+  await check('the probe cost is shown from /memory/stats and /metrics', async () => {
+    await page.waitForFunction(() => document.querySelector('#probe dd[data-key="heap_probes_total"]').dataset.value,
+      null, { timeout: 15e3 });
+    const calls = Number(await page.$eval('#probe dd[data-key="heap_probes_total"]', (e) => e.dataset.value));
+    assert(calls > 0, 'mallinfo2 calls: ' + calls);
+    const last = await page.$eval('#probe dd[data-key="heap_probe_duration_seconds"]', (e) => e.textContent);
+    assert(/(µs|ms)$/.test(last), 'last mallinfo2 call shows ' + last);
+  });
+
+  // Let the host run a while so that the screenshot shows a few sawtooth cycles.
+  const wait = 50e3 - (Date.now() - demo.started);
+  if (wait > 0) await sleep(wait);
+  await page.click('#windows button[data-window="15m"]');
+  await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) >= 30,
+    null, { timeout: 20e3 }).catch(() => {});
+  await page.mouse.move(0, 0);
+  const shot = path.join(artifacts, 'dashboard-1280.png');
+  await page.screenshot({ path: shot, fullPage: true });
+  if (process.env.MEMTRIM_UPDATE_SCREENSHOT === '1') fs.copyFileSync(shot, path.join(root, 'docs/dashboard.png'));
+
+  await check('no console errors while the API answers', async () => {
+    assert(errors.length === 0, errors.join(' | '));
+  });
+  return page;
+}
+
+async function checkPhone(demo) {
+  const ctx = await browser.newContext({ viewport: { width: 375, height: 812 }, deviceScaleFactor: 2,
+    isMobile: true, hasTouch: true });
+  try {
+    const page = await ctx.newPage();
+    const errors = watchConsole(page);
+    await page.goto(demo.base);
+    await check('phone width (375 px): no horizontal overflow', async () => {
+      await page.waitForSelector('#cards[data-timestamp]', { timeout: 10e3 });
+      await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) > 0,
+        null, { timeout: 15e3 });
+      await page.waitForSelector('#trims tbody tr', { timeout: 10e3 });
+      const w = await page.evaluate(() => ({ scroll: document.documentElement.scrollWidth, inner: innerWidth }));
+      assert(w.scroll <= w.inner, `scrollWidth ${w.scroll} > innerWidth ${w.inner}`);
+      const overflowing = await page.evaluate(() => [...document.querySelectorAll('main *')]
+        .filter((e) => e.getBoundingClientRect().right > innerWidth + 0.5 && e.closest('[hidden]') === null)
+        .map((e) => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className).slice(0, 3));
+      assert(overflowing.length === 0, 'elements past the right edge: ' + overflowing.join(', '));
+      await page.screenshot({ path: path.join(artifacts, 'dashboard-375.png'), fullPage: true });
+      assert(errors.length === 0, errors.join(' | '));
+    });
+  } finally {
+    await ctx.close();
+  }
+}
+
+// A host with a token, a store that cannot open (degraded) and a long manual-trim interval.
+async function checkAuthAndDegraded() {
+  const demo = await startDemo('auth', { AuthToken: TOKEN, ManualTrimMinIntervalMs: 60000,
+    Database: '/nonexistent-memtrim-dir/m.sqlite' });
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await ctx.newPage();
+    const errors = watchConsole(page, [401, 429, 503]);
+    await page.goto(demo.base);
+    await check('degraded /healthz shows a banner with the reason', async () => {
+      await page.waitForSelector('#banner-degraded:not([hidden])', { timeout: 10e3 });
+      const text = await page.textContent('#banner-degraded');
+      assert(/degraded/.test(text) && /database cannot be opened/.test(text), 'banner: ' + text);
+      assert(await page.$eval('#status', (e) => e.textContent) === 'degraded', 'status pill is not degraded');
+    });
+    await check('"Trim now" asks for the token on 401, retries with it and keeps it', async () => {
+      await page.click('#trim-btn');
+      await page.waitForSelector('#token-form:not([hidden])', { timeout: 10e3 });
+      await page.fill('#token-input', TOKEN);
+      await page.click('#token-form button[type="submit"]');
+      await page.waitForSelector('#trimbox[data-state="ok"]', { timeout: 10e3 });
+      assert(/^Released /.test(await page.textContent('#trim-result')), 'no trim result');
+      assert(await page.evaluate(() => sessionStorage.getItem('memtrim.token')) === TOKEN, 'token not kept');
+    });
+    await check('a second trim within ManualTrimMinIntervalMs says "try again in N s"', async () => {
+      await page.waitForFunction(() => !document.querySelector('#trim-btn').disabled);
+      await page.click('#trim-btn');
+      await page.waitForSelector('#trimbox[data-state="warn"]', { timeout: 10e3 });
+      const text = await page.textContent('#trim-result');
+      const m = /try again in (\d+) s/.exec(text);
+      assert(m && Number(m[1]) > 50 && Number(m[1]) <= 60, 'result reads: ' + text);
+      assert(await page.$eval('#trim-btn', (b) => b.disabled), 'button not disabled while waiting');
+      assert(errors.length === 0, errors.join(' | '));
+    });
+  } finally {
+    await ctx.close();
+    await stopDemo(demo);
+  }
+}
+
+async function checkUnreachable(demo, page) {
+  await check('stopping the host shows the "unreachable" banner', async () => {
+    await stopDemo(demo);
+    assert(demo.exited, 'the demo host did not stop');
+    await page.waitForSelector('#banner-unreachable:not([hidden])', { timeout: 10e3 });
+    const text = await page.textContent('#banner-unreachable');
+    assert(/unreachable/.test(text), 'banner: ' + text);
+    assert(await page.$eval('body', (b) => b.dataset.api) === 'unreachable', 'body[data-api] is not unreachable');
+    await page.screenshot({ path: path.join(artifacts, 'dashboard-unreachable.png') });
+  });
+}
+
+/* ---------- the Prometheus/Grafana kit ---------- */
+function exprsOf(node, out = []) {
+  if (Array.isArray(node)) node.forEach((n) => exprsOf(n, out));
+  else if (node && typeof node === 'object') {
+    for (const [k, v] of Object.entries(node)) {
+      if ((k === 'expr' || k === 'query' || k === 'definition') && typeof v === 'string') out.push(v);
+      else exprsOf(v, out);
+    }
+  }
+  return out;
+}
+async function checkGrafana(demo) {
+  const exported = new Set();
+  const text = await (await fetch(demo.base + 'metrics')).text();
+  for (const line of text.split('\n')) {
+    const m = /^# TYPE (\S+) (\S+)/.exec(line) || /^([a-zA-Z_:][\w:]*)/.exec(line);
+    if (!m || line.startsWith('# HELP')) continue;
+    exported.add(m[1]);
+    if (m[2] === 'histogram') ['_bucket', '_sum', '_count'].forEach((s) => exported.add(m[1] + s));
+  }
+  const file = path.join(root, 'examples/grafana-dashboard.json');
+  let dash = null;
+  await check('examples/grafana-dashboard.json is valid JSON with panels', async () => {
+    dash = JSON.parse(fs.readFileSync(file, 'utf8'));
+    assert(Array.isArray(dash.panels) && dash.panels.length >= 5, 'fewer than 5 panels');
+    for (const p of dash.panels.filter((x) => x.type !== 'row'))
+      assert(p.targets && p.targets.length && p.targets.every((t) => t.expr), `panel "${p.title}" has no query`);
+  });
+  await check('every memtrim_* metric the Grafana dashboard queries is exported by /metrics', async () => {
+    assert(dash, 'no dashboard');
+    const exprs = exprsOf(dash);
+    const used = new Set(exprs.flatMap((e) => e.match(/\bmemtrim_\w+/g) || []));
+    assert(used.size >= 8, `only ${used.size} metrics used`);
+    const missing = [...used].filter((n) => !exported.has(n));
+    assert(missing.length === 0, 'not exported: ' + missing.join(', '));
+    const text = exprs.join('\n');
+    for (const need of ['histogram_quantile', 'memtrim_trim_duration_seconds_bucket', 'memtrim_trim_skips_total',
+      'memtrim_released_bytes_total', 'memtrim_heap_in_use_bytes', 'memtrim_rss_bytes'])
+      assert(text.includes(need), 'the dashboard does not use ' + need);
+  });
+  await check('promtool check config examples/prometheus.yml', async () => {
+    const r = spawnSync('promtool', ['check', 'config', path.join(root, 'examples/prometheus.yml')],
+      { encoding: 'utf8', timeout: 30e3 });
+    if (r.error && r.error.code === 'ENOENT') return console.log('     (promtool not installed: skipped)');
+    assert(r.status === 0, (r.stdout + r.stderr).trim());
+  });
+}
+
+/* ---------- main ---------- */
+async function main() {
+  fs.mkdirSync(artifacts, { recursive: true });
+  assert(fs.existsSync(demoBin), `${demoBin} is missing: build memtrim first`);
+  const demo = await startDemo('main', { MemoryLimitBytes: 2 * GiB });
+  browser = await chromium.launch({
+    executablePath: process.env.MEMTRIM_CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    timeout: 30e3,
+  });
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await checkDesktop(demo, ctx);
+  await checkPhone(demo);
+  await checkGrafana(demo);
+  await checkAuthAndDegraded();
+  await checkUnreachable(demo, page);
+}
+
+const overall = setTimeout(() => {
+  console.log(`FAIL overall timeout of ${OVERALL_TIMEOUT_MS / 1e3} s`);
+  failed++;
+  cleanup().finally(() => finish());
+}, OVERALL_TIMEOUT_MS);
+
+async function cleanup() {
+  for (const d of demos) if (!d.exited) d.proc.kill('SIGKILL');
+  if (browser) await browser.close().catch(() => {});
+  browser = null;
+}
+function finish() {
+  clearTimeout(overall);
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed === 0 && passed > 0 ? 0 : 1);
+}
+
+try {
+  await main();
+} catch (e) {
+  failed++;
+  console.log('FAIL ' + (e && e.stack ? e.stack : e));
+} finally {
+  for (const d of demos) await stopDemo(d);
+  await cleanup();
+  finish();
+}
