@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 #include <orthanc/OrthancCPlugin.h>
@@ -61,6 +62,21 @@ static void host_log(int level, const char *msg, void *arg)
 
 /* ---- configuration ------------------------------------------------------ */
 
+/* mkdir -p: Orthanc creates its index directory only after the plugins start. */
+static void host_mkdirs(const char *dir)
+{
+    char path[MT_CONFIG_STR_MAX];
+    snprintf(path, sizeof(path), "%s", dir);
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        mkdir(path, 0755);
+        *p = '/';
+    }
+    mkdir(path, 0755);
+}
+
 /*
  * Where the store goes when the section names none: beside Orthanc's index
  * (IndexDirectory, else StorageDirectory, else Orthanc's default
@@ -83,6 +99,7 @@ static int host_default_database(const cJSON *root, cJSON *section)
     }
     if ((size_t)snprintf(path, sizeof(path), "%s/memtrim.sqlite", dir) >= sizeof(path))
         return -ENAMETOOLONG;
+    host_mkdirs(dir);
     return cJSON_AddStringToObject(section, "Database", path) ? 0 : -ENOMEM;
 }
 
