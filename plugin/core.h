@@ -20,6 +20,18 @@ void mt_set_log_sink(mt_log_fn fn, void *arg);
 void mt_log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* fork(): the log lock across a fork (memtrim.c's atfork handlers call these). */
+void mt_log_fork_prepare(void);
+void mt_log_fork_parent(void);
+void mt_log_fork_child(void);
+
+/*
+ * In a forked child: forget that an instance runs (its threads are the
+ * parent's), so the child may start its own. Installed as an atfork handler
+ * by the first start; adapters may call it again.
+ */
+void mt_after_fork_child(void);
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

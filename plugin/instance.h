@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "config.h"
 #include "snapshot.h"
@@ -56,6 +57,7 @@ struct memtrim {
     struct server *server;
     int http_port;
     int64_t started_ms;
+    pid_t pid; /* the process that started it (a forked child must not stop it) */
 };
 
 /* housekeeper.c */

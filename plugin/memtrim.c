@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "memtrim.h"
@@ -17,6 +18,44 @@
 
 static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
 static int instance_running;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+/*
+ * fork(): the child has none of the instance's threads. Keep the global
+ * locks consistent across the fork and let the child start an instance of
+ * its own; the parent's instance is left alone there (see mt_destroy).
+ */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&instance_lock);
+    mt_log_fork_prepare();
+}
+
+static void fork_parent(void)
+{
+    mt_log_fork_parent();
+    pthread_mutex_unlock(&instance_lock);
+}
+
+static void fork_child(void)
+{
+    mt_log_fork_child();
+    instance_running = 0;
+    pthread_mutex_unlock(&instance_lock);
+}
+
+static void fork_hooks_install(void)
+{
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
+void mt_after_fork_child(void)
+{
+    /* The atfork handler did the work; this is for adapters that want to be sure. */
+    pthread_mutex_lock(&instance_lock);
+    instance_running = 0;
+    pthread_mutex_unlock(&instance_lock);
+}
 
 static char *errdup(const char *fmt, const char *arg)
 {
@@ -92,6 +131,7 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
         mt_log(MT_LOG_INFO, "core", "disabled by configuration (Enabled: false)");
         return 0;
     }
+    pthread_once(&fork_once, fork_hooks_install);
     pthread_mutex_lock(&instance_lock);
     if (instance_running) {
         pthread_mutex_unlock(&instance_lock);
@@ -108,6 +148,7 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
         goto fail_running;
     }
     mt->started_ms = mt_now_ms();
+    mt->pid = getpid();
     if ((rc = housekeeper_start(mt, &e)))
         goto fail_free;
     if ((rc = server_start(mt, &cfg, &mt->server, &e)))
@@ -149,6 +190,13 @@ void mt_destroy(struct memtrim *mt)
 {
     if (!mt)
         return;
+    if (mt->pid != getpid()) {
+        /* A forked child holding its parent's instance: those threads are not
+         * here, so touching them would hang. Leave the memory; forget it. */
+        mt_log(MT_LOG_WARNING, "core", "stop called in a forked child: the parent's instance "
+                                       "is left alone");
+        return;
+    }
     server_stop(mt->server);
     mt->server = NULL;
     housekeeper_stop(mt);

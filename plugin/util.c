@@ -76,6 +76,21 @@ void mt_log(int level, const char *module, const char *fmt, ...)
     pthread_mutex_unlock(&log_lock);
 }
 
+void mt_log_fork_prepare(void)
+{
+    pthread_mutex_lock(&log_lock);
+}
+
+void mt_log_fork_parent(void)
+{
+    pthread_mutex_unlock(&log_lock);
+}
+
+void mt_log_fork_child(void)
+{
+    pthread_mutex_unlock(&log_lock);
+}
+
 int64_t mt_now_ms(void)
 {
     struct timespec ts;

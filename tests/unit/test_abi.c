@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "harness.h"
 #include "memtrim.h"
@@ -104,6 +105,34 @@ static void test_errors(void)
     stop_(mt);
 }
 
+/* A forked child must neither hang on its parent's instance nor be barred from its own. */
+static void test_fork(void)
+{
+#if defined(__SANITIZE_THREAD__)
+    SKIP("TSan cannot start threads in the child of a multi-threaded fork");
+#endif
+    memtrim_t *mt = NULL;
+    char *err = NULL;
+    CHECK_EQ_INT(start_("{\"HttpPort\": 0, \"Database\": \"\"}", &mt, &err), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(20); /* a hang fails the test rather than blocking it */
+        stop_(mt); /* the parent's: left alone */
+        memtrim_t *own = NULL;
+        if (start_("{\"HttpPort\": 0, \"Database\": \"\"}", &own, NULL) != 0 || !own)
+            _exit(3);
+        if (http_get(port_(own), "/healthz") != 200)
+            _exit(4);
+        stop_(own);
+        _exit(0);
+    }
+    int status = -1;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    CHECK_EQ_INT(http_get(port_(mt), "/healthz"), 200); /* the parent's still serves */
+    stop_(mt);
+}
+
 static void test_exports(void)
 {
     void *h = dlopen(MEMTRIM_LIB_PATH, RTLD_NOW | RTLD_NOLOAD);
@@ -132,6 +161,7 @@ int main(void)
         return harness_end();
     RUN(test_lifecycle);
     RUN(test_errors);
+    RUN(test_fork);
     RUN(test_exports);
     return harness_end();
 }
