@@ -31,7 +31,8 @@ unit() { # unit DIR [ctest args]
 
 valgrind_unit() {
   local t rc=0
-  for t in test_config test_trim test_db; do
+  for t in test_config test_probe test_trim test_housekeeper test_abi test_db test_query \
+    test_server_dispatch; do
     [ -x "build/$t" ] || continue
     valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
       "build/$t" >/dev/null || rc=1

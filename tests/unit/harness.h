@@ -7,6 +7,7 @@
 #define MEMTRIM_HARNESS_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -48,10 +49,17 @@ static inline const char *h_str(const char *s)
 #else
 #define HARNESS_SANITIZER_ALLOCATOR 0
 #endif
+/* Valgrind replaces it too, at run time (its preload library is in LD_PRELOAD). */
+static inline int harness_under_valgrind(void)
+{
+    const char *p = getenv("LD_PRELOAD");
+    return p && strstr(p, "vgpreload") != NULL;
+}
 #define SKIP_IF_SANITIZER_ALLOCATOR()                                                              \
     do {                                                                                           \
-        if (HARNESS_SANITIZER_ALLOCATOR)                                                           \
-            SKIP("a sanitizer's allocator replaces glibc's here (the plain build runs this)");    \
+        if (HARNESS_SANITIZER_ALLOCATOR || harness_under_valgrind())                               \
+            SKIP("a sanitizer's or valgrind's allocator replaces glibc's here (the plain run "    \
+                 "does this)");                                                                    \
     } while (0)
 
 #define RUN(test)                                                                                  \
