@@ -21,6 +21,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +35,6 @@
 #define CONFIG_FILE_MAX (1024 * 1024)
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
 #define FORK_RETRY_MAX 50    /* ...for 5 s: a daemon's parent exits well within that */
-
-/*
- * Core hook (plugin/memtrim.c, not there yet): in a forked child, forget the
- * process-wide "an instance runs" flag and reset the core's global locks, so
- * that mt_create may start a new instance. Weak: without it FollowFork says
- * so once and memtrim stays in the parent only.
- */
-void mt_after_fork_child(void) __attribute__((weak));
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct memtrim *preload_instance; /* guarded by preload_lock */
@@ -152,7 +145,11 @@ static void *restart_main(void *arg)
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
     struct memtrim *mt = NULL;
     char *err = NULL;
+    sigset_t all;
 
+    /* The host's signals are the host's: never deliver them to this thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     pthread_setname_np(pthread_self(), "memtrim-fork");
     for (int i = 0; i < FORK_RETRY_MAX && !port_free(&preload_cfg); i++) {
         nanosleep(&pause, NULL);
@@ -167,7 +164,7 @@ static void *restart_main(void *arg)
                         "the program runs on without memtrim\n", (long)getpid());
     free(err);
     pthread_mutex_lock(&preload_lock);
-    if (exiting) { /* the destructor is waiting for us: it stops what we started */
+    if (exiting) { /* the destructor is waiting for us: stop what we started */
         pthread_mutex_unlock(&preload_lock);
         mt_destroy(mt);
         return NULL;
@@ -189,7 +186,6 @@ static void preload_parent_after_fork(void)
 
 static void preload_child_after_fork(void)
 {
-    static int warned;
     struct memtrim *old = preload_instance;
 
     /* The child has none of the parent's threads: forget the instance, don't touch it. */
@@ -200,13 +196,7 @@ static void preload_child_after_fork(void)
         close_inherited_listener(mt_http_port(old));
     if (!preload_cfg.follow_fork)
         return;
-    if (!mt_after_fork_child) {
-        if (!warned++)
-            fprintf(stderr, "memtrim: FollowFork: this build's core cannot start again in a "
-                            "forked child; memtrim stays in the parent only\n");
-        return;
-    }
-    mt_after_fork_child();
+    mt_after_fork_child(); /* the core's own atfork handler did it too; be sure */
     pthread_mutex_lock(&preload_lock);
     restart_running = pthread_create(&restart_thread, NULL, restart_main, NULL) == 0;
     pthread_mutex_unlock(&preload_lock);

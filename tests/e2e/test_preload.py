@@ -122,17 +122,6 @@ def start_daemon(procs, tmp_path, config, children, parent):
     return p, pids
 
 
-NO_CORE_HOOK = "cannot start again in a forked child"
-
-
-def xfail_without_core_hook(p):
-    """Until plugin/memtrim.c has mt_after_fork_child(), FollowFork says so
-    and memtrim stays in the parent: that is a known gap, not a pass."""
-    if NO_CORE_HOOK in p.output():
-        pytest.xfail("the core lacks mt_after_fork_child() (plugin/memtrim.c), "
-                     "so FollowFork cannot start memtrim again in a child")
-
-
 def stop_pid(pid, timeout=20):
     import os
     os.kill(pid, signal.SIGTERM)
@@ -146,7 +135,6 @@ def test_fork_daemon_follow_fork(procs, tmp_path):
     config = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / "m.sqlite")}
     p, (child,) = start_daemon(procs, tmp_path, config, 1, "exit")
     assert p.wait(20) == 0, p.output()
-    xfail_without_core_hook(p)
     api = f"http://127.0.0.1:{port}"
     wait_for(lambda: http_ok(api + "/healthz"), 15, "memtrim in the forked child")
     r = requests.post(api + "/memory/trim", timeout=30)
@@ -182,8 +170,6 @@ def test_fork_port_clash_is_reported_not_fatal(procs, tmp_path):
     port = free_port()
     config = {"HttpPort": port, "FollowFork": True, "Database": ""}
     p, children = start_daemon(procs, tmp_path, config, 2, "stay")
-    time.sleep(0.5)
-    xfail_without_core_hook(p)
     wait_for(lambda: p.output().count("not restarted in child") >= 2, 30,
              "both children to report the port clash")
     out = p.output()
