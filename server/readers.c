@@ -43,6 +43,7 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
         mt_health_get(mt, &h);
         server_reply_error(rep, 503, "store_unavailable", "the store is %s%s%s", h.db_state,
                            h.reason[0] ? ": " : "", h.reason);
+        server_reply_header(rep, "Retry-After", "1");
         return -EAGAIN;
     }
     struct db_reader *r = NULL;
@@ -58,6 +59,7 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
         if (rc != 0) {
             server_reply_error(rep, 503, "store_unavailable", "cannot open the store for reading: %s",
                                err ? err : "unknown error");
+            server_reply_header(rep, "Retry-After", "1");
             free(err);
             return rc < 0 ? rc : -EIO;
         }

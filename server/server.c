@@ -265,8 +265,7 @@ static int server_bind_errno(const struct sockaddr_storage *addr, socklen_t addr
 static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_config *cfg,
                                               const struct sockaddr_storage *addr)
 {
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
-                     (getenv("MT_NOTURBO") ? 0 : MHD_USE_TURBO);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;

@@ -59,10 +59,21 @@ class Demo:
             if self.port_file.exists() and self.port_file.read_text().strip():
                 self.port = int(self.port_file.read_text().strip())
                 self.base = f"http://127.0.0.1:{self.port}"
+                self.wait_store(deadline)
                 return
             time.sleep(0.05)
         self.stop()
         raise RuntimeError("memtrim-demo did not write its port file in 20 s")
+
+    def wait_store(self, deadline):
+        """The store opens in the background after start: wait until it has
+        (or failed), so that tests of the history do not race it."""
+        while time.time() < deadline:
+            state = requests.get(self.base + "/healthz", timeout=10).json()["database"]
+            if state != "opening":
+                return state
+            time.sleep(0.05)
+        raise RuntimeError("the store was still opening after 20 s")
 
     def url(self, path):
         return self.base + path
