@@ -7,6 +7,7 @@
 import { chromium } from 'playwright-core';
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -159,6 +160,11 @@ async function checkDesktop(demo, ctx) {
   await check('"Trim now" shows the result and adds a row to the trims table', async () => {
     await page.waitForSelector('#trims tbody', { state: 'attached' });
     const before = await page.$$eval('#trims tbody tr', (rows) => rows.map((r) => r.dataset.id));
+    // Click when there is something to release (burst trims run at most every TrimMinGapSeconds).
+    for (let i = 0; i < 60; i++) {
+      if ((await getJson(demo, 'memory/stats')).releasable_estimate_bytes > 64 * 1024 ** 2) break;
+      await sleep(250);
+    }
     await page.click('#trim-btn');
     await page.waitForSelector('#trimbox[data-state="ok"]', { timeout: 10e3 });
     const text = await page.textContent('#trim-result');
@@ -227,6 +233,43 @@ async function checkPhone(demo) {
     });
   } finally {
     await ctx.close();
+  }
+}
+
+// The Orthanc adapter serves the API and the page under /memtrim/: a small
+// proxy does the same here, and the page is opened as /memtrim (no slash).
+async function checkPrefix(demo) {
+  const target = new URL(demo.base);
+  const proxy = http.createServer((req, res) => {
+    if (!/^\/memtrim(\/|\?|$)/.test(req.url)) {
+      res.writeHead(404).end();
+      return;
+    }
+    const up = http.request({ host: target.hostname, port: target.port, method: req.method,
+      path: req.url.slice('/memtrim'.length).replace(/^(?!\/)/, '/'), headers: req.headers }, (r) => {
+      res.writeHead(r.statusCode, r.headers);
+      r.pipe(res);
+    });
+    up.on('error', () => res.writeHead(502).end());
+    req.pipe(up);
+  });
+  await new Promise((r) => proxy.listen(0, '127.0.0.1', r));
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await ctx.newPage();
+    const errors = watchConsole(page);
+    await check('works under a prefix (/memtrim, as in Orthanc) with relative URLs', async () => {
+      await page.goto(`http://127.0.0.1:${proxy.address().port}/memtrim`);
+      await page.waitForSelector('#cards[data-timestamp]', { timeout: 10e3 });
+      await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.points) > 0,
+        null, { timeout: 15e3 });
+      const where = await page.evaluate(() => location.pathname);
+      assert(where === '/memtrim/', 'the page is at ' + where);
+      assert(errors.length === 0, errors.join(' | '));
+    });
+  } finally {
+    await ctx.close();
+    proxy.close();
   }
 }
 
@@ -334,7 +377,7 @@ async function checkGrafana(demo) {
 async function main() {
   fs.mkdirSync(artifacts, { recursive: true });
   assert(fs.existsSync(demoBin), `${demoBin} is missing: build memtrim first`);
-  const demo = await startDemo('main', { MemoryLimitBytes: 2 * GiB });
+  const demo = await startDemo('main', { MemoryLimitBytes: 2 * GiB, TrimMinGapSeconds: 10 });
   browser = await chromium.launch({
     executablePath: process.env.MEMTRIM_CHROMIUM || '/usr/bin/chromium',
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
@@ -344,6 +387,7 @@ async function main() {
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const page = await checkDesktop(demo, ctx);
   await checkPhone(demo);
+  await checkPrefix(demo);
   await checkGrafana(demo);
   await checkAuthAndDegraded();
   await checkUnreachable(demo, page);
