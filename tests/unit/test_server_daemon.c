@@ -1,0 +1,167 @@
+/*
+ * test_server_daemon.c - the libmicrohttpd daemon without an instance:
+ * ephemeral port, a taken port (-EADDRINUSE with a message), a bad bind
+ * address (-EINVAL), and real HTTP over a socket for what does not reach a
+ * handler: 404, 405 + Allow, 401 + WWW-Authenticate, 413 (declared and
+ * chunked bodies), keep-alive, and a clean stop.
+ *
+ * Threads: the test's and MHD's. Files: none.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "harness.h"
+#include "server.h"
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    return fd;
+}
+
+/* Send a request on fd and read one response (headers + Content-Length body) into buf. */
+static int exchange(int fd, const char *req, size_t reqlen, char *buf, size_t n)
+{
+    if (send(fd, req, reqlen, MSG_NOSIGNAL) < 0)
+        return -1;
+    size_t got = 0;
+    while (got + 1 < n) {
+        ssize_t r = recv(fd, buf + got, n - got - 1, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+        buf[got] = '\0';
+        const char *end = strstr(buf, "\r\n\r\n");
+        const char *cl = strstr(buf, "Content-Length: ");
+        if (end && cl && got >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 16))
+            break;
+    }
+    buf[got] = '\0';
+    return (int)got;
+}
+
+static int request(int port, const char *req, char *buf, size_t n)
+{
+    int fd = connect_to(port);
+    if (fd < 0)
+        return -1;
+    int rc = exchange(fd, req, strlen(req), buf, n);
+    close(fd);
+    return rc;
+}
+
+static struct server *start(const char *token, int port, int *rc, char **err)
+{
+    struct mt_config cfg;
+    config_defaults(&cfg);
+    cfg.http_port = port;
+    snprintf(cfg.auth_token, sizeof(cfg.auth_token), "%s", token);
+    struct server *s = NULL;
+    *rc = server_start(NULL, &cfg, &s, err);
+    return s;
+}
+
+static void test_ports(void)
+{
+    int rc;
+    char *err = NULL;
+    struct server *a = start("", 0, &rc, &err);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(server_port(a) > 0);
+    struct server *b = start("", server_port(a), &rc, &err);
+    CHECK(b == NULL);
+    CHECK_EQ_INT(rc, -EADDRINUSE);
+    CHECK_CONTAINS(err, "in use");
+    free(err);
+    err = NULL;
+    server_stop(a);
+
+    struct mt_config cfg;
+    config_defaults(&cfg);
+    cfg.http_port = 0;
+    snprintf(cfg.http_bind, sizeof(cfg.http_bind), "not an address");
+    CHECK_EQ_INT(server_start(NULL, &cfg, &b, &err), -EINVAL);
+    CHECK_CONTAINS(err, "HttpBind");
+    free(err);
+    server_stop(NULL);
+}
+
+static void test_http(void)
+{
+    int rc;
+    char *err = NULL;
+    char buf[8192];
+    struct server *s = start("tok", 0, &rc, &err);
+    CHECK_EQ_INT(rc, 0);
+    int port = server_port(s);
+
+    request(port, "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 404");
+    CHECK_CONTAINS(buf, "application/json");
+    CHECK_CONTAINS(buf, "\"not_found\"");
+
+    request(port, "DELETE /config HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 405");
+    CHECK_CONTAINS(buf, "Allow: GET, PATCH");
+
+    request(port, "POST /memory/trim HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 401");
+    CHECK_CONTAINS(buf, "WWW-Authenticate: Bearer realm=\"memtrim\"");
+    CHECK(strstr(buf, "tok\"") == NULL);
+
+    request(port, "PATCH /config HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n", buf,
+            sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 413");
+    CHECK_CONTAINS(buf, "\"body_too_large\"");
+
+    /* A chunked body over the cap: read, dropped, then 413. */
+    int fd = connect_to(port);
+    const char *head = "PATCH /config HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+    send(fd, head, strlen(head), MSG_NOSIGNAL);
+    char chunk[4096 + 16];
+    int k = snprintf(chunk, sizeof(chunk), "1000\r\n");
+    memset(chunk + k, ' ', 4096);
+    memcpy(chunk + k + 4096, "\r\n", 2);
+    for (int i = 0; i < 20; i++)
+        send(fd, chunk, (size_t)k + 4096 + 2, MSG_NOSIGNAL);
+    exchange(fd, "0\r\n\r\n", 5, buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 413");
+    close(fd);
+
+    /* Keep-alive: two requests on one connection. */
+    fd = connect_to(port);
+    const char *req = "GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n";
+    exchange(fd, req, strlen(req), buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 404");
+    CHECK(strstr(buf, "Connection: close") == NULL);
+    exchange(fd, req, strlen(req), buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 404");
+    close(fd);
+
+    /* Query strings reach dispatch (unknown parameters come after auth and routing). */
+    request(port, "GET /nowhere?a=%zz HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
+    CHECK(strstr(buf, "HTTP/1.1 ") != NULL);
+    server_stop(s);
+}
+
+int main(void)
+{
+    RUN(test_ports);
+    RUN(test_http);
+    return harness_end();
+}
