@@ -252,6 +252,16 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         int hard = rss >= line;
         int early = zone && known && est >= (uint64_t)c->trim_min_releasable_bytes &&
                     est > 0 && rss + est >= line;
+        /*
+         * Growth since the last pressure trim, from statm alone: what the host
+         * took since may be free again and kept resident by glibc, and the
+         * estimate above waits for mallinfo2's budget. If the same growth once
+         * more would cross the line, trim now. Self-limiting: a trim that
+         * finds nothing sets the baseline to the current RSS.
+         */
+        uint64_t grown = rss > st->last_pressure_rss ? rss - st->last_pressure_rss : 0;
+        early = early || (zone && grown >= (uint64_t)c->trim_min_releasable_bytes &&
+                          rss + grown >= line);
         int again = now - st->last_pressure >= PRESSURE_REPEAT_NS ||
                     rss > st->last_pressure_rss + (uint64_t)limit / 20;
         if ((hard && again) || (early && !hard)) {
