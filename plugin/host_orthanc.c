@@ -205,6 +205,7 @@ static void host_answer(OrthancPluginRestOutput *out, const struct server_reply 
 static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char *url,
                                         const OrthancPluginHttpRequest *r)
 {
+    /* Orthanc drops a trailing slash: /memtrim/ and /memtrim both arrive as "". */
     const char *path = r->groupsCount > 0 && r->groups[0] && r->groups[0][0] ? r->groups[0] : "/";
     struct server_reply rep;
     struct query q;

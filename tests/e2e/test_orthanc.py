@@ -140,6 +140,8 @@ def test_orthanc_plugin_trims_after_anonymization(procs, tmp_path):
     inside = requests.get(base + "/memtrim/healthz", timeout=10)
     assert inside.status_code == 200 and inside.json()["status"] == "ok", inside.text
     assert requests.get(base + "/memtrim/nope", timeout=10).status_code == 404
+    page = requests.get(base + "/memtrim/", timeout=10)  # the dashboard (relative links)
+    assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
     assert requests.delete(base + "/memtrim/memory/stats", timeout=10).status_code == 405
     # No Database in the section: the store goes beside Orthanc's index.
     assert (tmp_path / "index" / "memtrim.sqlite").exists()
