@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -202,6 +203,14 @@ int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
     return rc;
 }
 
+static int64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Count the arenas from malloc_info's XML: one <heap nr="..."> per arena. */
 static int count_arenas(void)
 {
@@ -226,9 +235,11 @@ static int count_arenas(void)
 void probe_heap(struct mt_heap *out, int want_arenas)
 {
     int64_t cpu = probe_process_cpu_ns(); /* before the clock starts: not mallinfo2's cost */
+    int64_t c0 = thread_cpu_ns();
     int64_t t0 = mt_mono_ns();
     struct mallinfo2 mi = mallinfo2();
     int64_t t1 = mt_mono_ns();
+    int64_t c1 = thread_cpu_ns();
 
     memset(out, 0, sizeof(*out));
     out->timestamp_ms = mt_now_ms();
@@ -246,5 +257,6 @@ void probe_heap(struct mt_heap *out, int want_arenas)
     out->heap_mmapped_bytes = mi.hblkhd;
     out->arena_count = want_arenas ? count_arenas() : -1;
     out->duration_ns = (want_arenas ? mt_mono_ns() : t1) - t0;
+    out->cpu_ns = (want_arenas ? thread_cpu_ns() : c1) - c0;
     out->process_cpu_ns = cpu;
 }

@@ -1,8 +1,8 @@
 /*
  * snapshot.c - the cached view of the process's memory that every reader
  * shares, and the duty-cycle budget of mallinfo2 (ProbeBudgetPercent): after
- * a call that took d, the next may start d * 100 / budget later, so a 0.5 ms
- * call runs at most every 0.5 s at 0.1 %. Locking: cache->lock guards all
+ * a call that cost d (its CPU time), the next may start d * 100 / budget
+ * later, so a 0.5 ms call runs at most every 0.5 s at 0.1 %. Locking: cache->lock guards all
  * fields; a refresher marks `refreshing`, probes unlocked, then publishes and
  * broadcasts, so a hundred pollers cost the host what one does.
  */
@@ -120,7 +120,11 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             double budget = want->budget_percent > 0 ? want->budget_percent : 0.1;
             c->heap = heap;
             c->heap_mono_ns = now;
-            c->heap_next_allowed_ns = now + (int64_t)((double)heap.duration_ns * 100.0 / budget);
+            /* The budget counts what the call cost (CPU inside it), not time spent
+             * waiting for arena locks: that wait grows exactly when the host is busy
+             * freeing, and would starve the probe when it matters most. */
+            int64_t cost = heap.cpu_ns > 0 ? heap.cpu_ns : heap.duration_ns;
+            c->heap_next_allowed_ns = now + (int64_t)((double)cost * 100.0 / budget);
             c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
             count_heap_locked(c, &heap);
         }

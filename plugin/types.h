@@ -42,7 +42,9 @@ struct mt_heap {
     uint64_t heap_free_bytes;   /* fordblks */
     uint64_t heap_mmapped_bytes; /* hblkhd */
     int arena_count;             /* -1 unknown */
-    int64_t duration_ns;         /* what mallinfo2 cost */
+    int64_t duration_ns;         /* how long mallinfo2 took (wall clock) */
+    int64_t cpu_ns;              /* its cost: this thread's CPU time inside it; lock waits
+                                  * (other threads in malloc) are not cost to the host */
     int64_t process_cpu_ns;      /* the process's CPU time when taken (-1 unknown) */
 };
 
