@@ -138,12 +138,13 @@ static void test_burst_right_after_a_trim(void)
         return;
     usleep(300000);
     CHECK_EQ_INT(mt_trim_manual(mt, -1, &r, &retry), 0);
-    churn_run(c, 2, 48, 20);
-    uint64_t churned = probe_rss();
-    WAIT_FOR(trims(mt, MT_TRIGGER_BURST) >= 1, 5);
-    CHECK_MSG(trims(mt, MT_TRIGGER_BURST) >= 1, "no burst trim after the frees");
-    CHECK_MSG(probe_rss() + (48u << 20) < churned, "RSS %llu, was %llu",
-              (unsigned long long)probe_rss(), (unsigned long long)churned);
+    uint64_t base = probe_rss();
+    churn_run(c, 2, 48, 20); /* ~94 MB freed, ~2 MB kept */
+    /* What stays resident is below the trigger (32 MB), or a burst trim would run. */
+    uint64_t bound = base + (40u << 20);
+    WAIT_FOR(probe_rss() <= bound, 5);
+    CHECK_MSG(probe_rss() <= bound, "RSS %llu MB, started at %llu MB",
+              (unsigned long long)probe_rss() >> 20, (unsigned long long)base >> 20);
     churn_release(c, 2);
     mt_destroy(mt);
 }
