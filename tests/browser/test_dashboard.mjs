@@ -337,6 +337,29 @@ async function checkAuthAndDegraded() {
   }
 }
 
+// A host whose reads need the token too: the page asks for it before it can show anything.
+async function checkReadAuth() {
+  const demo = await startDemo('readauth', { AuthToken: TOKEN, ReadRequiresAuth: true });
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await ctx.newPage();
+    const errors = watchConsole(page, [401]);
+    await page.goto(demo.base);
+    await check('with ReadRequiresAuth the page asks for the token, then shows the stats', async () => {
+      await page.waitForSelector('#token-form:not([hidden])', { timeout: 10e3 });
+      assert(await page.$eval('#cards', (e) => !e.dataset.timestamp), 'stats shown without a token');
+      await page.fill('#token-input', TOKEN);
+      await page.press('#token-input', 'Enter');
+      await page.waitForSelector('#cards[data-timestamp]', { timeout: 10e3 });
+      assert(Number(await cardValue(page, 'rss_bytes')) > 0, 'no RSS after the token');
+      assert(errors.length === 0, errors.join(' | '));
+    });
+  } finally {
+    await ctx.close();
+    await stopDemo(demo);
+  }
+}
+
 async function checkUnreachable(demo, page) {
   await check('stopping the host shows the "unreachable" banner', async () => {
     await stopDemo(demo);
@@ -414,6 +437,7 @@ async function main() {
   await checkPrefix(demo);
   await checkGrafana(demo);
   await checkAuthAndDegraded();
+  await checkReadAuth();
   await checkUnreachable(demo, page);
 }
 
