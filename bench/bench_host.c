@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,11 +117,15 @@ static int throughput(const char *cfg)
     }
     double rate = studies / (now_s() - t0);
     struct mt_counters k;
+    struct rusage ru;
     memset(&k, 0, sizeof(k));
     if (mt)
         mt_counters_get(mt, &k);
-    printf("throughput %s: %.1f studies/s (64 MB each), %llu trims\n", mt ? "memtrim" : "none",
-           rate,
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+                 ru.ru_stime.tv_usec / 1e6;
+    printf("throughput %s: %.1f studies/s (64 MB each), %.1f ms CPU per study, %llu trims\n",
+           mt ? "memtrim" : "none", rate, cpu * 1e3 / studies,
            (unsigned long long)(k.trims[MT_TRIGGER_PERIODIC] + k.trims[MT_TRIGGER_BURST] +
                                 k.trims[MT_TRIGGER_PRESSURE]));
     mt_destroy(mt);

@@ -31,12 +31,18 @@ done
 
 echo; echo "## host throughput (x$runs, alternating)"
 aggr='{"HttpPort":0,"Database":"","TrimIntervalSeconds":0.1,"TrimMinReleasableBytes":0,"TrimMinGapSeconds":0,"ProbeBudgetPercent":10}'
-for i in $(seq "$runs"); do
-  "$b/bench_host" throughput none 2>/dev/null | sed 's/throughput none/throughput none/'
-  "$b/bench_host" throughput 2>/dev/null | sed 's/throughput memtrim/throughput defaults/'
-  "$b/bench_host" throughput "$aggr" 2>/dev/null | sed 's/throughput memtrim/throughput aggressive/'
+tp_none() { "$b/bench_host" throughput none 2>/dev/null; }
+tp_defaults() { "$b/bench_host" throughput 2>/dev/null | sed 's/throughput memtrim/throughput defaults/'; }
+tp_aggressive() { "$b/bench_host" throughput "$aggr" 2>/dev/null | sed 's/throughput memtrim/throughput aggressive/'; }
+for i in $(seq "$runs"); do # the order rotates each round: no mode always runs first
+  case $((i % 3)) in
+    0) tp_none; tp_defaults; tp_aggressive ;;
+    1) tp_defaults; tp_aggressive; tp_none ;;
+    2) tp_aggressive; tp_none; tp_defaults ;;
+  esac
 done | tee /tmp/tp.$$
 for who in none defaults aggressive; do
-  echo "median $who studies/s: $(grep "throughput $who" /tmp/tp.$$ | sed -E 's/.*: ([0-9.]+) studies.*/\1/' | median)"
+  echo "median $who studies/s: $(grep "throughput $who" /tmp/tp.$$ | sed -E 's/.*: ([0-9.]+) studies.*/\1/' | median)," \
+    "CPU ms per study: $(grep "throughput $who" /tmp/tp.$$ | sed -E 's/.* ([0-9.]+) ms CPU per study.*/\1/' | median)"
 done
 rm -f /tmp/idle.$$ /tmp/burst.$$ /tmp/tp.$$
