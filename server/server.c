@@ -274,7 +274,7 @@ static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_
     unsigned timeout = cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
     MHD_set_panic_func(server_mhd_panic, NULL);
     return MHD_start_daemon(
-        flags, 0, NULL, NULL, server_access, s,
+        flags, (uint16_t)cfg->http_port, NULL, NULL, server_access, s,
         MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log, (void *)s,
         MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
         MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s,
@@ -314,7 +314,7 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     if (s->daemon == NULL) {
         int e = server_bind_errno(&addr, addrlen);
         rc = e ? -e : -EIO;
-        msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d: %s", cfg->http_bind,
+        msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s", cfg->http_bind,
                              cfg->http_port, e ? strerror(e) : "libmicrohttpd failed to start");
         server_readers_free(&s->readers);
         free(s);
