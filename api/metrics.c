@@ -85,8 +85,8 @@ static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
                         mt_trigger_name(i), (unsigned long long)c->released_bytes[i]);
     api_head(t, "memtrim_trim_skips_total", "counter", "Trims skipped, by reason.");
     for (int i = 0; i < MT_SKIP_COUNT; i++)
-        api_text_printf(t, "memtrim_trim_skips_total{reason=\"%s\"} %llu\n",
-                        mt_skip_reason_name(i), (unsigned long long)c->skips[i]);
+        api_text_printf(t, "memtrim_trim_skips_total{reason=\"%s\"} %llu\n", mt_skip_reason_name(i),
+                        (unsigned long long)c->skips[i]);
     api_u64(t, "memtrim_manual_trims_coalesced_total", "counter",
             "Manual trim requests that shared a trim already running.", c->manual_coalesced);
     api_u64(t, "memtrim_manual_trims_rate_limited_total", "counter",
@@ -115,8 +115,8 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
             c->heap_probe_seconds);
     api_f64(t, "memtrim_heap_probe_last_duration_seconds", "gauge",
             "Duration of the last mallinfo2 call.", c->heap_probe_last_seconds);
-    api_u64(t, "memtrim_cheap_probes_total", "counter",
-            "Reads of /proc/self and the cgroup files.", c->cheap_probes);
+    api_u64(t, "memtrim_cheap_probes_total", "counter", "Reads of /proc/self and the cgroup files.",
+            c->cheap_probes);
     api_f64(t, "memtrim_cheap_probe_seconds_total", "counter",
             "Time spent reading /proc/self and the cgroup files.", c->cheap_probe_seconds);
     api_f64(t, "memtrim_housekeeper_cpu_seconds_total", "counter",
@@ -137,7 +137,8 @@ static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
     const struct mt_heap *h = &s->heap;
     api_u64(t, "memtrim_rss_bytes", "gauge", "Resident set size.", c->rss_bytes);
     api_u64(t, "memtrim_rss_anon_bytes", "gauge", "Anonymous resident memory.", c->rss_anon_bytes);
-    api_u64(t, "memtrim_rss_file_bytes", "gauge", "File-backed resident memory.", c->rss_file_bytes);
+    api_u64(t, "memtrim_rss_file_bytes", "gauge", "File-backed resident memory.",
+            c->rss_file_bytes);
     api_u64(t, "memtrim_rss_shmem_bytes", "gauge", "Shared resident memory.", c->rss_shmem_bytes);
     api_u64(t, "memtrim_swap_bytes", "gauge", "Swapped-out memory.", c->swap_bytes);
     api_u64(t, "memtrim_vm_size_bytes", "gauge", "Virtual memory size.", c->vm_size_bytes);
@@ -188,8 +189,8 @@ int api_metrics_get(const struct server_request *req, struct server_reply *rep)
     t.failed = t.p == NULL;
     api_head(&t, "memtrim_build_info", "gauge", "memtrim's version (always 1).");
     api_text_printf(&t, "memtrim_build_info{version=\"%s\"} 1\n", MEMTRIM_VERSION);
-    api_f64(&t, "memtrim_start_time_seconds", "gauge", "When memtrim started, seconds since the epoch.",
-            (double)h.started_ms / 1e3);
+    api_f64(&t, "memtrim_start_time_seconds", "gauge",
+            "When memtrim started, seconds since the epoch.", (double)h.started_ms / 1e3);
     api_u64(&t, "memtrim_degraded", "gauge", "1 when something is not working (see /healthz).",
             (uint64_t)(h.degraded != 0));
     api_u64(&t, "memtrim_suspended", "gauge", "Suspend nesting depth (0 = trims allowed).",

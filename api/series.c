@@ -54,9 +54,8 @@ static int api_series_parse(const struct server_request *req, struct api_series_
                           sizeof(why)) < 0)
         return server_reply_bad_param(rep, why);
     if (p->since_ms < 0)
-        p->since_ms = p->until_ms > API_SERIES_SPAN_DEFAULT_MS
-                          ? p->until_ms - API_SERIES_SPAN_DEFAULT_MS
-                          : 0;
+        p->since_ms =
+            p->until_ms > API_SERIES_SPAN_DEFAULT_MS ? p->until_ms - API_SERIES_SPAN_DEFAULT_MS : 0;
     if (p->until_ms <= p->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
     int64_t span = p->until_ms - p->since_ms;
@@ -67,8 +66,7 @@ static int api_series_parse(const struct server_request *req, struct api_series_
     if (span / p->step_ms >= API_SERIES_BUCKETS_MAX) {
         snprintf(why, sizeof(why),
                  "parameter 'step': %lld ms gives %lld buckets over this range; at most %d",
-                 (long long)p->step_ms, (long long)(span / p->step_ms + 1),
-                 API_SERIES_BUCKETS_MAX);
+                 (long long)p->step_ms, (long long)(span / p->step_ms + 1), API_SERIES_BUCKETS_MAX);
         return server_reply_bad_param(rep, why);
     }
     return 0;

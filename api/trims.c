@@ -40,8 +40,7 @@ static int api_trims_params(const struct server_request *req, struct db_trim_que
     if (trigger != NULL) {
         q->trigger = mt_trigger_parse(trigger);
         if (q->trigger < 0) {
-            size_t off = (size_t)snprintf(why, sizeof(why),
-                                          "parameter 'trigger': must be one of ");
+            size_t off = (size_t)snprintf(why, sizeof(why), "parameter 'trigger': must be one of ");
             for (int t = 0; t < MT_TRIGGER_COUNT && off < sizeof(why); t++)
                 off += (size_t)snprintf(why + off, sizeof(why) - off, "%s%s", t ? ", " : "",
                                         mt_trigger_name(t));

@@ -28,8 +28,8 @@ static int server_route_needs_token(const struct server_route *r, const char *to
 }
 
 void server_dispatch(const struct server_route *routes, size_t nroutes,
-                     const struct server_request *req, const char *authorization,
-                     const char *token, int read_requires_auth, struct server_reply *rep)
+                     const struct server_request *req, const char *authorization, const char *token,
+                     int read_requires_auth, struct server_reply *rep)
 {
     const struct server_route *match = NULL;
     char allow[128] = "";
@@ -59,9 +59,9 @@ void server_dispatch(const struct server_route *routes, size_t nroutes,
     if (server_route_needs_token(match, token, read_requires_auth) &&
         !server_auth_ok(authorization, token)) {
         int given = authorization != NULL && authorization[0] != '\0';
-        server_reply_error(rep, 401, "unauthorized", "%s %s needs 'Authorization: Bearer <token>'%s",
-                           match->method, match->path,
-                           given ? "; the credentials given are not valid" : "");
+        server_reply_error(rep, 401, "unauthorized",
+                           "%s %s needs 'Authorization: Bearer <token>'%s", match->method,
+                           match->path, given ? "; the credentials given are not valid" : "");
         server_reply_header(rep, "WWW-Authenticate", "Bearer realm=\"memtrim\"%s",
                             given ? ", error=\"invalid_token\"" : "");
         return;

@@ -76,13 +76,14 @@ extern const size_t server_nroutes;
  * gives 500. `token` is "" when no token is configured. Always fills *rep.
  */
 void server_dispatch(const struct server_route *routes, size_t nroutes,
-                     const struct server_request *req, const char *authorization,
-                     const char *token, int read_requires_auth, struct server_reply *rep);
+                     const struct server_request *req, const char *authorization, const char *token,
+                     int read_requires_auth, struct server_reply *rep);
 
 /* Replies (reply.c). Each returns 0, or -ENOMEM after filling a 500. */
-int server_reply_json(struct server_reply *rep, unsigned status, struct cJSON *json); /* frees json */
-int server_reply_error(struct server_reply *rep, unsigned status, const char *code,
-                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int server_reply_json(struct server_reply *rep, unsigned status,
+                      struct cJSON *json); /* frees json */
+int server_reply_error(struct server_reply *rep, unsigned status, const char *code, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
 int server_reply_text(struct server_reply *rep, unsigned status, const char *content_type,
                       char *body, size_t len); /* takes body (malloc'd) */
 void server_reply_static(struct server_reply *rep, unsigned status, const char *content_type,

@@ -109,9 +109,9 @@ int query_parse(struct query *q, const char *raw, size_t len)
             }
             int bad = 0;
             char *k = query_decode(q, raw + i, eq - i, &bad);
-            char *v = k ? query_decode(q, eq < end ? raw + eq + 1 : "", eq < end ? end - eq - 1 : 0,
-                                       &bad)
-                        : NULL;
+            char *v =
+                k ? query_decode(q, eq < end ? raw + eq + 1 : "", eq < end ? end - eq - 1 : 0, &bad)
+                  : NULL;
             if (v == NULL)
                 return bad ? -EINVAL : -E2BIG;
             if (k[0] == '\0')
@@ -222,8 +222,8 @@ int query_parse_duration(const char *s, int64_t *out_ms)
 
 /* A ranged value read with parse; the message says what was expected. */
 static int query_ranged(const struct query *q, const char *key, int64_t min, int64_t max,
-                        int64_t *out, char *why, size_t whylen, int (*parse)(const char *, int64_t *),
-                        const char *kind)
+                        int64_t *out, char *why, size_t whylen,
+                        int (*parse)(const char *, int64_t *), const char *kind)
 {
     const char *v = query_get(q, key);
     if (v == NULL)
@@ -232,9 +232,11 @@ static int query_ranged(const struct query *q, const char *key, int64_t min, int
     if (parse(v, &x) != 0 || x < min || x > max) {
         char shown[48];
         query_quote(shown, sizeof(shown), v);
-        snprintf(why, whylen, "parameter '%s': must be %s from %lld to %lld%s, got '%s'", key,
-                 kind, (long long)min, (long long)max, parse == query_parse_int ? "" :
-                 " ms (digits with an optional unit ms, s, m, h or d)", shown);
+        snprintf(why, whylen, "parameter '%s': must be %s from %lld to %lld%s, got '%s'", key, kind,
+                 (long long)min, (long long)max,
+                 parse == query_parse_int ? ""
+                                          : " ms (digits with an optional unit ms, s, m, h or d)",
+                 shown);
         return -EINVAL;
     }
     *out = x;
@@ -253,8 +255,8 @@ int query_duration_ms(const struct query *q, const char *key, int64_t min, int64
     return query_ranged(q, key, min, max, out, why, whylen, query_parse_duration, "a duration");
 }
 
-int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_t *out,
-                  char *why, size_t whylen)
+int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_t *out, char *why,
+                  size_t whylen)
 {
     const char *v = query_get(q, key);
     if (v == NULL)

@@ -64,8 +64,8 @@ int query_int(const struct query *q, const char *key, int64_t min, int64_t max, 
               char *why, size_t whylen);
 int query_duration_ms(const struct query *q, const char *key, int64_t min, int64_t max,
                       int64_t *out, char *why, size_t whylen);
-int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_t *out,
-                  char *why, size_t whylen);
+int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_t *out, char *why,
+                  size_t whylen);
 
 /* The parsers behind the getters, for tests: 0 or -EINVAL / -ERANGE. */
 int query_parse_int(const char *s, int64_t *out);

@@ -57,7 +57,8 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
         char *err = NULL;
         int rc = db_reader_open(path, &r, &err);
         if (rc != 0) {
-            server_reply_error(rep, 503, "store_unavailable", "cannot open the store for reading: %s",
+            server_reply_error(rep, 503, "store_unavailable",
+                               "cannot open the store for reading: %s",
                                err ? err : "unknown error");
             server_reply_header(rep, "Retry-After", "1");
             free(err);

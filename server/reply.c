@@ -77,8 +77,8 @@ void server_reply_header(struct server_reply *rep, const char *name, const char 
     h->name = name;
 }
 
-int server_reply_error(struct server_reply *rep, unsigned status, const char *code,
-                       const char *fmt, ...)
+int server_reply_error(struct server_reply *rep, unsigned status, const char *code, const char *fmt,
+                       ...)
 {
     char message[1024];
     va_list ap;

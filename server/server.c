@@ -106,9 +106,8 @@ static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_re
     return ret;
 }
 
-static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn,
-                                     const char *url, const char *method, const char *body,
-                                     size_t body_len)
+static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn, const char *url,
+                                     const char *method, const char *body, size_t body_len)
 {
     struct query q;
     query_init(&q);
@@ -271,20 +270,17 @@ static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
     unsigned limit = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : 256;
     unsigned per_ip = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip : 0;
-    unsigned timeout = cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
+    unsigned timeout =
+        cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
     MHD_set_panic_func(server_mhd_panic, NULL);
     return MHD_start_daemon(
-        flags, (uint16_t)cfg->http_port, NULL, NULL, server_access, s,
-        MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log, (void *)s,
-        MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-        MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s,
-        MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0u,
-        MHD_OPTION_CONNECTION_LIMIT, limit,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-        MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+        flags, (uint16_t)cfg->http_port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+        server_mhd_log, (void *)s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
+        MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s, MHD_OPTION_THREAD_POOL_SIZE,
+        threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_LIMIT, limit,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u,
-        MHD_OPTION_END);
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u, MHD_OPTION_END);
 }
 
 int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server **out, char **err)
@@ -314,8 +310,9 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     if (s->daemon == NULL) {
         int e = server_bind_errno(&addr, addrlen);
         rc = e ? -e : -EIO;
-        msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s", cfg->http_bind,
-                             cfg->http_port, e ? strerror(e) : "libmicrohttpd failed to start");
+        msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s",
+                             cfg->http_bind, cfg->http_port,
+                             e ? strerror(e) : "libmicrohttpd failed to start");
         server_readers_free(&s->readers);
         free(s);
         goto fail;
@@ -344,7 +341,8 @@ void server_stop(struct server *s)
 {
     if (s == NULL)
         return;
-    /* Reverse of start: the threads first (this waits for running handlers), then what they read. */
+    /* Reverse of start: the threads first (this waits for running handlers), then what they read.
+     */
     MHD_stop_daemon(s->daemon);
     server_readers_free(&s->readers);
     free(s);

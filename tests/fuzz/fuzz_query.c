@@ -11,8 +11,8 @@
 
 #include "query.h"
 
-static const char *const known[] = {"since", "until", "limit", "trigger", "metric", "step", "pad",
-                                    NULL};
+static const char *const known[] = {"since",  "until", "limit", "trigger",
+                                    "metric", "step",  "pad",   NULL};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
