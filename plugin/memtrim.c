@@ -262,6 +262,7 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
         .heap_max_age_ns = (int64_t)cfg.stats_max_age_ms * 1000000,
         .budget_percent = cfg.probe_budget_percent,
         .memory_limit_cfg = cfg.memory_limit_bytes,
+        .stale_ok = 1,
     };
     snapshot_get(&mt->cache, &want, out);
 }

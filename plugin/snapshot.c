@@ -96,6 +96,8 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         if (!do_cheap && !do_heap)
             break;
         if (c->refreshing) {
+            if (want->stale_ok && c->cheap_mono_ns)
+                break; /* the last snapshot, its age says how old */
             pthread_cond_wait(&c->cond, &c->lock);
             continue;
         }

@@ -35,6 +35,8 @@ struct snapshot_want {
     int64_t heap_max_age_ns;   /* refresh the heap part when older (INT64_MAX = never) */
     double budget_percent;     /* share of wall time mallinfo2 may take */
     int64_t memory_limit_cfg;  /* MemoryLimitBytes (0 = use the cgroup's) */
+    int stale_ok;              /* while another caller refreshes, take what is cached
+                                * (with its age) rather than wait: HTTP readers */
 };
 
 int snapshot_init(struct snapshot_cache *c);

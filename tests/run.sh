@@ -29,6 +29,14 @@ unit() { # unit DIR [ctest args]
   ctest --test-dir "$root/$dir" --output-on-failure "$@"
 }
 
+unit_asan() {
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 unit build-asan
+}
+
+fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz/run.sh)
+  FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh
+}
+
 valgrind_unit() {
   local t rc=0
   for t in test_config test_probe test_trim test_housekeeper test_abi test_db test_query \
@@ -55,11 +63,12 @@ stage build build build
 stage unit unit build
 if [ -z "${MEMTRIM_QUICK:-}" ]; then
   stage build-asan build build-asan -DMEMTRIM_SANITIZE=address
-  stage unit-asan env ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 unit build-asan
+  stage unit-asan unit_asan
   stage build-tsan build build-tsan -DMEMTRIM_SANITIZE=thread
   stage unit-tsan env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch -R \
     ctest --test-dir "$root/build-tsan" --output-on-failure -E 'db_faults'
   stage valgrind valgrind_unit
+  stage fuzz fuzz
 fi
 stage e2e e2e
 stage browser browser

@@ -263,7 +263,6 @@ static void *dispatcher_main(void *arg)
 {
     (void)arg;
     int next = 1, turn = 0;
-    struct timespec pause = {opt.pause_ms / 1000, (long)(opt.pause_ms % 1000) * 1000000};
     for (;;) {
         pthread_mutex_lock(&qlock);
         while (!stopping && (in_flight >= opt.concurrency || queue_for[turn] != 0))
@@ -276,8 +275,18 @@ static void *dispatcher_main(void *arg)
         in_flight++;
         turn = (turn + 1) % opt.workers;
         pthread_cond_broadcast(&qcond);
+        /* The pause between studies; a stop ends it at once. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += opt.pause_ms / 1000;
+        until.tv_nsec += (long)(opt.pause_ms % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        while (!stopping && pthread_cond_timedwait(&qdone, &qlock, &until) != ETIMEDOUT)
+            ;
         pthread_mutex_unlock(&qlock);
-        nanosleep(&pause, NULL);
     }
     return NULL;
 }

@@ -158,7 +158,7 @@ static void test_suspend(void)
     CHECK_EQ_INT(mt_suspend(mt), 1);
     CHECK_EQ_INT(mt_suspend(mt), 2); /* nesting */
     WAIT_FOR(skips(mt, MT_SKIP_SUSPENDED) >= 2, 5);
-    CHECK(skips(mt, MT_SKIP_SUSPENDED) >= 2);
+    CHECK_MSG(skips(mt, MT_SKIP_SUSPENDED) >= 2, "suspended skips: %llu", (unsigned long long)skips(mt, MT_SKIP_SUSPENDED));
     CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
     CHECK_EQ_INT(mt_resume(mt), 1);
     usleep(1500000);

@@ -147,6 +147,18 @@ static void test_single_flight(void)
     CHECK_MSG(c.heap_probes <= 2, "heap probes %llu", (unsigned long long)c.heap_probes);
     CHECK(c.cheap_probes >= 4);
     CHECK(s.heap_age_ms >= 0);
+    /* A reader that takes stale data while someone else refreshes does not wait. */
+    pthread_mutex_lock(&cache.lock);
+    cache.refreshing = 1; /* as if another thread were probing */
+    pthread_mutex_unlock(&cache.lock);
+    struct snapshot_want stale_ok = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                                     .budget_percent = 0.1, .stale_ok = 1};
+    snapshot_get(&cache, &stale_ok, &s); /* returns at once with the cached snapshot */
+    CHECK(s.cheap.rss_bytes > 0);
+    CHECK(s.cheap_age_ms >= 0);
+    pthread_mutex_lock(&cache.lock);
+    cache.refreshing = 0;
+    pthread_mutex_unlock(&cache.lock);
     snapshot_destroy(&cache);
 }
 
