@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int h_passed, h_failed;
@@ -73,6 +74,42 @@ static inline int harness_under_valgrind(void)
         printf("SKIP %s: %s\n", __func__, why);                                                    \
         return;                                                                                    \
     } while (0)
+
+/* Monotonic seconds, for the deadlines below. */
+static inline double harness_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Wait up to `seconds` for cond; the deadlines are generous: they guard against hangs. */
+#define WAIT_FOR(cond, seconds)                                                                    \
+    do {                                                                                           \
+        double until_ = harness_now_s() + (seconds);                                               \
+        while (!(cond) && harness_now_s() < until_)                                                \
+            usleep(20000);                                                                         \
+    } while (0)
+
+/* A fresh directory /tmp/memtrim-<name>-XXXXXX into buf; 0 or -1. */
+static inline int harness_tmpdir(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "/tmp/memtrim-%s-XXXXXX", name);
+    if (mkdtemp(buf) == NULL) {
+        perror("mkdtemp");
+        return -1;
+    }
+    return 0;
+}
+
+/* Remove a test directory and everything in it. */
+static inline void harness_rmtree(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
 
 static inline int harness_end(void)
 {

@@ -535,13 +535,8 @@ static void test_memory(void)
 
 int main(void)
 {
-    char cmd[128];
-
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/memtrim-test-db-XXXXXX");
-    if (mkdtemp(tmpdir) == NULL) {
-        perror("mkdtemp");
+    if (harness_tmpdir(tmpdir, sizeof(tmpdir), "test-db"))
         return 1;
-    }
     RUN(test_schema_fresh);
     RUN(test_migration_v1);
     RUN(test_refused);
@@ -551,8 +546,6 @@ int main(void)
     RUN(test_retention);
     RUN(test_batch_cap);
     RUN(test_memory);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    harness_rmtree(tmpdir);
     return harness_end();
 }

@@ -295,20 +295,13 @@ out:
 
 int main(void)
 {
-    char cmd[128];
-
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/memtrim-test-dbf-XXXXXX");
-    if (mkdtemp(tmpdir) == NULL) {
-        perror("mkdtemp");
+    if (harness_tmpdir(tmpdir, sizeof(tmpdir), "test-dbf"))
         return 1;
-    }
     RUN(test_unwritable_dir);
     RUN(test_readonly_file);
     RUN(test_garbage);
     RUN(test_locked);
     RUN(test_disk_full);
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", tmpdir);
+    harness_rmtree(tmpdir);
     return harness_end();
 }

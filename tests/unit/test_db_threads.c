@@ -124,16 +124,13 @@ static void run(const char *path)
 
 int main(void)
 {
-    char dir[64], path[96], cmd[128];
+    char dir[64], path[96];
 
-    snprintf(dir, sizeof(dir), "/tmp/memtrim-test-dbt-XXXXXX");
-    if (mkdtemp(dir) == NULL)
+    if (harness_tmpdir(dir, sizeof(dir), "test-dbt"))
         return 1;
     snprintf(path, sizeof(path), "%s/threads.sqlite", dir);
     run(path);
     run(":memory:");
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_rmtree(dir);
     return harness_end();
 }

@@ -13,11 +13,6 @@
 #include "harness.h"
 #include "probe.h"
 
-static double now_s(void)
-{
-    return (double)mt_mono_ns() / 1e9;
-}
-
 static struct memtrim *start(const char *json)
 {
     struct memtrim *mt = NULL;
@@ -41,14 +36,6 @@ static uint64_t skips(struct memtrim *mt, int reason)
     mt_counters_get(mt, &c);
     return c.skips[reason];
 }
-
-/* Wait up to `seconds` for cond; the deadlines are generous: they guard against hangs. */
-#define WAIT_FOR(cond, seconds)                                                                    \
-    do {                                                                                           \
-        double until_ = now_s() + (seconds);                                                       \
-        while (!(cond) && now_s() < until_)                                                        \
-            usleep(20000);                                                                         \
-    } while (0)
 
 static void test_periodic_trims(void)
 {
@@ -89,12 +76,12 @@ static void test_pressure(void)
              "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
              " \"MemoryLimitBytes\": %llu}",
              (unsigned long long)(rss + rss / 20));
-    double t0 = now_s();
+    double t0 = harness_now_s();
     struct memtrim *mt = start(json);
     if (!mt)
         return;
     WAIT_FOR(trims(mt, MT_TRIGGER_PRESSURE) >= 1, 1.0);
-    double took = now_s() - t0;
+    double took = harness_now_s() - t0;
     CHECK_MSG(trims(mt, MT_TRIGGER_PRESSURE) >= 1, "no pressure trim after %.2f s", took);
     struct mt_snapshot s;
     mt_snapshot_get(mt, &s);
@@ -185,9 +172,9 @@ static void test_stop_is_prompt(void)
     if (!mt)
         return;
     usleep(300000);
-    double t0 = now_s();
+    double t0 = harness_now_s();
     mt_destroy(mt);
-    double took = now_s() - t0;
+    double took = harness_now_s() - t0;
     CHECK_MSG(took < 0.2, "stop took %.3f s", took);
 }
 

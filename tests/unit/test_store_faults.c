@@ -21,18 +21,6 @@
 
 static char dir[64];
 
-static double now_s(void)
-{
-    return (double)mt_mono_ns() / 1e9;
-}
-
-#define WAIT_FOR(cond, seconds)                                                                    \
-    do {                                                                                           \
-        double until_ = now_s() + (seconds);                                                       \
-        while (!(cond) && now_s() < until_)                                                        \
-            usleep(20000);                                                                         \
-    } while (0)
-
 /* GET /healthz over loopback; the body into buf. Returns the status or -1. */
 static int healthz(int port, char *buf, size_t size)
 {
@@ -212,19 +200,13 @@ static void test_disk_full_then_freed(void)
 
 int main(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/memtrim-store-faults-XXXXXX");
-    if (!mkdtemp(dir)) {
-        perror("mkdtemp");
+    if (harness_tmpdir(dir, sizeof(dir), "store-faults"))
         return 1;
-    }
     RUN(test_unusable_directory);
     RUN(test_garbage_file);
     RUN(test_locked_then_released);
     RUN(test_read_only);
     RUN(test_disk_full_then_freed);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "could not remove %s\n", dir);
+    harness_rmtree(dir);
     return harness_end();
 }
