@@ -25,7 +25,9 @@
 #define HEAP_PROBE_MIN_NS (1 * SEC)     /* at most one heap probe a second when calm */
 #define HEAP_PROBE_PRESSURE_NS (250 * MS)
 #define PRESSURE_BUDGET_FACTOR 10.0     /* near the limit the budget is ten times larger */
-#define PRESSURE_REPEAT_NS (1 * SEC)    /* hard pressure trims at most once a second... */
+#define PRESSURE_REPEAT_NS (1 * SEC)    /* hard pressure trims at most once a second, */
+#define PRESSURE_EARLY_NS (500 * MS)    /* early ones every 500 ms, both doubling after */
+#define PRESSURE_FUTILE_MAX 6           /* each trim that found nothing, up to 64x */
 #define ACTIVITY_NS (10 * MS)           /* ...heap probes only after the host used 10 ms CPU */
 #define RETENTION_EVERY_NS (60 * SEC)
 #define RETENTION_BATCH 2000
@@ -35,8 +37,10 @@
 struct hk_state {
     struct mt_config cfg;
     uint64_t cfg_generation;
+    int configured; /* the first tick has read the configuration */
     int64_t next_periodic, next_sample, last_burst, last_pressure, last_pressure_skip;
-    uint64_t last_pressure_rss;
+    uint64_t last_pressure_rss;           /* RSS after the last pressure trim (0: first tick) */
+    int pressure_futile;                  /* pressure trims in a row that found nothing */
     int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
@@ -62,15 +66,22 @@ static void count_skip(struct memtrim *mt, int reason)
 
 static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
 {
+    int first = !st->configured;
+    double interval = st->cfg.trim_interval_seconds, sample = st->cfg.sample_interval_seconds;
+
     pthread_mutex_lock(&mt->cfg_lock);
-    int changed = st->cfg_generation != mt->cfg_generation || st->next_periodic == 0;
+    int changed = st->cfg_generation != mt->cfg_generation;
     st->cfg = mt->cfg;
     st->cfg_generation = mt->cfg_generation;
     pthread_mutex_unlock(&mt->cfg_lock);
-    if (!changed)
+    st->configured = 1;
+    if (!first && !changed)
         return;
-    st->next_periodic = now + (int64_t)(st->cfg.trim_interval_seconds * SEC);
-    st->next_sample = now; /* a sample at start, then every interval */
+    /* A schedule restarts only when its own interval changed (or at start). */
+    if (first || st->cfg.trim_interval_seconds != interval)
+        st->next_periodic = now + (int64_t)(st->cfg.trim_interval_seconds * SEC);
+    if (first || st->cfg.sample_interval_seconds != sample)
+        st->next_sample = now; /* a sample now, then every interval */
 }
 
 /* ---- the store ---------------------------------------------------------- */
@@ -187,6 +198,14 @@ static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_
     if (trigger == MT_TRIGGER_PRESSURE) {
         st->last_pressure = now;
         st->last_pressure_rss = r.rss_after_bytes;
+        /* At the limit with only live memory, trimming again and again would be
+         * the diagnostic that hurts the host: back off while trims find nothing. */
+        if (r.released_bytes < st->cfg.trim_min_releasable_bytes) {
+            if (st->pressure_futile < PRESSURE_FUTILE_MAX)
+                st->pressure_futile++;
+        } else {
+            st->pressure_futile = 0;
+        }
     }
     if (trigger == MT_TRIGGER_BURST || trigger == MT_TRIGGER_PRESSURE)
         st->last_burst = now;
@@ -247,6 +266,8 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     int known = snap->heap.timestamp_ms != 0;
 
     /* 1. Pressure: at the line, or free-but-resident memory that would cross it if reused elsewhere. */
+    if (st->last_pressure_rss == 0)
+        st->last_pressure_rss = rss; /* growth counts from the first tick, not from zero */
     if (limit > 0 && c->pressure_ratio > 0) {
         uint64_t line = (uint64_t)((double)limit * c->pressure_ratio);
         int hard = rss >= line;
@@ -262,9 +283,11 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         uint64_t grown = rss > st->last_pressure_rss ? rss - st->last_pressure_rss : 0;
         early = early || (zone && grown >= (uint64_t)c->trim_min_releasable_bytes &&
                           rss + grown >= line);
-        int again = now - st->last_pressure >= PRESSURE_REPEAT_NS ||
-                    rss > st->last_pressure_rss + (uint64_t)limit / 20;
-        if ((hard && again) || (early && !hard)) {
+        /* Growth past the last pressure trim by 5 % of the limit lifts the back-off. */
+        int grew = rss > st->last_pressure_rss + (uint64_t)limit / 20;
+        int again = now - st->last_pressure >= (PRESSURE_REPEAT_NS << st->pressure_futile) || grew;
+        int early_again = now - st->last_pressure >= (PRESSURE_EARLY_NS << st->pressure_futile) || grew;
+        if ((hard && again) || (early && !hard && early_again)) {
             if (!suspended)
                 do_trim(mt, st, MT_TRIGGER_PRESSURE, now);
             else if (now - st->last_pressure_skip >= SEC) {

@@ -6,6 +6,7 @@
  * `instance_lock`; each getter takes only the lock of what it reads.
  */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,15 +73,21 @@ void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason)
     pthread_mutex_unlock(&mt->health_lock);
 }
 
-static void instance_free(struct memtrim *mt)
+/* The instance's own locks, then the memory. */
+static void instance_free_locks(struct memtrim *mt)
 {
-    trim_service_destroy(&mt->trims);
-    snapshot_destroy(&mt->cache);
     pthread_cond_destroy(&mt->hk_cond);
     pthread_mutex_destroy(&mt->hk_lock);
     pthread_mutex_destroy(&mt->health_lock);
     pthread_mutex_destroy(&mt->cfg_lock);
     free(mt);
+}
+
+static void instance_free(struct memtrim *mt)
+{
+    trim_service_destroy(&mt->trims);
+    snapshot_destroy(&mt->cache);
+    instance_free_locks(mt);
 }
 
 static struct memtrim *instance_alloc(const struct mt_config *cfg)
@@ -105,8 +112,11 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&mt->hk_cond, &attr);
     pthread_condattr_destroy(&attr);
-    if (snapshot_init(&mt->cache) || trim_service_init(&mt->trims)) {
-        free(mt);
+    int cache_ok = snapshot_init(&mt->cache) == 0;
+    if (!cache_ok || trim_service_init(&mt->trims)) {
+        if (cache_ok)
+            snapshot_destroy(&mt->cache);
+        instance_free_locks(mt);
         return NULL;
     }
     atomic_init(&mt->suspend_depth, 0);
@@ -149,18 +159,23 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     }
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
-    if ((rc = housekeeper_start(mt, &e)))
+    /* memtrim's threads inherit the caller's signal mask: block every signal
+     * while they start, so the host's signals only ever reach the host's threads. */
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    rc = housekeeper_start(mt, &e);
+    if (rc == 0 && (rc = server_start(mt, &cfg, &mt->server, &e)) != 0)
+        housekeeper_stop(mt);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (rc)
         goto fail_free;
-    if ((rc = server_start(mt, &cfg, &mt->server, &e)))
-        goto fail_hk;
     mt->http_port = server_port(mt->server);
     mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on http://%s:%d/", MEMTRIM_VERSION,
            cfg.http_bind, mt->http_port);
     *out = mt;
     return 0;
 
-fail_hk:
-    housekeeper_stop(mt);
 fail_free:
     instance_free(mt);
 fail_running:
@@ -170,6 +185,10 @@ fail_running:
 fail:
     if (!e)
         e = errdup("start failed: %s", strerror(-rc));
+    if (!e) { /* out of memory even for the message */
+        mt_log(MT_LOG_ERROR, "core", "start failed: %s", strerror(-rc));
+        return rc;
+    }
     /* A message that already names its module is logged as that module's. */
     if (strncmp(e, "memtrim/", 8) == 0 && strchr(e, ':')) {
         char module[32];
@@ -255,15 +274,14 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 
 void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
 {
-    struct mt_config cfg;
-    mt_config_get(mt, &cfg);
-    struct snapshot_want want = {
-        .cheap_max_age_ns = (int64_t)cfg.stats_max_age_ms * 1000000,
-        .heap_max_age_ns = (int64_t)cfg.stats_max_age_ms * 1000000,
-        .budget_percent = cfg.probe_budget_percent,
-        .memory_limit_cfg = cfg.memory_limit_bytes,
-        .stale_ok = 1,
-    };
+    /* The hot path of /memory/stats and /metrics: read the four values, not the whole config. */
+    struct snapshot_want want = {.stale_ok = 1};
+    pthread_mutex_lock(&mt->cfg_lock);
+    want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * 1000000;
+    want.heap_max_age_ns = want.cheap_max_age_ns;
+    want.budget_percent = mt->cfg.probe_budget_percent;
+    want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
+    pthread_mutex_unlock(&mt->cfg_lock);
     snapshot_get(&mt->cache, &want, out);
 }
 

@@ -139,7 +139,8 @@ int probe_cgroup_init(struct probe_cgroup *cg)
     memset(cg, 0, sizeof(*cg));
     if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
         return -ENOENT;
-    for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n")) {
+    char *save = NULL;
+    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;

@@ -61,8 +61,10 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
      * other mappings).
      */
     if (c->heap_mono_ns) {
+        /* RSS as read with the heap, not newer: memory allocated since the heap
+         * reading is in use, and must not count as free. */
         uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
-        uint64_t resident_free = c->cheap.rss_anon_bytes > used ? c->cheap.rss_anon_bytes - used : 0;
+        uint64_t resident_free = c->heap_rss_anon > used ? c->heap_rss_anon - used : 0;
         out->releasable_estimate_bytes =
             resident_free < c->heap.heap_free_bytes ? resident_free : c->heap.heap_free_bytes;
     }
@@ -103,15 +105,29 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         }
         c->refreshing = 1;
         arenas = do_heap && (c->arena_count < 0 || c->heap_count_since_arenas >= ARENA_COUNT_EVERY);
+        uint64_t generation = c->trim_generation;
+        do_cheap = do_cheap || do_heap; /* the heap part is read with the RSS of its moment */
         pthread_mutex_unlock(&c->lock);
 
-        if (do_cheap)
-            probe_cheap(&c->cg, &cheap); /* cg is written only at init */
         if (do_heap)
             probe_heap(&heap, arenas);
+        if (do_cheap)
+            probe_cheap(&c->cg, &cheap); /* cg is written only at init */
 
         pthread_mutex_lock(&c->lock);
         now = mt_mono_ns();
+        if (do_heap) {
+            /* The budget counts what the call cost (CPU inside it), not time spent
+             * waiting for arena locks: that wait grows exactly when the host is busy
+             * freeing, and would starve the probe when it matters most. */
+            double budget = want->budget_percent > 0 ? want->budget_percent : 0.1;
+            int64_t cost = heap.cpu_ns > 0 ? heap.cpu_ns : heap.duration_ns;
+            c->heap_next_allowed_ns = now + (int64_t)((double)cost * 100.0 / budget);
+            c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
+            count_heap_locked(c, &heap);
+        }
+        if (generation != c->trim_generation)
+            do_cheap = do_heap = 0; /* a trim published newer readings meanwhile: keep those */
         if (do_cheap) {
             c->cheap = cheap;
             c->cheap_mono_ns = now;
@@ -119,16 +135,9 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             c->cheap_seconds += (double)cheap.duration_ns / 1e9;
         }
         if (do_heap) {
-            double budget = want->budget_percent > 0 ? want->budget_percent : 0.1;
             c->heap = heap;
             c->heap_mono_ns = now;
-            /* The budget counts what the call cost (CPU inside it), not time spent
-             * waiting for arena locks: that wait grows exactly when the host is busy
-             * freeing, and would starve the probe when it matters most. */
-            int64_t cost = heap.cpu_ns > 0 ? heap.cpu_ns : heap.duration_ns;
-            c->heap_next_allowed_ns = now + (int64_t)((double)cost * 100.0 / budget);
-            c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
-            count_heap_locked(c, &heap);
+            c->heap_rss_anon = cheap.rss_anon_bytes;
         }
         c->refreshing = 0;
         pthread_cond_broadcast(&c->cond);
@@ -150,6 +159,8 @@ void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
     c->cheap_mono_ns = now;
     c->heap = *heap;
     c->heap_mono_ns = now;
+    c->heap_rss_anon = cheap->rss_anon_bytes;
+    c->trim_generation++;
     c->nonheap_baseline = cheap->rss_anon_bytes > heap->heap_in_use_bytes
                               ? cheap->rss_anon_bytes - heap->heap_in_use_bytes
                               : 0;

@@ -25,6 +25,8 @@ struct snapshot_cache {
     unsigned heap_count_since_arenas;
     int arena_count;             /* last known, -1 unknown */
     uint64_t nonheap_baseline;   /* rss_anon - heap in use right after the last trim */
+    uint64_t heap_rss_anon;      /* rss_anon read together with the heap part */
+    uint64_t trim_generation;    /* bumped by snapshot_after_trim */
     /* counters */
     uint64_t heap_probes, cheap_probes;
     double heap_seconds, cheap_seconds, heap_last_seconds;

@@ -89,6 +89,26 @@ static void test_pressure(void)
     mt_destroy(mt);
 }
 
+/* At the limit with nothing to give back, pressure trims back off (1 s, 2 s, 4 s, ...)
+ * instead of locking the arenas every second forever. */
+static void test_pressure_backs_off(void)
+{
+    char json[256];
+    uint64_t rss = probe_rss();
+    snprintf(json, sizeof(json),
+             "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
+             " \"MemoryLimitBytes\": %llu}",
+             (unsigned long long)(rss + rss / 20));
+    struct memtrim *mt = start(json);
+    if (!mt)
+        return;
+    usleep(6500000);
+    uint64_t n = trims(mt, MT_TRIGGER_PRESSURE);
+    /* Without back-off: ~7 in 6.5 s; with it: at 0.25, ~1.25, ~3.25 (and ~7.25) s. */
+    CHECK_MSG(n >= 2 && n <= 4, "pressure trims in 6.5 s: %llu", (unsigned long long)n);
+    mt_destroy(mt);
+}
+
 /* Free a burst of memory: it comes back within seconds, not at the next interval. */
 static void test_burst(void)
 {
@@ -202,6 +222,7 @@ int main(void)
     RUN(test_periodic_trims);
     RUN(test_idle_heap_is_skipped);
     RUN(test_pressure);
+    RUN(test_pressure_backs_off);
     RUN(test_burst);
     RUN(test_burst_right_after_a_trim);
     RUN(test_suspend);
