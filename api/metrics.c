@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "core.h"
@@ -69,7 +71,7 @@ static void api_f64(struct api_text *t, const char *name, const char *type, cons
                     double v)
 {
     api_head(t, name, type, help);
-    api_text_printf(t, "%s %.9g\n", name, v);
+    api_text_printf(t, "%s %.15g\n", name, v);
 }
 
 static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
@@ -103,7 +105,7 @@ static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
     cumulative += c->trim_hist[MT_HIST_BUCKETS];
     api_text_printf(t, "memtrim_trim_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
                     (unsigned long long)cumulative);
-    api_text_printf(t, "memtrim_trim_duration_seconds_sum %.9g\n", c->trim_seconds_sum);
+    api_text_printf(t, "memtrim_trim_duration_seconds_sum %.15g\n", c->trim_seconds_sum);
     api_text_printf(t, "memtrim_trim_duration_seconds_count %llu\n",
                     (unsigned long long)cumulative);
 }
@@ -176,8 +178,35 @@ static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
             "Age of the heap statistics when this page was made.", (double)s->heap_age_ms / 1e3);
 }
 
+/* The "C" numeric locale: the host may have set one that writes 0,25 for 0.25. */
+static locale_t api_c_locale;
+static pthread_once_t api_c_locale_once = PTHREAD_ONCE_INIT;
+static void api_c_locale_init(void)
+{
+    api_c_locale = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+static void api_metrics_build(const struct server_request *req, struct api_text *t);
+
 int api_metrics_get(const struct server_request *req, struct server_reply *rep)
 {
+    struct api_text t = {.p = malloc(API_METRICS_INITIAL), .cap = API_METRICS_INITIAL};
+    t.failed = t.p == NULL;
+    pthread_once(&api_c_locale_once, api_c_locale_init);
+    locale_t saved = api_c_locale ? uselocale(api_c_locale) : (locale_t)0;
+    api_metrics_build(req, &t);
+    if (saved)
+        uselocale(saved);
+    if (t.failed) {
+        free(t.p);
+        return server_reply_error(rep, 500, "out_of_memory", "could not build the metrics page");
+    }
+    return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, t.len);
+}
+
+static void api_metrics_build(const struct server_request *req, struct api_text *t_)
+{
+    struct api_text t = *t_;
     struct mt_counters c;
     struct mt_snapshot s;
     struct mt_health h;
@@ -185,8 +214,6 @@ int api_metrics_get(const struct server_request *req, struct server_reply *rep)
     mt_snapshot_get(req->mt, &s);
     mt_health_get(req->mt, &h);
 
-    struct api_text t = {.p = malloc(API_METRICS_INITIAL), .cap = API_METRICS_INITIAL};
-    t.failed = t.p == NULL;
     api_head(&t, "memtrim_build_info", "gauge", "memtrim's version (always 1).");
     api_text_printf(&t, "memtrim_build_info{version=\"%s\"} 1\n", MEMTRIM_VERSION);
     api_f64(&t, "memtrim_start_time_seconds", "gauge",
@@ -198,9 +225,5 @@ int api_metrics_get(const struct server_request *req, struct server_reply *rep)
     api_metrics_trims(&t, &c);
     api_metrics_probe(&t, &c);
     api_metrics_gauges(&t, &s);
-    if (t.failed) {
-        free(t.p);
-        return server_reply_error(rep, 500, "out_of_memory", "could not build the metrics page");
-    }
-    return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, t.len);
+    *t_ = t;
 }

@@ -63,10 +63,11 @@ static int api_series_parse(const struct server_request *req, struct api_series_
         int64_t step = (span + API_SERIES_BUCKETS_TARGET - 1) / API_SERIES_BUCKETS_TARGET;
         p->step_ms = step <= 1000 ? 1000 : (step + 999) / 1000 * 1000;
     }
-    if (span / p->step_ms >= API_SERIES_BUCKETS_MAX) {
+    int64_t buckets = span / p->step_ms + (span % p->step_ms != 0);
+    if (buckets > API_SERIES_BUCKETS_MAX) {
         snprintf(why, sizeof(why),
                  "parameter 'step': %lld ms gives %lld buckets over this range; at most %d",
-                 (long long)p->step_ms, (long long)(span / p->step_ms + 1), API_SERIES_BUCKETS_MAX);
+                 (long long)p->step_ms, (long long)buckets, API_SERIES_BUCKETS_MAX);
         return server_reply_bad_param(rep, why);
     }
     return 0;

@@ -32,7 +32,8 @@ static int api_trims_params(const struct server_request *req, struct db_trim_que
         query_time_ms(req->query, "until", now, &q->until_ms, why, sizeof(why)) < 0 ||
         query_int(req->query, "limit", 1, API_TRIMS_LIMIT_MAX, &limit, why, sizeof(why)) < 0)
         return server_reply_bad_param(rep, why);
-    if (q->since_ms != INT64_MIN && q->until_ms != INT64_MAX && q->until_ms <= q->since_ms)
+    /* Compared with the defaults too: since=INT64_MAX alone is an empty range, said so. */
+    if (q->until_ms <= q->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
     q->limit = (int)limit;
 

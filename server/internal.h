@@ -25,6 +25,7 @@ struct server {
     int port;
     char token[256]; /* "" = no token; never logged, never sent */
     int read_requires_auth;
+    int loopback;   /* bound to a loopback address: only local names may be the Host */
     struct server_readers readers;
 };
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -106,6 +107,52 @@ static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_re
     return ret;
 }
 
+/* "localhost", "127.x.y.z" or "[::1]", with or without a port. */
+static int server_host_is_local(const char *host)
+{
+    size_t n;
+    if (host[0] == '[')
+        return strncmp(host, "[::1]", 5) == 0 && (host[5] == '\0' || host[5] == ':');
+    n = strcspn(host, ":");
+    if (n == 9 && strncasecmp(host, "localhost", 9) == 0)
+        return 1;
+    if (n < 4 || strncmp(host, "127.", 4) != 0)
+        return 0;
+    return strspn(host, "0123456789.") == n;
+}
+
+/*
+ * Without a token, a server on loopback trusts whoever can connect: then a
+ * browser page must not reach it by another name (DNS rebinding) nor send it
+ * writes from another site. Returns 0, or 403 filled in rep.
+ */
+static int server_check_origin(const struct server *s, struct MHD_Connection *conn,
+                               const char *method, struct server_reply *rep)
+{
+    if (s->token[0] != '\0' || !s->loopback)
+        return 0;
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (host != NULL && !server_host_is_local(host)) {
+        server_reply_error(rep, 403, "forbidden_host",
+                           "Host '%.100s' is not a loopback name; this server answers to "
+                           "localhost and 127.0.0.1 only unless an AuthToken is set",
+                           host);
+        return 403;
+    }
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (origin != NULL && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        const char *o = strstr(origin, "://");
+        if (o == NULL || !server_host_is_local(o + 3)) {
+            server_reply_error(rep, 403, "forbidden_origin",
+                               "a %s from the web page at '%.100s' is refused; set an AuthToken "
+                               "to allow other origins",
+                               method, origin);
+            return 403;
+        }
+    }
+    return 0;
+}
+
 static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn, const char *url,
                                      const char *method, const char *body, size_t body_len)
 {
@@ -124,10 +171,12 @@ static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *co
     };
     struct server_reply rep;
     memset(&rep, 0, sizeof(rep));
-    const char *authorization =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    server_dispatch(server_routes, server_nroutes, &req, authorization, s->token,
-                    s->read_requires_auth, &rep);
+    if (server_check_origin(s, conn, method, &rep) == 0) {
+        const char *authorization =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+        server_dispatch(server_routes, server_nroutes, &req, authorization, s->token,
+                        s->read_requires_auth, &rep);
+    }
     return server_send(conn, &rep);
 }
 
@@ -304,6 +353,7 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     s->mt = mt;
     snprintf(s->token, sizeof(s->token), "%s", cfg->auth_token);
     s->read_requires_auth = cfg->read_requires_auth;
+    s->loopback = server_host_is_local(cfg->http_bind) || strcmp(cfg->http_bind, "::1") == 0;
     server_readers_init(&s->readers);
 
     s->daemon = server_daemon_start(s, cfg, &addr);

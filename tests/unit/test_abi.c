@@ -31,7 +31,7 @@ static int http_get(int port, const char *path)
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         goto out;
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
     if (write(fd, req, (size_t)n) != n)
         goto out;
     ssize_t got = read(fd, resp, sizeof(resp) - 1);

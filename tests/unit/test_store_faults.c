@@ -26,7 +26,7 @@ static int healthz(int port, char *buf, size_t size)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     int fd = socket(AF_INET, SOCK_STREAM, 0), status = -1;
-    const char req[] = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    const char req[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
     size_t got = 0;
     ssize_t n;
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
