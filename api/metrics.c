@@ -127,6 +127,9 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
             c->housekeeper_ticks);
     api_u64(t, "memtrim_samples_stored_total", "counter", "Samples written to the store.",
             c->samples_stored);
+    api_u64(t, "memtrim_samples_dropped_total", "counter",
+            "Samples lost because the store could not keep up (a slow or hung disk).",
+            c->samples_dropped);
     api_u64(t, "memtrim_store_errors_total", "counter", "Store operations that failed.",
             c->store_errors);
     api_u64(t, "memtrim_trims_dropped_total", "counter",

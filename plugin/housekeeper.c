@@ -3,8 +3,8 @@
  * once when stopped or woken) and, in this order: checks RSS against the
  * memory limit (statm: microseconds), probes the heap when the host has been
  * busy and the budget allows, decides on a trim (pressure, then burst, then
- * periodic), stores samples and trim results, applies retention. It owns the
- * store's writer connection. Locks: hk_lock guards hk_stop and the counters
+ * periodic), and hands samples to the store thread (store.c): it never
+ * waits on the disk, so a slow store cannot delay a pressure trim. Locks: hk_lock guards hk_stop and the counters
  * in mt->hk (held only to read or bump them); cfg_lock only to copy the
  * configuration; never two at once, never across a probe, trim or write.
  */
@@ -16,7 +16,6 @@
 #include <time.h>
 
 #include "core.h"
-#include "db.h"
 #include "instance.h"
 
 #define MS (1000000LL)
@@ -29,10 +28,6 @@
 #define PRESSURE_EARLY_NS (500 * MS)    /* early ones every 500 ms, both doubling after */
 #define PRESSURE_FUTILE_MAX 6           /* each trim that found nothing, up to 64x */
 #define ACTIVITY_NS (10 * MS)           /* ...heap probes only after the host used 10 ms CPU */
-#define RETENTION_EVERY_NS (60 * SEC)
-#define RETENTION_BATCH 2000
-#define DB_RETRY_MIN_NS (1 * SEC)
-#define DB_RETRY_MAX_NS (60 * SEC)
 
 struct hk_state {
     struct mt_config cfg;
@@ -44,9 +39,6 @@ struct hk_state {
     int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
-    struct db_writer *db;
-    int64_t db_retry_at, db_retry_delay, next_retention;
-    char db_error[256];
 };
 
 static int64_t thread_cpu_ns(void)
@@ -82,106 +74,6 @@ static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
         st->next_periodic = now + (int64_t)(st->cfg.trim_interval_seconds * SEC);
     if (first || st->cfg.sample_interval_seconds != sample)
         st->next_sample = now; /* a sample now, then every interval */
-}
-
-/* ---- the store ---------------------------------------------------------- */
-
-/*
- * A store failure: report it, back off, and keep going without the store.
- * After a failed write the writer has rolled its batch back and stays usable,
- * so it is kept when the cause is passing (locked, disk full); otherwise it is
- * closed and reopened after the back-off.
- */
-static void store_failed(struct memtrim *mt, struct hk_state *st, int64_t now, const char *what,
-                         int rc, char *err)
-{
-    char reason[256];
-    snprintf(reason, sizeof(reason), "database %s: %s", what, err ? err : "unknown error");
-    free(err);
-    if (strcmp(reason, st->db_error) != 0)
-        mt_log(MT_LOG_ERROR, "store", "%s; trims go on, the store retries", reason);
-    snprintf(st->db_error, sizeof(st->db_error), "%s", reason);
-    pthread_mutex_lock(&mt->hk_lock);
-    mt->hk.store_errors++;
-    pthread_mutex_unlock(&mt->hk_lock);
-    atomic_store(&mt->db_available, 0);
-    mt_set_health(mt, "retrying", reason);
-    if (rc != -EBUSY && rc != -ENOSPC) {
-        db_writer_close(st->db);
-        st->db = NULL;
-    }
-    st->db_retry_delay = st->db_retry_delay ? st->db_retry_delay * 2 : DB_RETRY_MIN_NS;
-    if (st->db_retry_delay > DB_RETRY_MAX_NS)
-        st->db_retry_delay = DB_RETRY_MAX_NS;
-    st->db_retry_at = now + st->db_retry_delay;
-}
-
-static void store_recovered(struct memtrim *mt, struct hk_state *st)
-{
-    if (st->db_error[0])
-        mt_log(MT_LOG_INFO, "store", "database %s is available again", mt->db_path);
-    st->db_error[0] = '\0';
-    st->db_retry_delay = 0;
-    atomic_store(&mt->db_available, 1);
-    mt_set_health(mt, "ok", "");
-}
-
-static int store_open(struct memtrim *mt, struct hk_state *st, int64_t now)
-{
-    char *err = NULL;
-    if (now < st->db_retry_at)
-        return -EAGAIN;
-    if (st->db)
-        return 0; /* open, or kept open through a passing failure: try again */
-    int rc = db_writer_open(mt->db_path, &st->db, &err);
-    if (rc) {
-        st->db = NULL;
-        store_failed(mt, st, now, "cannot be opened", rc, err);
-        return rc;
-    }
-    store_recovered(mt, st);
-    return 0;
-}
-
-/* Write queued trims and the sample (if any) in one transaction. */
-static void store_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
-                       const struct mt_snapshot *sample)
-{
-    struct mt_trim_result batch[64];
-    unsigned n = 0, i;
-    char *err = NULL;
-    int rc = 0;
-
-    if (!mt->db_path[0] || store_open(mt, st, now))
-        return;
-    n = trim_drain(&mt->trims, batch, 64);
-    for (i = 0; i < n && rc == 0; i++)
-        rc = db_writer_add_trim(st->db, &batch[i], &err);
-    if (rc == 0 && sample)
-        rc = db_writer_add_sample(st->db, sample, &err);
-    if (rc == 0)
-        rc = db_writer_flush(st->db, &err);
-    if (rc) {
-        trim_requeue(&mt->trims, batch, n); /* nothing committed: keep them for later */
-        store_failed(mt, st, now, "write failed", rc, err);
-        return;
-    }
-    if (st->db_error[0])
-        store_recovered(mt, st);
-    if (sample) {
-        pthread_mutex_lock(&mt->hk_lock);
-        mt->hk.samples_stored++;
-        pthread_mutex_unlock(&mt->hk_lock);
-    }
-    if (now >= st->next_retention) {
-        int64_t deleted = 0;
-        int64_t cutoff = mt_now_ms() - (int64_t)(st->cfg.retention_hours * 3600.0 * 1000.0);
-        rc = db_writer_retention(st->db, cutoff, RETENTION_BATCH, &deleted, &err);
-        if (rc)
-            store_failed(mt, st, now, "retention failed", rc, err);
-        /* More to delete: come back next tick rather than hold the writer. */
-        st->next_retention = deleted >= RETENTION_BATCH ? now : now + RETENTION_EVERY_NS;
-    }
 }
 
 /* ---- the policy --------------------------------------------------------- */
@@ -327,7 +219,6 @@ static void tick(struct memtrim *mt, struct hk_state *st)
 {
     struct mt_snapshot snap, sample;
     int64_t now = mt_mono_ns();
-    const struct mt_snapshot *to_store = NULL;
 
     reload_config(mt, st, now);
     policy_tick(mt, st, now, &snap);
@@ -339,10 +230,9 @@ static void tick(struct memtrim *mt, struct hk_state *st)
             .memory_limit_cfg = st->cfg.memory_limit_bytes,
         };
         snapshot_get(&mt->cache, &want, &sample);
-        to_store = &sample;
+        store_push_sample(mt, &sample); /* the store thread writes it; we never wait on disk */
         st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * SEC);
     }
-    store_tick(mt, st, now, to_store);
 
     pthread_mutex_lock(&mt->hk_lock);
     mt->hk.ticks++;
@@ -384,12 +274,6 @@ static void *housekeeper_main(void *arg)
         pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
     }
     pthread_mutex_unlock(&mt->hk_lock);
-
-    /* Last words: whatever trims are queued go to the store. */
-    if (st->db)
-        store_tick(mt, st, mt_mono_ns(), NULL);
-    db_writer_close(st->db);
-    atomic_store(&mt->db_available, 0);
     free(st);
     return NULL;
 }

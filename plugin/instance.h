@@ -4,8 +4,9 @@
  * HTTP server. Private to plugin/; other modules use core.h.
  *
  * Locks, never nested: cfg_lock (the configuration), health_lock (the
- * store's state), the cache's and the trim service's own locks, and hk_lock
- * (the housekeeper's wakeups). suspend_depth and db_available are atomics.
+ * store's state), the cache's and the trim service's own locks, hk_lock
+ * (the housekeeper's wakeups and counters) and store_lock (the store
+ * thread's queue and counters). suspend_depth and db_available are atomics.
  */
 #ifndef MEMTRIM_INSTANCE_H
 #define MEMTRIM_INSTANCE_H
@@ -26,9 +27,9 @@ struct hk_counters {
     uint64_t skips[MT_SKIP_COUNT];
     uint64_t ticks;
     double cpu_seconds;
-    uint64_t samples_stored;
-    uint64_t store_errors;
 };
+
+#define STORE_SAMPLE_QUEUE 16
 
 struct memtrim {
     pthread_mutex_t cfg_lock;
@@ -47,7 +48,17 @@ struct memtrim {
     struct hk_counters hk;       /* guarded by hk_lock */
     atomic_int suspend_depth;
 
-    /* store state, written by the housekeeper */
+    /* the store thread (store.c) */
+    pthread_t store_thread;
+    int store_started;
+    pthread_mutex_t store_lock;
+    pthread_cond_t store_cond;
+    int store_stop, store_done, store_kicked;          /* guarded by store_lock, with: */
+    struct mt_snapshot store_samples[STORE_SAMPLE_QUEUE];
+    unsigned store_nsamples;
+    uint64_t samples_stored, samples_dropped, store_errors;
+
+    /* the store's health, written by the store thread */
     pthread_mutex_t health_lock;
     char db_state[32];
     char health_reason[256];
@@ -64,6 +75,12 @@ struct memtrim {
 int housekeeper_start(struct memtrim *mt, char **err);
 void housekeeper_stop(struct memtrim *mt);
 void housekeeper_wake(struct memtrim *mt);
+
+/* store.c */
+int store_start(struct memtrim *mt, char **err);
+int store_stop(struct memtrim *mt); /* -ETIMEDOUT: the thread was left behind */
+void store_push_sample(struct memtrim *mt, const struct mt_snapshot *s);
+void store_wake(struct memtrim *mt);
 
 /* memtrim.c */
 void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason);

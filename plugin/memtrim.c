@@ -76,6 +76,8 @@ void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason)
 /* The instance's own locks, then the memory. */
 static void instance_free_locks(struct memtrim *mt)
 {
+    pthread_cond_destroy(&mt->store_cond);
+    pthread_mutex_destroy(&mt->store_lock);
     pthread_cond_destroy(&mt->hk_cond);
     pthread_mutex_destroy(&mt->hk_lock);
     pthread_mutex_destroy(&mt->health_lock);
@@ -111,6 +113,8 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&mt->hk_cond, &attr);
+    pthread_mutex_init(&mt->store_lock, NULL);
+    pthread_cond_init(&mt->store_cond, &attr);
     pthread_condattr_destroy(&attr);
     int cache_ok = snapshot_init(&mt->cache) == 0;
     if (!cache_ok || trim_service_init(&mt->trims)) {
@@ -164,9 +168,13 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
-    rc = housekeeper_start(mt, &e);
-    if (rc == 0 && (rc = server_start(mt, &cfg, &mt->server, &e)) != 0)
+    rc = store_start(mt, &e);
+    if (rc == 0 && (rc = housekeeper_start(mt, &e)) != 0)
+        store_stop(mt);
+    if (rc == 0 && (rc = server_start(mt, &cfg, &mt->server, &e)) != 0) {
         housekeeper_stop(mt);
+        store_stop(mt);
+    }
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (rc)
         goto fail_free;
@@ -219,7 +227,12 @@ void mt_destroy(struct memtrim *mt)
     server_stop(mt->server);
     mt->server = NULL;
     housekeeper_stop(mt);
-    instance_free(mt);
+    if (store_stop(mt) == -ETIMEDOUT) {
+        /* Its thread still uses the instance: leave the memory to it. */
+        mt_log(MT_LOG_WARNING, "core", "stopped, leaving the hung store thread behind");
+    } else {
+        instance_free(mt);
+    }
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
@@ -295,7 +308,7 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
     int rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, (uint64_t)pad,
                       cfg.manual_trim_min_interval_ms, TRIM_WAIT_IF_BUSY, out, retry_after_ms);
     if (rc == 0 && !out->coalesced)
-        housekeeper_wake(mt); /* hand the result to the store soon */
+        store_wake(mt); /* hand the result to the store now */
     return rc;
 }
 
@@ -308,9 +321,12 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     memcpy(out->skips, mt->hk.skips, sizeof(out->skips));
     out->housekeeper_cpu_seconds = mt->hk.cpu_seconds;
     out->housekeeper_ticks = mt->hk.ticks;
-    out->samples_stored = mt->hk.samples_stored;
-    out->store_errors = mt->hk.store_errors;
     pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_lock(&mt->store_lock);
+    out->samples_stored = mt->samples_stored;
+    out->samples_dropped = mt->samples_dropped;
+    out->store_errors = mt->store_errors;
+    pthread_mutex_unlock(&mt->store_lock);
 }
 
 void mt_health_get(struct memtrim *mt, struct mt_health *out)

@@ -112,6 +112,7 @@ struct mt_counters {
     double housekeeper_cpu_seconds; /* CLOCK_THREAD_CPUTIME_ID of the housekeeper */
     uint64_t housekeeper_ticks;
     uint64_t samples_stored;
+    uint64_t samples_dropped; /* the store could not keep up (or hung) */
     uint64_t store_errors;
     uint64_t trims_dropped; /* results that could not be queued for the store */
 };

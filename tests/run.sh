@@ -34,7 +34,13 @@ unit_asan() {
 }
 
 fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz/run.sh)
-  FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh
+  local log=$root/build/fuzz.log
+  if FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh >"$log" 2>&1; then
+    grep -E '^Done [0-9]+ runs' "$log"
+  else
+    tail -n 60 "$log"
+    return 1
+  fi
 }
 
 valgrind_unit() {
