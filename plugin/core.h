@@ -32,6 +32,10 @@ void mt_log_fork_child(void);
  */
 void mt_after_fork_child(void);
 
+/* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
+struct timespec;
+void mt_deadline(struct timespec *ts, int64_t after_ns);
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

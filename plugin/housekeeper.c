@@ -265,12 +265,7 @@ static void *housekeeper_main(void *arg)
         if (mt->hk_stop)
             break;
         struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_nsec += TICK_NS;
-        if (deadline.tv_nsec >= SEC) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= SEC;
-        }
+        mt_deadline(&deadline, TICK_NS);
         pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
     }
     pthread_mutex_unlock(&mt->hk_lock);

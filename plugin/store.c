@@ -169,12 +169,7 @@ static void *store_main(void *arg)
         if (mt->store_stop)
             break;
         struct timespec deadline;
-        clock_gettime(CLOCK_MONOTONIC, &deadline);
-        deadline.tv_nsec += STORE_TICK_NS;
-        if (deadline.tv_nsec >= SEC) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= SEC;
-        }
+        mt_deadline(&deadline, STORE_TICK_NS);
         if (!mt->store_kicked)
             pthread_cond_timedwait(&mt->store_cond, &mt->store_lock, &deadline);
         mt->store_kicked = 0;
@@ -232,8 +227,7 @@ int store_stop(struct memtrim *mt)
     int rc = 0;
     if (!mt->store_started)
         return 0;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += STORE_JOIN_NS / SEC;
+    mt_deadline(&deadline, STORE_JOIN_NS);
     pthread_mutex_lock(&mt->store_lock);
     mt->store_stop = 1;
     pthread_cond_broadcast(&mt->store_cond);

@@ -98,6 +98,17 @@ int64_t mt_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void mt_deadline(struct timespec *ts, int64_t after_ns)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += (time_t)(after_ns / 1000000000);
+    ts->tv_nsec += (long)(after_ns % 1000000000);
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
 int64_t mt_mono_ns(void)
 {
     struct timespec ts;
