@@ -91,5 +91,7 @@ void mt_health_get(struct memtrim *mt, struct mt_health *out);
 const char *mt_db_path(struct memtrim *mt);
 /* Whether the store is usable now (readers answer 503 otherwise). */
 int mt_db_available(struct memtrim *mt);
+/* Bumped each time the store is (re)opened: readers of an older opening reconnect. */
+uint64_t mt_db_generation(struct memtrim *mt);
 
 #endif /* MEMTRIM_CORE_H */

@@ -63,6 +63,7 @@ struct memtrim {
     char db_state[32];
     char health_reason[256];
     atomic_int db_available;
+    atomic_uint_fast64_t db_generation; /* bumped when the store (re)opens */
     char db_path[MT_CONFIG_STR_MAX + 64]; /* fixed at start (Database is not runtime) */
 
     struct server *server;

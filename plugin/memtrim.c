@@ -350,3 +350,8 @@ int mt_db_available(struct memtrim *mt)
 {
     return atomic_load(&mt->db_available);
 }
+
+uint64_t mt_db_generation(struct memtrim *mt)
+{
+    return atomic_load(&mt->db_generation);
+}

@@ -93,6 +93,7 @@ static int store_open(struct memtrim *mt, struct store_state *st, int64_t now)
         store_failed(mt, st, now, "cannot be opened", rc, err);
         return rc;
     }
+    atomic_fetch_add(&mt->db_generation, 1);
     store_recovered(mt, st);
     return 0;
 }

@@ -7,6 +7,7 @@
 #define MEMTRIM_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 struct MHD_Daemon;
 struct db_reader;
@@ -17,6 +18,7 @@ struct server_readers {
     pthread_mutex_t lock;
     struct db_reader *idle[SERVER_READERS_MAX];
     int nidle;
+    uint64_t generation; /* the store opening the idle readers belong to */
 };
 
 struct server {

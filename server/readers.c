@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
 #include "db.h"
@@ -46,12 +47,23 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
         server_reply_header(rep, "Retry-After", "1");
         return -EAGAIN;
     }
-    struct db_reader *r = NULL;
+    struct db_reader *r = NULL, *stale[SERVER_READERS_MAX];
+    int nstale = 0;
     if (s != NULL) {
+        uint64_t generation = mt_db_generation(mt);
         pthread_mutex_lock(&s->readers.lock);
+        if (s->readers.generation != generation) {
+            /* The store was opened again (perhaps a new file): old readers go. */
+            nstale = s->readers.nidle;
+            memcpy(stale, s->readers.idle, (size_t)nstale * sizeof(*stale));
+            s->readers.nidle = 0;
+            s->readers.generation = generation;
+        }
         if (s->readers.nidle > 0)
             r = s->readers.idle[--s->readers.nidle];
         pthread_mutex_unlock(&s->readers.lock);
+        for (int i = 0; i < nstale; i++)
+            db_reader_close(stale[i]);
     }
     if (r == NULL) {
         char *err = NULL;
@@ -74,8 +86,9 @@ void server_reader_put(struct server *s, struct db_reader *r, int broken)
     if (r == NULL)
         return;
     if (s != NULL && !broken) {
+        uint64_t generation = mt_db_generation(s->mt);
         pthread_mutex_lock(&s->readers.lock);
-        if (s->readers.nidle < SERVER_READERS_MAX) {
+        if (s->readers.generation == generation && s->readers.nidle < SERVER_READERS_MAX) {
             s->readers.idle[s->readers.nidle++] = r;
             r = NULL;
         }
