@@ -1,8 +1,8 @@
 /*
  * db.h - the SQLite store: samples and trims, retention, queries.
  *
- * Threads: one writer (struct db_writer), owned and used only by the
- * housekeeper thread; any number of readers (struct db_reader), one per
+ * Threads: one writer (struct db_writer), owned and used only by the store
+ * thread (plugin/store.c); any number of readers (struct db_reader), one per
  * thread that queries (each HTTP worker opens its own). SQLite connections
  * are not shared across threads, so this module has no locks of its own;
  * WAL lets readers run while the writer writes.
