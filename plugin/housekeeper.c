@@ -266,7 +266,9 @@ static void *housekeeper_main(void *arg)
             break;
         struct timespec deadline;
         mt_deadline(&deadline, TICK_NS);
-        pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
+        if (!mt->hk_kicked) /* a wake during the tick is not lost */
+            pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
+        mt->hk_kicked = 0;
     }
     pthread_mutex_unlock(&mt->hk_lock);
     free(st);
@@ -287,6 +289,7 @@ int housekeeper_start(struct memtrim *mt, char **err)
 void housekeeper_wake(struct memtrim *mt)
 {
     pthread_mutex_lock(&mt->hk_lock);
+    mt->hk_kicked = 1;
     pthread_cond_broadcast(&mt->hk_cond);
     pthread_mutex_unlock(&mt->hk_lock);
 }

@@ -44,7 +44,7 @@ struct memtrim {
     int hk_started;
     pthread_mutex_t hk_lock;
     pthread_cond_t hk_cond;
-    int hk_stop;                 /* guarded by hk_lock */
+    int hk_stop, hk_kicked;      /* guarded by hk_lock */
     struct hk_counters hk;       /* guarded by hk_lock */
     atomic_int suspend_depth;
 

@@ -168,14 +168,19 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
-    rc = store_start(mt, &e);
-    if (rc == 0 && (rc = housekeeper_start(mt, &e)) != 0)
-        store_stop(mt);
-    if (rc == 0 && (rc = server_start(mt, &cfg, &mt->server, &e)) != 0) {
-        housekeeper_stop(mt);
-        store_stop(mt);
+    /* The server first: a port in use, the likeliest failure, then leaves no
+     * thread to undo. Its handlers cope with a store and housekeeper not yet there. */
+    int left_behind = 0;
+    rc = server_start(mt, &cfg, &mt->server, &e);
+    if (rc == 0 && (rc = store_start(mt, &e)) != 0)
+        server_stop(mt->server);
+    if (rc == 0 && (rc = housekeeper_start(mt, &e)) != 0) {
+        server_stop(mt->server);
+        left_behind = store_stop(mt) == -ETIMEDOUT;
     }
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (rc && left_behind)
+        goto fail_running; /* a hung store thread still uses the instance: leave it */
     if (rc)
         goto fail_free;
     mt->http_port = server_port(mt->server);

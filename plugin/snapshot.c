@@ -61,8 +61,8 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
      * other mappings).
      */
     if (c->heap_mono_ns) {
-        /* RSS as read with the heap, not newer: memory allocated since the heap
-         * reading is in use, and must not count as free. */
+        /* RSS as read with the heap (just before it), not newer: memory allocated
+         * since the heap reading is in use, and must not count as free. */
         uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
         uint64_t resident_free = c->heap_rss_anon > used ? c->heap_rss_anon - used : 0;
         out->releasable_estimate_bytes =
@@ -109,10 +109,12 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         do_cheap = do_cheap || do_heap; /* the heap part is read with the RSS of its moment */
         pthread_mutex_unlock(&c->lock);
 
-        if (do_heap)
-            probe_heap(&heap, arenas);
+        /* RSS first: what is allocated between the two readings then counts as
+         * in use, never as free (the estimate errs low, not high). */
         if (do_cheap)
             probe_cheap(&c->cg, &cheap); /* cg is written only at init */
+        if (do_heap)
+            probe_heap(&heap, arenas);
 
         pthread_mutex_lock(&c->lock);
         now = mt_mono_ns();

@@ -9,6 +9,7 @@
  * Locks: mt->store_lock guards the sample queue, the stop flag and the store
  * counters, and is never held across an SQLite call.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -109,8 +110,9 @@ static unsigned take_samples(struct memtrim *mt, struct mt_snapshot *buf, unsign
     return n;
 }
 
-/* Write queued trims and samples in one transaction; retention now and then. */
-static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now)
+/* Write queued trims and samples in one transaction; retention now and then (not when
+ * `last`: the final write at stop must be short). */
+static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now, int last)
 {
     struct mt_trim_result batch[64];
     struct mt_snapshot samples[STORE_SAMPLE_QUEUE];
@@ -130,6 +132,9 @@ static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now)
         rc = db_writer_flush(st->db, &err);
     if (rc) {
         trim_requeue(&mt->trims, batch, n); /* nothing committed: keep them for later */
+        pthread_mutex_lock(&mt->store_lock);
+        mt->samples_dropped += ns; /* samples are what we can afford to lose: count them */
+        pthread_mutex_unlock(&mt->store_lock);
         store_failed(mt, st, now, "write failed", rc, err);
         return;
     }
@@ -138,7 +143,7 @@ static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now)
     pthread_mutex_lock(&mt->store_lock);
     mt->samples_stored += ns;
     pthread_mutex_unlock(&mt->store_lock);
-    if (now >= st->next_retention) {
+    if (!last && now >= st->next_retention) {
         struct mt_config cfg;
         int64_t deleted = 0;
         mt_config_get(mt, &cfg);
@@ -165,7 +170,7 @@ static void *store_main(void *arg)
     pthread_mutex_lock(&mt->store_lock);
     while (!mt->store_stop) {
         pthread_mutex_unlock(&mt->store_lock);
-        store_tick(mt, &st, mt_mono_ns());
+        store_tick(mt, &st, mt_mono_ns(), 0);
         pthread_mutex_lock(&mt->store_lock);
         if (mt->store_stop)
             break;
@@ -177,9 +182,10 @@ static void *store_main(void *arg)
     }
     pthread_mutex_unlock(&mt->store_lock);
 
-    /* Last words: what is queued goes to the store; then close it. */
-    if (st.db)
-        store_tick(mt, &st, mt_mono_ns());
+    /* Last words: what is queued goes to the store (one last try even while
+     * backing off); then close it. */
+    st.retry_at = 0;
+    store_tick(mt, &st, mt_mono_ns(), 1);
     db_writer_close(st.db);
     atomic_store(&mt->db_available, 0);
     pthread_mutex_lock(&mt->store_lock);
@@ -237,7 +243,12 @@ int store_stop(struct memtrim *mt)
     int done = mt->store_done;
     pthread_mutex_unlock(&mt->store_lock);
     if (!done) {
-        /* A hung disk: the host's stop must not wait for it. */
+        /* A hung disk: the host's stop must not wait for it. The thread will
+         * run our code when the disk answers: keep the library mapped even if
+         * the host unloads it (Orthanc does, right after finalize). */
+        Dl_info self;
+        if (dladdr((void *)store_main, &self) && self.dli_fname)
+            dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
         mt_log(MT_LOG_ERROR, "store", "the store did not finish within %d s; leaving it behind",
                (int)(STORE_JOIN_NS / SEC));
         pthread_detach(mt->store_thread);

@@ -30,6 +30,10 @@ void server_readers_free(struct server_readers *p)
     pthread_mutex_destroy(&p->lock);
 }
 
+/* The store opening the reader this thread holds belongs to (get and put run on
+ * the same thread, one request at a time). */
+static __thread uint64_t reader_generation;
+
 int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **out,
                       struct server_reply *rep)
 {
@@ -49,8 +53,9 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
     }
     struct db_reader *r = NULL, *stale[SERVER_READERS_MAX];
     int nstale = 0;
+    uint64_t generation = mt_db_generation(mt);
+    reader_generation = generation; /* read before opening: a reopen after it makes it old */
     if (s != NULL) {
-        uint64_t generation = mt_db_generation(mt);
         pthread_mutex_lock(&s->readers.lock);
         if (s->readers.generation != generation) {
             /* The store was opened again (perhaps a new file): old readers go. */
@@ -88,7 +93,8 @@ void server_reader_put(struct server *s, struct db_reader *r, int broken)
     if (s != NULL && !broken) {
         uint64_t generation = mt_db_generation(s->mt);
         pthread_mutex_lock(&s->readers.lock);
-        if (s->readers.generation == generation && s->readers.nidle < SERVER_READERS_MAX) {
+        if (reader_generation == generation && s->readers.generation == generation &&
+            s->readers.nidle < SERVER_READERS_MAX) {
             s->readers.idle[s->readers.nidle++] = r;
             r = NULL;
         }

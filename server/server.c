@@ -12,6 +12,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -107,18 +108,42 @@ static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_re
     return ret;
 }
 
-/* "localhost", "127.x.y.z" or "[::1]", with or without a port. */
+/*
+ * A loopback name, with or without a port: localhost (also "localhost.",
+ * localhost6, localhost.localdomain), 127.x.y.z, or an IPv6 loopback literal
+ * in brackets ([::1], [0:0:0:0:0:0:0:1], [::ffff:127.0.0.1]).
+ */
 static int server_host_is_local(const char *host)
 {
+    static const char *const names[] = {"localhost", "localhost6", "localhost.localdomain",
+                                        "ip6-localhost", NULL};
+    char name[256];
     size_t n;
-    if (host[0] == '[')
-        return strncmp(host, "[::1]", 5) == 0 && (host[5] == '\0' || host[5] == ':');
+    if (host[0] == '[') {
+        const char *end = strchr(host, ']');
+        struct in6_addr a6;
+        n = end ? (size_t)(end - host - 1) : 0;
+        if (n == 0 || n >= sizeof(name) || (end[1] != '\0' && end[1] != ':'))
+            return 0;
+        memcpy(name, host + 1, n);
+        name[n] = '\0';
+        if (inet_pton(AF_INET6, name, &a6) != 1)
+            return 0;
+        return IN6_IS_ADDR_LOOPBACK(&a6) ||
+               (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    }
     n = strcspn(host, ":");
-    if (n == 9 && strncasecmp(host, "localhost", 9) == 0)
-        return 1;
-    if (n < 4 || strncmp(host, "127.", 4) != 0)
+    if (n == 0 || n >= sizeof(name))
         return 0;
-    return strspn(host, "0123456789.") == n;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    if (name[n - 1] == '.') /* a fully qualified name, as curl sends "localhost." */
+        name[--n] = '\0';
+    for (int i = 0; names[i]; i++)
+        if (strcasecmp(name, names[i]) == 0)
+            return 1;
+    struct in_addr a4;
+    return n >= 4 && strncmp(name, "127.", 4) == 0 && inet_pton(AF_INET, name, &a4) == 1;
 }
 
 /*

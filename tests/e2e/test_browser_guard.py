@@ -9,6 +9,9 @@ from conftest import Demo
 def test_foreign_host_and_origin_are_refused():
     demo = Demo({"ManualTrimMinIntervalMs": 0}, workers=1, study_mb=8, pause_ms=3000)
     try:
+        for host in ("127.0.0.1.nip.io", "[::2]", "localhost.attacker.example"):
+            r = demo.get("/healthz", headers={"Host": host})
+            assert r.status_code == 403, host
         r = demo.get("/memory/stats", headers={"Host": "attacker.example:8043"})
         assert r.status_code == 403
         assert r.json()["error"]["code"] == "forbidden_host"
@@ -19,7 +22,8 @@ def test_foreign_host_and_origin_are_refused():
         assert r.json()["error"]["code"] == "forbidden_origin"
         assert demo.get("/config").json()["TrimIntervalSeconds"] == 30  # unchanged
         # local names, the page's own origin, and curl (no Origin) are served
-        for host in ("localhost:%d" % demo.port, "127.0.0.1", "[::1]:1"):
+        for host in ("localhost:%d" % demo.port, "127.0.0.1", "[::1]:1", "localhost.:1",
+                     "LOCALHOST", "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]:9", "127.1.2.3"):
             assert demo.get("/healthz", headers={"Host": host}).status_code == 200
         r = demo.request("POST", "/memory/trim",
                          headers={"Origin": "http://127.0.0.1:%d" % demo.port})

@@ -206,7 +206,7 @@ static void test_locked(void)
     t0 = now_ms();
     rc = db_writer_add_sample(w, &s, &err);
     CHECK_EQ(rc, -EBUSY);
-    CHECK(now_ms() - t0 < 1000); /* the housekeeper is not held long */
+    CHECK(now_ms() - t0 < 10000); /* busy timeout, not a hang (a loose bound: CI is shared) */
     said("locked by another connection", rc, &err);
     CHECK_EQ(count_samples(p), 0); /* readers still read (WAL) */
     CHECK_EQ(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
