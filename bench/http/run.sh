@@ -9,7 +9,7 @@
 # Usage: bench/http/run.sh [runs]    (default 3; medians are printed)
 # Env:   MEMTRIM_BUILD_DIR (default <repo>/build), WRK_DURATION (10s),
 #        MEMTRIM_BENCH_CONFIG (extra memtrim keys, e.g. '"HttpThreads":4'),
-#        ORTHANC (/usr/sbin/Orthanc)
+#        ORTHANC (/usr/sbin/Orthanc), BENCH_PIN=1 (servers on CPU 1, wrk on CPU 0)
 # Loopback only; everything temporary is removed at the end.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -17,6 +17,11 @@ build="${MEMTRIM_BUILD_DIR:-$root/build}"
 runs="${1:-3}"
 duration="${WRK_DURATION:-10s}"
 orthanc="${ORTHANC:-/usr/sbin/Orthanc}"
+# BENCH_PIN=1: servers on CPU 1, wrk on CPU 0, so that the client does not take
+# the servers' CPU (the default shares both cores, as the issue's figures did).
+server_pin=""
+wrk_pin=""
+if [ -n "${BENCH_PIN:-}" ]; then server_pin="taskset -c 1"; wrk_pin="taskset -c 0"; fi
 stats_max_age_ms=1000
 tmp="$(mktemp -d /tmp/memtrim-bench-http.XXXXXX)"
 demo_pid=""
@@ -52,7 +57,7 @@ wait_http() { # wait_http URL
 # the shared snapshot's (and the housekeeper's) mallinfo2 calls, not a trim's
 # before/after measurements. MEMTRIM_BENCH_CONFIG adds keys ('"HttpThreads":4').
 no_trims='"TrimIntervalSeconds":0,"TrimReleasableTriggerBytes":0,"PressureRatio":0'
-"$build/memtrim-demo" --lib "$build/libmemtrim.so" \
+$server_pin "$build/memtrim-demo" --lib "$build/libmemtrim.so" \
   --config "{\"HttpPort\":0,\"Database\":\"$tmp/memtrim.sqlite\",\"StatsMaxAgeMs\":$stats_max_age_ms,$no_trims${MEMTRIM_BENCH_CONFIG:+,$MEMTRIM_BENCH_CONFIG}}" \
   --workers 1 --study-mb 16 --pause-ms 5000 --port-file "$tmp/port" --quiet >"$tmp/demo.log" 2>&1 &
 demo_pid=$!
@@ -77,14 +82,14 @@ cat >"$tmp/orthanc/orthanc.json" <<JSON
   "MetricsEnabled": true
 }
 JSON
-"$orthanc" "$tmp/orthanc/orthanc.json" >"$tmp/orthanc.log" 2>&1 &
+$server_pin "$orthanc" "$tmp/orthanc/orthanc.json" >"$tmp/orthanc.log" 2>&1 &
 orthanc_pid=$!
 oc="http://127.0.0.1:$oport"
 wait_http "$oc/system"
 
 # run_wrk URL -> "req_per_s p99_ms"
 run_wrk() {
-  wrk -t2 -c64 -d"$duration" --latency "$1" | awk '
+  $wrk_pin wrk -t2 -c64 -d"$duration" --latency "$1" | awk '
     function ms(v) {
       if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
       if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
