@@ -111,6 +111,11 @@ static void test_fork(void)
 #if defined(__SANITIZE_THREAD__)
     SKIP("TSan cannot start threads in the child of a multi-threaded fork");
 #endif
+#if defined(__SANITIZE_ADDRESS__)
+    /* Seen in CI: the child hung in ASan's allocator, whose lock a parent thread held
+     * at fork (gcc 12's libasan does not take it around fork; glibc's malloc does). */
+    SKIP("ASan's allocator is not fork-safe while other threads allocate");
+#endif
     if (harness_under_valgrind())
         SKIP("the child deliberately leaves its parent's instance, which valgrind calls a leak");
     memtrim_t *mt = NULL;
