@@ -102,6 +102,16 @@ static inline int harness_tmpdir(char *buf, size_t size, const char *name)
     return 0;
 }
 
+/* dir/name in one of four rotating static buffers (enough for a call's arguments). */
+static inline char *harness_path(const char *dir, const char *name)
+{
+    static char buf[4][256];
+    static int i;
+    char *p = buf[i++ % 4];
+    snprintf(p, sizeof(buf[0]), "%s/%s", dir, name);
+    return p;
+}
+
 /* Remove a test directory and everything in it. */
 static inline void harness_rmtree(const char *dir)
 {

@@ -17,12 +17,6 @@
 #include "db.h"
 #include "harness.h"
 
-/* Like CHECK_EQ_INT, evaluating each side once (the sides here are calls). */
-#define CHECK_EQ(a, b)                                                                         \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        CHECK_MSG(a_ == b_, "%s == %s: %lld != %lld", #a, #b, a_, b_);                         \
-    } while (0)
 #define CHECK_NEAR(a, b) CHECK(fabs((double)(a) - (double)(b)) < 1e-9)
 /* A call that must succeed; prints its message otherwise. */
 #define CHECK_OK(call)                                                                         \
@@ -40,11 +34,7 @@ static char tmpdir[64];
 
 static char *tpath(const char *name)
 {
-    static char buf[4][128];
-    static int i;
-    char *p = buf[i++ % 4];
-    snprintf(p, 128, "%s/%s", tmpdir, name);
-    return p;
+    return harness_path(tmpdir, name);
 }
 
 static void raw_exec(const char *path, const char *sql)
@@ -127,10 +117,10 @@ static void test_schema_fresh(void)
     const char *p = tpath("fresh.sqlite");
 
     CHECK_OK(db_writer_open(p, &w, E));
-    CHECK_EQ(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
-    CHECK_EQ(raw_int(p, "PRAGMA application_id"), 0x6d74726d);
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"), 2);
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM pragma_table_info('samples')"),
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    CHECK_EQ_INT(raw_int(p, "PRAGMA application_id"), 0x6d74726d);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"), 2);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM pragma_table_info('samples')"),
                  1 + 14);
     CHECK(strcmp(db_writer_reader_path(w), p) == 0);
     db_writer_close(w);
@@ -177,38 +167,38 @@ static void test_migration_v1(void)
     size_t n = 0;
 
     raw_exec(p, v1_sql);
-    CHECK_EQ(raw_int(p, "PRAGMA user_version"), 1);
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), 1);
     CHECK_OK(db_writer_open(p, &w, E));
-    CHECK_EQ(raw_int(p, "PRAGMA user_version"), 2);
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), 2);
     CHECK_OK(db_writer_add_trim(w, &t, E));
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open(p, &r, E));
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
-    CHECK_EQ(n, 2);
+    CHECK_EQ_INT(n, 2);
     if (n == 2) {
         /* The old row: its fields kept, the new ones at their defaults. */
-        CHECK_EQ(rows[1].t.start_ms, 2000);
-        CHECK_EQ(rows[1].t.trigger, 2);
-        CHECK_EQ(rows[1].t.duration_ns, 7000000);
-        CHECK_EQ(rows[1].t.rss_before_bytes, 900);
-        CHECK_EQ(rows[1].t.rss_after_bytes, 400);
-        CHECK_EQ(rows[1].t.released_bytes, 500);
-        CHECK_EQ(rows[1].t.malloc_trim_ret, 1);
-        CHECK_EQ(rows[1].t.id, 0);
-        CHECK_EQ(rows[1].t.pad_bytes, 0);
-        CHECK_EQ(rows[1].t.heap_free_before_bytes, 0);
-        CHECK_EQ(rows[0].t.pad_bytes, 4096);
-        CHECK_EQ(rows[0].t.heap_free_before_bytes, 700);
+        CHECK_EQ_INT(rows[1].t.start_ms, 2000);
+        CHECK_EQ_INT(rows[1].t.trigger, 2);
+        CHECK_EQ_INT(rows[1].t.duration_ns, 7000000);
+        CHECK_EQ_INT(rows[1].t.rss_before_bytes, 900);
+        CHECK_EQ_INT(rows[1].t.rss_after_bytes, 400);
+        CHECK_EQ_INT(rows[1].t.released_bytes, 500);
+        CHECK_EQ_INT(rows[1].t.malloc_trim_ret, 1);
+        CHECK_EQ_INT(rows[1].t.id, 0);
+        CHECK_EQ_INT(rows[1].t.pad_bytes, 0);
+        CHECK_EQ_INT(rows[1].t.heap_free_before_bytes, 0);
+        CHECK_EQ_INT(rows[0].t.pad_bytes, 4096);
+        CHECK_EQ_INT(rows[0].t.heap_free_before_bytes, 700);
     }
     free(rows);
-    CHECK_EQ(series(r, "rss_bytes", 0, 5000, 5000, &b), 1);
+    CHECK_EQ_INT(series(r, "rss_bytes", 0, 5000, 5000, &b), 1);
     CHECK_NEAR(b[0].avg, 111);
     free(b);
-    CHECK_EQ(series(r, "fragmentation_ratio", 0, 5000, 5000, &b), 1);
+    CHECK_EQ_INT(series(r, "fragmentation_ratio", 0, 5000, 5000, &b), 1);
     CHECK_NEAR(b[0].max, 1.5);
     free(b);
     /* Columns added by version 2 are unknown in old rows: no buckets. */
-    CHECK_EQ(series(r, "releasable_estimate_bytes", 0, 5000, 5000, &b), 0);
+    CHECK_EQ_INT(series(r, "releasable_estimate_bytes", 0, 5000, 5000, &b), 0);
     free(b);
     db_reader_close(r);
     db_writer_close(w);
@@ -225,39 +215,39 @@ static void test_refused(void)
     raw_exec(newer, "PRAGMA application_id = 1836348013; CREATE TABLE future (x);"
                     "PRAGMA user_version = 3;");
     rc = db_writer_open(newer, &w, &err);
-    CHECK_EQ(rc, -EPROTONOSUPPORT);
+    CHECK_EQ_INT(rc, -EPROTONOSUPPORT);
     CHECK(w == NULL && err != NULL && strstr(err, "newer") != NULL);
     printf("newer store: %s\n", err ? err : "");
     free(err);
     err = NULL;
-    CHECK_EQ(raw_int(newer, "PRAGMA user_version"), 3); /* untouched */
-    CHECK_EQ(db_reader_open(newer, &r, &err), -EPROTONOSUPPORT);
+    CHECK_EQ_INT(raw_int(newer, "PRAGMA user_version"), 3); /* untouched */
+    CHECK_EQ_INT(db_reader_open(newer, &r, &err), -EPROTONOSUPPORT);
     free(err);
     err = NULL;
 
     raw_exec(foreign, "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT);");
     rc = db_writer_open(foreign, &w, &err);
-    CHECK_EQ(rc, -EBADMSG);
+    CHECK_EQ_INT(rc, -EBADMSG);
     CHECK(err != NULL && strstr(err, "not a memtrim store") != NULL);
     printf("foreign database: %s\n", err ? err : "");
     free(err);
-    CHECK_EQ(raw_int(foreign, "SELECT count(*) FROM sqlite_schema"), 1);
+    CHECK_EQ_INT(raw_int(foreign, "SELECT count(*) FROM sqlite_schema"), 1);
 }
 
 static void check_trim_equal(const struct mt_trim_result *a, const struct mt_trim_result *b)
 {
-    CHECK_EQ(a->id, b->id);
-    CHECK_EQ(a->trigger, b->trigger);
-    CHECK_EQ(a->start_ms, b->start_ms);
-    CHECK_EQ(a->duration_ns, b->duration_ns);
-    CHECK_EQ(a->rss_before_bytes, b->rss_before_bytes);
-    CHECK_EQ(a->rss_after_bytes, b->rss_after_bytes);
-    CHECK_EQ(a->heap_free_before_bytes, b->heap_free_before_bytes);
-    CHECK_EQ(a->heap_free_after_bytes, b->heap_free_after_bytes);
-    CHECK_EQ(a->released_bytes, b->released_bytes);
-    CHECK_EQ(a->malloc_trim_ret, b->malloc_trim_ret);
-    CHECK_EQ(a->pad_bytes, b->pad_bytes);
-    CHECK_EQ(a->coalesced, b->coalesced);
+    CHECK_EQ_INT(a->id, b->id);
+    CHECK_EQ_INT(a->trigger, b->trigger);
+    CHECK_EQ_INT(a->start_ms, b->start_ms);
+    CHECK_EQ_INT(a->duration_ns, b->duration_ns);
+    CHECK_EQ_INT(a->rss_before_bytes, b->rss_before_bytes);
+    CHECK_EQ_INT(a->rss_after_bytes, b->rss_after_bytes);
+    CHECK_EQ_INT(a->heap_free_before_bytes, b->heap_free_before_bytes);
+    CHECK_EQ_INT(a->heap_free_after_bytes, b->heap_free_after_bytes);
+    CHECK_EQ_INT(a->released_bytes, b->released_bytes);
+    CHECK_EQ_INT(a->malloc_trim_ret, b->malloc_trim_ret);
+    CHECK_EQ_INT(a->pad_bytes, b->pad_bytes);
+    CHECK_EQ_INT(a->coalesced, b->coalesced);
 }
 
 static void test_roundtrip(void)
@@ -289,17 +279,17 @@ static void test_roundtrip(void)
     CHECK_OK(db_writer_add_trim(w, &t, E));
     CHECK_OK(db_reader_open(p, &r, E));
     /* Not flushed yet: a reader sees nothing. */
-    CHECK_EQ(series(r, "rss_bytes", 0, INT64_MAX / 2, INT64_MAX / 4, &b), 0);
+    CHECK_EQ_INT(series(r, "rss_bytes", 0, INT64_MAX / 2, INT64_MAX / 4, &b), 0);
     free(b);
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
-    CHECK_EQ(n, 1);
+    CHECK_EQ_INT(n, 1);
     if (n == 1) {
         check_trim_equal(&rows[0].t, &t);
         CHECK(rows[0].row_id > 0);
     }
     free(rows);
-    CHECK_EQ(sum.released_bytes, 0); /* only positive releases count */
+    CHECK_EQ_INT(sum.released_bytes, 0); /* only positive releases count */
     for (int i = 0; db_series_metrics[i] != NULL; i++) {
         double base = strcmp(db_series_metrics[i], "arena_count") == 0 ||
                               strstr(db_series_metrics[i], "ratio") ||
@@ -310,18 +300,18 @@ static void test_roundtrip(void)
         CHECK(db_series_metric_valid(db_series_metrics[i]));
         CHECK(k >= 1);
         if (k >= 1) {
-            CHECK_EQ(b[0].start_ms, 1700000000000);
-            CHECK_EQ(b[0].count, 1);
+            CHECK_EQ_INT(b[0].start_ms, 1700000000000);
+            CHECK_EQ_INT(b[0].count, 1);
             CHECK_NEAR(b[0].min, base + want[i]);
             CHECK_NEAR(b[0].max, base + want[i]);
         }
         /* The second sample knows only rss, anon, file and swap. */
-        CHECK_EQ(k, i < 4 ? 2 : 1);
+        CHECK_EQ_INT(k, i < 4 ? 2 : 1);
         free(b);
     }
     CHECK(!db_series_metric_valid("rss_bytes; DROP TABLE samples"));
     CHECK(!db_series_metric_valid("timestamp_ms"));
-    CHECK_EQ(db_query_series(r, "rss_bytes) FROM samples --", 0, 10, 1, &b, &n, NULL),
+    CHECK_EQ_INT(db_query_series(r, "rss_bytes) FROM samples --", 0, 10, 1, &b, &n, NULL),
                  -EINVAL);
     db_reader_close(r);
     db_writer_close(w);
@@ -345,10 +335,10 @@ static void test_bucketing(void)
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open(p, &r, E));
     n = series(r, "rss_bytes", base, base + 100000, 10000, &b);
-    CHECK_EQ(n, 10);
+    CHECK_EQ_INT(n, 10);
     for (size_t k = 0; k < n; k++) {
-        CHECK_EQ(b[k].start_ms, base + (int64_t)k * 10000);
-        CHECK_EQ(b[k].count, 10);
+        CHECK_EQ_INT(b[k].start_ms, base + (int64_t)k * 10000);
+        CHECK_EQ_INT(b[k].count, 10);
         CHECK_NEAR(b[k].min, k * 100.0);
         CHECK_NEAR(b[k].avg, k * 100.0 + 45);
         CHECK_NEAR(b[k].max, k * 100.0 + 90);
@@ -356,25 +346,25 @@ static void test_bucketing(void)
     free(b);
     /* Unaligned since, exclusive until: samples 5..24 in buckets of 7 s from base+4500. */
     n = series(r, "rss_bytes", base + 4500, base + 24001, 7000, &b);
-    CHECK_EQ(n, 3);
+    CHECK_EQ_INT(n, 3);
     if (n == 3) {
-        CHECK_EQ(b[0].start_ms, base + 4500);
-        CHECK_EQ(b[0].count, 7); /* samples 5..11 */
+        CHECK_EQ_INT(b[0].start_ms, base + 4500);
+        CHECK_EQ_INT(b[0].count, 7); /* samples 5..11 */
         CHECK_NEAR(b[0].min, 50);
         CHECK_NEAR(b[0].avg, 80);
         CHECK_NEAR(b[0].max, 110);
-        CHECK_EQ(b[2].start_ms, base + 18500);
-        CHECK_EQ(b[2].count, 6); /* samples 19..24 */
+        CHECK_EQ_INT(b[2].start_ms, base + 18500);
+        CHECK_EQ_INT(b[2].count, 6); /* samples 19..24 */
         CHECK_NEAR(b[2].max, 240);
     }
     free(b);
     /* Gaps: empty buckets are omitted. */
     n = series(r, "rss_bytes", base - 50000, base + 1000, 10000, &b);
-    CHECK_EQ(n, 1);
+    CHECK_EQ_INT(n, 1);
     free(b);
-    CHECK_EQ(db_query_series(r, "rss_bytes", base, base, 10, &b, &n, NULL), -EINVAL);
-    CHECK_EQ(db_query_series(r, "rss_bytes", base, base + 10, 0, &b, &n, NULL), -EINVAL);
-    CHECK_EQ(db_query_series(r, "rss_bytes", 0, 1000000000, 1, &b, &n, NULL), -EINVAL);
+    CHECK_EQ_INT(db_query_series(r, "rss_bytes", base, base, 10, &b, &n, NULL), -EINVAL);
+    CHECK_EQ_INT(db_query_series(r, "rss_bytes", base, base + 10, 0, &b, &n, NULL), -EINVAL);
+    CHECK_EQ_INT(db_query_series(r, "rss_bytes", 0, 1000000000, 1, &b, &n, NULL), -EINVAL);
     db_reader_close(r);
     db_writer_close(w);
 }
@@ -400,22 +390,22 @@ static void test_percentiles(void)
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open(p, &r, E));
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
-    CHECK_EQ(s.count, 100);
+    CHECK_EQ_INT(s.count, 100);
     CHECK_NEAR(s.duration_p50_seconds, 0.050);
     CHECK_NEAR(s.duration_p95_seconds, 0.095);
     CHECK_NEAR(s.duration_p99_seconds, 0.099);
     CHECK_NEAR(s.duration_max_seconds, 0.100);
-    CHECK_EQ(s.released_bytes, 5050 - (10 + 20 + 30 + 40 + 50 + 60 + 70 + 80 + 90 + 100));
-    CHECK_EQ(n, 5);
+    CHECK_EQ_INT(s.released_bytes, 5050 - (10 + 20 + 30 + 40 + 50 + 60 + 70 + 80 + 90 + 100));
+    CHECK_EQ_INT(n, 5);
     for (size_t i = 0; i < n; i++)
-        CHECK_EQ(rows[i].t.start_ms, 10099 - (int64_t)i); /* newest first */
+        CHECK_EQ_INT(rows[i].t.start_ms, 10099 - (int64_t)i); /* newest first */
     free(rows);
     /* Periodic only: 2, 4, ..., 100 -> ranks 25, 48, 50. */
     q.trigger = 1;
     q.limit = 0;
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
-    CHECK_EQ(s.count, 50);
-    CHECK_EQ(n, 0);
+    CHECK_EQ_INT(s.count, 50);
+    CHECK_EQ_INT(n, 0);
     CHECK(rows == NULL);
     CHECK_NEAR(s.duration_p50_seconds, 0.050);
     CHECK_NEAR(s.duration_p95_seconds, 0.096);
@@ -426,8 +416,8 @@ static void test_percentiles(void)
     q.until_ms = 10010;
     q.limit = 100;
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
-    CHECK_EQ(s.count, 10);
-    CHECK_EQ(n, 10);
+    CHECK_EQ_INT(s.count, 10);
+    CHECK_EQ_INT(n, 10);
     CHECK_NEAR(s.duration_p50_seconds, 0.038); /* rank 5 of 1,12,23,34,38,... */
     CHECK_NEAR(s.duration_p95_seconds, 0.097);
     CHECK_NEAR(s.duration_max_seconds, 0.097);
@@ -435,10 +425,10 @@ static void test_percentiles(void)
     /* Nothing matches: all zero. */
     q.trigger = 2;
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
-    CHECK_EQ(s.count, 0);
+    CHECK_EQ_INT(s.count, 0);
     CHECK_NEAR(s.duration_p99_seconds, 0);
     q.trigger = 9;
-    CHECK_EQ(db_query_trims(r, &q, &rows, &n, &s, NULL), -EINVAL);
+    CHECK_EQ_INT(db_query_trims(r, &q, &rows, &n, &s, NULL), -EINVAL);
     db_reader_close(r);
     db_writer_close(w);
 }
@@ -459,19 +449,19 @@ static void test_retention(void)
     CHECK_OK(db_writer_flush(w, E));
     /* Cutoff 50500: samples 1000..50000 (50) and trims 1001..50001 (50) are old. */
     CHECK_OK(db_writer_retention(w, 50500, 20, &deleted, E));
-    CHECK_EQ(deleted, 40); /* 20 per table */
+    CHECK_EQ_INT(deleted, 40); /* 20 per table */
     total = deleted;
     for (int i = 0; i < 10 && deleted > 0; i++) {
         CHECK_OK(db_writer_retention(w, 50500, 20, &deleted, E));
         total += deleted;
     }
-    CHECK_EQ(deleted, 0);
-    CHECK_EQ(total, 100);
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM samples"), 50);
-    CHECK_EQ(raw_int(p, "SELECT min(timestamp_ms) FROM samples"), 51000);
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM trims"), 50);
-    CHECK_EQ(raw_int(p, "SELECT min(start_ms) FROM trims"), 51001);
-    CHECK_EQ(db_writer_retention(w, 50500, 0, NULL, NULL), -EINVAL);
+    CHECK_EQ_INT(deleted, 0);
+    CHECK_EQ_INT(total, 100);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM samples"), 50);
+    CHECK_EQ_INT(raw_int(p, "SELECT min(timestamp_ms) FROM samples"), 51000);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM trims"), 50);
+    CHECK_EQ_INT(raw_int(p, "SELECT min(start_ms) FROM trims"), 51001);
+    CHECK_EQ_INT(db_writer_retention(w, 50500, 0, NULL, NULL), -EINVAL);
     db_writer_close(w);
 }
 
@@ -486,9 +476,9 @@ static void test_batch_cap(void)
         struct mt_snapshot s = snap(1000 + i, 0);
         CHECK_OK(db_writer_add_sample(w, &s, E));
     }
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM samples"), 10000);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM samples"), 10000);
     CHECK_OK(db_writer_flush(w, E));
-    CHECK_EQ(raw_int(p, "SELECT count(*) FROM samples"), 10001);
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM samples"), 10001);
     CHECK_OK(db_writer_flush(w, E)); /* nothing pending: 0 */
     db_writer_close(w);
 }
@@ -504,16 +494,16 @@ static void test_memory(void)
     CHECK_OK(db_writer_open(":memory:", &w, E));
     CHECK_OK(db_writer_open(":memory:", &w2, E));
     CHECK(strcmp(db_writer_reader_path(w), db_writer_reader_path(w2)) != 0);
-    CHECK_EQ(db_reader_open(":memory:", &r, &err), -ENOTSUP);
+    CHECK_EQ_INT(db_reader_open(":memory:", &r, &err), -ENOTSUP);
     printf("reader on :memory: %s\n", err ? err : "");
     free(err);
     CHECK_OK(db_writer_add_sample(w, &s, E));
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open(db_writer_reader_path(w), &r, E));
     CHECK_OK(db_reader_open(db_writer_reader_path(w2), &r2, E));
-    CHECK_EQ(series(r, "rss_bytes", 0, 10000, 10000, &b), 1);
+    CHECK_EQ_INT(series(r, "rss_bytes", 0, 10000, 10000, &b), 1);
     free(b);
-    CHECK_EQ(series(r2, "rss_bytes", 0, 10000, 10000, &b), 0); /* w2's own store */
+    CHECK_EQ_INT(series(r2, "rss_bytes", 0, 10000, 10000, &b), 0); /* w2's own store */
     free(b);
     db_reader_close(r);
     db_reader_close(r2);
@@ -527,7 +517,7 @@ static void test_memory(void)
     CHECK_OK(db_writer_add_sample(w, &s, E));
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open("file:memtrim-test?mode=memory&cache=shared", &r, E));
-    CHECK_EQ(series(r, "rss_bytes", 0, 10000, 10000, &b), 1);
+    CHECK_EQ_INT(series(r, "rss_bytes", 0, 10000, 10000, &b), 1);
     free(b);
     db_reader_close(r);
     db_writer_close(w);

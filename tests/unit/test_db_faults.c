@@ -23,22 +23,12 @@
 #include "db.h"
 #include "harness.h"
 
-/* Like CHECK_EQ_INT, evaluating each side once (the sides here are calls). */
-#define CHECK_EQ(a, b)                                                                         \
-    do {                                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                                    \
-        CHECK_MSG(a_ == b_, "%s == %s: %lld != %lld", #a, #b, a_, b_);                         \
-    } while (0)
 
 static char tmpdir[64];
 
 static char *tpath(const char *name)
 {
-    static char buf[4][128];
-    static int i;
-    char *p = buf[i++ % 4];
-    snprintf(p, 128, "%s/%s", tmpdir, name);
-    return p;
+    return harness_path(tmpdir, name);
 }
 
 static int64_t now_ms(void)
@@ -109,22 +99,22 @@ static void test_unwritable_dir(void)
     fd = open(file, O_CREAT | O_WRONLY, 0600);
     close(fd);
     rc = db_writer_open(inside, &w, &err);
-    CHECK_EQ(rc, -ENOTDIR);
+    CHECK_EQ_INT(rc, -ENOTDIR);
     CHECK(w == NULL && err != NULL && strstr(err, "cannot open") != NULL);
     said("file as directory", rc, &err);
 
     rc = mount_tmpfs(ro, "size=64k");
     if (rc < 0)
         SKIP("cannot mount a tmpfs (needs root): read-only directory not tested");
-    CHECK_EQ(mount("tmpfs", ro, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=64k"), 0);
+    CHECK_EQ_INT(mount("tmpfs", ro, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=64k"), 0);
     rc = db_writer_open(ro_db, &w, &err);
-    CHECK_EQ(rc, -EROFS);
+    CHECK_EQ_INT(rc, -EROFS);
     CHECK(w == NULL && err != NULL && strstr(err, "not writable") != NULL);
     said("read-only directory", rc, &err);
-    CHECK_EQ(umount2(ro, MNT_DETACH), 0);
+    CHECK_EQ_INT(umount2(ro, MNT_DETACH), 0);
     /* A directory that does not exist stays -ENOENT. */
     rc = db_writer_open(tpath("missing/db.sqlite"), &w, &err);
-    CHECK_EQ(rc, -ENOENT);
+    CHECK_EQ_INT(rc, -ENOENT);
     said("missing directory", rc, &err);
 }
 
@@ -140,18 +130,18 @@ static void test_readonly_file(void)
     if (rc < 0)
         SKIP("cannot mount a tmpfs (needs root): read-only file not tested");
     rc = db_writer_open(p, &w, &err);
-    CHECK_EQ(rc, 0);
+    CHECK_EQ_INT(rc, 0);
     if (rc == 0) {
-        CHECK_EQ(db_writer_add_sample(w, &s, &err), 0);
+        CHECK_EQ_INT(db_writer_add_sample(w, &s, &err), 0);
         db_writer_close(w);
         w = NULL;
     }
-    CHECK_EQ(mount("tmpfs", dir, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0);
+    CHECK_EQ_INT(mount("tmpfs", dir, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m"), 0);
     rc = db_writer_open(p, &w, &err);
-    CHECK_EQ(rc, -EROFS);
+    CHECK_EQ_INT(rc, -EROFS);
     CHECK(w == NULL && err != NULL && strstr(err, "read-only") != NULL);
     said("read-only file", rc, &err);
-    CHECK_EQ(umount2(dir, MNT_DETACH), 0);
+    CHECK_EQ_INT(umount2(dir, MNT_DETACH), 0);
 }
 
 static void test_garbage(void)
@@ -170,10 +160,10 @@ static void test_garbage(void)
     fwrite(junk, 1, sizeof(junk), f);
     fclose(f);
     rc = db_writer_open(p, &w, &err);
-    CHECK_EQ(rc, -EBADMSG);
+    CHECK_EQ_INT(rc, -EBADMSG);
     CHECK(w == NULL && err != NULL && strstr(err, "not an SQLite database") != NULL);
     said("garbage file", rc, &err);
-    CHECK_EQ(db_reader_open(p, &r, &err), -EBADMSG);
+    CHECK_EQ_INT(db_reader_open(p, &r, &err), -EBADMSG);
     free(err);
     err = NULL;
     /* Left as it was: same size, no WAL beside it. */
@@ -182,7 +172,7 @@ static void test_garbage(void)
 
     /* An empty file is an empty database: the store is created in it. */
     close(open(empty, O_CREAT | O_WRONLY, 0600));
-    CHECK_EQ(db_writer_open(empty, &w, &err), 0);
+    CHECK_EQ_INT(db_writer_open(empty, &w, &err), 0);
     db_writer_close(w);
 }
 
@@ -196,39 +186,39 @@ static void test_locked(void)
     int64_t t0;
     int rc;
 
-    CHECK_EQ(db_writer_open(p, &w, &err), 0);
+    CHECK_EQ_INT(db_writer_open(p, &w, &err), 0);
     sqlite3_open(p, &other);
-    CHECK_EQ(sqlite3_exec(other,
+    CHECK_EQ_INT(sqlite3_exec(other,
                           "BEGIN EXCLUSIVE;"
                           "INSERT INTO samples (timestamp_ms, rss_bytes) VALUES (1000, 1);",
                           NULL, NULL, NULL),
              SQLITE_OK);
     t0 = now_ms();
     rc = db_writer_add_sample(w, &s, &err);
-    CHECK_EQ(rc, -EBUSY);
+    CHECK_EQ_INT(rc, -EBUSY);
     CHECK(now_ms() - t0 < 10000); /* busy timeout, not a hang (a loose bound: CI is shared) */
     said("locked by another connection", rc, &err);
-    CHECK_EQ(count_samples(p), 0); /* readers still read (WAL) */
-    CHECK_EQ(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(count_samples(p), 0); /* readers still read (WAL) */
+    CHECK_EQ_INT(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
     /* The lock is gone: the writer goes on. */
-    CHECK_EQ(db_writer_add_sample(w, &s, &err), 0);
-    CHECK_EQ(db_writer_add_sample(w, &s2, &err), 0);
-    CHECK_EQ(db_writer_flush(w, &err), 0);
-    CHECK_EQ(count_samples(p), 3);
+    CHECK_EQ_INT(db_writer_add_sample(w, &s, &err), 0);
+    CHECK_EQ_INT(db_writer_add_sample(w, &s2, &err), 0);
+    CHECK_EQ_INT(db_writer_flush(w, &err), 0);
+    CHECK_EQ_INT(count_samples(p), 3);
     db_writer_close(w);
     w = NULL;
 
     /* Opening a file another connection holds exclusively (rollback journal). */
-    CHECK_EQ(sqlite3_close(other), SQLITE_OK);
+    CHECK_EQ_INT(sqlite3_close(other), SQLITE_OK);
     sqlite3_open(fresh, &other);
-    CHECK_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE; CREATE TABLE t (x);", NULL, NULL, NULL),
+    CHECK_EQ_INT(sqlite3_exec(other, "BEGIN EXCLUSIVE; CREATE TABLE t (x);", NULL, NULL, NULL),
              SQLITE_OK);
     rc = db_writer_open(fresh, &w, &err);
-    CHECK_EQ(rc, -EBUSY);
+    CHECK_EQ_INT(rc, -EBUSY);
     CHECK(w == NULL);
     said("open while locked", rc, &err);
-    CHECK_EQ(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
-    CHECK_EQ(db_writer_open(fresh, &w, &err), 0);
+    CHECK_EQ_INT(sqlite3_exec(other, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_INT(db_writer_open(fresh, &w, &err), 0);
     db_writer_close(w);
     sqlite3_close(other);
 }
@@ -257,13 +247,13 @@ static void test_disk_full(void)
     rc = mount_tmpfs(dir, "size=256k");
     if (rc < 0)
         SKIP("cannot mount a tmpfs (needs root): full disk not tested");
-    CHECK_EQ(db_writer_open(p, &w, &err), 0);
+    CHECK_EQ_INT(db_writer_open(p, &w, &err), 0);
     if (w == NULL)
         goto out;
     fd = fill_disk(filler);
     CHECK(fd >= 0);
     /* Leave room for a few batches, so the store fills up while in use. */
-    CHECK_EQ(ftruncate(fd, lseek(fd, 0, SEEK_END) - 48 * 1024), 0);
+    CHECK_EQ_INT(ftruncate(fd, lseek(fd, 0, SEEK_END) - 48 * 1024), 0);
     for (int batch = 0; batch < 2000 && rc == 0; batch++) {
         for (int i = 0; i < 50 && rc == 0; i++) {
             struct mt_snapshot s = snap(ts++);
@@ -274,7 +264,7 @@ static void test_disk_full(void)
         if (rc == 0)
             stored += 50;
     }
-    CHECK_EQ(rc, -ENOSPC);
+    CHECK_EQ_INT(rc, -ENOSPC);
     CHECK(err != NULL && strstr(err, "dropped") != NULL);
     said("disk full", rc, &err);
     /* Space again: the same writer recovers. */
@@ -282,15 +272,15 @@ static void test_disk_full(void)
     unlink(filler);
     for (int i = 0; i < 10; i++) {
         struct mt_snapshot s = snap(ts++);
-        CHECK_EQ(db_writer_add_sample(w, &s, &err), 0);
+        CHECK_EQ_INT(db_writer_add_sample(w, &s, &err), 0);
     }
-    CHECK_EQ(db_writer_flush(w, &err), 0);
+    CHECK_EQ_INT(db_writer_flush(w, &err), 0);
     free(err);
     printf("disk full: %lld samples stored before, 10 after\n", (long long)stored);
-    CHECK_EQ(count_samples(p), stored + 10);
+    CHECK_EQ_INT(count_samples(p), stored + 10);
 out:
     db_writer_close(w);
-    CHECK_EQ(umount2(dir, MNT_DETACH), 0);
+    CHECK_EQ_INT(umount2(dir, MNT_DETACH), 0);
 }
 
 int main(void)

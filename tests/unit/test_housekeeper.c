@@ -67,17 +67,24 @@ static void test_idle_heap_is_skipped(void)
     mt_destroy(mt);
 }
 
-static void test_pressure(void)
+/* An instance whose MemoryLimitBytes sits just above the current RSS (*rss):
+ * RSS is past 90 % of it at once. */
+static struct memtrim *start_near_limit(uint64_t *rss)
 {
     char json[256];
-    uint64_t rss = probe_rss();
-    /* A limit just above the current RSS: RSS is past 90 % of it at once. */
+    *rss = probe_rss();
     snprintf(json, sizeof(json),
              "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
              " \"MemoryLimitBytes\": %llu}",
-             (unsigned long long)(rss + rss / 20));
+             (unsigned long long)(*rss + *rss / 20));
+    return start(json);
+}
+
+static void test_pressure(void)
+{
+    uint64_t rss;
     double t0 = harness_now_s();
-    struct memtrim *mt = start(json);
+    struct memtrim *mt = start_near_limit(&rss);
     if (!mt)
         return;
     WAIT_FOR(trims(mt, MT_TRIGGER_PRESSURE) >= 1, 1.0);
@@ -93,13 +100,9 @@ static void test_pressure(void)
  * instead of locking the arenas every second forever. */
 static void test_pressure_backs_off(void)
 {
-    char json[256];
-    uint64_t rss = probe_rss();
-    snprintf(json, sizeof(json),
-             "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
-             " \"MemoryLimitBytes\": %llu}",
-             (unsigned long long)(rss + rss / 20));
-    struct memtrim *mt = start(json);
+    uint64_t rss;
+    struct memtrim *mt = start_near_limit(&rss);
+    (void)rss;
     if (!mt)
         return;
     usleep(6500000);
