@@ -2,7 +2,7 @@
  * api.h - the handlers, one file per resource (healthz.c, stats.c, trim.c,
  * trims.c, series.c, metrics.c, config.c, assets.c), and the small JSON
  * helpers they share (json.c). Handlers run on HTTP worker threads; they
- * call the core (plugin/core.h), which takes its own locks, and the store
+ * call the core (core/core.h), which takes its own locks, and the store
  * through a reader from the server's pool.
  */
 #ifndef MEMTRIM_API_H

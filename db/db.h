@@ -2,7 +2,7 @@
  * db.h - the SQLite store: samples and trims, retention, queries.
  *
  * Threads: one writer (struct db_writer), owned and used only by the store
- * thread (plugin/store.c); any number of readers (struct db_reader), one per
+ * thread (core/store.c); any number of readers (struct db_reader), one per
  * thread that queries (each HTTP worker opens its own). SQLite connections
  * are not shared across threads, so this module has no locks of its own;
  * WAL lets readers run while the writer writes.
@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../plugin/types.h"
+#include "../core/types.h"
 
 #define DB_SCHEMA_VERSION 2
 

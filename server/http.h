@@ -2,7 +2,7 @@
  * http.h - what the server hands to the handlers in api/ and what they hand
  * back: a request (method, path, parsed query, body) and a reply (status,
  * content type, body, a few headers), plus the route table that connects the
- * two. Internal to server/ and api/; plugin/ sees only server.h.
+ * two. Internal to server/ and api/; core/ and plugin/ see only server.h.
  *
  * Threads: a request and its reply belong to the HTTP worker thread that runs
  * the handler; nothing here is shared, so nothing here locks.

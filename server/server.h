@@ -1,6 +1,6 @@
 /*
  * server.h - the embedded HTTP server (libmicrohttpd): started and stopped by
- * the instance's lifecycle (plugin/memtrim.c), serving the route table in
+ * the instance's lifecycle (core/memtrim.c), serving the route table in
  * server/routes.c with the handlers in api/.
  */
 #ifndef MEMTRIM_SERVER_H

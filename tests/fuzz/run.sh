@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build each parser's libFuzzer harness with clang (libFuzzer + ASan + UBSan)
 # and run it for FUZZ_SECONDS (default 60) on its seed corpus: the query-string
-# parser (server/query.c) and the configuration parser (plugin/config.c).
+# parser (server/query.c) and the configuration parser (core/config.c).
 # Usage: tests/fuzz/run.sh [seconds]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,7 +13,7 @@ cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror
 mkdir -p "$out/corpus-query" "$out/corpus-config"
 clang "${cflags[@]}" -I"$root/server" "$here/fuzz_query.c" "$root/server/query.c" \
   -o "$out/fuzz_query"
-clang "${cflags[@]}" -I"$root/plugin" "$here/fuzz_config.c" "$root/plugin/config.c" \
+clang "${cflags[@]}" -I"$root/core" "$here/fuzz_config.c" "$root/core/config.c" \
   $(pkg-config --cflags --libs libcjson) -lm -o "$out/fuzz_config"
 "$out/fuzz_query" -max_total_time="$secs" -max_len=4096 -timeout=5 \
   "$out/corpus-query" "$here/corpus/query"

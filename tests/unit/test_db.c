@@ -510,7 +510,7 @@ static void test_memory(void)
     db_writer_close(w2);
     db_writer_close(w);
 
-    /* The core may name the shared-cache store itself (plugin/memtrim.c does). */
+    /* The core may name the shared-cache store itself (core/memtrim.c does). */
     w = NULL;
     r = NULL;
     CHECK_OK(db_writer_open("file:memtrim-test?mode=memory&cache=shared", &w, E));

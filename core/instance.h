@@ -1,7 +1,7 @@
 /*
  * instance.h - struct memtrim, the one object that owns everything an
  * instance runs: configuration, snapshot cache, trim service, housekeeper,
- * HTTP server. Private to plugin/; other modules use core.h.
+ * HTTP server. Private to core/; other modules use core.h.
  *
  * Locks, never nested: cfg_lock (the configuration), health_lock (the
  * store's state), the cache's and the trim service's own locks, hk_lock
