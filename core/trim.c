@@ -95,8 +95,10 @@ int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, ui
             return -EBUSY;
         }
         uint64_t gen = ts->generation;
+        ts->waiting++;
         while (ts->generation == gen)
             pthread_cond_wait(&ts->done, &ts->lock);
+        ts->waiting--;
         *out = ts->last;
         out->coalesced = 1;
         ts->coalesced++;

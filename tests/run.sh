@@ -18,49 +18,87 @@ stage() { # stage NAME COMMAND...
   if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures="$failures $name"; fi
 }
 
+# The options the suite needs are forced whatever DIR's cache holds (examples/run-demo.sh,
+# for one, configures build/ without the tests).
 build() { # build DIR [cmake args]
   local dir=$1; shift
-  cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null &&
+  cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_TESTS=ON \
+    -DMEMTRIM_SANITIZE= "$@" >/dev/null &&
     cmake --build "$root/$dir" -j"$jobs" >/dev/null
 }
 
+# ctest over every tests/unit/test_*.c: fails when it finds fewer tests than there are
+# files (or none), prints each skipped case with its reason.
 unit() { # unit DIR [ctest args]
   local dir=$1; shift
-  ctest --test-dir "$root/$dir" --output-on-failure "$@"
+  local want have rc=0
+  want=$(find "$root/tests/unit" -maxdepth 1 -name 'test_*.c' | wc -l)
+  have=$(ctest --test-dir "$root/$dir" -N | sed -n 's/^Total Tests: //p')
+  ${UNIT_RUNNER:-} ctest --test-dir "$root/$dir" --no-tests=error --output-on-failure "$@" || rc=1
+  grep -h '^SKIP ' "$root/$dir/Testing/Temporary/LastTest.log" 2>/dev/null | sed 's/^/  skipped: /'
+  if [ "${have:-0}" -lt "$want" ]; then
+    echo "unit: ctest knows ${have:-0} tests in $dir, tests/unit has $want"
+    rc=1
+  fi
+  return $rc
 }
 
 unit_asan() {
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 unit build-asan
 }
 
+unit_tsan() { # test_db_faults is single-threaded (nothing for TSan); it runs in the other builds
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" UNIT_RUNNER="setarch -R" \
+    unit build-tsan -E 'db_faults'
+}
+
 fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz/run.sh)
-  local log=$root/build/fuzz.log
-  if FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh >"$log" 2>&1; then
-    grep -E '^Done [0-9]+ runs' "$log"
-  else
+  local log=$root/build/fuzz.log want ran
+  want=$(find "$root/tests/fuzz" -maxdepth 1 -name 'fuzz_*.c' | wc -l)
+  if ! FUZZ_SECONDS=${FUZZ_SECONDS:-20} tests/fuzz/run.sh >"$log" 2>&1; then
     tail -n 60 "$log"
+    return 1
+  fi
+  grep -E '^Done [0-9]+ runs' "$log"
+  ran=$(grep -cE '^Done [1-9][0-9]* runs' "$log")
+  if [ "$ran" -ne "$want" ]; then
+    echo "fuzz: $ran of $want fuzzers reported runs (see $log)"
     return 1
   fi
 }
 
+# Each of these must exist and run under valgrind; a binary that skipped a case says so.
 valgrind_unit() {
-  local t rc=0
-  for t in test_config test_probe test_trim test_housekeeper test_abi test_db test_query \
-    test_server_dispatch; do
-    [ -x "build/$t" ] || continue
+  local t rc=0 ran=0 code
+  local tests="test_config test_probe test_trim test_housekeeper test_abi test_db test_query
+    test_server_dispatch"
+  for t in $tests; do
+    if [ ! -x "build/$t" ]; then
+      echo "valgrind: build/$t is missing"
+      rc=1
+      continue
+    fi
     valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
-      "build/$t" >/dev/null || rc=1
+      "build/$t" >"build/$t.valgrind.log" 2>&1
+    code=$?
+    case $code in
+      0) ;;
+      77) grep -h '^SKIP ' "build/$t.valgrind.log" | sed "s/^/  skipped ($t): /" ;;
+      *) echo "valgrind: $t failed ($code)"; tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
+    esac
+    ran=$((ran + 1))
   done
+  echo "valgrind: $ran binaries ran"
   return $rc
 }
 
-e2e() {
-  [ -d tests/e2e ] || return 0
-  MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/e2e
+e2e() { # -rs: every skipped test is listed with its reason
+  [ -d tests/e2e ] || { echo "e2e: tests/e2e is missing"; return 1; }
+  MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/e2e
 }
 
 browser() {
-  [ -x tests/browser/run.sh ] || return 0
+  [ -x tests/browser/run.sh ] || { echo "browser: tests/browser/run.sh is missing"; return 1; }
   MEMTRIM_BUILD_DIR="$root/build" tests/browser/run.sh
 }
 
@@ -71,8 +109,7 @@ if [ -z "${MEMTRIM_QUICK:-}" ]; then
   stage build-asan build build-asan -DMEMTRIM_SANITIZE=address
   stage unit-asan unit_asan
   stage build-tsan build build-tsan -DMEMTRIM_SANITIZE=thread
-  stage unit-tsan env TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch -R \
-    ctest --test-dir "$root/build-tsan" --output-on-failure -E 'db_faults'
+  stage unit-tsan unit_tsan
   stage valgrind valgrind_unit
   stage fuzz fuzz
 fi

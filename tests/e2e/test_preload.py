@@ -2,6 +2,7 @@
 Debian's python3 -m http.server and the demo host with --no-memtrim; the
 exit paths; a daemon that forks (FollowFork); configuration errors that
 must leave the program running."""
+import os
 import signal
 import sqlite3
 import sys
@@ -91,6 +92,8 @@ DAEMON = textwrap.dedent("""
         pid = os.fork()
         if pid == 0:
             os.setsid()
+            # fork() has returned here: memtrim's atfork handlers have all run.
+            open(sys.argv[1] + ".%d.forked" % os.getpid(), "w").close()
             signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
             junk = [bytearray(4096) for _ in range(20000)]   # some heap to trim
             del junk
@@ -153,8 +156,12 @@ def test_fork_without_follow_fork_stays_in_parent(procs, tmp_path):
     config = {"HttpPort": port, "Database": str(tmp_path / "m.sqlite")}
     p, (child,) = start_daemon(procs, tmp_path, config, 1, "exit")
     assert p.wait(20) == 0, p.output()
-    time.sleep(0.5)
+    wait_for(lambda: (tmp_path / f"pids.{child}.forked").exists(), 20, "the child's fork() to return")
     assert pid_alive(child)
+    # With FollowFork the child's atfork handler starts a restart thread before fork()
+    # returns; without it the child is the single thread that forked, and nothing waits.
+    tasks = os.listdir(f"/proc/{child}/task")
+    assert tasks == [str(child)], f"the child runs threads {tasks}: memtrim followed the fork"
     assert not http_ok(f"http://127.0.0.1:{port}/healthz")
     import socket
     with socket.socket() as s:  # nobody holds the port any more
@@ -188,8 +195,8 @@ def test_fork_port_clash_is_reported_not_fatal(procs, tmp_path):
     ('{"HttpPort": ', "invalid JSON"),
 ])
 def test_config_error_leaves_program_running(procs, tmp_path, config, key):
+    # The constructor has run (and printed) before the program serves its first request.
     p, port = start_http_server(procs, tmp_path, config)
-    time.sleep(0.3)
     out = p.output()
     lines = [ln for ln in out.splitlines() if "memtrim" in ln]
     assert len(lines) == 1, out

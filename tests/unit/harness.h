@@ -1,7 +1,10 @@
 /*
  * harness.h - the unit tests' small harness: CHECK macros that count and
- * report, and a closing "N passed, N failed" line. Each test binary is one
- * ctest test; it fails when any check failed.
+ * report, and a closing "N passed, N failed, N skipped" line. Each test binary
+ * is one ctest test; it fails when any check failed, or when it checked
+ * nothing. A binary that skipped a case (with its reason printed) and failed
+ * none exits HARNESS_SKIP_CODE, which ctest reports as skipped
+ * (SKIP_RETURN_CODE): a skip is never counted silently as a pass.
  */
 #ifndef MEMTRIM_HARNESS_H
 #define MEMTRIM_HARNESS_H
@@ -12,7 +15,10 @@
 #include <time.h>
 #include <unistd.h>
 
-static int h_passed, h_failed;
+static int h_passed, h_failed, h_skipped;
+
+/* The exit code ctest reads as "skipped" (CMakeLists.txt sets SKIP_RETURN_CODE). */
+#define HARNESS_SKIP_CODE 77
 
 #define CHECK_MSG(cond, ...)                                                                       \
     do {                                                                                           \
@@ -71,6 +77,7 @@ static inline int harness_under_valgrind(void)
 
 #define SKIP(why)                                                                                  \
     do {                                                                                           \
+        h_skipped++;                                                                               \
         printf("SKIP %s: %s\n", __func__, why);                                                    \
         return;                                                                                    \
     } while (0)
@@ -123,8 +130,14 @@ static inline void harness_rmtree(const char *dir)
 
 static inline int harness_end(void)
 {
-    printf("%d passed, %d failed\n", h_passed, h_failed);
-    return h_failed ? 1 : 0;
+    printf("%d passed, %d failed, %d skipped\n", h_passed, h_failed, h_skipped);
+    if (h_failed)
+        return 1;
+    if (h_passed == 0) {
+        printf("FAILED: no check ran\n");
+        return 1;
+    }
+    return h_skipped ? HARNESS_SKIP_CODE : 0;
 }
 
 #endif /* MEMTRIM_HARNESS_H */

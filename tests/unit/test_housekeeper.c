@@ -37,6 +37,21 @@ static uint64_t skips(struct memtrim *mt, int reason)
     return c.skips[reason];
 }
 
+static uint64_t ticks(struct memtrim *mt)
+{
+    struct mt_counters c;
+    mt_counters_get(mt, &c);
+    return c.housekeeper_ticks;
+}
+
+/* Wait for the housekeeper to finish n more ticks. */
+static void wait_ticks(struct memtrim *mt, uint64_t n)
+{
+    uint64_t until = ticks(mt) + n;
+    WAIT_FOR(ticks(mt) >= until, 10);
+    CHECK_MSG(ticks(mt) >= until, "the housekeeper did not tick");
+}
+
 static void test_periodic_trims(void)
 {
     struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 1,"
@@ -121,7 +136,7 @@ static void test_burst(void)
                                " \"TrimReleasableTriggerBytes\": 33554432}");
     if (!mt)
         return;
-    usleep(300000);
+    wait_ticks(mt, 1); /* its first readings are taken */
     uint64_t before = trims(mt, MT_TRIGGER_BURST);
     churn_run(c, 2, 96, 20);
     WAIT_FOR(trims(mt, MT_TRIGGER_BURST) > before, 5);
@@ -146,7 +161,7 @@ static void test_burst_right_after_a_trim(void)
                                " \"TrimReleasableTriggerBytes\": 33554432, \"TrimMinGapSeconds\": 0}");
     if (!mt)
         return;
-    usleep(300000);
+    wait_ticks(mt, 1);
     CHECK_EQ_INT(mt_trim_manual(mt, -1, &r, &retry), 0);
     uint64_t base = probe_rss();
     churn_run(c, 2, 48, 20); /* ~94 MB freed, ~2 MB kept */
@@ -171,8 +186,11 @@ static void test_suspend(void)
     CHECK_MSG(skips(mt, MT_SKIP_SUSPENDED) >= 2, "suspended skips: %llu", (unsigned long long)skips(mt, MT_SKIP_SUSPENDED));
     CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
     CHECK_EQ_INT(mt_resume(mt), 1);
-    usleep(1500000);
-    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0); /* still suspended once */
+    /* Two more periodic decisions, both skipped: still suspended once. */
+    uint64_t skipped = skips(mt, MT_SKIP_SUSPENDED);
+    WAIT_FOR(skips(mt, MT_SKIP_SUSPENDED) >= skipped + 2, 5);
+    CHECK(skips(mt, MT_SKIP_SUSPENDED) >= skipped + 2);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
     struct mt_health h;
     mt_health_get(mt, &h);
     CHECK_EQ_INT(h.suspended, 1);
@@ -194,7 +212,7 @@ static void test_stop_is_prompt(void)
     struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\"}");
     if (!mt)
         return;
-    usleep(300000);
+    wait_ticks(mt, 2); /* between ticks, waiting: the stop must wake it */
     double t0 = harness_now_s();
     mt_destroy(mt);
     double took = harness_now_s() - t0;

@@ -95,6 +95,14 @@ static void *waiter(void *arg)
     return NULL;
 }
 
+static unsigned waiting(void)
+{
+    pthread_mutex_lock(&ts.lock);
+    unsigned n = ts.waiting;
+    pthread_mutex_unlock(&ts.lock);
+    return n;
+}
+
 /* A request that arrives while a trim runs gets that trim's result. */
 static void test_coalesce(void)
 {
@@ -106,8 +114,9 @@ static void test_coalesce(void)
     pthread_mutex_unlock(&ts.lock);
     CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), -EBUSY);
     pthread_create(&t, NULL, waiter, NULL);
-    usleep(50000);
-    CHECK_EQ_INT(waiter_rc, -1); /* still waiting */
+    WAIT_FOR(waiting(), 10);
+    CHECK_EQ_INT(waiting(), 1);  /* it waits for the running trim... */
+    CHECK_EQ_INT(waiter_rc, -1); /* ...and has not returned */
     pthread_mutex_lock(&ts.lock);
     memset(&ts.last, 0, sizeof(ts.last));
     ts.last.id = 4242;
