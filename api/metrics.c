@@ -161,22 +161,38 @@ static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
                 (uint64_t)s->memory_limit_bytes);
     if (h->timestamp_ms == 0)
         return;
-    api_u64(t, "memtrim_heap_in_use_bytes", "gauge", "Heap in use (mallinfo2 uordblks + hblkhd).",
-            h->heap_in_use_bytes);
-    api_u64(t, "memtrim_heap_free_bytes", "gauge", "Free heap (mallinfo2 fordblks).",
-            h->heap_free_bytes);
-    api_u64(t, "memtrim_heap_mmapped_bytes", "gauge", "Heap in mmapped regions (hblkhd).",
-            h->heap_mmapped_bytes);
-    api_u64(t, "memtrim_heap_arena_bytes", "gauge", "Non-mmapped heap (mallinfo2 arena).",
-            h->arena_bytes);
-    api_u64(t, "memtrim_heap_free_chunks", "gauge", "Free heap chunks (mallinfo2 ordblks).",
-            h->ordblks);
+    if (h->known & MT_HEAP_HAS_IN_USE)
+        api_u64(t, "memtrim_heap_in_use_bytes", "gauge",
+                "Heap allocated to the program (glibc uordblks + hblkhd, jemalloc "
+                "stats.allocated, ...).", h->heap_in_use_bytes);
+    if (h->known & MT_HEAP_HAS_FREE)
+        api_u64(t, "memtrim_heap_free_bytes", "gauge",
+                "Free heap held by the allocator (glibc fordblks, ...).", h->heap_free_bytes);
+    if (h->known & MT_HEAP_HAS_MAPPED)
+        api_u64(t, "memtrim_heap_mapped_bytes", "gauge",
+                "Memory the allocator holds from the system.", h->heap_mapped_bytes);
+    if (h->known & MT_HEAP_HAS_RESIDENT)
+        api_u64(t, "memtrim_heap_resident_bytes", "gauge",
+                "Of the allocator's memory, what is resident.", h->heap_resident_bytes);
+    if (h->known & MT_HEAP_HAS_RETAINED)
+        api_u64(t, "memtrim_heap_retained_bytes", "gauge",
+                "Address space the allocator keeps but gave back to the kernel.",
+                h->heap_retained_bytes);
+    if (h->known & MT_HEAP_HAS_MALLINFO) {
+        api_u64(t, "memtrim_heap_mmapped_bytes", "gauge", "Heap in mmapped regions (hblkhd).",
+                h->heap_mmapped_bytes);
+        api_u64(t, "memtrim_heap_arena_bytes", "gauge", "Non-mmapped heap (mallinfo2 arena).",
+                h->arena_bytes);
+        api_u64(t, "memtrim_heap_free_chunks", "gauge", "Free heap chunks (mallinfo2 ordblks).",
+                h->ordblks);
+    }
     if (h->arena_count >= 0)
         api_u64(t, "memtrim_heap_arenas", "gauge", "malloc arenas.", (uint64_t)h->arena_count);
     api_u64(t, "memtrim_releasable_estimate_bytes", "gauge",
             "Free heap that a trim could give back (estimate).", s->releasable_estimate_bytes);
-    api_f64(t, "memtrim_fragmentation_ratio", "gauge", "RSS divided by heap in use.",
-            s->fragmentation_ratio);
+    if (s->fragmentation_ratio > 0)
+        api_f64(t, "memtrim_fragmentation_ratio", "gauge", "RSS divided by heap in use.",
+                s->fragmentation_ratio);
     api_f64(t, "memtrim_heap_stats_age_seconds", "gauge",
             "Age of the heap statistics when this page was made.", (double)s->heap_age_ms / 1e3);
 }
@@ -207,6 +223,32 @@ int api_metrics_get(const struct server_request *req, struct server_reply *rep)
     return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, t.len);
 }
 
+/* A label value with \\, " and newlines escaped (text format 0.0.4). */
+static void api_label_value(char *out, size_t size, const char *v)
+{
+    size_t n = 0;
+    for (; v && *v && n + 3 < size; v++) {
+        if (*v == '\\' || *v == '"' || *v == '\n') {
+            out[n++] = '\\';
+            out[n++] = *v == '\n' ? 'n' : *v;
+        } else {
+            out[n++] = *v;
+        }
+    }
+    out[n] = '\0';
+}
+
+static void api_metrics_allocator(struct api_text *t, const struct mt_snapshot *s)
+{
+    char name[64], version[128];
+    api_label_value(name, sizeof(name), s->allocator ? s->allocator : "glibc");
+    api_label_value(version, sizeof(version), s->allocator_version);
+    api_head(t, "memtrim_allocator_info", "gauge",
+             "The allocator that serves malloc in this process and its version (always 1).");
+    api_text_printf(t, "memtrim_allocator_info{allocator=\"%s\",version=\"%s\"} 1\n", name,
+                    version);
+}
+
 static void api_metrics_build(const struct server_request *req, struct api_text *t_)
 {
     struct api_text t = *t_;
@@ -228,5 +270,6 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
     api_metrics_trims(&t, &c);
     api_metrics_probe(&t, &c);
     api_metrics_gauges(&t, &s);
+    api_metrics_allocator(&t, &s);
     *t_ = t;
 }

@@ -14,7 +14,7 @@
 
 static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *failed)
 {
-    if (h->timestamp_ms == 0) {
+    if (h->timestamp_ms == 0 || !(h->known & MT_HEAP_HAS_MALLINFO)) {
         api_json_null(root, "mallinfo2", failed);
         return;
     }
@@ -29,6 +29,31 @@ static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *faile
     api_json_int(m, "fordblks", (int64_t)h->fordblks, failed);
     api_json_int(m, "keepcost", (int64_t)h->keepcost, failed);
     api_json_item(root, "mallinfo2", m, failed);
+}
+
+/* The allocator: its name and version, and its own figures once it has been read. */
+static void api_stats_allocator(cJSON *root, const struct mt_snapshot *s, int *failed)
+{
+    const struct mt_heap *h = &s->heap;
+    cJSON *a = cJSON_CreateObject();
+    if (!a) {
+        *failed = 1;
+        return;
+    }
+    api_json_str(a, "name", s->allocator ? s->allocator : "glibc", failed);
+    if (s->allocator_version[0])
+        api_json_str(a, "version", s->allocator_version, failed);
+    else
+        api_json_null(a, "version", failed);
+    if (h->timestamp_ms == 0) {
+        api_json_null(a, "stats", failed);
+    } else {
+        cJSON *f = cJSON_CreateObject();
+        for (int i = 0; f && i < h->nfigures && i < MT_ALLOC_FIGURES; i++)
+            api_json_int(f, h->figures[i].name, (int64_t)h->figures[i].value, failed);
+        api_json_item(a, "stats", f, failed);
+    }
+    api_json_item(root, "allocator", a, failed);
 }
 
 cJSON *api_stats_to_json(const struct mt_snapshot *s)
@@ -60,11 +85,22 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
 
     api_json_int_or_null(root, "heap_timestamp_ms", h->timestamp_ms, heap, &failed);
     api_json_int_or_null(root, "heap_age_ms", s->heap_age_ms, heap, &failed);
-    api_json_int_or_null(root, "heap_in_use_bytes", (int64_t)h->heap_in_use_bytes, heap, &failed);
-    api_json_int_or_null(root, "heap_free_bytes", (int64_t)h->heap_free_bytes, heap, &failed);
-    api_json_int_or_null(root, "heap_mmapped_bytes", (int64_t)h->heap_mmapped_bytes, heap, &failed);
-    api_json_int_or_null(root, "arena_bytes", (int64_t)h->arena_bytes, heap, &failed);
-    api_json_int_or_null(root, "heap_free_chunks", (int64_t)h->ordblks, heap, &failed);
+    unsigned k = heap ? h->known : 0;
+    int mallinfo = (k & MT_HEAP_HAS_MALLINFO) != 0;
+    api_json_int_or_null(root, "heap_in_use_bytes", (int64_t)h->heap_in_use_bytes,
+                         (k & MT_HEAP_HAS_IN_USE) != 0, &failed);
+    api_json_int_or_null(root, "heap_free_bytes", (int64_t)h->heap_free_bytes,
+                         (k & MT_HEAP_HAS_FREE) != 0, &failed);
+    api_json_int_or_null(root, "heap_mapped_bytes", (int64_t)h->heap_mapped_bytes,
+                         (k & MT_HEAP_HAS_MAPPED) != 0, &failed);
+    api_json_int_or_null(root, "heap_resident_bytes", (int64_t)h->heap_resident_bytes,
+                         (k & MT_HEAP_HAS_RESIDENT) != 0, &failed);
+    api_json_int_or_null(root, "heap_retained_bytes", (int64_t)h->heap_retained_bytes,
+                         (k & MT_HEAP_HAS_RETAINED) != 0, &failed);
+    api_json_int_or_null(root, "heap_mmapped_bytes", (int64_t)h->heap_mmapped_bytes, mallinfo,
+                         &failed);
+    api_json_int_or_null(root, "arena_bytes", (int64_t)h->arena_bytes, mallinfo, &failed);
+    api_json_int_or_null(root, "heap_free_chunks", (int64_t)h->ordblks, mallinfo, &failed);
     api_json_int_or_null(root, "arena_count", h->arena_count, heap && h->arena_count >= 0, &failed);
     api_json_int_or_null(root, "releasable_estimate_bytes", (int64_t)s->releasable_estimate_bytes,
                          heap, &failed);
@@ -77,6 +113,7 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
     else
         api_json_null(root, "heap_probe_duration_seconds", &failed);
     api_stats_mallinfo2(root, h, &failed);
+    api_stats_allocator(root, s, &failed);
     return api_json_done(root, failed);
 }
 

@@ -56,12 +56,12 @@ static void bench_mallinfo(const char *label, size_t nblocks)
     void **b = fragment(nblocks, 4096);
     struct mt_heap h;
     for (int i = 0; i < RUNS; i++) {
-        probe_heap(&h, 0);
+        probe_heap(NULL, &h, 0);
         t[i] = h.duration_ns;
-        probe_heap(&h, 1);
+        probe_heap(NULL, &h, 1);
         ti[i] = h.duration_ns;
     }
-    probe_heap(&h, 0);
+    probe_heap(NULL, &h, 0);
     printf("| mallinfo2, %s | %llu | %.1f |\n", label, (unsigned long long)h.ordblks,
            median_us(t, RUNS));
     printf("| mallinfo2 + malloc_info (arena count), %s | %llu | %.1f |\n", label,

@@ -29,6 +29,7 @@ struct config_key {
     int runtime; /* may change with PATCH /config */
     int secret;  /* redacted when printed */
     int nullable; /* JSON null means the default ("none"/"auto") */
+    const char *choices; /* KEY_STRING: the accepted values, "|"-separated; NULL = any */
 };
 
 #define OFF(f) offsetof(struct mt_config, f)
@@ -85,8 +86,24 @@ static const struct config_key keys[] = {
      .min = 0, .max = 100000, .def_num = 0},
     {.name = "ConnectionTimeoutSeconds", .type = KEY_INT,
      .offset = OFF(connection_timeout_seconds), .min = 1, .max = 3600, .def_num = 30},
+    {.name = "Allocator", .type = KEY_STRING, .offset = OFF(allocator), .size = SZ(allocator),
+     .def_str = "auto", .choices = "auto|glibc|jemalloc|tcmalloc|mimalloc"},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+/* Whether value is one of the "|"-separated choices. */
+static int is_choice(const char *choices, const char *value)
+{
+    size_t n = strlen(value);
+    for (const char *c = choices; c;) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, value, n) == 0)
+            return 1;
+        c = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
 
 static const struct config_key *find_key(const char *name)
 {
@@ -242,6 +259,11 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
         if (strlen(v->valuestring) >= k->size) {
             *err = errf("configuration key %s: value is too long (at most %zu characters)",
                         k->name, k->size - 1);
+            return -EINVAL;
+        }
+        if (k->choices && !is_choice(k->choices, v->valuestring)) {
+            *err = errf("configuration key %s: \"%s\" is not one of %s", k->name,
+                        v->valuestring, k->choices);
             return -EINVAL;
         }
         snprintf(p, k->size, "%s", v->valuestring);

@@ -37,6 +37,7 @@ struct mt_config {
     int max_connections;
     int max_connections_per_ip;
     int connection_timeout_seconds;
+    char allocator[32]; /* "auto", "glibc", "jemalloc", "tcmalloc", "mimalloc" */
 };
 
 /* Fill *cfg with the defaults. */

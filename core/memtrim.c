@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "core.h"
 #include "memtrim.h"
 #include "instance.h"
@@ -156,6 +157,11 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     instance_running = 1;
     pthread_mutex_unlock(&instance_lock);
 
+    /* Resolving the back ends writes their pointers: only while no instance runs. */
+    const struct alloc_ops *alloc;
+    if ((rc = alloc_select(cfg.allocator, &alloc, &e)))
+        goto fail_running;
+
     if (!(mt = instance_alloc(&cfg))) {
         e = strdup("out of memory");
         rc = -ENOMEM;
@@ -163,6 +169,10 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     }
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
+    snapshot_set_alloc(&mt->cache, alloc); /* before any thread reads the cache */
+    mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", alloc->name,
+           mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
+           alloc->release_call);
     /* memtrim's threads inherit the caller's signal mask: block every signal
      * while they start, so the host's signals only ever reach the host's threads. */
     sigset_t all, saved;

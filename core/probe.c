@@ -1,13 +1,13 @@
 /*
  * probe.c - reads the process's memory: /proc/self/{statm,status,stat}, the
- * memory cgroup (v1 or v2) and glibc's mallinfo2/malloc_info. Runs on
+ * memory cgroup (v1 or v2) and the allocator's stats through its back end
+ * (alloc.h: glibc's mallinfo2, jemalloc's epoch + stats.*, ...). Runs on
  * whichever thread asks (housekeeper, HTTP workers through snapshot.c); keeps
- * no state and takes no locks of its own: mallinfo2 and malloc_info take
- * the arena locks inside glibc, which is why snapshot.c rations them.
+ * no state and takes no locks of its own: the allocators' stats calls take
+ * their arena locks, which is why snapshot.c rations them.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,51 +212,21 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Count the arenas from malloc_info's XML: one <heap nr="..."> per arena. */
-static int count_arenas(void)
+void probe_heap(const struct alloc_ops *a, struct mt_heap *out, int want_arenas)
 {
-    char *xml = NULL;
-    size_t len = 0;
-    int n = 0;
-    FILE *f = open_memstream(&xml, &len);
-    if (!f)
-        return -1;
-    if (malloc_info(0, f) != 0) {
-        fclose(f);
-        free(xml);
-        return -1;
-    }
-    fclose(f);
-    for (const char *p = xml; p && (p = strstr(p, "<heap nr=")); p++)
-        n++;
-    free(xml);
-    return n;
-}
-
-void probe_heap(struct mt_heap *out, int want_arenas)
-{
-    int64_t cpu = probe_process_cpu_ns(); /* before the clock starts: not mallinfo2's cost */
+    if (!a)
+        a = &alloc_glibc;
+    int64_t cpu = probe_process_cpu_ns(); /* before the clock starts: not the call's cost */
+    memset(out, 0, sizeof(*out));
     int64_t c0 = thread_cpu_ns();
     int64_t t0 = mt_mono_ns();
-    struct mallinfo2 mi = mallinfo2();
+    a->stats(out);
     int64_t t1 = mt_mono_ns();
     int64_t c1 = thread_cpu_ns();
 
-    memset(out, 0, sizeof(*out));
     out->timestamp_ms = mt_now_ms();
-    out->arena_bytes = mi.arena;
-    out->ordblks = mi.ordblks;
-    out->smblks = mi.smblks;
-    out->hblks = mi.hblks;
-    out->hblkhd = mi.hblkhd;
-    out->fsmblks = mi.fsmblks;
-    out->uordblks = mi.uordblks;
-    out->fordblks = mi.fordblks;
-    out->keepcost = mi.keepcost;
-    out->heap_in_use_bytes = mi.uordblks + mi.hblkhd;
-    out->heap_free_bytes = mi.fordblks;
-    out->heap_mmapped_bytes = mi.hblkhd;
-    out->arena_count = want_arenas ? count_arenas() : -1;
+    out->allocator = a->name;
+    out->arena_count = want_arenas && a->arena_count ? a->arena_count() : -1;
     out->duration_ns = (want_arenas ? mt_mono_ns() : t1) - t0;
     out->cpu_ns = (want_arenas ? thread_cpu_ns() : c1) - c0;
     out->process_cpu_ns = cpu;

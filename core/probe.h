@@ -1,8 +1,8 @@
 /*
  * probe.h - raw readings of the process's memory. The cheap part reads
  * /proc/self and the cgroup files (microseconds, no allocator locks); the
- * costly part calls mallinfo2() (and, when asked, malloc_info() for the
- * arena count), which locks every arena of the host. Callers decide when the
+ * costly part calls the allocator's stats (glibc: mallinfo2(), and when asked
+ * malloc_info() for the arena count), which locks every arena of the host. Callers decide when the
  * costly part may run (snapshot.c keeps the budget). Stateless except for
  * the cgroup paths, which belong to the caller.
  */
@@ -11,6 +11,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include "alloc.h"
 #include "types.h"
 
 struct probe_cgroup {
@@ -31,7 +32,8 @@ int64_t probe_process_cpu_ns(void);
 /* The cheap part. Returns 0 or a negative errno (out is still filled where possible). */
 int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out);
 
-/* The costly part: mallinfo2, timed; arena count only when want_arenas (malloc_info). */
-void probe_heap(struct mt_heap *out, int want_arenas);
+/* The costly part: the allocator's stats call (a: its back end; NULL = glibc),
+ * timed; the arena count only when want_arenas and the back end can count them. */
+void probe_heap(const struct alloc_ops *a, struct mt_heap *out, int want_arenas);
 
 #endif /* MEMTRIM_PROBE_H */

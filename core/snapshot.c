@@ -7,6 +7,7 @@
  * broadcasts, so a hundred pollers cost the host what one does.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "core.h"
@@ -30,7 +31,15 @@ int snapshot_init(struct snapshot_cache *c)
         return -ENOMEM;
     }
     probe_cgroup_init(&c->cg); /* no cgroup is not an error */
+    snapshot_set_alloc(c, &alloc_glibc);
     return 0;
+}
+
+void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a)
+{
+    c->alloc = a;
+    c->alloc_version[0] = '\0';
+    a->version(c->alloc_version, sizeof(c->alloc_version));
 }
 
 void snapshot_destroy(struct snapshot_cache *c)
@@ -51,6 +60,8 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     out->cheap_age_ms = c->cheap_mono_ns ? (now - c->cheap_mono_ns) / 1000000 : -1;
     out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
     out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
+    out->allocator = c->alloc->name;
+    snprintf(out->allocator_version, sizeof(out->allocator_version), "%s", c->alloc_version);
     if (c->heap_mono_ns && c->heap.heap_in_use_bytes)
         out->fragmentation_ratio = (double)c->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;
     /*
@@ -65,8 +76,11 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
          * since the heap reading is in use, and must not count as free. */
         uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
         uint64_t resident_free = c->heap_rss_anon > used ? c->heap_rss_anon - used : 0;
-        out->releasable_estimate_bytes =
-            resident_free < c->heap.heap_free_bytes ? resident_free : c->heap.heap_free_bytes;
+        /* An allocator that does not say what is free (mimalloc): the growth
+         * since the last release, unbounded. */
+        uint64_t bound = (c->heap.known & MT_HEAP_HAS_FREE) ? c->heap.heap_free_bytes
+                                                            : resident_free;
+        out->releasable_estimate_bytes = resident_free < bound ? resident_free : bound;
     }
 }
 
@@ -114,7 +128,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         if (do_cheap)
             probe_cheap(&c->cg, &cheap); /* cg is written only at init */
         if (do_heap)
-            probe_heap(&heap, arenas);
+            probe_heap(c->alloc, &heap, arenas);
 
         pthread_mutex_lock(&c->lock);
         now = mt_mono_ns();

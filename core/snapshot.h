@@ -1,6 +1,6 @@
 /*
  * snapshot.h - the shared, cached view of the process's memory and the
- * budget that rations mallinfo2. Any thread may call these; one mutex
+ * budget that rations the allocator's stats call (mallinfo2, jemalloc's epoch...). Any thread may call these; one mutex
  * (cache->lock) guards everything here and is never held across a probe:
  * one caller refreshes while the others wait on cache->cond (single flight).
  */
@@ -17,6 +17,8 @@ struct snapshot_cache {
     pthread_cond_t cond;
     int refreshing;
     struct probe_cgroup cg;
+    const struct alloc_ops *alloc; /* the allocator back end: set at start, then read-only */
+    char alloc_version[48];
     struct mt_cheap cheap;
     struct mt_heap heap;
     int64_t cheap_mono_ns; /* when taken; 0 = never */
@@ -43,6 +45,9 @@ struct snapshot_want {
 
 int snapshot_init(struct snapshot_cache *c);
 void snapshot_destroy(struct snapshot_cache *c);
+
+/* Use back end a (before any thread reads the cache: at start). */
+void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a);
 
 /* Refresh what is older than asked (the heap part only as the budget allows) and copy out. */
 void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,

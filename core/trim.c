@@ -1,12 +1,12 @@
 /*
- * trim.c - runs malloc_trim, one at a time, and measures it: RSS and free
- * heap before and after, its own duration, its return value. Called by the
+ * trim.c - runs the allocator's release (glibc's malloc_trim, jemalloc's
+ * purge, ... through the back end in sc->alloc), one at a time, and measures
+ * it: RSS and free heap before and after, its own duration, its return value. Called by the
  * housekeeper (periodic, burst, pressure) and by HTTP workers (manual).
  * Locking: ts->lock guards the state below and is released while
- * malloc_trim runs; waiters sleep on ts->done until the generation moves.
+ * the release runs; waiters sleep on ts->done until the generation moves.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <string.h>
 
 #include "core.h"
@@ -41,18 +41,18 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad,
     memset(r, 0, sizeof(*r));
     r->trigger = trigger;
     r->pad_bytes = pad;
-    probe_heap(&before, 0);
+    probe_heap(sc->alloc, &before, 0);
     snapshot_count_heap(sc, &before);
     r->heap_free_before_bytes = before.heap_free_bytes;
     r->rss_before_bytes = probe_rss();
 
     r->start_ms = mt_now_ms();
     int64_t t0 = mt_mono_ns();
-    r->malloc_trim_ret = malloc_trim((size_t)pad);
+    r->malloc_trim_ret = sc->alloc->release(pad); /* the back end's release (alloc.h) */
     r->duration_ns = mt_mono_ns() - t0;
 
     probe_cheap(&sc->cg, &cheap_after);
-    probe_heap(&after, 0);
+    probe_heap(sc->alloc, &after, 0);
     r->rss_after_bytes = cheap_after.rss_bytes;
     r->heap_free_after_bytes = after.heap_free_bytes;
     r->released_bytes = (int64_t)r->rss_before_bytes - (int64_t)r->rss_after_bytes;

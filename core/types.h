@@ -26,7 +26,17 @@ struct mt_cheap {
     int64_t duration_ns;        /* what this reading cost */
 };
 
-/* The costly part: mallinfo2(), which locks every arena and walks its free lists. */
+#define MT_ALLOC_FIGURES 16
+/* Which common heap fields mean something under the allocator that took the reading. */
+#define MT_HEAP_HAS_IN_USE 0x01    /* heap_in_use_bytes */
+#define MT_HEAP_HAS_FREE 0x02      /* heap_free_bytes: free but held (resident or not) */
+#define MT_HEAP_HAS_MAPPED 0x04    /* heap_mapped_bytes */
+#define MT_HEAP_HAS_RESIDENT 0x08  /* heap_resident_bytes */
+#define MT_HEAP_HAS_RETAINED 0x10  /* heap_retained_bytes */
+#define MT_HEAP_HAS_MALLINFO 0x20  /* the raw mallinfo2 fields (glibc) */
+
+/* The costly part: the allocator's stats (glibc: mallinfo2(), which locks every
+ * arena and walks its free lists; jemalloc: an epoch refresh, which walks arenas). */
 struct mt_heap {
     int64_t timestamp_ms; /* 0 = never taken */
     uint64_t arena_bytes;    /* mallinfo2.arena: non-mmapped space from the system */
@@ -42,10 +52,22 @@ struct mt_heap {
     uint64_t heap_free_bytes;   /* fordblks */
     uint64_t heap_mmapped_bytes; /* hblkhd */
     int arena_count;             /* -1 unknown */
-    int64_t duration_ns;         /* how long mallinfo2 took (wall clock) */
+    int64_t duration_ns;         /* how long the stats call took (wall clock) */
     int64_t cpu_ns;              /* its cost: this thread's CPU time inside it; lock waits
                                   * (other threads in malloc) are not cost to the host */
     int64_t process_cpu_ns;      /* the process's CPU time when taken (-1 unknown) */
+    /* Allocator back ends (core/alloc.h): which one took the reading, which of
+     * the common fields mean something under it, and its own figures. */
+    const char *allocator;          /* static name, "glibc", ...; NULL before a reading */
+    unsigned known;                 /* MT_HEAP_HAS_* */
+    uint64_t heap_mapped_bytes;     /* what the allocator holds from the system */
+    uint64_t heap_resident_bytes;   /* of which resident, when the allocator knows */
+    uint64_t heap_retained_bytes;   /* address space kept but given back (not resident) */
+    int nfigures;
+    struct mt_alloc_figure {
+        const char *name; /* static */
+        uint64_t value;
+    } figures[MT_ALLOC_FIGURES];
 };
 
 /* What /memory/stats shows and what a stored sample holds. */
@@ -57,6 +79,8 @@ struct mt_snapshot {
     int64_t memory_limit_bytes;       /* effective limit: config or cgroup; -1 none */
     int64_t heap_age_ms;              /* age of the heap part when read */
     int64_t cheap_age_ms;             /* age of the cheap part when read */
+    const char *allocator;            /* the back end in use (static name) */
+    char allocator_version[48];
 };
 
 enum mt_trigger {
@@ -86,7 +110,8 @@ struct mt_trim_result {
     uint64_t heap_free_before_bytes;
     uint64_t heap_free_after_bytes;
     int64_t released_bytes; /* rss_before - rss_after (may be negative on a busy host) */
-    int malloc_trim_ret;     /* 1 if glibc released something */
+    int malloc_trim_ret;     /* the release call's result: glibc's malloc_trim 1 if it
+                              * released something; other allocators 1 when it ran */
     uint64_t pad_bytes;
     int coalesced;           /* this caller received another caller's trim */
 };

@@ -90,6 +90,8 @@ static void test_every_key(void)
         snprintf(json, sizeof(json), "{\"%s\": %s}", name, value);
         if (strcmp(name, "HttpBind") == 0)
             snprintf(json, sizeof(json), "{\"HttpBind\": \"127.0.0.2\"}");
+        if (strcmp(name, "Allocator") == 0)
+            snprintf(json, sizeof(json), "{\"Allocator\": \"jemalloc\"}");
         CHECK_MSG(parse(json, &cfg, &err) == 0, "%s: %s", json, err ? err : "");
         free(err);
         /* wrong type: a string for others, a number for strings */
@@ -117,7 +119,12 @@ static void test_every_key(void)
             free(err);
         }
     }
-    CHECK_EQ_INT(nkeys, 23);
+    CHECK_EQ_INT(nkeys, 24);
+    /* a key with a list of values names them when given another */
+    CHECK_EQ_INT(parse("{\"Allocator\": \"tcmaloc\"}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "Allocator");
+    CHECK_CONTAINS(err, "auto|glibc|jemalloc|tcmalloc|mimalloc");
+    free(err);
 }
 
 static void test_typos(void)

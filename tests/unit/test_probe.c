@@ -36,20 +36,20 @@ static void test_heap_follows_allocation(void)
     enum { N = 64 * 1024 };
     static char *blocks[N];
 
-    probe_heap(&h0, 1);
+    probe_heap(NULL, &h0, 1);
     CHECK(h0.duration_ns > 0);
     CHECK(h0.arena_count >= 1);
     for (int i = 0; i < N; i++) {
         blocks[i] = malloc(1024);
         memset(blocks[i], 1, 1024);
     }
-    probe_heap(&h1, 0);
+    probe_heap(NULL, &h1, 0);
     CHECK_MSG(h1.heap_in_use_bytes >= h0.heap_in_use_bytes + (60u << 20), "in use %llu -> %llu",
               (unsigned long long)h0.heap_in_use_bytes, (unsigned long long)h1.heap_in_use_bytes);
     CHECK_EQ_INT(h1.arena_count, -1);
     for (int i = 0; i < N; i++)
         free(blocks[i]);
-    probe_heap(&h2, 0);
+    probe_heap(NULL, &h2, 0);
     CHECK_MSG(h2.heap_in_use_bytes + (60u << 20) <= h1.heap_in_use_bytes, "in use %llu -> %llu",
               (unsigned long long)h1.heap_in_use_bytes, (unsigned long long)h2.heap_in_use_bytes);
     CHECK(h2.heap_in_use_bytes == h2.uordblks + h2.hblkhd);
@@ -57,7 +57,7 @@ static void test_heap_follows_allocation(void)
     /* a single large block is mmapped and counted as mmapped heap */
     char *big = malloc(64u << 20);
     memset(big, 1, 64u << 20);
-    probe_heap(&h1, 0);
+    probe_heap(NULL, &h1, 0);
     CHECK(h1.heap_mmapped_bytes >= (64u << 20));
     free(big);
 }

@@ -32,7 +32,7 @@ static void test_trim_returns_churn(void)
               (unsigned long long)rss_start, (unsigned long long)rss_churned);
 
     CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
-    probe_heap(&live, 0);
+    probe_heap(NULL, &live, 0);
     CHECK_EQ_INT(r.id, 1);
     CHECK_EQ_INT(r.trigger, MT_TRIGGER_MANUAL);
     CHECK_EQ_INT(r.malloc_trim_ret, 1);

@@ -1,0 +1,130 @@
+/*
+ * alloc_jemalloc.c - jemalloc 5 through mallctl, found with dlsym (no link
+ * against libjemalloc). Stats: an "epoch" write refreshes jemalloc's stats
+ * (it walks every arena, under the probe budget like mallinfo2), then
+ * stats.allocated/active/resident/mapped/retained/metadata and the merged
+ * arenas' dirty and muzzy pages. Release: "arena.<MALLCTL_ARENAS_ALL>.purge"
+ * returns every arena's dirty and muzzy pages to the kernel. No state but the
+ * resolved pointer (alloc.h); jemalloc takes its own locks.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc.h"
+
+#define JE_ARENAS_ALL 4096 /* MALLCTL_ARENAS_ALL in jemalloc 5 */
+#define JE_STR_(x) #x
+#define JE_STR(x) JE_STR_(x)
+
+typedef int (*mallctl_fn)(const char *, void *, size_t *, void *, size_t);
+static mallctl_fn je_mallctl;
+
+static int je_resolve(void)
+{
+    je_mallctl = (mallctl_fn)alloc_sym("mallctl");
+    return je_mallctl ? 0 : -ENOENT;
+}
+
+static void *je_anchor(void)
+{
+    return (void *)je_mallctl;
+}
+
+static void je_version(char *buf, size_t size)
+{
+    const char *v = NULL;
+    size_t len = sizeof(v);
+    if (je_mallctl && je_mallctl("version", &v, &len, NULL, 0) == 0 && v)
+        snprintf(buf, size, "%s", v);
+}
+
+/* A size_t statistic; 0 and -1 when jemalloc has no such statistic (built without stats). */
+static int je_size(const char *name, uint64_t *out)
+{
+    size_t v = 0, len = sizeof(v);
+    if (je_mallctl(name, &v, &len, NULL, 0) != 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static void je_stats(struct mt_heap *out)
+{
+    uint64_t epoch = 1, allocated = 0, active = 0, resident = 0, mapped = 0, retained = 0;
+    uint64_t metadata = 0, page = 4096;
+    uint64_t pdirty = 0, pmuzzy = 0;
+    size_t len = sizeof(epoch);
+    unsigned narenas = 0;
+    bool bg = false;
+
+    if (!je_mallctl)
+        return;
+    je_mallctl("epoch", &epoch, &len, &epoch, sizeof(epoch));
+    if (je_size("stats.allocated", &allocated) || je_size("stats.active", &active) ||
+        je_size("stats.resident", &resident) || je_size("stats.mapped", &mapped))
+        return; /* a jemalloc built without --enable-stats: nothing to report */
+    out->heap_in_use_bytes = allocated;
+    out->heap_mapped_bytes = mapped;
+    out->heap_resident_bytes = resident;
+    out->known = MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_RESIDENT;
+    je_size("arenas.page", &page);
+    if (je_size("stats.arenas." JE_STR(JE_ARENAS_ALL) ".pdirty", &pdirty) == 0 &&
+        je_size("stats.arenas." JE_STR(JE_ARENAS_ALL) ".pmuzzy", &pmuzzy) == 0) {
+        /* Free but held: the unused part of active pages, and dirty and muzzy pages. */
+        out->heap_free_bytes = (active > allocated ? active - allocated : 0) +
+                               (pdirty + pmuzzy) * page;
+        out->known |= MT_HEAP_HAS_FREE;
+    }
+    if (je_size("stats.retained", &retained) == 0) {
+        out->heap_retained_bytes = retained;
+        out->known |= MT_HEAP_HAS_RETAINED;
+    }
+    alloc_figure(out, "allocated", allocated);
+    alloc_figure(out, "active", active);
+    alloc_figure(out, "resident", resident);
+    alloc_figure(out, "mapped", mapped);
+    if (out->known & MT_HEAP_HAS_RETAINED)
+        alloc_figure(out, "retained", retained);
+    if (je_size("stats.metadata", &metadata) == 0)
+        alloc_figure(out, "metadata", metadata);
+    if (out->known & MT_HEAP_HAS_FREE) {
+        alloc_figure(out, "dirty_bytes", pdirty * page);
+        alloc_figure(out, "muzzy_bytes", pmuzzy * page);
+    }
+    len = sizeof(narenas);
+    if (je_mallctl("arenas.narenas", &narenas, &len, NULL, 0) == 0)
+        alloc_figure(out, "narenas", narenas);
+    len = sizeof(bg);
+    if (je_mallctl("background_thread", &bg, &len, NULL, 0) == 0)
+        alloc_figure(out, "background_thread", bg ? 1 : 0);
+}
+
+static int je_release(uint64_t pad)
+{
+    (void)pad; /* jemalloc keeps no pad: it purges every unused page */
+    if (!je_mallctl)
+        return 0;
+    return je_mallctl("arena." JE_STR(JE_ARENAS_ALL) ".purge", NULL, NULL, NULL, 0) == 0;
+}
+
+static int je_arena_count(void)
+{
+    unsigned n = 0;
+    size_t len = sizeof(n);
+    if (!je_mallctl || je_mallctl("arenas.narenas", &n, &len, NULL, 0) != 0)
+        return -1;
+    return (int)n;
+}
+
+const struct alloc_ops alloc_jemalloc = {
+    .name = "jemalloc",
+    .release_call = "mallctl(\"arena." JE_STR(JE_ARENAS_ALL) ".purge\")",
+    .resolve = je_resolve,
+    .anchor = je_anchor,
+    .version = je_version,
+    .stats = je_stats,
+    .release = je_release,
+    .arena_count = je_arena_count,
+};
