@@ -36,6 +36,9 @@ void mt_after_fork_child(void);
 struct timespec;
 void mt_deadline(struct timespec *ts, int64_t after_ns);
 
+/* At the top of each of memtrim's threads: block every signal, name the thread. */
+void mt_thread_begin(const char *name);
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

@@ -1,15 +1,16 @@
 /*
  * housekeeper.c - DESIGN. One thread per instance wakes every 250 ms (or at
- * once when stopped or woken) and, in this order: checks RSS against the
- * memory limit (statm: microseconds), probes the heap when the host has been
- * busy and the budget allows, decides on a trim (pressure, then burst, then
- * periodic), and hands samples to the store thread (store.c): it never
- * waits on the disk, so a slow store cannot delay a pressure trim. Locks: hk_lock guards hk_stop and the counters
+ * once when stopped or woken) and, in this order: probes the heap when the
+ * host has been busy and the budget allows (more often inside the pressure
+ * zone), decides on a trim (burst, then periodic), and hands samples to the
+ * store thread (store.c): it never waits on the disk. Pressure trims are not
+ * decided here: the pressure thread (pressure.c) reacts in milliseconds; the
+ * housekeeper wakes it when the limit changes or a heap reading inside the
+ * zone brings a new releasable estimate. Locks: hk_lock guards hk_stop and the counters
  * in mt->hk (held only to read or bump them); cfg_lock only to copy the
  * configuration; never two at once, never across a probe, trim or write.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 
 #include "core.h"
 #include "instance.h"
+#include "pressure.h"
 
 #define MS (1000000LL)
 #define SEC (1000000000LL)
@@ -24,18 +26,13 @@
 #define HEAP_PROBE_MIN_NS (1 * SEC)     /* at most one heap probe a second when calm */
 #define HEAP_PROBE_PRESSURE_NS (250 * MS)
 #define PRESSURE_BUDGET_FACTOR 10.0     /* near the limit the budget is ten times larger */
-#define PRESSURE_REPEAT_NS (1 * SEC)    /* hard pressure trims at most once a second, */
-#define PRESSURE_EARLY_NS (500 * MS)    /* early ones every 500 ms, both doubling after */
-#define PRESSURE_FUTILE_MAX 6           /* each trim that found nothing, up to 64x */
 #define ACTIVITY_NS (10 * MS)           /* ...heap probes only after the host used 10 ms CPU */
 
 struct hk_state {
     struct mt_config cfg;
     uint64_t cfg_generation;
     int configured; /* the first tick has read the configuration */
-    int64_t next_periodic, next_sample, last_burst, last_pressure, last_pressure_skip;
-    uint64_t last_pressure_rss;           /* RSS after the last pressure trim (0: first tick) */
-    int pressure_futile;                  /* pressure trims in a row that found nothing */
+    int64_t next_periodic, next_sample, last_burst;
     int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
@@ -49,7 +46,7 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
 }
 
-static void count_skip(struct memtrim *mt, int reason)
+void housekeeper_count_skip(struct memtrim *mt, int reason)
 {
     pthread_mutex_lock(&mt->hk_lock);
     mt->hk.skips[reason]++;
@@ -84,22 +81,10 @@ static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_
     int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
                       &r, NULL);
     if (rc == -EBUSY) {
-        count_skip(mt, MT_SKIP_BUSY);
+        housekeeper_count_skip(mt, MT_SKIP_BUSY);
         return;
     }
-    if (trigger == MT_TRIGGER_PRESSURE) {
-        st->last_pressure = now;
-        st->last_pressure_rss = r.rss_after_bytes;
-        /* At the limit with only live memory, trimming again and again would be
-         * the diagnostic that hurts the host: back off while trims find nothing. */
-        if (r.released_bytes < st->cfg.trim_min_releasable_bytes) {
-            if (st->pressure_futile < PRESSURE_FUTILE_MAX)
-                st->pressure_futile++;
-        } else {
-            st->pressure_futile = 0;
-        }
-    }
-    if (trigger == MT_TRIGGER_BURST || trigger == MT_TRIGGER_PRESSURE)
+    if (trigger == MT_TRIGGER_BURST)
         st->last_burst = now;
     if (trigger != MT_TRIGGER_PERIODIC)
         mt_log(MT_LOG_INFO, "housekeeper",
@@ -132,6 +117,11 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
     else if (active)
         want.heap_max_age_ns = zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS;
     snapshot_get(&mt->cache, &want, snap);
+    /* The pressure thread reads the same cache: tell it of a new limit, and of a
+     * new releasable estimate inside the zone (it may make a trim due). */
+    if (snap->memory_limit_bytes != st->limit ||
+        (zone && snap->heap.timestamp_ms != st->last_heap_ms))
+        pressure_wake(mt);
     if (snap->heap.timestamp_ms != st->last_heap_ms) { /* a new reading, by anyone */
         st->last_heap_ms = snap->heap.timestamp_ms;
         /* The host's CPU when the reading was taken, not when we noticed it:
@@ -149,47 +139,15 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     uint64_t rss = probe_rss();
     int suspended = atomic_load(&mt->suspend_depth) > 0;
     int64_t limit = c->memory_limit_bytes > 0 ? c->memory_limit_bytes : st->limit;
-    int zone = limit > 0 && c->pressure_ratio > 0 && rss >= (uint64_t)limit / 2;
+    int zone = limit > 0 && c->pressure_ratio > 0 &&
+               rss >= pressure_zone_floor(limit, c->pressure_ratio);
     int periodic_due = c->trim_interval_seconds > 0 && now >= st->next_periodic;
 
     refresh(mt, st, zone, periodic_due && !suspended, snap);
-    limit = snap->memory_limit_bytes;
     uint64_t est = snap->releasable_estimate_bytes;
     int known = snap->heap.timestamp_ms != 0;
 
-    /* 1. Pressure: at the line, or free-but-resident memory that would cross it if reused elsewhere. */
-    if (st->last_pressure_rss == 0)
-        st->last_pressure_rss = rss; /* growth counts from the first tick, not from zero */
-    if (limit > 0 && c->pressure_ratio > 0) {
-        uint64_t line = (uint64_t)((double)limit * c->pressure_ratio);
-        int hard = rss >= line;
-        int early = zone && known && est >= (uint64_t)c->trim_min_releasable_bytes &&
-                    est > 0 && rss + est >= line;
-        /*
-         * Growth since the last pressure trim, from statm alone: what the host
-         * took since may be free again and kept resident by glibc, and the
-         * estimate above waits for mallinfo2's budget. If the same growth once
-         * more would cross the line, trim now. Self-limiting: a trim that
-         * finds nothing sets the baseline to the current RSS.
-         */
-        uint64_t grown = rss > st->last_pressure_rss ? rss - st->last_pressure_rss : 0;
-        early = early || (zone && grown >= (uint64_t)c->trim_min_releasable_bytes &&
-                          rss + grown >= line);
-        /* Growth past the last pressure trim by 5 % of the limit lifts the back-off. */
-        int grew = rss > st->last_pressure_rss + (uint64_t)limit / 20;
-        int again = now - st->last_pressure >= (PRESSURE_REPEAT_NS << st->pressure_futile) || grew;
-        int early_again = now - st->last_pressure >= (PRESSURE_EARLY_NS << st->pressure_futile) || grew;
-        if ((hard && again) || (early && !hard && early_again)) {
-            if (!suspended)
-                do_trim(mt, st, MT_TRIGGER_PRESSURE, now);
-            else if (now - st->last_pressure_skip >= SEC) {
-                st->last_pressure_skip = now;
-                count_skip(mt, MT_SKIP_SUSPENDED);
-            }
-            return;
-        }
-    }
-    /* 2. Burst: much releasable memory; trim now rather than at the next interval. */
+    /* 1. Burst: much releasable memory; trim now rather than at the next interval. */
     if (c->trim_releasable_trigger_bytes > 0 && known && !suspended &&
         now - st->last_burst >= (int64_t)(c->trim_min_gap_seconds * SEC)) {
         uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
@@ -201,15 +159,15 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
             return;
         }
     }
-    /* 3. Periodic, skipped when not worth it. */
+    /* 2. Periodic, skipped when not worth it. */
     if (periodic_due) {
         st->next_periodic = now + (int64_t)(c->trim_interval_seconds * SEC);
         if (suspended)
-            count_skip(mt, MT_SKIP_SUSPENDED);
+            housekeeper_count_skip(mt, MT_SKIP_SUSPENDED);
         else if (!known)
-            count_skip(mt, MT_SKIP_NO_HEAP_STATS);
+            housekeeper_count_skip(mt, MT_SKIP_NO_HEAP_STATS);
         else if (est < (uint64_t)c->trim_min_releasable_bytes)
-            count_skip(mt, MT_SKIP_BELOW_MIN_RELEASABLE);
+            housekeeper_count_skip(mt, MT_SKIP_BELOW_MIN_RELEASABLE);
         else
             do_trim(mt, st, MT_TRIGGER_PERIODIC, now);
     }
@@ -244,17 +202,13 @@ static void *housekeeper_main(void *arg)
 {
     struct memtrim *mt = arg;
     struct hk_state *st = calloc(1, sizeof(*st));
-    sigset_t all;
 
-    /* The host's signals are the host's: never deliver them to this thread. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "memtrim-hk");
+    mt_thread_begin("memtrim-hk");
     if (!st) {
         mt_log(MT_LOG_ERROR, "housekeeper", "out of memory; no trims will run");
         return NULL;
     }
-    st->last_burst = st->last_pressure = st->last_pressure_skip = -(int64_t)3600 * SEC;
+    st->last_burst = -(int64_t)3600 * SEC;
     st->last_proc_cpu = -1;
 
     pthread_mutex_lock(&mt->hk_lock);

@@ -22,6 +22,7 @@
 #include "types.h"
 
 struct server;
+struct pressure;
 
 struct hk_counters {
     uint64_t skips[MT_SKIP_COUNT];
@@ -47,6 +48,9 @@ struct memtrim {
     int hk_stop, hk_kicked;      /* guarded by hk_lock */
     struct hk_counters hk;       /* guarded by hk_lock */
     atomic_int suspend_depth;
+
+    /* the pressure thread (pressure.c); created with the instance, freed with it */
+    struct pressure *pressure;
 
     /* the store thread (store.c) */
     pthread_t store_thread;
@@ -76,6 +80,7 @@ struct memtrim {
 int housekeeper_start(struct memtrim *mt, char **err);
 void housekeeper_stop(struct memtrim *mt);
 void housekeeper_wake(struct memtrim *mt);
+void housekeeper_count_skip(struct memtrim *mt, int reason);
 
 /* store.c */
 int store_start(struct memtrim *mt, char **err);

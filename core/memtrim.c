@@ -16,6 +16,7 @@
 #include "core.h"
 #include "memtrim.h"
 #include "instance.h"
+#include "pressure.h"
 #include "server.h"
 
 static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -88,6 +89,7 @@ static void instance_free_locks(struct memtrim *mt)
 
 static void instance_free(struct memtrim *mt)
 {
+    pressure_free(mt);
     trim_service_destroy(&mt->trims);
     snapshot_destroy(&mt->cache);
     instance_free_locks(mt);
@@ -118,7 +120,10 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
     pthread_cond_init(&mt->store_cond, &attr);
     pthread_condattr_destroy(&attr);
     int cache_ok = snapshot_init(&mt->cache) == 0;
-    if (!cache_ok || trim_service_init(&mt->trims)) {
+    int trims_ok = cache_ok && trim_service_init(&mt->trims) == 0;
+    if (!trims_ok || pressure_create(mt)) {
+        if (trims_ok)
+            trim_service_destroy(&mt->trims);
         if (cache_ok)
             snapshot_destroy(&mt->cache);
         instance_free_locks(mt);
@@ -188,6 +193,11 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
         server_stop(mt->server);
         left_behind = store_stop(mt) == -ETIMEDOUT;
     }
+    if (rc == 0 && (rc = pressure_start(mt, &e)) != 0) {
+        server_stop(mt->server);
+        housekeeper_stop(mt);
+        left_behind = store_stop(mt) == -ETIMEDOUT;
+    }
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (rc && left_behind)
         goto fail_running; /* a hung store thread still uses the instance: leave it */
@@ -241,6 +251,7 @@ void mt_destroy(struct memtrim *mt)
     }
     server_stop(mt->server);
     mt->server = NULL;
+    pressure_stop(mt);
     housekeeper_stop(mt);
     if (store_stop(mt) == -ETIMEDOUT) {
         /* Its thread still uses the instance: leave the memory to it. */
@@ -271,6 +282,7 @@ int mt_resume(struct memtrim *mt)
     if (depth <= 0)
         return -ERANGE;
     housekeeper_wake(mt);
+    pressure_wake(mt);
     return depth - 1;
 }
 
@@ -296,6 +308,7 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
     if (rc == 0) {
         mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
         housekeeper_wake(mt);
+        pressure_wake(mt);
     }
     return rc;
 }
@@ -337,6 +350,17 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     out->housekeeper_cpu_seconds = mt->hk.cpu_seconds;
     out->housekeeper_ticks = mt->hk.ticks;
     pthread_mutex_unlock(&mt->hk_lock);
+    struct pressure_stats ps;
+    pressure_stats_get(mt, &ps);
+    out->pressure_source = pressure_source_name(ps.source);
+    out->pressure_zone = ps.zone;
+    out->pressure_checks[0] = ps.checks_outside;
+    out->pressure_checks[1] = ps.checks_inside;
+    out->pressure_kernel_wakeups = ps.kernel_wakeups;
+    memcpy(out->pressure_reaction_hist, ps.reaction_hist, sizeof(out->pressure_reaction_hist));
+    out->pressure_reaction_seconds_sum = ps.reaction_seconds_sum;
+    out->pressure_reaction_last_seconds = ps.reaction_last_seconds;
+    out->pressure_cpu_seconds = ps.cpu_seconds;
     pthread_mutex_lock(&mt->store_lock);
     out->samples_stored = mt->samples_stored;
     out->samples_dropped = mt->samples_dropped;

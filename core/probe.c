@@ -133,8 +133,14 @@ static int cgroup_dir(char *out, size_t size, const char *root, const char *rel,
 
 int probe_cgroup_init(struct probe_cgroup *cg)
 {
-    char buf[4096], dir[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
+    char buf[4096], dir[PATH_MAX], v1root[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
     int have_v1 = 0, have_v2 = 0;
+    /* Where the cgroup filesystem is mounted: a container may bind it elsewhere
+     * (and the tests point it at a directory without one). */
+    const char *root = getenv("MEMTRIM_CGROUP_ROOT");
+    if (!root || !root[0])
+        root = "/sys/fs/cgroup";
+    snprintf(v1root, sizeof(v1root), "%.4000s/memory", root);
 
     memset(cg, 0, sizeof(*cg));
     if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
@@ -157,14 +163,14 @@ int probe_cgroup_init(struct probe_cgroup *cg)
                 }
         }
     }
-    if (have_v1 && cgroup_dir(dir, sizeof(dir), "/sys/fs/cgroup/memory", v1rel,
+    if (have_v1 && cgroup_dir(dir, sizeof(dir), v1root, v1rel,
                               "memory.limit_in_bytes") == 0) {
         cg->version = 1;
         snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.usage_in_bytes", dir);
         snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.limit_in_bytes", dir);
         return 0;
     }
-    if (have_v2 && cgroup_dir(dir, sizeof(dir), "/sys/fs/cgroup", v2rel, "memory.max") == 0) {
+    if (have_v2 && cgroup_dir(dir, sizeof(dir), root, v2rel, "memory.max") == 0) {
         cg->version = 2;
         snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.current", dir);
         snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.max", dir);

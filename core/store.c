@@ -11,7 +11,6 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,11 +159,8 @@ static void *store_main(void *arg)
 {
     struct memtrim *mt = arg;
     struct store_state st;
-    sigset_t all;
 
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "memtrim-store");
+    mt_thread_begin("memtrim-store");
     memset(&st, 0, sizeof(st));
 
     pthread_mutex_lock(&mt->store_lock);

@@ -32,7 +32,7 @@ void trim_service_destroy(struct trim_service *ts)
 }
 
 /* The measured trim itself; no lock held. */
-static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad,
+static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, int64_t crossing_ns,
                          struct mt_trim_result *r)
 {
     struct mt_heap before, after;
@@ -48,6 +48,7 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad,
 
     r->start_ms = mt_now_ms();
     int64_t t0 = mt_mono_ns();
+    r->reaction_ns = crossing_ns > 0 && t0 >= crossing_ns ? t0 - crossing_ns : -1;
     r->malloc_trim_ret = sc->alloc->release(pad); /* the back end's release (alloc.h) */
     r->duration_ns = mt_mono_ns() - t0;
 
@@ -83,6 +84,13 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
 int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
              int64_t min_interval_ms, int flags, struct mt_trim_result *out,
              int64_t *retry_after_ms)
+{
+    return trim_run_at(ts, sc, trigger, pad, min_interval_ms, flags, 0, out, retry_after_ms);
+}
+
+int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
+                int64_t min_interval_ms, int flags, int64_t crossing_ns,
+                struct mt_trim_result *out, int64_t *retry_after_ms)
 {
     struct mt_trim_result r;
 
@@ -120,7 +128,7 @@ int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, ui
     ts->running = 1;
     pthread_mutex_unlock(&ts->lock);
 
-    measure_trim(sc, trigger, pad, &r);
+    measure_trim(sc, trigger, pad, crossing_ns, &r);
 
     pthread_mutex_lock(&ts->lock);
     record_locked(ts, &r);

@@ -51,6 +51,12 @@ int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, ui
              int64_t min_interval_ms, int flags, struct mt_trim_result *out,
              int64_t *retry_after_ms);
 
+/* The same, for a trim with a cause: crossing_ns (monotonic) is when the cause
+ * arose, and the result's reaction_ns says how long after it malloc_trim began. */
+int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
+                int64_t min_interval_ms, int flags, int64_t crossing_ns,
+                struct mt_trim_result *out, int64_t *retry_after_ms);
+
 /* Move up to max queued results into buf; returns how many. */
 unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigned max);
 

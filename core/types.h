@@ -114,11 +114,16 @@ struct mt_trim_result {
                               * released something; other allocators 1 when it ran */
     uint64_t pad_bytes;
     int coalesced;           /* this caller received another caller's trim */
+    int64_t reaction_ns;     /* pressure trims: from the crossing to malloc_trim's start; -1 */
 };
 
 /* Trim-duration histogram bucket upper bounds, seconds (plus +Inf). */
 #define MT_HIST_BUCKETS 12
 extern const double mt_hist_bounds[MT_HIST_BUCKETS];
+
+/* Pressure-trim reaction-time histogram bucket upper bounds, seconds (plus +Inf). */
+#define MT_REACTION_BUCKETS 12
+extern const double mt_reaction_bounds[MT_REACTION_BUCKETS];
 
 /* Monotonic counters since start; copied out under the instance's stats lock. */
 struct mt_counters {
@@ -140,6 +145,15 @@ struct mt_counters {
     uint64_t samples_dropped; /* the store could not keep up (or hung) */
     uint64_t store_errors;
     uint64_t trims_dropped; /* results that could not be queued for the store */
+    /* the pressure thread (pressure.c) */
+    const char *pressure_source;     /* "cgroup-v1-threshold", "psi", "poll", ... (static) */
+    int pressure_zone;               /* RSS inside the zone at the last reading */
+    uint64_t pressure_checks[2];     /* readings [0] outside, [1] inside the zone */
+    uint64_t pressure_kernel_wakeups;
+    uint64_t pressure_reaction_hist[MT_REACTION_BUCKETS + 1]; /* non-cumulative; last = +Inf */
+    double pressure_reaction_seconds_sum;
+    double pressure_reaction_last_seconds; /* -1 none yet */
+    double pressure_cpu_seconds;     /* CLOCK_THREAD_CPUTIME_ID of the pressure thread */
 };
 
 const char *mt_trigger_name(int trigger);    /* "manual", ...; "unknown" */

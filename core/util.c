@@ -4,6 +4,7 @@
  * read by any thread afterwards (an atomic pointer pair guarded by a mutex).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -114,4 +115,13 @@ int64_t mt_mono_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void mt_thread_begin(const char *name)
+{
+    sigset_t all;
+    /* The host's signals are the host's: never deliver them to memtrim's threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_setname_np(pthread_self(), name);
 }

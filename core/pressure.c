@@ -1,0 +1,685 @@
+/*
+ * pressure.c - DESIGN. The pressure path: one thread per instance
+ * ("memtrim-press") that trims within milliseconds when RSS nears the memory
+ * limit, and otherwise sleeps on the kernel. Only this thread runs pressure
+ * trims; the housekeeper keeps the heap probe, samples, periodic and burst
+ * trims at their slower pace, so a pressure trim never waits behind them
+ * (a trim already running is shared: the next reading decides again).
+ *
+ * What wakes it (pressure_source):
+ *  - cgroup v1 memory thresholds: an eventfd registered through
+ *    cgroup.event_control on memory.usage_in_bytes at a ladder of lines from
+ *    the zone's floor up to the limit; the kernel signals each crossing, so
+ *    growth inside the zone wakes it at once and a steady host costs nothing.
+ *  - cgroup v2: a PSI trigger on memory.pressure and memory.events changes
+ *    wake it at the limit; v2 has no usage thresholds, so the zone is polled.
+ *  - poll: /proc/self/statm on an adaptive timer: 2 ms while RSS moves inside
+ *    the zone, backing off while it is steady.
+ * A read-only or missing cgroup filesystem is no error: it polls, and says
+ * so at info level. The housekeeper wakes it when the limit changes or a new
+ * heap reading arrives (the releasable estimate), and PATCH /config does.
+ *
+ * Locking: p->lock guards p->stop and p->stats (held only to copy or bump);
+ * everything else belongs to the thread. Never held across a trim or a read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "instance.h"
+#include "pressure.h"
+
+#define MS (1000000LL)
+#define SEC (1000000000LL)
+#define HARD_REPEAT_NS (1 * SEC)    /* at the line: again after 1 s, doubling per futile trim */
+#define EARLY_REPEAT_NS (500 * MS)  /* by the heap estimate: 500 ms, doubling likewise */
+#define FUTILE_MAX 6
+#define POLL_FAST_NS (2 * MS)       /* RSS moving inside the zone */
+#define POLL_ZONE_MAX_NS (100 * MS) /* steady inside the zone (poll) */
+#define POLL_MOVING_NS (20 * MS)    /* moving outside the zone (poll) */
+#define POLL_OUT_MAX_NS (250 * MS)  /* steady outside the zone (poll) */
+#define KERNEL_ZONE_NS (1 * SEC)    /* inside the zone, kernel-woken: a safety re-check */
+#define IDLE_NS (3600 * SEC)        /* nothing to watch, or kernel-woken outside the zone */
+#define MOVED_BYTES (1u << 20)      /* RSS "moves" when a reading differs by this much */
+#define LADDER_LINES 50             /* v1 threshold lines, the limit split in 2 % steps */
+#define CGROUP_SUPER_MAGIC 0x27e0eb
+#define CGROUP2_SUPER_MAGIC 0x63677270
+
+const double mt_reaction_bounds[MT_REACTION_BUCKETS] = {0.0005, 0.001, 0.002, 0.005,
+                                                        0.01,   0.025, 0.05,  0.1,
+                                                        0.25,   0.5,   1.0,   5.0};
+
+static const char *const source_names[PRESSURE_SOURCE_COUNT] = {
+    "none", "poll", "cgroup-v1-threshold", "psi", "memory-events"};
+
+const char *pressure_source_name(int source)
+{
+    return source >= 0 && source < PRESSURE_SOURCE_COUNT ? source_names[source] : "unknown";
+}
+
+struct pressure {
+    struct memtrim *mt;
+    pthread_t thread;
+    int started;
+    int wake_fd; /* eventfd: stop, reconfigure, a new heap reading */
+    pthread_mutex_t lock;
+    int stop;                    /* guarded by lock */
+    struct pressure_stats stats; /* guarded by lock */
+
+    /* the thread's own */
+    int statm_fd;
+    int kfd[2];         /* v1: threshold eventfd; v2: PSI trigger, memory.events */
+    int usage_fd;       /* v1: memory.usage_in_bytes, kept open while registered */
+    int64_t armed_limit; /* the limit the v1 ladder was drawn for */
+    double armed_ratio;
+    int kernel_tried;   /* 1 once arming was tried (and its outcome logged) */
+    char dir[PATH_MAX]; /* the cgroup's directory, "" none */
+    int cg_version;
+};
+
+/* ---- the decision --------------------------------------------------------- */
+
+uint64_t pressure_zone_floor(int64_t limit, double ratio)
+{
+    uint64_t line = (uint64_t)((double)limit * ratio), half = (uint64_t)limit / 2;
+    return line < half ? line : half;
+}
+
+static int64_t backoff(int64_t base, int futile)
+{
+    return base << (futile < FUTILE_MAX ? futile : FUTILE_MAX);
+}
+
+int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
+{
+    if (st->base_rss == 0 || in->rss < st->base_rss)
+        st->base_rss = in->rss; /* growth counts from the low-water mark */
+    if (in->limit <= 0 || in->ratio <= 0 || in->rss == 0) {
+        st->zone = 0;
+        return PRESSURE_OUTSIDE;
+    }
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
+    st->zone = in->rss >= pressure_zone_floor(in->limit, in->ratio);
+    if (!st->zone)
+        return PRESSURE_OUTSIDE;
+    /*
+     * Climbing: what the host took since the last pressure trim may already
+     * be free again and kept resident by glibc (a worker fills 150 MB in
+     * 20 ms), so one step of growth inside the zone is reason to trim now,
+     * as soon as the last trim ended. A step is 5 % of the limit (at least
+     * TrimMinReleasableBytes), doubled for every two trims in a row that
+     * found nothing: a host growing live memory to its limit costs a handful.
+     */
+    uint64_t step = (uint64_t)in->limit / 20;
+    if (step < in->min_releasable)
+        step = in->min_releasable;
+    step <<= (st->futile / 2 < 4 ? st->futile / 2 : 4);
+    if (in->rss - st->base_rss >= step)
+        return PRESSURE_TRIM;
+    int64_t since = in->now_ns - st->last_trim_ns;
+    /* At the line: trim, and again while it holds, backing off while trims find nothing. */
+    if (in->rss >= line && since >= backoff(HARD_REPEAT_NS, st->futile))
+        return PRESSURE_TRIM;
+    /* Free-but-resident memory (the last heap reading) that would cross the line if reused. */
+    if (in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
+        in->rss + in->estimate >= line && since >= backoff(EARLY_REPEAT_NS, st->futile))
+        return PRESSURE_TRIM;
+    return PRESSURE_WATCH;
+}
+
+void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
+                         int64_t released, uint64_t min_releasable)
+{
+    st->last_trim_ns = start_ns;
+    st->base_rss = rss_after;
+    if (released < 0 || (uint64_t)released < min_releasable) {
+        if (st->futile < FUTILE_MAX)
+            st->futile++;
+    } else {
+        st->futile = 0;
+    }
+}
+
+/* When a time-based rule will next allow a trim (monotonic ns), or INT64_MAX. */
+static int64_t next_due(const struct pressure_input *in, const struct pressure_state *st)
+{
+    if (!st->zone || in->limit <= 0)
+        return INT64_MAX;
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
+    int early = in->estimate_known && in->estimate >= in->min_releasable && in->estimate > 0 &&
+                in->rss + in->estimate >= line;
+    int64_t due = INT64_MAX;
+    if (in->rss >= line)
+        due = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
+    if (early) {
+        int64_t e = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
+        due = e < due ? e : due;
+    }
+    return due;
+}
+
+/* ---- kernel notifications ----------------------------------------------- */
+
+static int on_cgroupfs(int fd, int version)
+{
+    struct statfs sf;
+    if (fstatfs(fd, &sf))
+        return 0;
+    return version == 1 ? sf.f_type == CGROUP_SUPER_MAGIC : sf.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+static void disarm(struct pressure *p)
+{
+    for (int i = 0; i < 2; i++) {
+        if (p->kfd[i] >= 0)
+            close(p->kfd[i]); /* closing the eventfd unregisters its thresholds */
+        p->kfd[i] = -1;
+    }
+    if (p->usage_fd >= 0)
+        close(p->usage_fd);
+    p->usage_fd = -1;
+    p->armed_limit = 0;
+}
+
+/* v1: one eventfd, a threshold at every line of the ladder. 0 or -errno. */
+static int arm_v1(struct pressure *p, int64_t limit, double ratio)
+{
+    char path[PATH_MAX + 32], cmd[96];
+    int efd = -1, cfd = -1, rc = 0;
+
+    snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", p->dir);
+    p->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (p->usage_fd < 0)
+        return -errno;
+    if (!on_cgroupfs(p->usage_fd, 1)) {
+        rc = -ENOTSUP;
+        goto fail;
+    }
+    snprintf(path, sizeof(path), "%s/cgroup.event_control", p->dir);
+    cfd = open(path, O_WRONLY | O_CLOEXEC);
+    efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (cfd < 0 || efd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    uint64_t floor = pressure_zone_floor(limit, ratio), spacing = (uint64_t)limit / LADDER_LINES;
+    for (uint64_t line = floor; line < (uint64_t)limit; line += spacing) {
+        int n = snprintf(cmd, sizeof(cmd), "%d %d %llu", efd, p->usage_fd,
+                         (unsigned long long)line);
+        if (write(cfd, cmd, (size_t)n) != n) {
+            rc = -errno;
+            goto fail;
+        }
+        if (spacing == 0)
+            break;
+    }
+    close(cfd);
+    p->kfd[0] = efd;
+    p->armed_limit = limit;
+    p->armed_ratio = ratio;
+    return 0;
+fail:
+    if (rc == 0)
+        rc = -EIO;
+    if (cfd >= 0)
+        close(cfd);
+    if (efd >= 0)
+        close(efd);
+    close(p->usage_fd);
+    p->usage_fd = -1;
+    return rc;
+}
+
+/* v2: a PSI trigger (memory stalls) and memory.events (high, max, oom). The source, or 0. */
+static int arm_v2(struct pressure *p, int64_t limit)
+{
+    char path[PATH_MAX + 32];
+    static const char *const triggers[] = {"some 10000 500000", "some 20000 2000000"};
+
+    snprintf(path, sizeof(path), "%s/memory.pressure", p->dir);
+    int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && on_cgroupfs(fd, 2)) {
+        /* Unprivileged triggers need a window that is a multiple of 2 s. */
+        for (size_t i = 0; i < sizeof(triggers) / sizeof(triggers[0]); i++)
+            if (write(fd, triggers[i], strlen(triggers[i]) + 1) > 0) {
+                p->kfd[0] = fd;
+                fd = -1;
+                break;
+            }
+    }
+    if (fd >= 0)
+        close(fd);
+    snprintf(path, sizeof(path), "%s/memory.events", p->dir);
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && on_cgroupfs(fd, 2)) {
+        char buf[512];
+        if (pread(fd, buf, sizeof(buf), 0) >= 0) { /* a read arms the notification */
+            p->kfd[1] = fd;
+            fd = -1;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (p->kfd[0] < 0 && p->kfd[1] < 0)
+        return 0;
+    p->armed_limit = limit;
+    return p->kfd[0] >= 0 ? PRESSURE_SOURCE_PSI : PRESSURE_SOURCE_V2_EVENTS;
+}
+
+/* Choose what wakes the thread for this limit; logs the choice when it changes. */
+static void arm(struct pressure *p, int64_t limit, int64_t cgroup_limit, double ratio)
+{
+    int source = PRESSURE_SOURCE_POLL;
+    const char *why = NULL;
+
+    disarm(p);
+    if (limit <= 0 || ratio <= 0) {
+        source = PRESSURE_SOURCE_NONE;
+        why = "no memory limit known (cgroup or MemoryLimitBytes): no pressure trims";
+    } else if (!p->dir[0]) {
+        why = "no memory cgroup found: polling /proc/self/statm";
+    } else if (cgroup_limit <= 0) {
+        why = "the cgroup has no limit of its own (MemoryLimitBytes): polling /proc/self/statm";
+    } else if (p->cg_version == 1) {
+        int rc = arm_v1(p, limit, ratio);
+        if (rc == 0)
+            source = PRESSURE_SOURCE_V1_THRESHOLD;
+        else
+            why = rc == -ENOTSUP ? "the cgroup files are not on a cgroup filesystem: polling"
+                                 : "cgroup v1 thresholds unavailable (read-only cgroup "
+                                   "filesystem?): polling /proc/self/statm";
+    } else if (p->cg_version == 2) {
+        int s = arm_v2(p, limit);
+        if (s)
+            source = s;
+        else
+            why = "cgroup v2 PSI and memory.events unavailable: polling /proc/self/statm";
+    }
+    pthread_mutex_lock(&p->lock);
+    int changed = p->stats.source != source || !p->kernel_tried;
+    p->stats.source = source;
+    pthread_mutex_unlock(&p->lock);
+    if (changed)
+        mt_log(MT_LOG_INFO, "pressure", "pressure source: %s%s%s%s", pressure_source_name(source),
+               why ? " (" : "", why ? why : "", why ? ")" : "");
+    p->kernel_tried = 1;
+}
+
+/* Empty the notification fds; 1 when the kernel signalled. */
+static int drain(struct pressure *p, const struct pollfd *fds)
+{
+    uint64_t v;
+    char buf[512];
+    int kernel = 0;
+
+    if (fds[0].revents & POLLIN)
+        while (read(p->wake_fd, &v, sizeof(v)) == sizeof(v))
+            ;
+    for (int i = 0; i < 2; i++) {
+        if (p->kfd[i] < 0 || !fds[i + 1].revents)
+            continue;
+        kernel = 1;
+        if (p->cg_version == 1) {
+            while (read(p->kfd[i], &v, sizeof(v)) == sizeof(v))
+                ;
+        } else if (i == 1 && pread(p->kfd[i], buf, sizeof(buf), 0) < 0) {
+            close(p->kfd[i]); /* memory.events vanished: poll without it */
+            p->kfd[i] = -1;
+        }
+        if (fds[i + 1].revents & (POLLERR | POLLHUP | POLLNVAL) && i == 0 && p->cg_version == 2) {
+            close(p->kfd[i]); /* the PSI trigger is gone (cgroup removed) */
+            p->kfd[i] = -1;
+        }
+    }
+    return kernel;
+}
+
+/* ---- readings ----------------------------------------------------------- */
+
+static uint64_t read_rss(struct pressure *p)
+{
+    char buf[128];
+    unsigned long long size, resident;
+    if (p->statm_fd < 0)
+        return probe_rss();
+    ssize_t n = pread(p->statm_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return probe_rss();
+    buf[n] = '\0';
+    if (sscanf(buf, "%llu %llu", &size, &resident) != 2)
+        return 0;
+    long ps = sysconf(_SC_PAGESIZE);
+    return (uint64_t)resident * (uint64_t)(ps > 0 ? ps : 4096);
+}
+
+static int64_t read_usage(struct pressure *p)
+{
+    char buf[64];
+    if (p->usage_fd < 0)
+        return -1;
+    ssize_t n = pread(p->usage_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return strtoll(buf, NULL, 10);
+}
+
+/* ---- the thread --------------------------------------------------------- */
+
+struct loop {
+    struct mt_config cfg;
+    uint64_t cfg_generation;
+    struct pressure_state st;
+    int64_t calm_ns;       /* the last moment no rule held: reactions count from here */
+    int64_t interval_ns;
+    uint64_t last_rss;
+    int64_t last_skip_ns;  /* the last suspended skip counted */
+    int busy;              /* the last attempt found another trim running */
+    int64_t limit, cgroup_limit;
+};
+
+static void reload(struct memtrim *mt, struct loop *l)
+{
+    pthread_mutex_lock(&mt->cfg_lock);
+    if (l->cfg_generation != mt->cfg_generation || !l->cfg_generation) {
+        l->cfg = mt->cfg;
+        l->cfg_generation = mt->cfg_generation ? mt->cfg_generation : 1;
+    }
+    pthread_mutex_unlock(&mt->cfg_lock);
+}
+
+static void record_trim(struct pressure *p, const struct mt_trim_result *r)
+{
+    double s = r->reaction_ns >= 0 ? (double)r->reaction_ns / 1e9 : 0;
+    int b = 0;
+    while (b < MT_REACTION_BUCKETS && s > mt_reaction_bounds[b])
+        b++;
+    pthread_mutex_lock(&p->lock);
+    p->stats.trims++;
+    p->stats.reaction_hist[b]++;
+    p->stats.reaction_seconds_sum += s;
+    p->stats.reaction_last_seconds = s;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* Run a pressure trim; 1 when another trim was running (look again soon). */
+static int do_trim(struct pressure *p, struct loop *l, int64_t now)
+{
+    struct memtrim *mt = p->mt;
+    struct mt_trim_result r;
+
+    if (atomic_load(&mt->suspend_depth) > 0) {
+        if (now - l->last_skip_ns >= SEC) {
+            l->last_skip_ns = now;
+            housekeeper_count_skip(mt, MT_SKIP_SUSPENDED);
+        }
+        l->calm_ns = now; /* the host holds trims off: no reaction is owed */
+        return 0;
+    }
+    int rc = trim_run_at(&mt->trims, &mt->cache, MT_TRIGGER_PRESSURE,
+                         (uint64_t)l->cfg.trim_pad_bytes, -1, 0, l->calm_ns, &r, NULL);
+    if (rc == -EBUSY) { /* another trim runs: it releases too; decide again right after */
+        pthread_mutex_lock(&p->lock);
+        p->stats.busy++;
+        pthread_mutex_unlock(&p->lock);
+        if (!l->busy)
+            housekeeper_count_skip(mt, MT_SKIP_BUSY);
+        l->busy = 1;
+        return 1;
+    }
+    l->busy = 0;
+    if (rc)
+        return 0;
+    pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
+                        (uint64_t)l->cfg.trim_min_releasable_bytes);
+    record_trim(p, &r);
+    store_wake(mt);
+    l->calm_ns = mt_mono_ns();
+    l->last_rss = r.rss_after_bytes;
+    mt_log(MT_LOG_INFO, "pressure",
+           "pressure trim released %lld bytes in %.3f ms, %.3f ms after the crossing "
+           "(RSS %llu -> %llu)",
+           (long long)r.released_bytes, r.duration_ns / 1e6, r.reaction_ns / 1e6,
+           (unsigned long long)r.rss_before_bytes, (unsigned long long)r.rss_after_bytes);
+    return 0;
+}
+
+/* How long to sleep after a reading. */
+static int64_t next_interval(struct pressure *p, struct loop *l, const struct pressure_input *in,
+                             int moved)
+{
+    int source = p->stats.source; /* written only by this thread */
+    int64_t t;
+
+    if (source == PRESSURE_SOURCE_NONE)
+        return IDLE_NS;
+    if (source == PRESSURE_SOURCE_V1_THRESHOLD) {
+        /* The ladder signals growth; but a cgroup filled by page cache or other
+         * processes may sit above our lines while RSS climbs under them: poll then. */
+        int64_t usage = l->st.zone ? -1 : read_usage(p);
+        if (l->st.zone)
+            t = KERNEL_ZONE_NS;
+        else if (usage >= 0 && (uint64_t)usage >= pressure_zone_floor(in->limit, in->ratio))
+            t = moved ? POLL_MOVING_NS : POLL_OUT_MAX_NS;
+        else
+            t = IDLE_NS;
+    } else if (l->st.zone) {
+        t = moved ? POLL_FAST_NS : l->interval_ns * 2;
+        if (t > POLL_ZONE_MAX_NS)
+            t = POLL_ZONE_MAX_NS;
+    } else {
+        t = moved ? POLL_MOVING_NS : l->interval_ns * 2;
+        if (t > POLL_OUT_MAX_NS)
+            t = POLL_OUT_MAX_NS;
+    }
+    if (t < POLL_FAST_NS)
+        t = POLL_FAST_NS;
+    int64_t due = next_due(in, &l->st);
+    if (due != INT64_MAX) {
+        int64_t wait = due - in->now_ns;
+        if (wait < t)
+            t = wait > POLL_FAST_NS ? wait : POLL_FAST_NS;
+    }
+    return t;
+}
+
+/* One reading and decision; returns the sleep before the next. */
+static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke_ns)
+{
+    struct memtrim *mt = p->mt;
+    struct mt_snapshot snap;
+    struct snapshot_want want = {.cheap_max_age_ns = INT64_MAX, .heap_max_age_ns = INT64_MAX,
+                                 .stale_ok = 1};
+
+    reload(mt, l);
+    want.memory_limit_cfg = l->cfg.memory_limit_bytes;
+    snapshot_get(&mt->cache, &want, &snap); /* what the housekeeper read: no probe here */
+    int64_t cgroup_limit = snap.cheap.cgroup_limit_bytes;
+    if (snap.memory_limit_bytes != l->limit || cgroup_limit != l->cgroup_limit ||
+        (p->armed_limit && p->armed_ratio != l->cfg.pressure_ratio) || !p->kernel_tried) {
+        l->limit = snap.memory_limit_bytes;
+        l->cgroup_limit = cgroup_limit;
+        arm(p, l->limit, cgroup_limit, l->cfg.pressure_ratio);
+    }
+
+    struct pressure_input in = {
+        .now_ns = mt_mono_ns(),
+        .rss = read_rss(p),
+        .limit = l->limit,
+        .ratio = l->cfg.pressure_ratio,
+        .min_releasable = (uint64_t)l->cfg.trim_min_releasable_bytes,
+        .estimate = snap.releasable_estimate_bytes,
+        .estimate_known = snap.heap.timestamp_ms != 0,
+    };
+    int moved = in.rss > l->last_rss + MOVED_BYTES || in.rss + MOVED_BYTES < l->last_rss;
+    l->last_rss = in.rss;
+    if (kernel && woke_ns > l->calm_ns)
+        l->calm_ns = woke_ns; /* the kernel said when: reactions count from its signal */
+    int verdict = pressure_decide(&in, &l->st);
+
+    pthread_mutex_lock(&p->lock);
+    p->stats.zone = l->st.zone;
+    if (l->st.zone)
+        p->stats.checks_inside++;
+    else
+        p->stats.checks_outside++;
+    if (kernel)
+        p->stats.kernel_wakeups++;
+    pthread_mutex_unlock(&p->lock);
+
+    int busy = 0;
+    if (verdict == PRESSURE_TRIM) {
+        busy = do_trim(p, l, in.now_ns);
+        moved = 1;
+        in.now_ns = mt_mono_ns();
+    } else {
+        l->calm_ns = in.now_ns;
+        l->busy = 0;
+    }
+    /* A trim that found another running looks again soon. */
+    int64_t t = busy ? POLL_FAST_NS : next_interval(p, l, &in, moved);
+    l->interval_ns = t;
+    return t;
+}
+
+static void *pressure_main(void *arg)
+{
+    struct pressure *p = arg;
+    struct loop l;
+
+    mt_thread_begin("memtrim-press");
+    memset(&l, 0, sizeof(l));
+    l.st.last_trim_ns = mt_mono_ns() - (int64_t)3600 * SEC;
+    l.last_skip_ns = l.st.last_trim_ns;
+    l.interval_ns = POLL_FAST_NS;
+    l.limit = l.cgroup_limit = -2; /* unknown: arm at the first reading */
+
+    int64_t sleep_ns = 0;
+    for (;;) {
+        struct pollfd fds[3] = {{p->wake_fd, POLLIN, 0},
+                                {p->kfd[0], p->cg_version == 2 ? POLLPRI : POLLIN, 0},
+                                {p->kfd[1], POLLPRI, 0}};
+        struct timespec ts = {(time_t)(sleep_ns / SEC), (long)(sleep_ns % SEC)};
+        int n = ppoll(fds, 3, &ts, NULL);
+        int64_t woke = mt_mono_ns();
+        pthread_mutex_lock(&p->lock);
+        int stop = p->stop;
+        pthread_mutex_unlock(&p->lock);
+        if (stop)
+            break;
+        int kernel = n > 0 ? drain(p, fds) : 0;
+        sleep_ns = step(p, &l, kernel, woke);
+    }
+    disarm(p);
+    return NULL;
+}
+
+int pressure_create(struct memtrim *mt)
+{
+    struct pressure *p = calloc(1, sizeof(*p));
+    const char *slash;
+
+    if (!p)
+        return -ENOMEM;
+    p->mt = mt;
+    p->kfd[0] = p->kfd[1] = p->usage_fd = -1;
+    p->stats.reaction_last_seconds = -1;
+    p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    /* The cgroup the probe found (fixed when the cache was made). */
+    p->cg_version = mt->cache.cg.version;
+    if (p->cg_version && (slash = strrchr(mt->cache.cg.usage_path, '/')) != NULL)
+        snprintf(p->dir, sizeof(p->dir), "%.*s", (int)(slash - mt->cache.cg.usage_path),
+                 mt->cache.cg.usage_path);
+    if (p->wake_fd < 0 || pthread_mutex_init(&p->lock, NULL)) {
+        if (p->wake_fd >= 0)
+            close(p->wake_fd);
+        if (p->statm_fd >= 0)
+            close(p->statm_fd);
+        free(p);
+        return -ENOMEM;
+    }
+    mt->pressure = p;
+    return 0;
+}
+
+void pressure_free(struct memtrim *mt)
+{
+    struct pressure *p = mt->pressure;
+    if (!p)
+        return;
+    pthread_mutex_destroy(&p->lock);
+    close(p->wake_fd);
+    if (p->statm_fd >= 0)
+        close(p->statm_fd);
+    mt->pressure = NULL;
+    free(p);
+}
+
+int pressure_start(struct memtrim *mt, char **err)
+{
+    struct pressure *p = mt->pressure;
+    if (!p || pthread_create(&p->thread, NULL, pressure_main, p)) {
+        *err = strdup("cannot start the pressure thread");
+        return -ENOMEM;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->started = 1;
+    pthread_mutex_unlock(&p->lock);
+    return 0;
+}
+
+void pressure_wake(struct memtrim *mt)
+{
+    struct pressure *p = mt->pressure;
+    uint64_t one = 1;
+    if (p && write(p->wake_fd, &one, sizeof(one)) < 0) {
+        /* a full counter already wakes it */
+    }
+}
+
+void pressure_stop(struct memtrim *mt)
+{
+    struct pressure *p = mt->pressure;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    int started = p->started;
+    p->stop = 1;
+    pthread_mutex_unlock(&p->lock);
+    if (!started)
+        return;
+    pressure_wake(mt);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_lock(&p->lock);
+    p->started = 0;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pressure_stats_get(struct memtrim *mt, struct pressure_stats *out)
+{
+    struct pressure *p = mt->pressure;
+    clockid_t cid;
+    struct timespec ts;
+
+    memset(out, 0, sizeof(*out));
+    out->reaction_last_seconds = -1;
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    *out = p->stats;
+    /* The thread's CPU clock, read from outside: the thread pays nothing for it. */
+    if (p->started && !p->stop && pthread_getcpuclockid(p->thread, &cid) == 0 &&
+        clock_gettime(cid, &ts) == 0)
+        out->cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    pthread_mutex_unlock(&p->lock);
+}
