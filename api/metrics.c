@@ -136,6 +136,41 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
             "Trim results that could not be queued for the store.", c->trims_dropped);
 }
 
+/* What trimming cost the host (core/cost.c): time, re-faults, the gap, a busy host. */
+static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
+{
+    api_head(t, "memtrim_trim_seconds_total", "counter",
+             "Wall time in trims, by trigger (periodic and burst are charged to "
+             "TrimBudgetPercent; pressure and manual are not).");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_trim_seconds_total{trigger=\"%s\"} %.15g\n",
+                        mt_trigger_name(i), c->trim_seconds[i]);
+    api_head(t, "memtrim_refaulted_bytes_total", "counter",
+             "Upper bound of released bytes that came back within RefaultWindowSeconds "
+             "(minor faults x page size), by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_refaulted_bytes_total{trigger=\"%s\"} %llu\n",
+                        mt_trigger_name(i), (unsigned long long)c->refaulted_bytes[i]);
+    api_head(t, "memtrim_refault_windows_total", "counter",
+             "Trims whose re-fault window has closed, by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_refault_windows_total{trigger=\"%s\"} %llu\n",
+                        mt_trigger_name(i), (unsigned long long)c->refault_windows[i]);
+    api_f64(t, "memtrim_trim_gap_factor", "gauge",
+            "Multiplier on the periodic and burst gaps while released memory comes back "
+            "(1 = none; at most TrimGapMaxFactor).",
+            c->gap_factor > 0 ? c->gap_factor : 1);
+    if (c->host_cpu_share >= 0)
+        api_f64(t, "memtrim_host_cpu_share", "gauge",
+                "The host's CPU time over the last 2 s as a share of the CPUs it may use (0-1).",
+                c->host_cpu_share);
+    api_f64(t, "memtrim_trim_deferred_seconds_total", "counter",
+            "Time periodic and burst trims waited for a busy host (TrimBusyCpuPercent).",
+            c->deferred_seconds);
+    api_u64(t, "memtrim_trim_deferring", "gauge", "1 while a trim waits for a busy host.",
+            (uint64_t)(c->deferring != 0));
+}
+
 static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
 {
     const struct mt_cheap *c = &s->cheap;
@@ -269,6 +304,7 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
             (uint64_t)(h.suspended > 0 ? h.suspended : 0));
     api_metrics_trims(&t, &c);
     api_metrics_probe(&t, &c);
+    api_metrics_cost(&t, &c);
     api_metrics_gauges(&t, &s);
     api_metrics_allocator(&t, &s);
     *t_ = t;

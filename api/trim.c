@@ -30,6 +30,15 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
     api_json_int(o, "released_bytes", t->released_bytes, &failed);
     api_json_int(o, "malloc_trim_result", t->malloc_trim_ret, &failed);
     api_json_int(o, "pad_bytes", (int64_t)t->pad_bytes, &failed);
+    /* How long the host may have waited: malloc_trim locks the arenas one at a time. */
+    api_json_int_or_null(o, "arena_count", t->arena_count, t->arena_count > 0, &failed);
+    if (t->arena_count > 0)
+        api_json_num(o, "duration_per_arena_seconds",
+                     (double)t->duration_ns / 1e9 / t->arena_count, &failed);
+    else
+        api_json_null(o, "duration_per_arena_seconds", &failed);
+    api_json_int_or_null(o, "refaulted_bytes", t->refaulted_bytes, t->refaulted_bytes >= 0,
+                         &failed);
     if (with_coalesced)
         api_json_bool(o, "coalesced", t->coalesced, &failed);
     return api_json_done(o, failed);

@@ -68,6 +68,7 @@ static cJSON *api_trims_json(const struct db_trim_query *q, const struct db_trim
     api_json_num(s, "duration_p99_seconds", sum->duration_p99_seconds, &failed);
     api_json_num(s, "duration_max_seconds", sum->duration_max_seconds, &failed);
     api_json_int(s, "released_bytes", sum->released_bytes, &failed);
+    api_json_int(s, "refaulted_bytes", sum->refaulted_bytes, &failed);
     api_json_item(root, "summary", s, &failed);
     cJSON *list = cJSON_CreateArray();
     for (size_t i = 0; list != NULL && i < nrows && !failed; i++) {

@@ -88,6 +88,16 @@ static const struct config_key keys[] = {
      .offset = OFF(connection_timeout_seconds), .min = 1, .max = 3600, .def_num = 30},
     {.name = "Allocator", .type = KEY_STRING, .offset = OFF(allocator), .size = SZ(allocator),
      .def_str = "auto", .choices = "auto|glibc|jemalloc|tcmalloc|mimalloc"},
+    {.name = "TrimBusyCpuPercent", .type = KEY_DOUBLE, .offset = OFF(trim_busy_cpu_percent),
+     .min = 0, .max = 100, .def_num = 90, .runtime = 1},
+    {.name = "TrimMaxDeferSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_max_defer_seconds),
+     .min = 0, .max = 86400, .def_num = 30, .runtime = 1},
+    {.name = "TrimBudgetPercent", .type = KEY_DOUBLE, .offset = OFF(trim_budget_percent),
+     .min = 0.001, .max = 100, .def_num = 1, .runtime = 1},
+    {.name = "TrimGapMaxFactor", .type = KEY_DOUBLE, .offset = OFF(trim_gap_max_factor), .min = 1,
+     .max = 1024, .def_num = 32, .runtime = 1},
+    {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),
+     .min = 0.1, .max = 3600, .def_num = 10, .runtime = 1},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 

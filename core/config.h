@@ -38,6 +38,12 @@ struct mt_config {
     int max_connections_per_ip;
     int connection_timeout_seconds;
     char allocator[32]; /* "auto", "glibc", "jemalloc", "tcmalloc", "mimalloc" */
+    /* what trimming may cost the host (cost.c) */
+    double trim_busy_cpu_percent;  /* periodic/burst trims wait while the host's CPU share is above; 0 = never */
+    double trim_max_defer_seconds; /* ...but no longer than this; 0 = never wait */
+    double trim_budget_percent;    /* share of wall time periodic + burst trims may take */
+    double trim_gap_max_factor;    /* the adaptive gap's bound (1 = fixed gaps) */
+    double refault_window_seconds; /* re-faults are counted this long after a trim */
 };
 
 /* Fill *cfg with the defaults. */

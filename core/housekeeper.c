@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "core.h"
+#include "cost_hk.h"
 #include "instance.h"
 #include "pressure.h"
 
@@ -36,6 +37,7 @@ struct hk_state {
     int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
+    struct cost_hk cost;                 /* re-faults, adaptive gap, busy host, budget */
 };
 
 static int64_t thread_cpu_ns(void)
@@ -84,6 +86,8 @@ static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_
         housekeeper_count_skip(mt, MT_SKIP_BUSY);
         return;
     }
+    if (trigger == MT_TRIGGER_PERIODIC || trigger == MT_TRIGGER_BURST)
+        cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
     if (trigger == MT_TRIGGER_BURST)
         st->last_burst = now;
     if (trigger != MT_TRIGGER_PERIODIC)
@@ -142,34 +146,44 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     int zone = limit > 0 && c->pressure_ratio > 0 &&
                rss >= pressure_zone_floor(limit, c->pressure_ratio);
     int periodic_due = c->trim_interval_seconds > 0 && now >= st->next_periodic;
+    /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
+    double gap = cost_hk_gap_factor(&st->cost, c);
+    int64_t interval_ns = (int64_t)(c->trim_interval_seconds * gap * SEC);
 
-    refresh(mt, st, zone, periodic_due && !suspended, snap);
+    /* A trim held back for a busy host needs no fresh estimate each tick. */
+    refresh(mt, st, zone, periodic_due && !suspended && !st->cost.defer.since, snap);
     uint64_t est = snap->releasable_estimate_bytes;
     int known = snap->heap.timestamp_ms != 0;
 
     /* 1. Burst: much releasable memory; trim now rather than at the next interval. */
     if (c->trim_releasable_trigger_bytes > 0 && known && !suspended &&
-        now - st->last_burst >= (int64_t)(c->trim_min_gap_seconds * SEC)) {
+        now - st->last_burst >= (int64_t)(c->trim_min_gap_seconds * gap * SEC)) {
         uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
         if (trigger < snap->cheap.rss_bytes / 10)
             trigger = snap->cheap.rss_bytes / 10;
         if (est >= trigger) {
-            do_trim(mt, st, MT_TRIGGER_BURST, now);
-            st->next_periodic = now + (int64_t)(c->trim_interval_seconds * SEC);
+            /* The budget and a busy host hold it back; the periodic trim waits with it. */
+            if (cost_hk_gate(mt, &st->cost, c, MT_TRIGGER_BURST, now) == COST_GATE_RUN) {
+                do_trim(mt, st, MT_TRIGGER_BURST, now);
+                st->next_periodic = now + interval_ns;
+            }
             return;
         }
     }
     /* 2. Periodic, skipped when not worth it. */
     if (periodic_due) {
-        st->next_periodic = now + (int64_t)(c->trim_interval_seconds * SEC);
+        int gate = COST_GATE_RUN;
         if (suspended)
             housekeeper_count_skip(mt, MT_SKIP_SUSPENDED);
         else if (!known)
             housekeeper_count_skip(mt, MT_SKIP_NO_HEAP_STATS);
         else if (est < (uint64_t)c->trim_min_releasable_bytes)
             housekeeper_count_skip(mt, MT_SKIP_BELOW_MIN_RELEASABLE);
-        else
+        else if ((gate = cost_hk_gate(mt, &st->cost, c, MT_TRIGGER_PERIODIC, now)) ==
+                 COST_GATE_RUN)
             do_trim(mt, st, MT_TRIGGER_PERIODIC, now);
+        if (gate != COST_GATE_WAIT) /* a busy host keeps it due: asked again next tick */
+            st->next_periodic = now + interval_ns;
     }
 }
 
@@ -179,6 +193,7 @@ static void tick(struct memtrim *mt, struct hk_state *st)
     int64_t now = mt_mono_ns();
 
     reload_config(mt, st, now);
+    cost_hk_tick(mt, &st->cost, &st->cfg, now);
     policy_tick(mt, st, now, &snap);
     if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && mt->db_path[0]) {
         struct snapshot_want want = {
@@ -210,6 +225,7 @@ static void *housekeeper_main(void *arg)
     }
     st->last_burst = -(int64_t)3600 * SEC;
     st->last_proc_cpu = -1;
+    cost_hk_init(&st->cost);
 
     pthread_mutex_lock(&mt->hk_lock);
     while (!mt->hk_stop) {

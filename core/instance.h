@@ -28,6 +28,9 @@ struct hk_counters {
     uint64_t skips[MT_SKIP_COUNT];
     uint64_t ticks;
     double cpu_seconds;
+    /* published by cost_hk.c */
+    double gap_factor, host_cpu_share, deferred_seconds;
+    int deferring;
 };
 
 #define STORE_SAMPLE_QUEUE 16

@@ -349,6 +349,10 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     memcpy(out->skips, mt->hk.skips, sizeof(out->skips));
     out->housekeeper_cpu_seconds = mt->hk.cpu_seconds;
     out->housekeeper_ticks = mt->hk.ticks;
+    out->gap_factor = mt->hk.gap_factor;
+    out->host_cpu_share = mt->hk.host_cpu_share;
+    out->deferred_seconds = mt->hk.deferred_seconds;
+    out->deferring = mt->hk.deferring;
     pthread_mutex_unlock(&mt->hk_lock);
     struct pressure_stats ps;
     pressure_stats_get(mt, &ps);

@@ -7,6 +7,7 @@
  * their arena locks, which is why snapshot.c rations them.
  */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,68 @@ int64_t probe_process_cpu_ns(void)
 {
     int64_t ns;
     return read_stat(NULL, NULL, &ns) == 0 ? ns : -1;
+}
+
+int probe_stat(struct probe_stat *out)
+{
+    char buf[1024];
+    unsigned long mi, ut, st;
+    long rss;
+    memset(out, 0, sizeof(*out));
+    if (read_small("/proc/self/stat", buf, sizeof(buf)) <= 0)
+        return -EIO;
+    const char *p = strrchr(buf, ')');
+    if (!p)
+        return -EIO;
+    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+     * cutime cstime priority nice num_threads itrealvalue starttime vsize rss */
+    if (sscanf(p + 2,
+               "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d "
+               "%*u %*u %ld",
+               &mi, &ut, &st, &rss) != 4)
+        return -EIO;
+    long hz = sysconf(_SC_CLK_TCK);
+    if (hz <= 0)
+        hz = 100;
+    out->minflt = mi;
+    out->cpu_ns = (int64_t)(ut + st) * (1000000000 / hz);
+    out->rss_bytes = rss > 0 ? (uint64_t)rss * (uint64_t)page_size() : 0;
+    return 0;
+}
+
+/* A cgroup v2 cpu.max quota ("max 100000" = none) as CPUs; 0 when none is found. */
+static double cgroup_cpu_quota(void)
+{
+    char buf[4096], path[PATH_MAX];
+    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
+        return 0;
+    const char *line = strstr(buf, "0::");
+    if (!line || (line != buf && line[-1] != '\n'))
+        return 0;
+    line += 3;
+    size_t len = strcspn(line, "\n");
+    snprintf(path, sizeof(path), "/sys/fs/cgroup%.*s/cpu.max", (int)(len < 3000 ? len : 3000),
+             line);
+    if (read_small(path, buf, sizeof(buf)) <= 0 || strncmp(buf, "max", 3) == 0)
+        return 0;
+    long long quota = 0, period = 0;
+    if (sscanf(buf, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
+        return 0;
+    return (double)quota / (double)period;
+}
+
+double probe_cpus(void)
+{
+    cpu_set_t set;
+    double n = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0)
+        n = CPU_COUNT(&set);
+    if (n < 1) {
+        long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 0 ? (double)online : 1;
+    }
+    double quota = cgroup_cpu_quota();
+    return quota > 0 && quota < n ? quota : n;
 }
 
 static uint64_t status_kb(const char *buf, const char *key)

@@ -29,6 +29,17 @@ uint64_t probe_rss(void);
 /* Process CPU time (user + system, all threads) in ns, from /proc/self/stat; -1 on failure. */
 int64_t probe_process_cpu_ns(void);
 
+/* One read of /proc/self/stat: minor faults, CPU time (ns, all threads) and RSS (bytes). */
+struct probe_stat {
+    uint64_t minflt;
+    int64_t cpu_ns;
+    uint64_t rss_bytes;
+};
+int probe_stat(struct probe_stat *out); /* 0 or -EIO */
+
+/* The CPUs this process may use: its affinity, capped by a cgroup v2 cpu.max quota. */
+double probe_cpus(void);
+
 /* The cheap part. Returns 0 or a negative errno (out is still filled where possible). */
 int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out);
 

@@ -201,3 +201,11 @@ void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out)
     out->cheap_probe_seconds = c->cheap_seconds;
     pthread_mutex_unlock(&c->lock);
 }
+
+int snapshot_arena_count(struct snapshot_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int n = c->arena_count;
+    pthread_mutex_unlock(&c->lock);
+    return n;
+}

@@ -60,6 +60,9 @@ void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
 /* Count a heap probe taken outside the cache (the one before a trim). */
 void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap);
 
+/* The last known arena count (-1 unknown). */
+int snapshot_arena_count(struct snapshot_cache *c);
+
 /* Fill the probe counters of *out. */
 void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out);
 

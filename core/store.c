@@ -115,7 +115,8 @@ static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now, 
 {
     struct mt_trim_result batch[64];
     struct mt_snapshot samples[STORE_SAMPLE_QUEUE];
-    unsigned n, ns, i;
+    struct mt_refault refaults[16];
+    unsigned n, ns, nr, i;
     char *err = NULL;
     int rc = 0;
 
@@ -123,8 +124,13 @@ static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now, 
         return;
     n = trim_drain(&mt->trims, batch, 64);
     ns = take_samples(mt, samples, STORE_SAMPLE_QUEUE);
+    nr = trim_drain_refaults(&mt->trims, refaults, 16);
     for (i = 0; i < n && rc == 0; i++)
         rc = db_writer_add_trim(st->db, &batch[i], &err);
+    /* After the trims: a figure may belong to a trim of this batch. A figure
+     * lost to a failed write leaves its trim's refaulted_bytes unknown. */
+    for (i = 0; i < nr && rc == 0; i++)
+        rc = db_writer_set_refault(st->db, &refaults[i], &err);
     for (i = 0; i < ns && rc == 0; i++)
         rc = db_writer_add_sample(st->db, &samples[i], &err);
     if (rc == 0)

@@ -55,6 +55,9 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     probe_cheap(&sc->cg, &cheap_after);
     probe_heap(sc->alloc, &after, 0);
     r->rss_after_bytes = cheap_after.rss_bytes;
+    r->minflt_after = cheap_after.minor_faults;
+    r->arena_count = snapshot_arena_count(sc);
+    r->refaulted_bytes = -1; /* known when its window closes (the housekeeper) */
     r->heap_free_after_bytes = after.heap_free_bytes;
     r->released_bytes = (int64_t)r->rss_before_bytes - (int64_t)r->rss_after_bytes;
     snapshot_after_trim(sc, &cheap_after, &after);
@@ -73,6 +76,7 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
         b++;
     ts->hist[b]++;
     ts->seconds_sum += s;
+    ts->seconds[r->trigger] += s;
     if (ts->qcount < TRIM_QUEUE_LEN) {
         ts->queue[(ts->qhead + ts->qcount) % TRIM_QUEUE_LEN] = *r;
         ts->qcount++;
@@ -180,5 +184,50 @@ void trim_counters(struct trim_service *ts, struct mt_counters *out)
     out->manual_coalesced = ts->coalesced;
     out->manual_rate_limited = ts->rate_limited;
     out->trims_dropped = ts->dropped;
+    memcpy(out->trim_seconds, ts->seconds, sizeof(out->trim_seconds));
+    memcpy(out->refaulted_bytes, ts->refaulted, sizeof(out->refaulted_bytes));
+    memcpy(out->refault_windows, ts->refault_windows, sizeof(out->refault_windows));
     pthread_mutex_unlock(&ts->lock);
+}
+
+void trim_refault_done(struct trim_service *ts, const struct mt_refault *rf)
+{
+    if (rf->trigger < 0 || rf->trigger >= MT_TRIGGER_COUNT)
+        return;
+    pthread_mutex_lock(&ts->lock);
+    ts->refaulted[rf->trigger] += rf->refaulted_bytes > 0 ? (uint64_t)rf->refaulted_bytes : 0;
+    ts->refault_windows[rf->trigger]++;
+    if (ts->last.id == rf->id)
+        ts->last.refaulted_bytes = rf->refaulted_bytes;
+    if (ts->rf_count < TRIM_REFAULT_QUEUE_LEN) {
+        ts->rf_queue[(ts->rf_head + ts->rf_count) % TRIM_REFAULT_QUEUE_LEN] = *rf;
+        ts->rf_count++;
+    } else {
+        ts->dropped++;
+    }
+    pthread_mutex_unlock(&ts->lock);
+}
+
+unsigned trim_drain_refaults(struct trim_service *ts, struct mt_refault *buf, unsigned max)
+{
+    unsigned n = 0;
+    pthread_mutex_lock(&ts->lock);
+    while (n < max && ts->rf_count > 0) {
+        buf[n++] = ts->rf_queue[ts->rf_head];
+        ts->rf_head = (ts->rf_head + 1) % TRIM_REFAULT_QUEUE_LEN;
+        ts->rf_count--;
+    }
+    pthread_mutex_unlock(&ts->lock);
+    return n;
+}
+
+int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_result *out)
+{
+    pthread_mutex_lock(&ts->lock);
+    int changed = ts->generation != *generation && ts->generation > 0;
+    *generation = ts->generation;
+    if (changed)
+        *out = ts->last;
+    pthread_mutex_unlock(&ts->lock);
+    return changed;
 }

@@ -13,6 +13,7 @@
 #include "types.h"
 
 #define TRIM_QUEUE_LEN 256
+#define TRIM_REFAULT_QUEUE_LEN 64
 
 struct trim_service {
     pthread_mutex_t lock;
@@ -32,6 +33,11 @@ struct trim_service {
     /* results waiting for the store (the housekeeper drains them) */
     struct mt_trim_result queue[TRIM_QUEUE_LEN];
     unsigned qhead, qcount;
+    /* what trims cost (cost.c): wall time by trigger, re-faults once known */
+    double seconds[MT_TRIGGER_COUNT];
+    uint64_t refaulted[MT_TRIGGER_COUNT], refault_windows[MT_TRIGGER_COUNT];
+    struct mt_refault rf_queue[TRIM_REFAULT_QUEUE_LEN]; /* for the store */
+    unsigned rf_head, rf_count;
 };
 
 int trim_service_init(struct trim_service *ts);
@@ -62,6 +68,19 @@ unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigne
 
 /* Put results back at the head of the queue (the store could not take them). */
 void trim_requeue(struct trim_service *ts, const struct mt_trim_result *buf, unsigned n);
+
+/* A trim's re-fault window closed: count it and queue the figure for the store. */
+void trim_refault_done(struct trim_service *ts, const struct mt_refault *rf);
+
+/* Move up to max queued re-fault figures into buf; returns how many. */
+unsigned trim_drain_refaults(struct trim_service *ts, struct mt_refault *buf, unsigned max);
+
+/*
+ * The last trim, when another finished since *generation (which is updated):
+ * 1 with *out filled, else 0. Trims closer together than the caller's polls
+ * show only the last.
+ */
+int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_result *out);
 
 /* Fill the trim counters of *out. */
 void trim_counters(struct trim_service *ts, struct mt_counters *out);

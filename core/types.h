@@ -96,6 +96,8 @@ enum mt_skip_reason {
     MT_SKIP_SUSPENDED,                /* periodic/pressure while suspended */
     MT_SKIP_BUSY,                     /* another trim was running */
     MT_SKIP_NO_HEAP_STATS,            /* estimate unavailable (probe budget) */
+    MT_SKIP_HOST_BUSY,                /* periodic/burst deferred: the host's CPU share was high */
+    MT_SKIP_BUDGET,                   /* periodic/burst: TrimBudgetPercent used up */
     MT_SKIP_COUNT
 };
 
@@ -115,6 +117,17 @@ struct mt_trim_result {
     uint64_t pad_bytes;
     int coalesced;           /* this caller received another caller's trim */
     int64_t reaction_ns;     /* pressure trims: from the crossing to malloc_trim's start; -1 */
+    int arena_count;         /* arenas when it ran (-1 unknown): malloc_trim locks each in turn */
+    int64_t refaulted_bytes; /* upper bound of released bytes that came back; -1 not yet known */
+    uint64_t minflt_after;   /* the process's minor faults right after it (re-fault baseline) */
+};
+
+/* A trim's re-fault figure, known once its window closed (queued for the store). */
+struct mt_refault {
+    int64_t id;       /* the trim's sequence number */
+    int64_t start_ms; /* and start: together they name its row */
+    int trigger;
+    int64_t refaulted_bytes;
 };
 
 /* Trim-duration histogram bucket upper bounds, seconds (plus +Inf). */
@@ -154,6 +167,14 @@ struct mt_counters {
     double pressure_reaction_seconds_sum;
     double pressure_reaction_last_seconds; /* -1 none yet */
     double pressure_cpu_seconds;     /* CLOCK_THREAD_CPUTIME_ID of the pressure thread */
+    /* what trimming cost the host (cost.c, housekeeper.c) */
+    double trim_seconds[MT_TRIGGER_COUNT];      /* wall time in trims, by trigger */
+    uint64_t refaulted_bytes[MT_TRIGGER_COUNT]; /* upper bound of released bytes that came back */
+    uint64_t refault_windows[MT_TRIGGER_COUNT]; /* trims whose re-fault window closed */
+    double gap_factor;            /* the adaptive gap's multiplier now (1 = none) */
+    double host_cpu_share;        /* the host's CPU share over the last ticks, 0..1; -1 unknown */
+    double deferred_seconds;      /* time periodic/burst trims waited for a busy host */
+    int deferring;                /* a trim waits for the host now */
 };
 
 const char *mt_trigger_name(int trigger);    /* "manual", ...; "unknown" */

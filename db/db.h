@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include "../core/types.h"
 
-#define DB_SCHEMA_VERSION 2
+#define DB_SCHEMA_VERSION 3
 
 struct db_writer;
 struct db_reader;
@@ -53,6 +53,13 @@ const char *db_writer_reader_path(const struct db_writer *w);
  */
 int db_writer_add_sample(struct db_writer *w, const struct mt_snapshot *s, char **err);
 int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char **err);
+
+/*
+ * A stored trim's re-fault figure, known seconds after the trim (in the
+ * current batch, like the adds). A trim not (or no longer) stored is not an
+ * error: nothing changes.
+ */
+int db_writer_set_refault(struct db_writer *w, const struct mt_refault *rf, char **err);
 
 /*
  * Commit the current batch (the housekeeper calls this every tick); 0 when
@@ -98,6 +105,7 @@ struct db_trim_summary {
     double duration_p99_seconds;
     double duration_max_seconds;
     int64_t released_bytes; /* sum over the range (positive releases only) */
+    int64_t refaulted_bytes; /* sum of the known re-fault figures */
 };
 
 /*

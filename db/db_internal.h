@@ -60,6 +60,7 @@ enum db_wstmt {
     DB_W_INSERT_TRIM,
     DB_W_RETAIN_SAMPLES,
     DB_W_RETAIN_TRIMS,
+    DB_W_SET_REFAULT,
     DB_W_COUNT
 };
 

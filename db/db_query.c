@@ -17,7 +17,7 @@
 #define DB_TRIM_COLUMNS                                                                        \
     "rowid, seq, trigger, start_ms, duration_ns, rss_before_bytes, rss_after_bytes,"           \
     " heap_free_before_bytes, heap_free_after_bytes, released_bytes, malloc_trim_ret,"         \
-    " pad_bytes, coalesced"
+    " pad_bytes, coalesced, arena_count, refaulted_bytes"
 
 /* ?1 since, ?2 until, ?3 trigger (variant 1 only). */
 static const char *const db_trim_where[2] = {
@@ -30,7 +30,8 @@ static const char *const db_rsql[DB_R_COUNT] = {
     [DB_R_TRIM_ROWS] = "SELECT " DB_TRIM_COLUMNS " FROM trims WHERE %s"
                        " ORDER BY start_ms DESC, rowid DESC LIMIT ?4",
     [DB_R_TRIM_SUMMARY] = "SELECT count(*), max(duration_ns),"
-                          " coalesce(sum(CASE WHEN released_bytes > 0 THEN released_bytes END), 0)"
+                          " coalesce(sum(CASE WHEN released_bytes > 0 THEN released_bytes END), 0),"
+                          " coalesce(sum(refaulted_bytes), 0)"
                           " FROM trims WHERE %s",
     /* One sort for the three ranks (nearest-rank percentiles). */
     [DB_R_TRIM_PCTL] = "SELECT rn, duration_ns FROM (SELECT duration_ns,"
@@ -142,6 +143,9 @@ static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
     t->malloc_trim_ret = sqlite3_column_int(st, 10);
     t->pad_bytes = (uint64_t)sqlite3_column_int64(st, 11);
     t->coalesced = sqlite3_column_int(st, 12);
+    t->arena_count = sqlite3_column_type(st, 13) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 13);
+    t->refaulted_bytes =
+        sqlite3_column_type(st, 14) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 14);
 }
 
 static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, int64_t count,
@@ -188,6 +192,7 @@ static int db_query_trim_summary(sqlite3_stmt *sum, sqlite3_stmt *pctl,
     s->count = sqlite3_column_int64(sum, 0);
     s->duration_max_seconds = (double)sqlite3_column_int64(sum, 1) / 1e9;
     s->released_bytes = sqlite3_column_int64(sum, 2);
+    s->refaulted_bytes = sqlite3_column_int64(sum, 3);
     sqlite3_reset(sum);
     if (s->count == 0)
         return 0;

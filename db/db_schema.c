@@ -61,10 +61,20 @@ static const char db_schema_v2[] =
     "ALTER TABLE trims ADD COLUMN coalesced INTEGER NOT NULL DEFAULT 0;"
     "CREATE INDEX trims_trigger_start ON trims (trigger, start_ms);";
 
+/*
+ * Version 3: what a trim cost the host: the arena count when it ran
+ * (malloc_trim locks each in turn) and the re-faulted bytes, written seconds
+ * later once known (NULL until then, and for trims stored before).
+ */
+static const char db_schema_v3[] =
+    "ALTER TABLE trims ADD COLUMN arena_count INTEGER;"
+    "ALTER TABLE trims ADD COLUMN refaulted_bytes INTEGER;";
+
 /* Step i takes the schema from version i to version i + 1. */
 static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v1,
     db_schema_v2,
+    db_schema_v3,
 };
 
 static int db_count_objects(sqlite3 *db, int64_t *n, char **err)

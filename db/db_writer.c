@@ -35,12 +35,14 @@ static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_INSERT_TRIM] =
         "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
         " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
-        " pad_bytes, coalesced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " pad_bytes, coalesced, arena_count, refaulted_bytes)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [DB_W_RETAIN_SAMPLES] =
         "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
         " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
     [DB_W_RETAIN_TRIMS] = "DELETE FROM trims WHERE rowid IN (SELECT rowid FROM trims"
                           " WHERE start_ms < ?1 ORDER BY start_ms LIMIT ?2)",
+    [DB_W_SET_REFAULT] = "UPDATE trims SET refaulted_bytes = ?3 WHERE start_ms = ?1 AND seq = ?2",
 };
 
 /* "INSERT OR REPLACE INTO samples (timestamp_ms, <columns>) VALUES (?, ...)": malloc'd. */
@@ -328,7 +330,32 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
     sqlite3_bind_int64(st, 10, (int64_t)t->heap_free_after_bytes);
     sqlite3_bind_int64(st, 11, (int64_t)t->pad_bytes);
     sqlite3_bind_int(st, 12, t->coalesced != 0);
+    if (t->arena_count >= 0)
+        sqlite3_bind_int(st, 13, t->arena_count);
+    else
+        sqlite3_bind_null(st, 13);
+    if (t->refaulted_bytes >= 0)
+        sqlite3_bind_int64(st, 14, t->refaulted_bytes);
+    else
+        sqlite3_bind_null(st, 14);
     return db_writer_insert(w, st, "insert trim", err);
+}
+
+int db_writer_set_refault(struct db_writer *w, const struct mt_refault *rf, char **err)
+{
+    sqlite3_stmt *st;
+    int rc;
+
+    if (w == NULL || rf == NULL)
+        return db_fail(err, -EINVAL, "set re-fault: no writer or no figure");
+    rc = db_writer_begin(w, err);
+    if (rc < 0)
+        return rc;
+    st = w->stmt[DB_W_SET_REFAULT];
+    sqlite3_bind_int64(st, 1, rf->start_ms);
+    sqlite3_bind_int64(st, 2, rf->id);
+    sqlite3_bind_int64(st, 3, rf->refaulted_bytes);
+    return db_writer_insert(w, st, "set re-fault", err);
 }
 
 int db_writer_flush(struct db_writer *w, char **err)

@@ -6,11 +6,20 @@
  * keep a small fraction until their next study and free the rest. Freed
  * memory piles up across arenas, which is what memtrim gives back.
  *
- * Threads: main (signals, start/stop), one dispatcher, N workers. A mutex
- * and two condition variables guard the job queue; counters are atomics.
+ * With --canary a thread allocates a small block every millisecond from its
+ * own arena and times it; every worker times its own allocations too
+ * (latency.c): at the end the demo prints p50/p99/max and its throughput,
+ * which is how the cost of trimming to the host is measured. --trim-loop-ms
+ * runs Orthanc 1.11.3's loop instead (malloc_trim(128 KiB) every N ms).
+ *
+ * Threads: main (signals, start/stop), one dispatcher, N workers, and the
+ * canary and the trim loop when asked. A mutex and two condition variables
+ * guard the job queue; counters are atomics; each thread owns its histogram
+ * until it is joined.
  * SPDX-License-Identifier: MIT
  */
 #include <dlfcn.h>
+#include <malloc.h>
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
@@ -22,6 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "latency.h"
 #include "memtrim.h"
 
 #ifndef MEMTRIM_DEFAULT_LIB
@@ -31,6 +41,7 @@
 struct options {
     const char *lib, *config, *port_file;
     int workers, study_mb, keep_permille, concurrency, pause_ms, studies, quiet, no_memtrim;
+    int canary, seconds, trim_loop_ms;
 };
 
 struct abi {
@@ -47,6 +58,7 @@ struct worker {
     int id;
     void **kept; /* blocks kept from the last study, freed at the next */
     size_t nkept;
+    struct lat_hist lat; /* this worker's malloc latencies */
 };
 
 static struct options opt = {.workers = 8, .study_mb = 200, .keep_permille = 20,
@@ -72,7 +84,12 @@ static void usage(FILE *f)
             "  --pause-ms N         pause between studies (1000)\n"
             "  --studies N          studies to run, then exit; 0 = until signalled (0)\n"
             "  --port-file PATH     write memtrim's HTTP port there once it listens\n"
-            "  --quiet              no line per study\n",
+            "  --quiet              no line per study\n"
+            "  --seconds N          run N seconds, then exit (0 = no limit) (0)\n"
+            "  --canary             a thread allocates and frees a small block every ms from its\n"
+            "                       own arena and times it; latencies and throughput at the end\n"
+            "  --trim-loop-ms N     Orthanc 1.11.3's loop: malloc_trim(128 KiB) every N ms\n"
+            "                       (with --no-memtrim, to compare)\n",
             MEMTRIM_DEFAULT_LIB);
 }
 
@@ -99,6 +116,8 @@ static int parse_args(int argc, char **argv)
         {"concurrency", required_argument, 0, 'C'}, {"pause-ms", required_argument, 0, 'p'},
         {"studies", required_argument, 0, 'N'},  {"port-file", required_argument, 0, 'P'},
         {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
+        {"seconds", required_argument, 0, 'S'},  {"canary", no_argument, 0, 'Y'},
+        {"trim-loop-ms", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     int c, pct = 2;
     opt.lib = getenv("MEMTRIM_LIB") ? getenv("MEMTRIM_LIB") : MEMTRIM_DEFAULT_LIB;
@@ -116,6 +135,9 @@ static int parse_args(int argc, char **argv)
         case 'N': rc = parse_int("studies", optarg, 0, 1000000000, &opt.studies); break;
         case 'P': opt.port_file = optarg; break;
         case 'q': opt.quiet = 1; break;
+        case 'S': rc = parse_int("seconds", optarg, 0, 1000000000, &opt.seconds); break;
+        case 'Y': opt.canary = 1; break;
+        case 'T': rc = parse_int("trim-loop-ms", optarg, 1, 3600000, &opt.trim_loop_ms); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -194,6 +216,20 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+static atomic_int trim_loop_stop;
+
+/* Orthanc 1.11.3: malloc_trim(128 KiB) every 100 ms, whatever the heap holds. */
+static void *trim_loop_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&trim_loop_stop)) {
+        malloc_trim(128 * 1024);
+        struct timespec d = {opt.trim_loop_ms / 1000, (long)(opt.trim_loop_ms % 1000) * 1000000};
+        nanosleep(&d, NULL);
+    }
+    return NULL;
+}
+
 static void study(struct worker *w, int number, unsigned *seed)
 {
     size_t target = (size_t)opt.study_mb << 20, total = 0, n = 0, cap = target / 512 + 16;
@@ -204,7 +240,9 @@ static void study(struct worker *w, int number, unsigned *seed)
         return;
     while (total < target && n < cap) {
         size_t size = 1024 + (size_t)(rand_r(seed) % (63 * 1024));
+        uint64_t a0 = lat_now_ns();
         char *p = malloc(size);
+        lat_record(&w->lat, lat_now_ns() - a0);
         if (!p)
             break;
         memset(p, (int)(n & 0xff), size);
@@ -308,7 +346,8 @@ int main(int argc, char **argv)
     struct abi abi = {0};
     memtrim_t *mt = NULL;
     struct worker *workers;
-    pthread_t dispatcher;
+    pthread_t dispatcher, trim_loop;
+    struct canary canary;
     sigset_t sigs;
     int sig = 0, status = 0;
 
@@ -347,13 +386,23 @@ int main(int argc, char **argv)
         fprintf(stderr, "memtrim-demo: out of memory\n");
         return 1;
     }
+    /* The canary first: its first malloc gives it an arena of its own. */
+    if (opt.canary && canary_start(&canary)) {
+        fprintf(stderr, "memtrim-demo: cannot start the canary thread\n");
+        return 1;
+    }
+    if (opt.trim_loop_ms && pthread_create(&trim_loop, NULL, trim_loop_main, NULL)) {
+        fprintf(stderr, "memtrim-demo: cannot start the trim loop\n");
+        return 1;
+    }
+    double t_start = now_s();
     for (int i = 0; i < opt.workers; i++) {
         workers[i].id = i;
         pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
     }
     pthread_create(&dispatcher, NULL, dispatcher_main, NULL);
 
-    /* Wait for a signal, or for the last study when --studies was given. */
+    /* Wait for a signal, for the last study when --studies was given, or --seconds. */
     for (;;) {
         struct timespec wait = {0, 100000000};
         sig = sigtimedwait(&sigs, NULL, &wait);
@@ -361,18 +410,37 @@ int main(int argc, char **argv)
             break;
         if (opt.studies && atomic_load(&studies_done) >= opt.studies)
             break;
+        if (opt.seconds && now_s() - t_start >= opt.seconds)
+            break;
     }
+    double elapsed = now_s() - t_start;
+    int done = atomic_load(&studies_done);
     pthread_mutex_lock(&qlock);
     stopping = 1;
     pthread_cond_broadcast(&qcond);
     pthread_cond_broadcast(&qdone);
     pthread_mutex_unlock(&qlock);
     pthread_join(dispatcher, NULL);
-    for (int i = 0; i < opt.workers; i++)
+    struct lat_hist all;
+    memset(&all, 0, sizeof(all));
+    for (int i = 0; i < opt.workers; i++) {
         pthread_join(workers[i].thread, NULL);
+        lat_merge(&all, &workers[i].lat);
+    }
+    if (opt.trim_loop_ms) {
+        atomic_store(&trim_loop_stop, 1);
+        pthread_join(trim_loop, NULL);
+    }
     printf("memtrim-demo: %d studies done, peak RSS %ld MB, RSS now %ld MB%s\n",
            atomic_load(&studies_done), rss_mb("VmHWM:"), rss_mb("VmRSS:"),
            sig > 0 ? " (signalled)" : "");
+    printf("memtrim-demo: throughput: %d studies in %.2f s = %.3f studies/s\n", done, elapsed,
+           elapsed > 0 ? done / elapsed : 0);
+    lat_print(stdout, "workers", &all);
+    if (opt.canary) {
+        canary_stop(&canary);
+        lat_print(stdout, "canary", &canary.hist);
+    }
     fflush(stdout);
     if (mt)
         abi.stop(mt);

@@ -99,6 +99,8 @@ static struct mt_trim_result trim(int64_t start_ms, int trigger, int64_t duratio
     t.malloc_trim_ret = 1;
     t.pad_bytes = 4096;
     t.coalesced = 0;
+    t.arena_count = -1;
+    t.refaulted_bytes = -1;
     return t;
 }
 
@@ -169,7 +171,7 @@ static void test_migration_v1(void)
     raw_exec(p, v1_sql);
     CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), 1);
     CHECK_OK(db_writer_open(p, &w, E));
-    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), 2);
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
     CHECK_OK(db_writer_add_trim(w, &t, E));
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_reader_open(p, &r, E));
@@ -187,6 +189,8 @@ static void test_migration_v1(void)
         CHECK_EQ_INT(rows[1].t.id, 0);
         CHECK_EQ_INT(rows[1].t.pad_bytes, 0);
         CHECK_EQ_INT(rows[1].t.heap_free_before_bytes, 0);
+        CHECK_EQ_INT(rows[1].t.arena_count, -1);     /* version 3: unknown in old rows */
+        CHECK_EQ_INT(rows[1].t.refaulted_bytes, -1);
         CHECK_EQ_INT(rows[0].t.pad_bytes, 4096);
         CHECK_EQ_INT(rows[0].t.heap_free_before_bytes, 700);
     }
@@ -212,15 +216,18 @@ static void test_refused(void)
     char *err = NULL;
     int rc;
 
-    raw_exec(newer, "PRAGMA application_id = 1836348013; CREATE TABLE future (x);"
-                    "PRAGMA user_version = 3;");
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "PRAGMA application_id = 1836348013; CREATE TABLE future (x);"
+             "PRAGMA user_version = %d;", DB_SCHEMA_VERSION + 1);
+    raw_exec(newer, sql);
     rc = db_writer_open(newer, &w, &err);
     CHECK_EQ_INT(rc, -EPROTONOSUPPORT);
     CHECK(w == NULL && err != NULL && strstr(err, "newer") != NULL);
     printf("newer store: %s\n", err ? err : "");
     free(err);
     err = NULL;
-    CHECK_EQ_INT(raw_int(newer, "PRAGMA user_version"), 3); /* untouched */
+    CHECK_EQ_INT(raw_int(newer, "PRAGMA user_version"), DB_SCHEMA_VERSION + 1); /* untouched */
     CHECK_EQ_INT(db_reader_open(newer, &r, &err), -EPROTONOSUPPORT);
     free(err);
     err = NULL;
@@ -248,6 +255,8 @@ static void check_trim_equal(const struct mt_trim_result *a, const struct mt_tri
     CHECK_EQ_INT(a->malloc_trim_ret, b->malloc_trim_ret);
     CHECK_EQ_INT(a->pad_bytes, b->pad_bytes);
     CHECK_EQ_INT(a->coalesced, b->coalesced);
+    CHECK_EQ_INT(a->arena_count, b->arena_count);
+    CHECK_EQ_INT(a->refaulted_bytes, b->refaulted_bytes);
 }
 
 static void test_roundtrip(void)
@@ -269,6 +278,7 @@ static void test_roundtrip(void)
     t.rss_before_bytes = 9000000000000ULL;
     t.coalesced = 1;
     t.malloc_trim_ret = 0;
+    t.arena_count = 17;
     nh.heap.timestamp_ms = 0;          /* no mallinfo2 yet */
     nh.cheap.cgroup_usage_bytes = -1;  /* unknown */
     nh.memory_limit_bytes = -1;        /* no limit */
@@ -290,6 +300,22 @@ static void test_roundtrip(void)
     }
     free(rows);
     CHECK_EQ_INT(sum.released_bytes, 0); /* only positive releases count */
+    CHECK_EQ_INT(sum.refaulted_bytes, 0); /* not known yet */
+
+    /* The re-fault figure arrives later and names its trim by start and sequence. */
+    struct mt_refault rf = {.id = 77, .start_ms = t.start_ms, .trigger = 3,
+                            .refaulted_bytes = 4096 * 300};
+    struct mt_refault other = {.id = 78, .start_ms = t.start_ms, .refaulted_bytes = 1};
+    CHECK_OK(db_writer_set_refault(w, &rf, E));
+    CHECK_OK(db_writer_set_refault(w, &other, E)); /* no such trim: nothing changes */
+    CHECK_OK(db_writer_flush(w, E));
+    CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
+    CHECK_EQ_INT(n, 1);
+    t.refaulted_bytes = 4096 * 300;
+    if (n == 1)
+        check_trim_equal(&rows[0].t, &t);
+    free(rows);
+    CHECK_EQ_INT(sum.refaulted_bytes, 4096 * 300);
     for (int i = 0; db_series_metrics[i] != NULL; i++) {
         double base = strcmp(db_series_metrics[i], "arena_count") == 0 ||
                               strstr(db_series_metrics[i], "ratio") ||

@@ -1,0 +1,151 @@
+/*
+ * cost_hk.c - the housekeeper's side of cost.c (see cost_hk.h): it reads
+ * /proc/self/stat once a tick (minor faults, CPU time, RSS), closes each
+ * trim's re-fault window (after RefaultWindowSeconds, or at the next trim)
+ * and hands the figure to the trim service for the store and the counters,
+ * lengthens or resets the adaptive gap, and gates periodic and burst trims
+ * on the budget and on a busy host. Housekeeper thread only; mt->hk_lock is
+ * taken to publish gauges and count skips, never across anything else.
+ */
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "cost_hk.h"
+#include "instance.h"
+#include "probe.h"
+
+#define SEC (1000000000LL)
+#define CPUS_EVERY_TICKS 40       /* re-read the affinity and cpu.max every ~10 s */
+#define GAP_MIN_EVIDENCE (1 << 20) /* a release smaller than 1 MiB says nothing */
+
+static int64_t own_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+        return 0;
+    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static uint64_t own_minflt(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_minflt : 0;
+}
+
+void cost_hk_init(struct cost_hk *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->cpus = probe_cpus();
+}
+
+static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt_config *c)
+{
+    double share = cost_cpu_share(&h->cpu, h->cpus);
+    pthread_mutex_lock(&mt->hk_lock);
+    mt->hk.gap_factor = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+    mt->hk.host_cpu_share = share;
+    mt->hk.deferred_seconds = h->deferred_seconds;
+    mt->hk.deferring = h->defer.since != 0;
+    pthread_mutex_unlock(&mt->hk_lock);
+}
+
+/* The open window ends (its time is up, or another trim began): report its figure. */
+static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
+                         uint64_t minflt)
+{
+    struct cost_refault *w = &h->window;
+    struct mt_refault rf = {
+        .id = w->id,
+        .start_ms = w->start_ms,
+        .trigger = w->trigger,
+        .refaulted_bytes = cost_refault_bytes(w, minflt, own_minflt(), sysconf(_SC_PAGESIZE)),
+    };
+    trim_refault_done(&mt->trims, &rf);
+    if (w->trigger == MT_TRIGGER_PERIODIC || w->trigger == MT_TRIGGER_BURST) {
+        int64_t min = c->trim_min_releasable_bytes > GAP_MIN_EVIDENCE
+                          ? c->trim_min_releasable_bytes
+                          : GAP_MIN_EVIDENCE;
+        double before = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+        double after = cost_gap_update(&h->gap, w->released, rf.refaulted_bytes, min,
+                                       c->trim_gap_max_factor);
+        if (after != before)
+            mt_log(MT_LOG_INFO, "cost",
+                   "%lld of %lld released bytes came back after a %s trim: trim gaps x%g",
+                   (long long)rf.refaulted_bytes, (long long)w->released,
+                   mt_trigger_name(w->trigger), after);
+    }
+    w->open = 0;
+}
+
+void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int64_t now)
+{
+    struct probe_stat ps;
+    struct mt_trim_result r;
+    int have = probe_stat(&ps) == 0;
+
+    if (++h->ticks % CPUS_EVERY_TICKS == 0)
+        h->cpus = probe_cpus();
+    if (have)
+        cost_cpu_push(&h->cpu, now, ps.cpu_ns - own_cpu_ns());
+    /* A deferral nobody asked about since the last tick is over (the trim went away). */
+    if (!h->gated && h->defer.since) {
+        h->deferred_seconds += (double)(now - h->defer.since) / 1e9;
+        cost_defer_clear(&h->defer);
+    }
+    h->gated = 0;
+
+    if (trim_last(&mt->trims, &h->trim_generation, &r)) {
+        if (h->window.open) /* the next trim ends the last one's window */
+            close_window(mt, h, c, r.minflt_after);
+        cost_refault_open(&h->window, &r, own_minflt(), now);
+    } else if (have && h->window.open) {
+        cost_refault_observe(&h->window, ps.rss_bytes);
+        if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * SEC)))
+            close_window(mt, h, c, ps.minflt);
+    }
+    publish(mt, h, c);
+}
+
+double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c)
+{
+    return cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+}
+
+int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
+                 int64_t now)
+{
+    h->gated = 1;
+    if (!cost_budget_allows(&h->budget, now)) {
+        /* A periodic trim skipped is counted each time; a burst once per budget period. */
+        if (trigger == MT_TRIGGER_PERIODIC || !h->budget.skip_counted)
+            housekeeper_count_skip(mt, MT_SKIP_BUDGET);
+        h->budget.skip_counted = 1;
+        return COST_GATE_SKIP;
+    }
+    double share = cost_cpu_share(&h->cpu, h->cpus);
+    int busy = c->trim_busy_cpu_percent > 0 && share >= 0 &&
+               share * 100.0 >= c->trim_busy_cpu_percent;
+    int64_t since = h->defer.since;
+    switch (cost_defer_check(&h->defer, busy, now, (int64_t)(c->trim_max_defer_seconds * SEC))) {
+    case COST_DEFER_START:
+        housekeeper_count_skip(mt, MT_SKIP_HOST_BUSY);
+        publish(mt, h, c);
+        return COST_GATE_WAIT;
+    case COST_DEFER_WAIT:
+        return COST_GATE_WAIT;
+    default:
+        if (since) {
+            h->deferred_seconds += (double)(now - since) / 1e9;
+            publish(mt, h, c);
+        }
+        return COST_GATE_RUN;
+    }
+}
+
+void cost_hk_charge(struct cost_hk *h, const struct mt_config *c, int64_t duration_ns)
+{
+    cost_budget_charge(&h->budget, mt_mono_ns(), duration_ns, c->trim_budget_percent);
+}

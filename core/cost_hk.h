@@ -1,0 +1,51 @@
+/*
+ * cost_hk.h - the housekeeper's side of cost.c: readings each tick
+ * (/proc/self/stat), the re-fault windows of every trim, the adaptive gap,
+ * the busy-host deferral and the trim budget, behind a few calls the policy
+ * makes. Runs on the housekeeper thread only; its state is that thread's;
+ * it takes mt->hk_lock only to publish its gauges and count skips.
+ */
+#ifndef MEMTRIM_COST_HK_H
+#define MEMTRIM_COST_HK_H
+
+#include <stdint.h>
+#include "config.h"
+#include "cost.h"
+
+struct memtrim;
+
+struct cost_hk {
+    struct cost_refault window; /* the last trim's re-fault window */
+    struct cost_gap gap;
+    struct cost_cpu cpu;
+    struct cost_defer defer;
+    struct cost_budget budget;
+    uint64_t trim_generation;   /* of the trim service, at the last look */
+    double cpus;                /* processors the host may use */
+    unsigned ticks;
+    int gated;                  /* a periodic/burst trim asked to run since the last tick */
+    double deferred_seconds;
+};
+
+enum cost_gate {
+    COST_GATE_RUN = 0, /* run the trim now */
+    COST_GATE_WAIT,    /* the host is busy: keep the trim due, ask again next tick */
+    COST_GATE_SKIP,    /* the budget is spent: skip it (counted) */
+};
+
+void cost_hk_init(struct cost_hk *h);
+
+/* Every tick, before the policy: readings, re-fault windows, the gap. */
+void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int64_t now);
+
+/* The factor on TrimIntervalSeconds and TrimMinGapSeconds now (1 = none). */
+double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c);
+
+/* A periodic or burst trim wants to run now: may it? Counts the skips. */
+int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
+                 int64_t now);
+
+/* A periodic or burst trim that took duration_ns has just ended: charge the budget. */
+void cost_hk_charge(struct cost_hk *h, const struct mt_config *c, int64_t duration_ns);
+
+#endif /* MEMTRIM_COST_HK_H */
