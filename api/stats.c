@@ -45,6 +45,8 @@ static void api_stats_allocator(cJSON *root, const struct mt_snapshot *s, int *f
         api_json_str(a, "version", s->allocator_version, failed);
     else
         api_json_null(a, "version", failed);
+    api_json_str(a, "release", s->allocator_release ? s->allocator_release : "malloc_trim",
+                 failed);
     if (h->timestamp_ms == 0) {
         api_json_null(a, "stats", failed);
     } else {

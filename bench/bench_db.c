@@ -78,6 +78,7 @@ static void make_sample(int64_t i, uint64_t *rss, struct mt_snapshot *s)
     s->cheap.swap_bytes = i % 1000 == 0 ? rng() % (64u << 20) : 0;
     s->cheap.cgroup_usage_bytes = (int64_t)(*rss + (200u << 20) + rng() % (16u << 20));
     s->heap.timestamp_ms = s->cheap.timestamp_ms;
+    s->heap.known = MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_FREE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_MALLINFO;
     s->heap.heap_in_use_bytes = *rss / 3 * 2 + rng() % (32u << 20);
     s->heap.heap_free_bytes = rng() % (512u << 20);
     s->heap.heap_mmapped_bytes = (96u << 20) + rng() % (8u << 20);

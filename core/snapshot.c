@@ -61,6 +61,7 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
     out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
     out->allocator = c->alloc->name;
+    out->allocator_release = c->alloc->release_call;
     snprintf(out->allocator_version, sizeof(out->allocator_version), "%s", c->alloc_version);
     if (c->heap_mono_ns && c->heap.heap_in_use_bytes)
         out->fragmentation_ratio = (double)c->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;

@@ -80,6 +80,7 @@ struct mt_snapshot {
     int64_t heap_age_ms;              /* age of the heap part when read */
     int64_t cheap_age_ms;             /* age of the cheap part when read */
     const char *allocator;            /* the back end in use (static name) */
+    const char *allocator_release;    /* its release call (static text) */
     char allocator_version[48];
 };
 

@@ -220,11 +220,32 @@ static int db_writer_begin(struct db_writer *w, char **err)
     return db_step_done(w->stmt[DB_W_BEGIN], "begin batch", err);
 }
 
+/* Whether a heap column means something under the allocator that took the
+ * reading (mimalloc reports no heap in use, only glibc has mallinfo2 fields). */
+static int db_heap_col_known(size_t offset, const struct mt_heap *h)
+{
+    static const struct {
+        size_t offset;
+        unsigned bit;
+    } bits[] = {
+        {offsetof(struct mt_snapshot, heap.heap_in_use_bytes), MT_HEAP_HAS_IN_USE},
+        {offsetof(struct mt_snapshot, heap.heap_free_bytes), MT_HEAP_HAS_FREE},
+        {offsetof(struct mt_snapshot, heap.heap_mmapped_bytes), MT_HEAP_HAS_MALLINFO},
+        {offsetof(struct mt_snapshot, heap.arena_bytes), MT_HEAP_HAS_MALLINFO},
+    };
+    if (h->timestamp_ms == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
+        if (bits[i].offset == offset)
+            return (h->known & bits[i].bit) != 0;
+    return 1;
+}
+
 static void db_bind_sample_col(sqlite3_stmt *st, int i, const struct db_sample_col *c,
                                const struct mt_snapshot *s)
 {
     const char *p = (const char *)s + c->offset;
-    int heap_known = s->heap.timestamp_ms != 0;
+    int heap_known = db_heap_col_known(c->offset, &s->heap);
     int64_t i64;
     int iv;
     double d;

@@ -199,6 +199,17 @@ async function checkDesktop(demo, ctx) {
     assert(/(µs|ms)$/.test(last), 'last mallinfo2 call shows ' + last);
   });
 
+  await check('the allocator card names the allocator of /memory/stats', async () => {
+    await page.waitForFunction(() => document.querySelector('#allocator').dataset.allocator, null, { timeout: 10e3 });
+    const a = (await getJson(demo, 'memory/stats')).allocator;
+    const shown = await page.$eval('#allocator', (e) => ({ name: e.dataset.allocator,
+      text: e.querySelector('#allocator-name').textContent, sub: e.querySelector('#allocator-sub').textContent }));
+    assert(shown.name === a.name && shown.text.startsWith(a.name), `card shows ${shown.text}, API says ${a.name}`);
+    assert(shown.sub.includes(a.release), `card says ${shown.sub}, API release ${a.release}`);
+    const label = await page.$eval('#probe .stats-call', (e) => e.textContent);
+    assert(a.name !== 'glibc' || label === 'mallinfo2', 'the stats call is named ' + label);
+  });
+
   await check('polling pauses while the tab is hidden and resumes when it is shown', async () => {
     const setHidden = (hidden) => page.evaluate((h) => {
       Object.defineProperty(document, 'hidden', { configurable: true, get: () => h });

@@ -71,6 +71,7 @@ static struct mt_snapshot snap(int64_t ts, uint64_t base)
     s.cheap.swap_bytes = base + 4;
     s.cheap.cgroup_usage_bytes = (int64_t)base + 5;
     s.heap.timestamp_ms = ts;
+    s.heap.known = MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_FREE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_MALLINFO;
     s.heap.heap_in_use_bytes = base + 6;
     s.heap.heap_free_bytes = base + 7;
     s.heap.heap_mmapped_bytes = base + 8;
@@ -335,6 +336,21 @@ static void test_roundtrip(void)
         CHECK_EQ_INT(k, i < 4 ? 2 : 1);
         free(b);
     }
+    /* An allocator without in-use, free or mallinfo2 figures (mimalloc): those are NULL. */
+    struct mt_snapshot mi = snap(1700000005000, 4000000000000ULL);
+    mi.heap.known = MT_HEAP_HAS_MAPPED;
+    CHECK_OK(db_writer_add_sample(w, &mi, E));
+    CHECK_OK(db_writer_flush(w, E));
+    const char *absent[] = {"heap_in_use_bytes", "heap_free_bytes", "heap_mmapped_bytes",
+                            "arena_bytes"};
+    for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
+        CHECK_EQ_INT(series(r, absent[i], 1700000005000, 1700000006000, 1000, &b), 0);
+        free(b);
+    }
+    CHECK_EQ_INT(series(r, "rss_bytes", 1700000005000, 1700000006000, 1000, &b), 1);
+    free(b);
+    CHECK_EQ_INT(series(r, "releasable_estimate_bytes", 1700000005000, 1700000006000, 1000, &b), 1);
+    free(b);
     CHECK(!db_series_metric_valid("rss_bytes; DROP TABLE samples"));
     CHECK(!db_series_metric_valid("timestamp_ms"));
     CHECK_EQ_INT(db_query_series(r, "rss_bytes) FROM samples --", 0, 10, 1, &b, &n, NULL),

@@ -81,6 +81,7 @@ static void test_series_metrics_are_stats_fields(void)
     memset(&s, 0, sizeof(s));
     s.cheap.timestamp_ms = 1;
     s.heap.timestamp_ms = 1;
+    s.heap.known = MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_FREE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_MALLINFO;
     s.fragmentation_ratio = 1.5;
     s.cheap.cgroup_usage_bytes = 1;
     s.memory_limit_bytes = 1;
