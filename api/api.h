@@ -25,6 +25,8 @@ int api_series_get(const struct server_request *req, struct server_reply *rep);
 int api_metrics_get(const struct server_request *req, struct server_reply *rep);
 int api_config_get(const struct server_request *req, struct server_reply *rep);
 int api_config_patch(const struct server_request *req, struct server_reply *rep);
+int api_arenas_get(const struct server_request *req, struct server_reply *rep);
+int api_doctor_get(const struct server_request *req, struct server_reply *rep);
 
 /*
  * JSON helpers: keys must be string literals (added without copying). A

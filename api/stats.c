@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "core.h"
+#include "tunables.h"
 
 static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *failed)
 {
@@ -56,6 +57,18 @@ static void api_stats_allocator(cJSON *root, const struct mt_snapshot *s, int *f
         api_json_item(a, "stats", f, failed);
     }
     api_json_item(root, "allocator", a, failed);
+}
+
+/* The glibc tunables memtrim applied and that are in force (null = not set by memtrim). */
+static void api_stats_tunables(cJSON *root, int *failed)
+{
+    struct mt_tunables t;
+    cJSON *o = cJSON_CreateObject();
+    tunables_get(&t);
+    api_json_bool(o, "glibc", t.glibc, failed);
+    for (int i = 0; i < MT_TUNABLE_COUNT; i++)
+        api_json_int_or_null(o, tunables_field(i), t.value[i], t.value[i] >= 0, failed);
+    api_json_item(root, "malloc_tunables", o, failed);
 }
 
 cJSON *api_stats_to_json(const struct mt_snapshot *s)
@@ -116,6 +129,7 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
         api_json_null(root, "heap_probe_duration_seconds", &failed);
     api_stats_mallinfo2(root, h, &failed);
     api_stats_allocator(root, s, &failed);
+    api_stats_tunables(root, &failed);
     return api_json_done(root, failed);
 }
 

@@ -98,6 +98,17 @@ static const struct config_key keys[] = {
      .max = 1024, .def_num = 32, .runtime = 1},
     {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),
      .min = 0.1, .max = 3600, .def_num = 10, .runtime = 1},
+    /* glibc tunables: null/absent = unset (-1), glibc's own behaviour. mallopt takes an int. */
+    {.name = "MallocArenaMax", .type = KEY_INT64, .offset = OFF(malloc_arena_max), .min = 1,
+     .max = 1024, .def_num = -1, .nullable = 1},
+    {.name = "MallocMmapThresholdBytes", .type = KEY_INT64,
+     .offset = OFF(malloc_mmap_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
+     .runtime = 1, .nullable = 1},
+    {.name = "MallocTrimThresholdBytes", .type = KEY_INT64,
+     .offset = OFF(malloc_trim_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
+     .runtime = 1, .nullable = 1},
+    {.name = "MallocTopPadBytes", .type = KEY_INT64, .offset = OFF(malloc_top_pad_bytes),
+     .min = 0, .max = 2147483647.0, .def_num = -1, .runtime = 1, .nullable = 1},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -254,7 +265,7 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
         if (k->type == KEY_STRING)
             p[0] = '\0';
         else if (k->type == KEY_INT64)
-            *(int64_t *)p = 0;
+            *(int64_t *)p = k->def_num < 0 ? (int64_t)k->def_num : 0; /* "unset" or "auto" */
         return 0;
     }
     if (k->type == KEY_BOOL) {
@@ -430,8 +441,11 @@ cJSON *config_to_json(const struct mt_config *cfg)
         case KEY_INT:
             v = cJSON_CreateNumber(*(const int *)p);
             break;
-        case KEY_INT64:
-            v = cJSON_CreateNumber((double)*(const int64_t *)p);
+        case KEY_INT64: /* a negative nullable value is "unset": null */
+            if (k->nullable && *(const int64_t *)p < 0)
+                v = cJSON_CreateNull();
+            else
+                v = cJSON_CreateNumber((double)*(const int64_t *)p);
             break;
         case KEY_DOUBLE:
             v = cJSON_CreateNumber(*(const double *)p);

@@ -44,6 +44,12 @@ struct mt_config {
     double trim_budget_percent;    /* share of wall time periodic + burst trims may take */
     double trim_gap_max_factor;    /* the adaptive gap's bound (1 = fixed gaps) */
     double refault_window_seconds; /* re-faults are counted this long after a trim */
+    /* glibc malloc tunables (tunables.c applies them with mallopt); -1 = unset,
+     * glibc's own behaviour untouched */
+    int64_t malloc_arena_max;
+    int64_t malloc_mmap_threshold_bytes;
+    int64_t malloc_trim_threshold_bytes;
+    int64_t malloc_top_pad_bytes;
 };
 
 /* Fill *cfg with the defaults. */

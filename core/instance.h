@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "arenas.h"
 #include "config.h"
 #include "snapshot.h"
 #include "trim.h"
@@ -77,6 +78,8 @@ struct memtrim {
     int http_port;
     int64_t started_ms;
     pid_t pid; /* the process that started it (a forked child must not stop it) */
+
+    struct arenas_cache arenas; /* /memory/arenas (advice.c); its own lock */
 };
 
 /* housekeeper.c */
@@ -90,6 +93,9 @@ int store_start(struct memtrim *mt, char **err);
 int store_stop(struct memtrim *mt); /* -ETIMEDOUT: the thread was left behind */
 void store_push_sample(struct memtrim *mt, const struct mt_snapshot *s);
 void store_wake(struct memtrim *mt);
+
+/* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */
+void advice_exit_summary(struct memtrim *mt);
 
 /* memtrim.c */
 void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason);

@@ -18,6 +18,8 @@
 #include "instance.h"
 #include "pressure.h"
 #include "server.h"
+#include "advice.h"
+#include "tunables.h"
 
 static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
 static int instance_running;
@@ -90,6 +92,7 @@ static void instance_free_locks(struct memtrim *mt)
 static void instance_free(struct memtrim *mt)
 {
     pressure_free(mt);
+    arenas_cache_destroy(&mt->arenas);
     trim_service_destroy(&mt->trims);
     snapshot_destroy(&mt->cache);
     instance_free_locks(mt);
@@ -126,6 +129,12 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
             trim_service_destroy(&mt->trims);
         if (cache_ok)
             snapshot_destroy(&mt->cache);
+        instance_free_locks(mt);
+        return NULL;
+    }
+    if (arenas_cache_init(&mt->arenas)) {
+        trim_service_destroy(&mt->trims);
+        snapshot_destroy(&mt->cache);
         instance_free_locks(mt);
         return NULL;
     }
@@ -178,6 +187,10 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", alloc->name,
            mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
            alloc->release_call);
+    /* glibc's tunables before any thread of ours allocates (the LD_PRELOAD
+     * constructor gets here before main); a value glibc refuses fails the start. */
+    if ((rc = tunables_apply(NULL, &cfg, strcmp(alloc->name, "glibc") == 0, &e)) != 0)
+        goto fail_free;
     /* memtrim's threads inherit the caller's signal mask: block every signal
      * while they start, so the host's signals only ever reach the host's threads. */
     sigset_t all, saved;
@@ -253,6 +266,7 @@ void mt_destroy(struct memtrim *mt)
     mt->server = NULL;
     pressure_stop(mt);
     housekeeper_stop(mt);
+    advice_exit_summary(mt); /* the totals since start, in one line */
     if (store_stop(mt) == -ETIMEDOUT) {
         /* Its thread still uses the instance: leave the memory to it. */
         mt_log(MT_LOG_WARNING, "core", "stopped, leaving the hung store thread behind");
@@ -301,9 +315,14 @@ void mt_config_get(struct memtrim *mt, struct mt_config *out)
 int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 {
     pthread_mutex_lock(&mt->cfg_lock);
-    int rc = config_patch(&mt->cfg, json, err);
-    if (rc == 0)
+    struct mt_config next = mt->cfg;
+    int rc = config_patch(&next, json, err);
+    if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
+        rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
+    if (rc == 0) {
+        mt->cfg = next;
         mt->cfg_generation++;
+    }
     pthread_mutex_unlock(&mt->cfg_lock);
     if (rc == 0) {
         mt_log(MT_LOG_INFO, "config", "runtime configuration changed");

@@ -104,6 +104,13 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
     int do_cheap, do_heap, arenas;
 
     pthread_mutex_lock(&c->lock);
+    if (want->stale_ok && want->heap_max_age_ns != INT64_MAX) {
+        now = mt_mono_ns();
+        if (!c->heap_mono_ns || now - c->heap_mono_ns > want->heap_max_age_ns) {
+            c->reader_heap_wanted++;
+            c->reader_heap_refused += now < c->heap_next_allowed_ns;
+        }
+    }
     for (;;) {
         now = mt_mono_ns();
         do_cheap = !c->cheap_mono_ns || now - c->cheap_mono_ns > want->cheap_max_age_ns;
@@ -209,4 +216,39 @@ int snapshot_arena_count(struct snapshot_cache *c)
     int n = c->arena_count;
     pthread_mutex_unlock(&c->lock);
     return n;
+}
+
+int snapshot_budget_check(struct snapshot_cache *c, int64_t *wait_ns)
+{
+    pthread_mutex_lock(&c->lock);
+    int64_t wait = c->heap_next_allowed_ns - mt_mono_ns();
+    pthread_mutex_unlock(&c->lock);
+    *wait_ns = wait > 0 ? wait : 0;
+    return wait > 0 ? -EAGAIN : 0;
+}
+
+void snapshot_budget_charge(struct snapshot_cache *c, int64_t cost_ns, double budget_percent)
+{
+    double budget = budget_percent > 0 ? budget_percent : 0.1;
+    pthread_mutex_lock(&c->lock);
+    int64_t next = mt_mono_ns() + (int64_t)((double)cost_ns * 100.0 / budget);
+    if (next > c->heap_next_allowed_ns)
+        c->heap_next_allowed_ns = next;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void snapshot_reader_counts(struct snapshot_cache *c, uint64_t *wanted, uint64_t *refused)
+{
+    pthread_mutex_lock(&c->lock);
+    *wanted = c->reader_heap_wanted;
+    *refused = c->reader_heap_refused;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void snapshot_count_refused(struct snapshot_cache *c)
+{
+    pthread_mutex_lock(&c->lock);
+    c->reader_heap_wanted++;
+    c->reader_heap_refused++;
+    pthread_mutex_unlock(&c->lock);
 }

@@ -32,6 +32,8 @@ struct snapshot_cache {
     /* counters */
     uint64_t heap_probes, cheap_probes;
     double heap_seconds, cheap_seconds, heap_last_seconds;
+    /* readers (stale_ok) that wanted a fresher heap reading, and those the budget refused */
+    uint64_t reader_heap_wanted, reader_heap_refused;
 };
 
 struct snapshot_want {
@@ -65,5 +67,18 @@ int snapshot_arena_count(struct snapshot_cache *c);
 
 /* Fill the probe counters of *out. */
 void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out);
+
+/*
+ * The heap-probe budget for a costly call made outside the cache
+ * (malloc_info for /memory/arenas): 0 when it may run now, else -EAGAIN with
+ * *wait_ns until it may; then charge what it cost (its CPU time) so that
+ * mallinfo2 and malloc_info share one duty cycle.
+ */
+/* Readers' heap requests and budget refusals (for the doctor). */
+void snapshot_reader_counts(struct snapshot_cache *c, uint64_t *wanted, uint64_t *refused);
+/* A refusal outside snapshot_get (/memory/arenas) counts too. */
+void snapshot_count_refused(struct snapshot_cache *c);
+int snapshot_budget_check(struct snapshot_cache *c, int64_t *wait_ns);
+void snapshot_budget_charge(struct snapshot_cache *c, int64_t cost_ns, double budget_percent);
 
 #endif /* MEMTRIM_SNAPSHOT_H */

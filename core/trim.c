@@ -77,6 +77,11 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
     ts->hist[b]++;
     ts->seconds_sum += s;
     ts->seconds[r->trigger] += s;
+    ts->recent[(ts->recent_head + ts->recent_count) % TRIM_RECENT] = *r;
+    if (ts->recent_count < TRIM_RECENT)
+        ts->recent_count++;
+    else
+        ts->recent_head = (ts->recent_head + 1) % TRIM_RECENT;
     if (ts->qcount < TRIM_QUEUE_LEN) {
         ts->queue[(ts->qhead + ts->qcount) % TRIM_QUEUE_LEN] = *r;
         ts->qcount++;
@@ -230,4 +235,15 @@ int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_resu
         *out = ts->last;
     pthread_mutex_unlock(&ts->lock);
     return changed;
+}
+
+unsigned trim_recent(struct trim_service *ts, struct mt_trim_result *buf, unsigned max)
+{
+    pthread_mutex_lock(&ts->lock);
+    unsigned n = ts->recent_count < max ? ts->recent_count : max;
+    unsigned skip = ts->recent_count - n;
+    for (unsigned i = 0; i < n; i++)
+        buf[i] = ts->recent[(ts->recent_head + skip + i) % TRIM_RECENT];
+    pthread_mutex_unlock(&ts->lock);
+    return n;
 }

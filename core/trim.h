@@ -14,6 +14,7 @@
 
 #define TRIM_QUEUE_LEN 256
 #define TRIM_REFAULT_QUEUE_LEN 64
+#define TRIM_RECENT 128
 
 struct trim_service {
     pthread_mutex_t lock;
@@ -38,6 +39,9 @@ struct trim_service {
     uint64_t refaulted[MT_TRIGGER_COUNT], refault_windows[MT_TRIGGER_COUNT];
     struct mt_refault rf_queue[TRIM_REFAULT_QUEUE_LEN]; /* for the store */
     unsigned rf_head, rf_count;
+    /* the last TRIM_RECENT results, for the doctor (a ring, oldest at recent_head) */
+    struct mt_trim_result recent[TRIM_RECENT];
+    unsigned recent_head, recent_count;
 };
 
 int trim_service_init(struct trim_service *ts);
@@ -84,5 +88,8 @@ int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_resu
 
 /* Fill the trim counters of *out. */
 void trim_counters(struct trim_service *ts, struct mt_counters *out);
+
+/* Copy up to max of the most recent results into buf, oldest first; returns how many. */
+unsigned trim_recent(struct trim_service *ts, struct mt_trim_result *buf, unsigned max);
 
 #endif /* MEMTRIM_TRIM_H */

@@ -242,6 +242,7 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
             .query = &q,
             .body = body,
             .body_len = r->bodySize,
+            .accept = host_header(r, "accept"),
         };
         server_dispatch(server_routes, server_nroutes, &req, host_header(r, "authorization"),
                         host_token, host_read_requires_auth, &rep);

@@ -30,6 +30,7 @@ struct server_request {
     const struct query *query;
     const char *body; /* NUL-terminated; "" when there is none */
     size_t body_len;
+    const char *accept; /* the Accept header, NULL when absent */
 };
 
 #define SERVER_REPLY_MAX_HEADERS 4

@@ -23,6 +23,8 @@ const struct server_route server_routes[] = {
     {"GET", "/metrics", SERVER_AUTH_READ, NULL, api_metrics_get},
     {"GET", "/config", SERVER_AUTH_READ, NULL, api_config_get},
     {"PATCH", "/config", SERVER_AUTH_WRITE, NULL, api_config_patch},
+    {"GET", "/memory/arenas", SERVER_AUTH_READ, NULL, api_arenas_get},
+    {"GET", "/memory/doctor", SERVER_AUTH_READ, NULL, api_doctor_get},
 };
 
 const size_t server_nroutes = sizeof(server_routes) / sizeof(server_routes[0]);

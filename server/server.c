@@ -193,6 +193,7 @@ static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *co
         .query = &q,
         .body = body,
         .body_len = body_len,
+        .accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
     };
     struct server_reply rep;
     memset(&rep, 0, sizeof(rep));

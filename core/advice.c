@@ -1,0 +1,218 @@
+/*
+ * advice.c - the instance's side of advice: the cached per-arena view on the
+ * probe budget, the doctor's input gathered from what memtrim measured, and
+ * the one-line exit summary. Runs on HTTP workers (arenas, doctor) and on
+ * the thread that stops the instance (summary). Locks: mt->arenas.lock is
+ * held across the malloc_info call (one call serves concurrent readers) and
+ * is taken before the snapshot cache's lock; the other locks (cfg, trim
+ * service, hk, store) are taken one at a time by the getters called here.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "advice.h"
+#include "alloc.h"
+#include "core.h"
+#include "instance.h"
+#include "tunables.h"
+
+const char *mt_allocator_name(struct memtrim *mt)
+{
+    return mt->cache.alloc ? mt->cache.alloc->name : "glibc"; /* set at start, then fixed */
+}
+
+static int serves_glibc(struct memtrim *mt)
+{
+    return strcmp(mt_allocator_name(mt), "glibc") == 0;
+}
+
+/* Cached within max_age_ms, else refreshed on the budget. Called with c->lock held. */
+static int arenas_get_locked(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
+                             int64_t *retry_after_ms, char **err)
+{
+    struct arenas_cache *c = &mt->arenas;
+    struct mt_arenas fresh;
+    int64_t now = mt_mono_ns(), wait;
+
+    *err = NULL;
+    if (c->mono_ns && now - c->mono_ns <= max_age_ms * 1000000)
+        return arenas_copy(out, &c->last);
+    if (!serves_glibc(mt)) {
+        char buf[160];
+        snprintf(buf, sizeof(buf), "%s serves malloc in this process: it has no per-arena view "
+                 "that memtrim reads", mt_allocator_name(mt));
+        *err = strdup(buf);
+        return -ENOTSUP;
+    }
+    if (snapshot_budget_check(&mt->cache, &wait)) {
+        c->refused++;
+        snapshot_count_refused(&mt->cache);
+        if (retry_after_ms)
+            *retry_after_ms = (wait + 999999) / 1000000;
+        return -EAGAIN;
+    }
+    struct mt_config cfg;
+    mt_config_get(mt, &cfg);
+    int rc = arenas_read(&fresh, err);
+    snapshot_budget_charge(&mt->cache, fresh.cpu_ns > 0 ? fresh.cpu_ns : fresh.duration_ns,
+                           cfg.probe_budget_percent);
+    c->reads++;
+    c->seconds += (double)fresh.duration_ns / 1e9;
+    if (rc)
+        return rc;
+    arenas_free(&c->last);
+    c->last = fresh;
+    c->mono_ns = mt_mono_ns();
+    return arenas_copy(out, &c->last);
+}
+
+int mt_arenas_get(struct memtrim *mt, struct mt_arenas *out, int64_t *retry_after_ms, char **err)
+{
+    struct mt_config cfg;
+    mt_config_get(mt, &cfg);
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&mt->arenas.lock);
+    int rc = arenas_get_locked(mt, cfg.stats_max_age_ms, out, retry_after_ms, err);
+    pthread_mutex_unlock(&mt->arenas.lock);
+    if (rc == -ENOMEM && !*err)
+        *err = strdup("out of memory");
+    return rc;
+}
+
+/* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
+static uint64_t peak_rss(void)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static int ncpu(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/*
+ * The doctor's input from what the instance measured. at_exit: take no new
+ * heap reading and no malloc_info (the host is stopping): cached ones only.
+ * *arenas and *trims are the caller's buffers (trims: TRIM_RECENT entries).
+ */
+static void gather(struct memtrim *mt, int at_exit, struct doctor_input *in,
+                   struct mt_arenas *arenas, struct doctor_trim *trims)
+{
+    struct mt_trim_result recent[TRIM_RECENT];
+    char *err = NULL;
+
+    memset(in, 0, sizeof(*in));
+    in->now_ms = mt_now_ms();
+    in->uptime_ms = in->now_ms - mt->started_ms;
+    in->ncpu = ncpu();
+    in->glibc = serves_glibc(mt);
+    mt_config_get(mt, &in->cfg);
+    if (at_exit) {
+        struct snapshot_want want = {.cheap_max_age_ns = 0, .heap_max_age_ns = INT64_MAX,
+                                     .budget_percent = in->cfg.probe_budget_percent,
+                                     .memory_limit_cfg = in->cfg.memory_limit_bytes};
+        snapshot_get(&mt->cache, &want, &in->snap);
+    } else {
+        mt_snapshot_get(mt, &in->snap);
+    }
+    mt_counters_get(mt, &in->counters);
+    in->peak_rss_bytes = peak_rss();
+    snapshot_reader_counts(&mt->cache, &in->reader_heap_wanted, &in->reader_heap_refused);
+
+    memset(arenas, 0, sizeof(*arenas));
+    pthread_mutex_lock(&mt->arenas.lock);
+    int rc = at_exit ? (mt->arenas.mono_ns ? arenas_copy(arenas, &mt->arenas.last) : -ENOENT)
+                     : arenas_get_locked(mt, in->cfg.stats_max_age_ms, arenas, NULL, &err);
+    if (rc == -EAGAIN && mt->arenas.mono_ns) /* the budget says no: the last one, if any */
+        rc = arenas_copy(arenas, &mt->arenas.last);
+    pthread_mutex_unlock(&mt->arenas.lock);
+    free(err);
+    in->arenas = rc == 0 && arenas->count > 0 ? arenas : NULL;
+
+    unsigned n = trim_recent(&mt->trims, recent, TRIM_RECENT);
+    for (unsigned i = 0; i < n; i++) {
+        trims[i].trigger = recent[i].trigger;
+        trims[i].start_ms = recent[i].start_ms;
+        trims[i].duration_ns = recent[i].duration_ns;
+        trims[i].released_bytes = recent[i].released_bytes;
+        trims[i].rss_before_bytes = recent[i].rss_before_bytes;
+        trims[i].rss_after_bytes = recent[i].rss_after_bytes;
+    }
+    in->trims = trims;
+    in->ntrims = (int)n;
+}
+
+int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max)
+{
+    struct doctor_input in;
+    struct mt_arenas arenas;
+    struct doctor_trim *trims = calloc(TRIM_RECENT, sizeof(*trims));
+    if (!trims)
+        return 0;
+    gather(mt, 0, &in, &arenas, trims);
+    int n = doctor_run(&in, out, max);
+    arenas_free(&arenas);
+    free(trims);
+    return n;
+}
+
+void advice_exit_summary(struct memtrim *mt)
+{
+    struct doctor_input in;
+    struct mt_arenas arenas;
+    struct doctor_finding top[DOCTOR_MAX_FINDINGS];
+    struct doctor_trim *trims = calloc(TRIM_RECENT, sizeof(*trims));
+    uint64_t released = 0, ntrims = 0;
+    char finding[400] = "none";
+
+    if (!trims) {
+        mt_log(MT_LOG_INFO, "core", "exit summary: out of memory");
+        return;
+    }
+    gather(mt, 1, &in, &arenas, trims);
+    pthread_mutex_lock(&mt->arenas.lock);
+    uint64_t arena_reads = mt->arenas.reads;
+    double arena_seconds = mt->arenas.seconds;
+    pthread_mutex_unlock(&mt->arenas.lock);
+    int n = doctor_run(&in, top, DOCTOR_MAX_FINDINGS);
+    for (int t = 0; t < MT_TRIGGER_COUNT; t++) {
+        released += in.counters.released_bytes[t];
+        ntrims += in.counters.trims[t];
+    }
+    if (n > 0)
+        snprintf(finding, sizeof(finding), "[%s] %s: %s", doctor_severity_name(top[0].severity),
+                 top[0].id, top[0].action);
+    mt_log(MT_LOG_INFO, "core",
+           "exit summary: uptime %.1f s; trims %llu (manual %llu, periodic %llu, pressure %llu, "
+           "burst %llu); released %llu bytes (%.1f MiB); trimming %.3f s, probing %.3f s "
+           "(%llu heap probes, %llu arena readings); peak RSS %llu bytes (%.1f MiB); top "
+           "finding: %s",
+           (double)in.uptime_ms / 1000.0, (unsigned long long)ntrims,
+           (unsigned long long)in.counters.trims[MT_TRIGGER_MANUAL],
+           (unsigned long long)in.counters.trims[MT_TRIGGER_PERIODIC],
+           (unsigned long long)in.counters.trims[MT_TRIGGER_PRESSURE],
+           (unsigned long long)in.counters.trims[MT_TRIGGER_BURST], (unsigned long long)released,
+           (double)released / 1048576.0, in.counters.trim_seconds_sum,
+           in.counters.heap_probe_seconds + in.counters.cheap_probe_seconds + arena_seconds,
+           (unsigned long long)in.counters.heap_probes, (unsigned long long)arena_reads,
+           (unsigned long long)in.peak_rss_bytes, (double)in.peak_rss_bytes / 1048576.0, finding);
+    arenas_free(&arenas);
+    free(trims);
+}

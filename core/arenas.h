@@ -1,0 +1,70 @@
+/*
+ * arenas.h - the per-arena view of glibc's heap: malloc_info(3)'s XML parsed
+ * into plain numbers (a pure parser any thread may call), and the instance's
+ * cached reading of it (arenas_get), rationed by the same budget as
+ * mallinfo2 because malloc_info locks every arena too. The cache's mutex
+ * (cache->lock) is held across the one malloc_info call that refreshes it,
+ * so concurrent readers share that call; it is taken before the snapshot
+ * cache's lock, never after.
+ */
+#ifndef MEMTRIM_ARENAS_H
+#define MEMTRIM_ARENAS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ARENAS_MAX 4096 /* more <heap> elements than this is refused as malformed */
+
+struct mt_arena {
+    int nr;                    /* glibc's arena number; 0 is the main arena */
+    uint64_t system_bytes;     /* <system type="current">: memory it holds from the system */
+    uint64_t system_max_bytes; /* <system type="max"> */
+    uint64_t in_use_bytes;     /* system - fastbins - bins - top */
+    uint64_t fastbin_bytes, fastbin_chunks; /* <total type="fast"> */
+    uint64_t bins_bytes, bins_chunks;       /* free chunks in the bins (rest less top,
+                                             * less the flag bits glibc sums in) */
+    uint64_t top_bytes;        /* the top chunk (rest less what <sizes> lists) */
+    uint64_t free_bytes;       /* fastbins + bins + top */
+    uint64_t subheaps;         /* <aspace type="subheaps">; 0 for the main arena */
+};
+
+struct mt_arenas {
+    int count;
+    struct mt_arena *arena; /* count entries, malloc'd; arenas_free releases it */
+    /* process totals (the elements after the last </heap>) */
+    uint64_t system_bytes, system_max_bytes;
+    uint64_t fastbin_bytes, rest_bytes; /* rest = bins + top chunks */
+    uint64_t mmapped_bytes, mmapped_count;
+    uint64_t in_use_bytes, free_bytes, bins_bytes, top_bytes; /* sums over the arenas */
+    /* the reading */
+    int64_t timestamp_ms;
+    int64_t duration_ns, cpu_ns;
+};
+
+/*
+ * Parse malloc_info's XML (len bytes, need not be NUL-terminated). Returns 0
+ * with *out filled (caller calls arenas_free), or -EINVAL with *err (caller
+ * frees) saying what was wrong and where, or -ENOMEM.
+ */
+int arenas_parse(const char *xml, size_t len, struct mt_arenas *out, char **err);
+void arenas_free(struct mt_arenas *a);
+/* A deep copy (0 or -ENOMEM). */
+int arenas_copy(struct mt_arenas *dst, const struct mt_arenas *src);
+
+/* glibc only: call malloc_info, time it, parse. 0, or a negative errno with *err. */
+int arenas_read(struct mt_arenas *out, char **err);
+
+/* The instance's cached reading (lives in struct memtrim). */
+struct arenas_cache {
+    pthread_mutex_t lock;
+    struct mt_arenas last; /* count 0 and timestamp 0 until the first reading */
+    int64_t mono_ns;       /* when taken; 0 = never */
+    uint64_t reads, refused; /* malloc_info calls, and requests the budget refused */
+    double seconds;          /* their total duration */
+};
+
+int arenas_cache_init(struct arenas_cache *c);
+void arenas_cache_destroy(struct arenas_cache *c);
+
+#endif /* MEMTRIM_ARENAS_H */
