@@ -93,7 +93,7 @@ static const struct config_key keys[] = {
     {.name = "TrimMaxDeferSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_max_defer_seconds),
      .min = 0, .max = 86400, .def_num = 30, .runtime = 1},
     {.name = "TrimBudgetPercent", .type = KEY_DOUBLE, .offset = OFF(trim_budget_percent),
-     .min = 0.001, .max = 100, .def_num = 1, .runtime = 1},
+     .min = 0.001, .max = 100, .def_num = 0.5, .runtime = 1},
     {.name = "TrimGapMaxFactor", .type = KEY_DOUBLE, .offset = OFF(trim_gap_max_factor), .min = 1,
      .max = 1024, .def_num = 32, .runtime = 1},
     {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),

@@ -31,6 +31,7 @@ struct cost_refault {
     uint64_t own_minflt0; /* the caller's own thread's, to leave out */
     uint64_t rss0, rss_peak;
     int64_t opened_ns;
+    int gap_decided; /* the adaptive gap has already taken this trim into account */
 };
 
 /* Open a window for trim r (its minflt_after and rss_after are the baseline). */

@@ -52,6 +52,23 @@ static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt
     pthread_mutex_unlock(&mt->hk_lock);
 }
 
+/* A periodic or burst trim tells the adaptive gap what came back of its release. */
+static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
+                      int64_t refaulted)
+{
+    struct cost_refault *w = &h->window;
+    if (w->gap_decided || (w->trigger != MT_TRIGGER_PERIODIC && w->trigger != MT_TRIGGER_BURST))
+        return;
+    int64_t min = c->trim_min_releasable_bytes > GAP_MIN_EVIDENCE ? c->trim_min_releasable_bytes
+                                                                  : GAP_MIN_EVIDENCE;
+    double before = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+    double after = cost_gap_update(&h->gap, w->released, refaulted, min, c->trim_gap_max_factor);
+    w->gap_decided = 1;
+    if (after != before)
+        mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back after a %s trim: trim gaps x%g",
+               (long long)refaulted, (long long)w->released, mt_trigger_name(w->trigger), after);
+}
+
 /* The open window ends (its time is up, or another trim began): report its figure. */
 static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
                          uint64_t minflt)
@@ -64,19 +81,7 @@ static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_
         .refaulted_bytes = cost_refault_bytes(w, minflt, own_minflt(), sysconf(_SC_PAGESIZE)),
     };
     trim_refault_done(&mt->trims, &rf);
-    if (w->trigger == MT_TRIGGER_PERIODIC || w->trigger == MT_TRIGGER_BURST) {
-        int64_t min = c->trim_min_releasable_bytes > GAP_MIN_EVIDENCE
-                          ? c->trim_min_releasable_bytes
-                          : GAP_MIN_EVIDENCE;
-        double before = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
-        double after = cost_gap_update(&h->gap, w->released, rf.refaulted_bytes, min,
-                                       c->trim_gap_max_factor);
-        if (after != before)
-            mt_log(MT_LOG_INFO, "cost",
-                   "%lld of %lld released bytes came back after a %s trim: trim gaps x%g",
-                   (long long)rf.refaulted_bytes, (long long)w->released,
-                   mt_trigger_name(w->trigger), after);
-    }
+    gap_learn(mt, h, c, rf.refaulted_bytes);
     w->open = 0;
 }
 
@@ -103,8 +108,15 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
         cost_refault_open(&h->window, &r, own_minflt(), now);
     } else if (have && h->window.open) {
         cost_refault_observe(&h->window, ps.rss_bytes);
-        if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * SEC)))
+        if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * SEC))) {
             close_window(mt, h, c, ps.minflt);
+        } else if (!h->window.gap_decided) {
+            /* More than half back already: the gap need not wait for the window's end. */
+            int64_t back = cost_refault_bytes(&h->window, ps.minflt, own_minflt(),
+                                              sysconf(_SC_PAGESIZE));
+            if (back > h->window.released / 2)
+                gap_learn(mt, h, c, back);
+        }
     }
     publish(mt, h, c);
 }

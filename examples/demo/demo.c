@@ -41,7 +41,7 @@
 struct options {
     const char *lib, *config, *port_file;
     int workers, study_mb, keep_permille, concurrency, pause_ms, studies, quiet, no_memtrim;
-    int canary, seconds, trim_loop_ms;
+    int canary, seconds, trim_loop_ms, live_mb;
 };
 
 struct abi {
@@ -89,7 +89,8 @@ static void usage(FILE *f)
             "  --canary             a thread allocates and frees a small block every ms from its\n"
             "                       own arena and times it; latencies and throughput at the end\n"
             "  --trim-loop-ms N     Orthanc 1.11.3's loop: malloc_trim(128 KiB) every N ms\n"
-            "                       (with --no-memtrim, to compare)\n",
+            "                       (with --no-memtrim, to compare)\n"
+            "  --live-mb N          memory the host keeps live from start to end (0)\n",
             MEMTRIM_DEFAULT_LIB);
 }
 
@@ -117,7 +118,7 @@ static int parse_args(int argc, char **argv)
         {"studies", required_argument, 0, 'N'},  {"port-file", required_argument, 0, 'P'},
         {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
         {"seconds", required_argument, 0, 'S'},  {"canary", no_argument, 0, 'Y'},
-        {"trim-loop-ms", required_argument, 0, 'T'},
+        {"trim-loop-ms", required_argument, 0, 'T'}, {"live-mb", required_argument, 0, 'L'},
         {0, 0, 0, 0}};
     int c, pct = 2;
     opt.lib = getenv("MEMTRIM_LIB") ? getenv("MEMTRIM_LIB") : MEMTRIM_DEFAULT_LIB;
@@ -137,6 +138,7 @@ static int parse_args(int argc, char **argv)
         case 'q': opt.quiet = 1; break;
         case 'S': rc = parse_int("seconds", optarg, 0, 1000000000, &opt.seconds); break;
         case 'Y': opt.canary = 1; break;
+        case 'L': rc = parse_int("live-mb", optarg, 0, 1 << 20, &opt.live_mb); break;
         case 'T': rc = parse_int("trim-loop-ms", optarg, 1, 3600000, &opt.trim_loop_ms); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
@@ -386,6 +388,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "memtrim-demo: out of memory\n");
         return 1;
     }
+    /* The live set: 1 MB blocks, touched, kept to the end. */
+    char **live = opt.live_mb ? calloc((size_t)opt.live_mb, sizeof(char *)) : NULL;
+    for (int i = 0; live && i < opt.live_mb; i++)
+        if ((live[i] = malloc(1 << 20)))
+            memset(live[i], 1, 1 << 20);
+
     /* The canary first: its first malloc gives it an arena of its own. */
     if (opt.canary && canary_start(&canary)) {
         fprintf(stderr, "memtrim-demo: cannot start the canary thread\n");
@@ -446,6 +454,9 @@ int main(int argc, char **argv)
         abi.stop(mt);
     free(workers);
     free(queue_for);
+    for (int i = 0; live && i < opt.live_mb; i++)
+        free(live[i]);
+    free(live);
     /* The library stays loaded: a host unloads it only after stop, and need not at all. */
     return status;
 }
