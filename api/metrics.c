@@ -171,6 +171,47 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
             (uint64_t)(c->deferring != 0));
 }
 
+static void api_metrics_pressure(struct api_text *t, const struct mt_counters *c)
+{
+    api_head(t, "memtrim_pressure_source_info", "gauge",
+             "What wakes the pressure path (always 1): cgroup-v1-threshold, psi, "
+             "memory-events, poll, none.");
+    api_text_printf(t, "memtrim_pressure_source_info{source=\"%s\"} 1\n",
+                    c->pressure_source ? c->pressure_source : "none");
+    api_u64(t, "memtrim_pressure_zone", "gauge",
+            "1 when RSS is inside the pressure zone (half the limit or more).",
+            (uint64_t)(c->pressure_zone != 0));
+    api_head(t, "memtrim_pressure_checks_total", "counter",
+             "RSS readings of the pressure thread, by zone.");
+    api_text_printf(t, "memtrim_pressure_checks_total{zone=\"outside\"} %llu\n",
+                    (unsigned long long)c->pressure_checks[0]);
+    api_text_printf(t, "memtrim_pressure_checks_total{zone=\"inside\"} %llu\n",
+                    (unsigned long long)c->pressure_checks[1]);
+    api_u64(t, "memtrim_pressure_kernel_wakeups_total", "counter",
+            "Wakes of the pressure thread by a kernel notification.",
+            c->pressure_kernel_wakeups);
+    api_f64(t, "memtrim_pressure_cpu_seconds_total", "counter",
+            "CPU time of memtrim's pressure thread.", c->pressure_cpu_seconds);
+    api_head(t, "memtrim_pressure_reaction_seconds", "histogram",
+             "Time from the crossing to the start of each pressure trim.");
+    uint64_t cumulative = 0;
+    for (int i = 0; i < MT_REACTION_BUCKETS; i++) {
+        cumulative += c->pressure_reaction_hist[i];
+        api_text_printf(t, "memtrim_pressure_reaction_seconds_bucket{le=\"%.9g\"} %llu\n",
+                        mt_reaction_bounds[i], (unsigned long long)cumulative);
+    }
+    cumulative += c->pressure_reaction_hist[MT_REACTION_BUCKETS];
+    api_text_printf(t, "memtrim_pressure_reaction_seconds_bucket{le=\"+Inf\"} %llu\n",
+                    (unsigned long long)cumulative);
+    api_text_printf(t, "memtrim_pressure_reaction_seconds_sum %.15g\n",
+                    c->pressure_reaction_seconds_sum);
+    api_text_printf(t, "memtrim_pressure_reaction_seconds_count %llu\n",
+                    (unsigned long long)cumulative);
+    if (c->pressure_reaction_last_seconds >= 0)
+        api_f64(t, "memtrim_pressure_reaction_last_seconds", "gauge",
+                "Reaction time of the last pressure trim.", c->pressure_reaction_last_seconds);
+}
+
 static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
 {
     const struct mt_cheap *c = &s->cheap;
@@ -305,6 +346,7 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
     api_metrics_trims(&t, &c);
     api_metrics_probe(&t, &c);
     api_metrics_cost(&t, &c);
+    api_metrics_pressure(&t, &c);
     api_metrics_gauges(&t, &s);
     api_metrics_allocator(&t, &s);
     *t_ = t;

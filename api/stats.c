@@ -136,6 +136,15 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
 int api_stats_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_snapshot snap;
+    int zone = 0, failed = 0;
     mt_snapshot_get(req->mt, &snap);
-    return server_reply_json(rep, 200, api_stats_to_json(&snap));
+    cJSON *root = api_stats_to_json(&snap);
+    /* What wakes the pressure path (pressure.c), and whether RSS is in its zone. */
+    const char *source = mt_pressure_source(req->mt, &zone);
+    if (root) {
+        api_json_str(root, "pressure_source", source, &failed);
+        api_json_bool(root, "pressure_zone", zone, &failed);
+        root = api_json_done(root, failed);
+    }
+    return server_reply_json(rep, 200, root);
 }

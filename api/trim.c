@@ -39,6 +39,11 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
         api_json_null(o, "duration_per_arena_seconds", &failed);
     api_json_int_or_null(o, "refaulted_bytes", t->refaulted_bytes, t->refaulted_bytes >= 0,
                          &failed);
+    /* Pressure trims: how long after the crossing the trim began (null for the others). */
+    if (t->trigger == MT_TRIGGER_PRESSURE && t->reaction_ns >= 0)
+        api_json_num(o, "reaction_seconds", (double)t->reaction_ns / 1e9, &failed);
+    else
+        api_json_null(o, "reaction_seconds", &failed);
     if (with_coalesced)
         api_json_bool(o, "coalesced", t->coalesced, &failed);
     return api_json_done(o, failed);

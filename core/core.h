@@ -67,6 +67,13 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
 int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
                    int64_t *retry_after_ms);
 
+/*
+ * What wakes the pressure path: "cgroup-v1-threshold", "psi", "memory-events",
+ * "poll" or "none" (no limit known); *zone is 1 when RSS was inside the
+ * pressure zone at its last reading. A static string.
+ */
+const char *mt_pressure_source(struct memtrim *mt, int *zone);
+
 /* Counters since start. */
 void mt_counters_get(struct memtrim *mt, struct mt_counters *out);
 

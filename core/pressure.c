@@ -123,16 +123,22 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
     if (step < in->min_releasable)
         step = in->min_releasable;
     step <<= (st->futile / 2 < 4 ? st->futile / 2 : 4);
+    st->due_ns = 0;
     if (in->rss - st->base_rss >= step)
         return PRESSURE_TRIM;
     int64_t since = in->now_ns - st->last_trim_ns;
     /* At the line: trim, and again while it holds, backing off while trims find nothing. */
-    if (in->rss >= line && since >= backoff(HARD_REPEAT_NS, st->futile))
+    if (in->rss >= line && since >= backoff(HARD_REPEAT_NS, st->futile)) {
+        st->due_ns = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
         return PRESSURE_TRIM;
+    }
     /* Free-but-resident memory (the last heap reading) that would cross the line if reused. */
     if (in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
-        in->rss + in->estimate >= line && since >= backoff(EARLY_REPEAT_NS, st->futile))
+        in->rss + in->estimate >= line && since >= backoff(EARLY_REPEAT_NS, st->futile)) {
+        int64_t due = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
+        st->due_ns = due > in->estimate_ns ? due : in->estimate_ns;
         return PRESSURE_TRIM;
+    }
     return PRESSURE_WATCH;
 }
 
@@ -378,6 +384,7 @@ static int64_t read_usage(struct pressure *p)
 struct loop {
     struct mt_config cfg;
     uint64_t cfg_generation;
+    int configured; /* cfg holds a copy */
     struct pressure_state st;
     int64_t calm_ns;       /* the last moment no rule held: reactions count from here */
     int64_t interval_ns;
@@ -390,9 +397,10 @@ struct loop {
 static void reload(struct memtrim *mt, struct loop *l)
 {
     pthread_mutex_lock(&mt->cfg_lock);
-    if (l->cfg_generation != mt->cfg_generation || !l->cfg_generation) {
+    if (l->cfg_generation != mt->cfg_generation || !l->configured) {
         l->cfg = mt->cfg;
-        l->cfg_generation = mt->cfg_generation ? mt->cfg_generation : 1;
+        l->cfg_generation = mt->cfg_generation;
+        l->configured = 1;
     }
     pthread_mutex_unlock(&mt->cfg_lock);
 }
@@ -520,6 +528,7 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         .estimate = snap.releasable_estimate_bytes,
         .estimate_known = snap.heap.timestamp_ms != 0,
     };
+    in.estimate_ns = in.now_ns - (snap.heap_age_ms > 0 ? snap.heap_age_ms * MS : 0);
     int moved = in.rss > l->last_rss + MOVED_BYTES || in.rss + MOVED_BYTES < l->last_rss;
     l->last_rss = in.rss;
     if (kernel && woke_ns > l->calm_ns)
@@ -537,6 +546,9 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     pthread_mutex_unlock(&p->lock);
 
     int busy = 0;
+    /* A rule that came due by time (a back-off ended, a heap reading arrived) crossed then. */
+    if (verdict == PRESSURE_TRIM && l->st.due_ns > l->calm_ns)
+        l->calm_ns = l->st.due_ns;
     if (verdict == PRESSURE_TRIM) {
         busy = do_trim(p, l, in.now_ns);
         moved = 1;
@@ -562,6 +574,7 @@ static void *pressure_main(void *arg)
     l.last_skip_ns = l.st.last_trim_ns;
     l.interval_ns = POLL_FAST_NS;
     l.limit = l.cgroup_limit = -2; /* unknown: arm at the first reading */
+    l.calm_ns = mt_mono_ns();      /* what held before the start counts from the start */
 
     int64_t sleep_ns = 0;
     for (;;) {
@@ -682,4 +695,18 @@ void pressure_stats_get(struct memtrim *mt, struct pressure_stats *out)
         clock_gettime(cid, &ts) == 0)
         out->cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     pthread_mutex_unlock(&p->lock);
+}
+
+const char *mt_pressure_source(struct memtrim *mt, int *zone)
+{
+    struct pressure *p = mt->pressure;
+    int source = PRESSURE_SOURCE_NONE;
+    *zone = 0;
+    if (!p)
+        return pressure_source_name(source);
+    pthread_mutex_lock(&p->lock);
+    source = p->stats.source;
+    *zone = p->stats.zone;
+    pthread_mutex_unlock(&p->lock);
+    return pressure_source_name(source);
 }

@@ -34,6 +34,7 @@ struct pressure_input {
     uint64_t min_releasable; /* TrimMinReleasableBytes */
     uint64_t estimate;      /* releasable estimate of the last heap reading */
     int estimate_known;     /* a heap reading exists */
+    int64_t estimate_ns;    /* monotonic time of that reading */
 };
 
 struct pressure_state {
@@ -41,6 +42,8 @@ struct pressure_state {
     int64_t last_trim_ns;  /* monotonic start of the last pressure trim */
     int futile;            /* pressure trims in a row that released too little */
     int zone;              /* the last reading was inside the zone */
+    int64_t due_ns;        /* with PRESSURE_TRIM: since when the rule that fired held
+                            * by its timing (back-off ended, estimate read); 0 growth */
 };
 
 enum pressure_verdict {

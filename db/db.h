@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include "../core/types.h"
 
-#define DB_SCHEMA_VERSION 3
+#define DB_SCHEMA_VERSION 4
 
 struct db_writer;
 struct db_reader;

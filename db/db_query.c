@@ -17,7 +17,7 @@
 #define DB_TRIM_COLUMNS                                                                        \
     "rowid, seq, trigger, start_ms, duration_ns, rss_before_bytes, rss_after_bytes,"           \
     " heap_free_before_bytes, heap_free_after_bytes, released_bytes, malloc_trim_ret,"         \
-    " pad_bytes, coalesced, arena_count, refaulted_bytes"
+    " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds"
 
 /* ?1 since, ?2 until, ?3 trigger (variant 1 only). */
 static const char *const db_trim_where[2] = {
@@ -146,6 +146,9 @@ static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
     t->arena_count = sqlite3_column_type(st, 13) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 13);
     t->refaulted_bytes =
         sqlite3_column_type(st, 14) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 14);
+    t->reaction_ns = sqlite3_column_type(st, 15) == SQLITE_NULL
+                         ? -1
+                         : (int64_t)(sqlite3_column_double(st, 15) * 1e9 + 0.5);
 }
 
 static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, int64_t count,

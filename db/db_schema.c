@@ -70,11 +70,18 @@ static const char db_schema_v3[] =
     "ALTER TABLE trims ADD COLUMN arena_count INTEGER;"
     "ALTER TABLE trims ADD COLUMN refaulted_bytes INTEGER;";
 
+/*
+ * Version 4: how long after the crossing each pressure trim began (seconds;
+ * NULL for other triggers and for trims stored before this version).
+ */
+static const char db_schema_v4[] = "ALTER TABLE trims ADD COLUMN reaction_seconds REAL;";
+
 /* Step i takes the schema from version i to version i + 1. */
 static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v1,
     db_schema_v2,
     db_schema_v3,
+    db_schema_v4,
 };
 
 static int db_count_objects(sqlite3 *db, int64_t *n, char **err)

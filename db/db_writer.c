@@ -35,8 +35,8 @@ static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_INSERT_TRIM] =
         "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
         " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
-        " pad_bytes, coalesced, arena_count, refaulted_bytes)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [DB_W_RETAIN_SAMPLES] =
         "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
         " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
@@ -359,6 +359,10 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
         sqlite3_bind_int64(st, 14, t->refaulted_bytes);
     else
         sqlite3_bind_null(st, 14);
+    if (t->trigger == MT_TRIGGER_PRESSURE && t->reaction_ns >= 0)
+        sqlite3_bind_double(st, 15, (double)t->reaction_ns / 1e9);
+    else
+        sqlite3_bind_null(st, 15);
     return db_writer_insert(w, st, "insert trim", err);
 }
 

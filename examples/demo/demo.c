@@ -22,6 +22,7 @@
 #include <malloc.h>
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -42,6 +43,7 @@ struct options {
     const char *lib, *config, *port_file;
     int workers, study_mb, keep_permille, concurrency, pause_ms, studies, quiet, no_memtrim;
     int canary, seconds, trim_loop_ms, live_mb;
+    int trim_each;
 };
 
 struct abi {
@@ -81,7 +83,8 @@ static void usage(FILE *f)
             "  --study-mb N         MB allocated per study (200)\n"
             "  --keep-percent P     share of each study kept until the worker's next (2)\n"
             "  --concurrency N      studies in progress at once (1)\n"
-            "  --pause-ms N         pause between studies (1000)\n"
+            "  --pause-ms N         pause between studies, 0 = back to back (1000)\n"
+            "  --trim-each          malloc_trim(0) after every study (the ideal, for comparison)\n"
             "  --studies N          studies to run, then exit; 0 = until signalled (0)\n"
             "  --port-file PATH     write memtrim's HTTP port there once it listens\n"
             "  --quiet              no line per study\n"
@@ -119,6 +122,7 @@ static int parse_args(int argc, char **argv)
         {"quiet", no_argument, 0, 'q'},          {"help", no_argument, 0, 'h'},
         {"seconds", required_argument, 0, 'S'},  {"canary", no_argument, 0, 'Y'},
         {"trim-loop-ms", required_argument, 0, 'T'}, {"live-mb", required_argument, 0, 'L'},
+        {"trim-each", no_argument, 0, 'E'},
         {0, 0, 0, 0}};
     int c, pct = 2;
     opt.lib = getenv("MEMTRIM_LIB") ? getenv("MEMTRIM_LIB") : MEMTRIM_DEFAULT_LIB;
@@ -140,6 +144,7 @@ static int parse_args(int argc, char **argv)
         case 'Y': opt.canary = 1; break;
         case 'L': rc = parse_int("live-mb", optarg, 0, 1 << 20, &opt.live_mb); break;
         case 'T': rc = parse_int("trim-loop-ms", optarg, 1, 3600000, &opt.trim_loop_ms); break;
+        case 'E': opt.trim_each = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -266,6 +271,8 @@ static void study(struct worker *w, int number, unsigned *seed)
             free(blocks[i]);
     }
     free(blocks);
+    if (opt.trim_each)
+        malloc_trim(0);
     if (!opt.quiet)
         printf("study %d on worker %d: %zu MB in %.2f s, kept %zu blocks, RSS %ld MB\n", number,
                w->id, total >> 20, now_s() - t0, w->nkept, rss_mb("VmRSS:"));

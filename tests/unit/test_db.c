@@ -102,6 +102,7 @@ static struct mt_trim_result trim(int64_t start_ms, int trigger, int64_t duratio
     t.coalesced = 0;
     t.arena_count = -1;
     t.refaulted_bytes = -1;
+    t.reaction_ns = -1;
     return t;
 }
 
@@ -192,6 +193,7 @@ static void test_migration_v1(void)
         CHECK_EQ_INT(rows[1].t.heap_free_before_bytes, 0);
         CHECK_EQ_INT(rows[1].t.arena_count, -1);     /* version 3: unknown in old rows */
         CHECK_EQ_INT(rows[1].t.refaulted_bytes, -1);
+        CHECK_EQ_INT(rows[1].t.reaction_ns, -1);      /* version 4: unknown in old rows */
         CHECK_EQ_INT(rows[0].t.pad_bytes, 4096);
         CHECK_EQ_INT(rows[0].t.heap_free_before_bytes, 700);
     }
@@ -258,6 +260,7 @@ static void check_trim_equal(const struct mt_trim_result *a, const struct mt_tri
     CHECK_EQ_INT(a->coalesced, b->coalesced);
     CHECK_EQ_INT(a->arena_count, b->arena_count);
     CHECK_EQ_INT(a->refaulted_bytes, b->refaulted_bytes);
+    CHECK_EQ_INT(a->reaction_ns, b->reaction_ns);
 }
 
 static void test_roundtrip(void)
@@ -266,7 +269,7 @@ static void test_roundtrip(void)
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
     struct mt_snapshot s = snap(1700000000123, 4000000000000ULL), nh = snap(1700000001000, 0);
-    struct mt_trim_result t = trim(1700000000500, 3, 12);
+    struct mt_trim_result t = trim(1700000000500, 3, 12), pt = trim(1700000000400, 2, 1);
     struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary sum;
@@ -288,19 +291,22 @@ static void test_roundtrip(void)
     CHECK_OK(db_writer_add_sample(w, &s, E));
     CHECK_OK(db_writer_add_sample(w, &nh, E));
     CHECK_OK(db_writer_add_trim(w, &t, E));
+    pt.reaction_ns = 1500000; /* a pressure trim 1.5 ms after its crossing */
+    CHECK_OK(db_writer_add_trim(w, &pt, E));
     CHECK_OK(db_reader_open(p, &r, E));
     /* Not flushed yet: a reader sees nothing. */
     CHECK_EQ_INT(series(r, "rss_bytes", 0, INT64_MAX / 2, INT64_MAX / 4, &b), 0);
     free(b);
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
-    CHECK_EQ_INT(n, 1);
-    if (n == 1) {
-        check_trim_equal(&rows[0].t, &t);
+    CHECK_EQ_INT(n, 2);
+    if (n == 2) {
+        check_trim_equal(&rows[0].t, &t); /* newest first */
         CHECK(rows[0].row_id > 0);
+        check_trim_equal(&rows[1].t, &pt);
     }
     free(rows);
-    CHECK_EQ_INT(sum.released_bytes, 0); /* only positive releases count */
+    CHECK_EQ_INT(sum.released_bytes, 2000); /* only positive releases count */
     CHECK_EQ_INT(sum.refaulted_bytes, 0); /* not known yet */
 
     /* The re-fault figure arrives later and names its trim by start and sequence. */
@@ -311,9 +317,9 @@ static void test_roundtrip(void)
     CHECK_OK(db_writer_set_refault(w, &other, E)); /* no such trim: nothing changes */
     CHECK_OK(db_writer_flush(w, E));
     CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
-    CHECK_EQ_INT(n, 1);
+    CHECK_EQ_INT(n, 2);
     t.refaulted_bytes = 4096 * 300;
-    if (n == 1)
+    if (n == 2)
         check_trim_equal(&rows[0].t, &t);
     free(rows);
     CHECK_EQ_INT(sum.refaulted_bytes, 4096 * 300);

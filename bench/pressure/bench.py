@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""The pressure benchmark (issue 9): the demo's pool workload (8 long-lived
+workers, studies of 150 MB in 1-64 KB blocks, one at a time, 2 % kept) in a
+memory cgroup, for every limit x pause x mode; then memtrim's own CPU on an
+idle host, outside the pressure zone and inside it with RSS steady.
+
+Run through bench/pressure/run.sh (root; cgroup v1 memory controller or v2).
+Cgroups are named memtrim-pressure-bench-*; each is removed after its run.
+Prints a Markdown report on stdout.
+"""
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
+TCMALLOC = LIBDIR / "libtcmalloc_minimal.so.4"
+JEMALLOC = LIBDIR / "libjemalloc.so.2"
+WORKLOAD = ["--workers", "8", "--study-mb", "150", "--keep-percent", "2", "--concurrency", "1"]
+SUMMARY = re.compile(r"memtrim-demo: (\d+) studies done, peak RSS (\d+) MB")
+STUDY = re.compile(r"^study (\d+) on worker", re.M)
+V1 = Path("/sys/fs/cgroup/memory")
+V2 = Path("/sys/fs/cgroup")
+PORT = int(os.environ.get("BENCH_PORT", "19050"))  # the pressure helper's range
+
+
+class Cgroup:
+    """A memory cgroup with a limit and no swap (v1 or v2)."""
+    count = 0
+
+    def __init__(self, limit):
+        Cgroup.count += 1
+        name = f"memtrim-pressure-bench-{os.getpid()}-{Cgroup.count}"
+        if (V1 / "memory.limit_in_bytes").exists():
+            self.v, self.path = 1, V1 / name
+            self.path.mkdir()
+            (self.path / "memory.limit_in_bytes").write_text(str(limit))
+            memsw = self.path / "memory.memsw.limit_in_bytes"
+            if memsw.exists():
+                memsw.write_text(str(limit))
+        else:
+            sub = V2 / "cgroup.subtree_control"
+            if "memory" not in sub.read_text().split():
+                sub.write_text("+memory")
+            self.v, self.path = 2, V2 / name
+            self.path.mkdir()
+            (self.path / "memory.max").write_text(str(limit))
+            if (self.path / "memory.swap.max").exists():
+                (self.path / "memory.swap.max").write_text("0")
+
+    def wrap(self, args):
+        procs = self.path / "cgroup.procs"
+        return ["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "cg"] + [str(a) for a in args]
+
+    def peak(self):
+        f = self.path / ("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak")
+        return int(f.read_text()) if f.exists() else None
+
+    def remove(self):
+        for _ in range(100):
+            pids = (self.path / "cgroup.procs").read_text().split()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.05)
+        for _ in range(100):
+            try:
+                self.path.rmdir()
+                return
+            except OSError:
+                time.sleep(0.05)
+
+
+def memtrim_env(build, tmp, limit=None, poll=False, port=0):
+    cfg = {"HttpPort": port, "Database": ""}
+    if poll:
+        cfg["MemoryLimitBytes"] = limit
+    path = Path(tmp) / f"memtrim-{os.getpid()}-{port}-{int(poll)}.json"
+    path.write_text(json.dumps(cfg))
+    env = {"LD_PRELOAD": str(build / "libmemtrim.so"), "MEMTRIM_CONFIG": str(path)}
+    if poll:  # no cgroup files at all: the statm poll, the fallback of a read-only cgroup fs
+        env["MEMTRIM_CGROUP_ROOT"] = "/nonexistent-memtrim-pressure-bench"
+    return env, []
+
+
+MODES = {
+    "none": lambda b, t, lim: ({}, []),
+    "memtrim": lambda b, t, lim: memtrim_env(b, t),
+    "memtrim-poll": lambda b, t, lim: memtrim_env(b, t, lim, poll=True),
+    "trim-each": lambda b, t, lim: ({}, ["--trim-each"]),
+    "tcmalloc": lambda b, t, lim: ({"LD_PRELOAD": str(TCMALLOC)}, []),
+    "jemalloc-bg": lambda b, t, lim: ({"LD_PRELOAD": str(JEMALLOC),
+                                       "MALLOC_CONF": "background_thread:true"}, []),
+    "arena-max-2": lambda b, t, lim: ({"MALLOC_ARENA_MAX": "2"}, []),
+}
+TITLES = {
+    "none": "no memtrim", "memtrim": "memtrim", "memtrim-poll": "memtrim, poll fallback",
+    "trim-each": "`malloc_trim` after every study", "tcmalloc": "tcmalloc",
+    "jemalloc-bg": "jemalloc + background thread", "arena-max-2": "`MALLOC_ARENA_MAX=2`",
+}
+
+
+def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
+    limit = limit_mb << 20
+    extra_env, extra_args = MODES[mode](build, tmp, limit)
+    cg = Cgroup(limit)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(extra_env)
+    args = [build / "memtrim-demo", "--no-memtrim", *WORKLOAD, "--pause-ms", str(pause),
+            "--studies", str(studies), *extra_args]
+    log = Path(tmp) / f"cell-{limit_mb}-{pause}-{mode}.log"
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        p = subprocess.Popen(cg.wrap(args), stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            rc = p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+    wall = time.monotonic() - t0
+    peak = cg.peak()
+    cg.remove()
+    out = log.read_text(errors="replace")
+    done = len(STUDY.findall(out))
+    m = SUMMARY.search(out)
+    reactions = [float(x) for x in re.findall(r"([0-9.]+) ms after the crossing", out)]
+    return {"limit_mb": limit_mb, "pause_ms": pause, "mode": mode, "rc": rc,
+            "completed": int(m.group(1)) if m else done, "ok": rc == 0 and m is not None,
+            "peak_mb": (peak >> 20) if peak else None, "wall_s": round(wall, 2),
+            "pressure_trims": out.count("pressure trim released"),
+            "reaction_ms_max": max(reactions) if reactions else None,
+            "reaction_ms_median": sorted(reactions)[len(reactions) // 2] if reactions else None}
+
+
+def cell_text(r, studies):
+    peak = f"{r['peak_mb']} MB" if r["peak_mb"] is not None else "?"
+    if r["ok"] and r["completed"] == studies:
+        return f"{studies}/{studies} · {peak} · {r['wall_s']:.2f} s"
+    if r["rc"] == -9:
+        return f"**killed at {r['completed'] + 1}** · {peak}"
+    return f"**exit {r['rc']} after {r['completed']}** · {peak}"
+
+
+def metrics(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def thread_cpu_ns(pid):
+    """CPU time (schedstat, ns) of memtrim's threads, by thread name."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+            ns = int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            continue
+        if name.startswith("memtrim-"):
+            out[name] = out.get(name, 0) + ns
+    return out
+
+
+def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
+    """memtrim's threads' CPU on a host that did one study, keeps it all and idles."""
+    limit = limit_mb << 20
+    port = PORT + (1 if poll else 0)
+    extra_env, _ = memtrim_env(build, tmp, limit, poll=poll, port=port)
+    cg = Cgroup(limit)
+    env = dict(os.environ)
+    env.update(extra_env)
+    args = [build / "memtrim-demo", "--no-memtrim", "--workers", "8", "--study-mb", str(study_mb),
+            "--keep-percent", "100", "--pause-ms", "3600000", "--studies", "0"]
+    log = Path(tmp) / f"idle-{study_mb}-{int(poll)}.log"
+    with open(log, "w") as f:
+        p = subprocess.Popen(cg.wrap(args), stdout=f, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.time() + 30
+        while "study 1 on worker" not in log.read_text(errors="replace"):
+            if p.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"idle host did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        time.sleep(5)  # settle: the first trims, the first probes
+        m0, c0, t0 = metrics(port), thread_cpu_ns(p.pid), time.monotonic()
+        time.sleep(seconds)
+        m1, c1, t1 = metrics(port), thread_cpu_ns(p.pid), time.monotonic()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+        cg.remove()
+    wall = t1 - t0
+    out = log.read_text(errors="replace")
+    src = re.search(r"pressure source: (\S+)", out)
+    pct = {k: (c1.get(k, 0) - c0.get(k, 0)) / 1e9 / wall * 100 for k in c1}
+    delta = lambda k: m1.get(k, 0) - m0.get(k, 0)
+    return {"zone": "inside" if study_mb * 2 >= limit_mb else "outside",
+            "source": src.group(1) if src else "?",
+            "rss_mb": int(m1.get("memtrim_rss_bytes", 0)) >> 20, "seconds": round(wall, 1),
+            "hk_pct": pct.get("memtrim-hk", 0.0), "press_pct": pct.get("memtrim-press", 0.0),
+            "hk_metric_pct": delta("memtrim_housekeeper_cpu_seconds_total") / wall * 100,
+            "press_metric_pct": delta("memtrim_pressure_cpu_seconds_total") / wall * 100,
+            "pressure_trims": delta('memtrim_trims_total{trigger="pressure"}')}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--limits", default="250,300,400")
+    ap.add_argument("--pauses", default="0,50,100,250,1000")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--studies", type=int, default=24)
+    ap.add_argument("--idle-seconds", type=float, default=30)
+    ap.add_argument("--json", help="also write every result here")
+    a = ap.parse_args()
+    build = Path(a.build).resolve()
+    limits = [int(x) for x in a.limits.split(",")]
+    pauses = [int(x) for x in a.pauses.split(",")]
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            sys.exit(f"unknown mode {m} (known: {', '.join(MODES)})")
+    for lib in (TCMALLOC, JEMALLOC):
+        if not lib.exists():
+            sys.exit(f"{lib} is missing (libtcmalloc-minimal4, libjemalloc2)")
+    tmp = tempfile.mkdtemp(prefix="memtrim-pressure-bench-")
+    results = []
+    print(f"| limit | pause | " + " | ".join(TITLES[m] for m in modes) + " |")
+    print("|---|---|" + "---|" * len(modes))
+    for limit in sorted(limits, reverse=True):
+        for pause in sorted(pauses, reverse=True):
+            row = []
+            for mode in modes:
+                r = run_cell(build, tmp, limit, pause, mode, a.studies, timeout=300)
+                results.append(r)
+                row.append(cell_text(r, a.studies))
+            print(f"| {limit} MB | {pause} ms | " + " | ".join(row) + " |", flush=True)
+
+    print("\nmemtrim's pressure trims (median / max reaction, ms, from the log):\n")
+    print("| limit | pause | mode | pressure trims | reaction median | reaction max | "
+          "wall vs trim-each |")
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        if not r["mode"].startswith("memtrim"):
+            continue
+        ideal = next((x for x in results if x["mode"] == "trim-each" and
+                      x["limit_mb"] == r["limit_mb"] and x["pause_ms"] == r["pause_ms"]), None)
+        vs = (f"{(r['wall_s'] / ideal['wall_s'] - 1) * 100:+.1f} %"
+              if ideal and ideal["ok"] and r["ok"] else "–")
+        print(f"| {r['limit_mb']} MB | {r['pause_ms']} ms | {r['mode']} | {r['pressure_trims']} | "
+              f"{r['reaction_ms_median'] if r['reaction_ms_median'] is not None else '–'} | "
+              f"{r['reaction_ms_max'] if r['reaction_ms_max'] is not None else '–'} | {vs} |")
+
+    idle = []
+    if a.idle_seconds > 0:
+        for poll in (False, True):
+            for study_mb in (50, 250):  # RSS ~55 MB (outside) / ~255 MB (inside) of 400 MB
+                idle.append(idle_cost(build, tmp, 400, study_mb, poll, a.idle_seconds))
+        print(f"\nIdle host (400 MB limit, one study kept whole, then {a.idle_seconds:.0f} s "
+              "of nothing): memtrim's CPU, % of one core (schedstat; the /metrics counters "
+              "in brackets)\n")
+        print("| pressure source | zone | RSS | housekeeper | pressure thread | both | "
+              "pressure trims in the window |")
+        print("|---|---|---|---|---|---|---|")
+        for r in idle:
+            print(f"| {r['source']} | {r['zone']} | {r['rss_mb']} MB | {r['hk_pct']:.4f} % "
+                  f"({r['hk_metric_pct']:.4f}) | {r['press_pct']:.4f} % "
+                  f"({r['press_metric_pct']:.4f}) | {r['hk_pct'] + r['press_pct']:.4f} % | "
+                  f"{r['pressure_trims']:.0f} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps({"cells": results, "idle": idle}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

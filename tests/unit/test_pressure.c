@@ -1,0 +1,333 @@
+/*
+ * test_pressure.c - the pressure path: its decision (a pure function) step by
+ * step; on a running instance, the poll fallback when no cgroup files are
+ * readable or they are not a cgroup filesystem, the fast path that engages
+ * inside the zone and stops outside it, a real trim of freed memory as RSS
+ * climbs, and the reaction time recorded with the trim (counters and store).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "churn.h"
+#include "core.h"
+#include "db.h"
+#include "harness.h"
+#include "pressure.h"
+#include "probe.h"
+
+#define MB (1024ULL * 1024ULL)
+#define MSN (1000000LL)
+
+static struct pressure_input input(int64_t now_ms, uint64_t rss_mb, int64_t limit_mb)
+{
+    struct pressure_input in = {.now_ns = now_ms * MSN, .rss = rss_mb * MB,
+                                .limit = limit_mb * (int64_t)MB, .ratio = 0.9,
+                                .min_releasable = 8 * MB};
+    return in;
+}
+
+static void test_decide(void)
+{
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    struct pressure_input in;
+
+    /* No limit: nothing to watch. */
+    in = input(0, 100, 0);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
+    /* 100 MB of 400: outside the zone (floor 200 MB). */
+    in = input(10, 100, 400);
+    CHECK_EQ_INT(pressure_zone_floor(in.limit, in.ratio), 200 * MB);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
+    CHECK_EQ_INT(st.zone, 0);
+    /* A study's worth of growth: at the zone's floor the growth (100 MB) is past a step: trim. */
+    in = input(20, 200, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.zone, 1);
+    CHECK_EQ_INT(st.due_ns, 0); /* growth: the crossing is the reading's */
+    /* It found nothing (live memory): the base moves up to RSS after the trim. */
+    pressure_after_trim(&st, 20 * MSN, 200 * MB, 0, 8 * MB);
+    CHECK_EQ_INT(st.futile, 1);
+    in = input(21, 210, 400); /* 10 MB more: under a step (20 MB = 5 % of 400) */
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH);
+    in = input(22, 220, 400); /* a step: trim again at once, whatever the time */
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    pressure_after_trim(&st, 22 * MSN, 220 * MB, 0, 8 * MB);
+    CHECK_EQ_INT(st.futile, 2);
+    /* Two futile trims in a row: the step doubles (40 MB). */
+    in = input(23, 250, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH);
+    in = input(24, 260, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    /* A trim that released memory resets the back-off; the base is its RSS after. */
+    pressure_after_trim(&st, 24 * MSN, 120 * MB, 140 * (int64_t)MB, 8 * MB);
+    CHECK_EQ_INT(st.futile, 0);
+    CHECK_EQ_INT(st.base_rss, 120 * MB);
+    in = input(25, 190, 400); /* below the floor again */
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
+    /* The low-water mark: RSS fell, growth counts from there. */
+    in = input(26, 100, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
+    CHECK_EQ_INT(st.base_rss, 100 * MB);
+
+    /* Above the line (360 MB) without growth: trim, then back off 1 s, 2 s, ... */
+    struct pressure_state hard = {.last_trim_ns = -3600000 * MSN};
+    in = input(0, 370, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &hard), PRESSURE_TRIM);
+    pressure_after_trim(&hard, 0, 370 * MB, 0, 8 * MB);
+    in = input(1500, 370, 400); /* 1.5 s: within 1 s << 1 */
+    CHECK_EQ_INT(pressure_decide(&in, &hard), PRESSURE_WATCH);
+    in = input(2100, 370, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &hard), PRESSURE_TRIM);
+    CHECK_EQ_INT(hard.due_ns, 2000 * MSN); /* the back-off ended at 2 s: it crossed then */
+    pressure_after_trim(&hard, 2000 * MSN, 370 * MB, 0, 8 * MB);
+    in = input(5000, 370, 400); /* 3 s of 4 */
+    CHECK_EQ_INT(pressure_decide(&in, &hard), PRESSURE_WATCH);
+
+    /* The heap estimate: free-but-resident memory that would cross the line if reused. */
+    struct pressure_state est = {.last_trim_ns = -3600000 * MSN};
+    in = input(0, 250, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &est), PRESSURE_WATCH); /* base is 250 MB: no growth */
+    in.estimate = 120 * MB;
+    in.estimate_known = 1;
+    in.estimate_ns = -5 * MSN;
+    CHECK_EQ_INT(pressure_decide(&in, &est), PRESSURE_TRIM);
+    CHECK_EQ_INT(est.due_ns, -5 * MSN); /* from the heap reading that showed it */
+    in.estimate = 100 * MB; /* 350 MB: short of the line */
+    CHECK_EQ_INT(pressure_decide(&in, &est), PRESSURE_WATCH);
+}
+
+static struct memtrim *start(const char *json)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    int rc = mt_create(json, &mt, &err);
+    CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
+    free(err);
+    return mt;
+}
+
+static struct mt_counters counters(struct memtrim *mt)
+{
+    struct mt_counters c;
+    mt_counters_get(mt, &c);
+    return c;
+}
+
+static int source_is(struct memtrim *mt, const char *want)
+{
+    struct mt_counters c = counters(mt);
+    return c.pressure_source && strcmp(c.pressure_source, want) == 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+/* No cgroup files at all (a container without /sys/fs/cgroup): the statm poll.
+ * Inside the zone it reads RSS there; moved outside, it stops reading inside. */
+static void test_poll_fallback_and_zone(void)
+{
+    char dir[256], json[256];
+    if (harness_tmpdir(dir, sizeof(dir), "pressure-nocg"))
+        return;
+    setenv("MEMTRIM_CGROUP_ROOT", dir, 1);
+    uint64_t rss = probe_rss();
+    /* RSS at two thirds of the limit: inside the zone, under the line. */
+    snprintf(json, sizeof(json),
+             "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0,"
+             " \"MemoryLimitBytes\": %llu}", (unsigned long long)(rss + rss / 2));
+    struct memtrim *mt = start(json);
+    unsetenv("MEMTRIM_CGROUP_ROOT");
+    if (!mt)
+        goto out;
+    WAIT_FOR(source_is(mt, "poll") && counters(mt).pressure_checks[1] >= 3, 10);
+    struct mt_counters c = counters(mt);
+    CHECK_MSG(source_is(mt, "poll"), "pressure source %s", c.pressure_source);
+    CHECK_MSG(c.pressure_checks[1] >= 3 && c.pressure_zone == 1,
+              "inside-zone checks %llu, zone %d", (unsigned long long)c.pressure_checks[1],
+              c.pressure_zone);
+    int zone = 0;
+    CHECK_CONTAINS(mt_pressure_source(mt, &zone), "poll");
+    CHECK_EQ_INT(zone, 1);
+
+    /* The limit far above RSS: outside the zone; inside checks stop while outside ones go on. */
+    char patch[128], *err = NULL;
+    snprintf(patch, sizeof(patch), "{\"MemoryLimitBytes\": %llu}", (unsigned long long)(rss * 8));
+    CHECK_EQ_INT(mt_config_patch(mt, patch, &err), 0);
+    free(err);
+    WAIT_FOR(counters(mt).pressure_zone == 0, 10);
+    c = counters(mt);
+    CHECK_EQ_INT(c.pressure_zone, 0);
+    uint64_t inside = c.pressure_checks[1], outside = c.pressure_checks[0];
+    WAIT_FOR(counters(mt).pressure_checks[0] >= outside + 3, 10);
+    c = counters(mt);
+    CHECK_MSG(c.pressure_checks[0] >= outside + 3, "outside checks %llu -> %llu",
+              (unsigned long long)outside, (unsigned long long)c.pressure_checks[0]);
+    CHECK_EQ_INT(c.pressure_checks[1], inside);
+
+    /* No limit at all: nothing to watch. */
+    CHECK_EQ_INT(mt_config_patch(mt, "{\"MemoryLimitBytes\": null}", &err), 0);
+    free(err);
+    WAIT_FOR(source_is(mt, "none"), 10);
+    CHECK_MSG(source_is(mt, "none"), "source %s", counters(mt).pressure_source);
+    mt_destroy(mt);
+out:
+    harness_rmtree(dir);
+}
+
+/* Cgroup files that are readable but not a cgroup filesystem (a copy, a bind of
+ * something else): their limit is used, thresholds are not trusted: poll. */
+static void test_not_cgroupfs(void)
+{
+    char dir[256], path[512], cg[4096] = "", rel[1024] = "";
+    if (harness_tmpdir(dir, sizeof(dir), "pressure-fakecg"))
+        return;
+    /* This process's v1 memory cgroup path, made under the fake root (or its root). */
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    int v1 = 0;
+    while (f && fgets(cg, sizeof(cg), f)) {
+        char *c1 = strchr(cg, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (c2 && strncmp(c1 + 1, "memory:", 7) == 0) {
+            snprintf(rel, sizeof(rel), "%s", c2 + 1);
+            rel[strcspn(rel, "\n")] = '\0';
+            v1 = 1;
+        }
+    }
+    if (f)
+        fclose(f);
+    uint64_t rss = probe_rss();
+    char limit[32];
+    snprintf(limit, sizeof(limit), "%llu\n", (unsigned long long)(rss + rss / 2));
+    if (v1) {
+        snprintf(path, sizeof(path), "%s/memory", dir);
+        mkdir(path, 0755);
+    }
+    const char *files[] = {v1 ? "memory/memory.limit_in_bytes" : "memory.max",
+                           v1 ? "memory/memory.usage_in_bytes" : "memory.current",
+                           v1 ? "memory/cgroup.event_control" : "memory.pressure",
+                           v1 ? "memory/memory.max_usage_in_bytes" : "memory.events"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+        write_file(path, i == 0 ? limit : "0\n");
+    }
+    (void)rel; /* the probe falls back to the root of the mount: our files */
+    setenv("MEMTRIM_CGROUP_ROOT", dir, 1);
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0}");
+    unsetenv("MEMTRIM_CGROUP_ROOT");
+    if (mt) {
+        WAIT_FOR(source_is(mt, "poll"), 10);
+        struct mt_snapshot s;
+        mt_snapshot_get(mt, &s);
+        CHECK_MSG(source_is(mt, "poll"), "source %s", counters(mt).pressure_source);
+        CHECK_EQ_INT(s.memory_limit_bytes, rss + rss / 2); /* the fake cgroup's limit */
+        mt_destroy(mt);
+    }
+    harness_rmtree(dir);
+}
+
+/* The demo's pattern: a worker fills its arena and frees 98 % of it (resident,
+ * below the zone), then another arena grows live memory into the zone: a
+ * pressure trim gives the first one back while the second climbs, without a
+ * periodic or burst trim, and records its reaction time (counters, store). */
+static void test_climb_is_trimmed(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+    char dir[256], json[512];
+    struct churn c[1];
+    struct mt_trim_result manual;
+    void *live[4096];
+    size_t nlive = 0, total = 0;
+    unsigned seed = 7;
+    int64_t retry;
+
+    if (harness_tmpdir(dir, sizeof(dir), "pressure-climb"))
+        return;
+    uint64_t rss0 = probe_rss();
+    uint64_t limit = rss0 + 160 * MB; /* floor ~ rss0/2 + 80 MB, line ~ rss0 + 144 MB */
+    snprintf(json, sizeof(json),
+             "{\"HttpPort\": 0, \"Database\": \"%s/m.sqlite\", \"TrimIntervalSeconds\": 0,"
+             " \"TrimReleasableTriggerBytes\": 0, \"ManualTrimMinIntervalMs\": 0,"
+             " \"MemoryLimitBytes\": %llu}", dir, (unsigned long long)limit);
+    struct memtrim *mt = start(json);
+    if (!mt)
+        goto out;
+    CHECK_EQ_INT(mt_trim_manual(mt, -1, &manual, &retry), 0);
+    CHECK_EQ_INT(manual.reaction_ns, -1); /* not a pressure trim */
+    rss0 = probe_rss();
+    churn_run(c, 1, 60, 20); /* another arena: ~60 MB taken, ~59 MB freed and resident */
+    while (total < 60 * MB && nlive < 4096) { /* this thread's arena: 60 MB live */
+        size_t size = 1024 + (size_t)(rand_r(&seed) % (63 * 1024));
+        char *p = malloc(size);
+        if (!p)
+            break;
+        memset(p, 1, size);
+        live[nlive++] = p;
+        total += size;
+    }
+    /* Without the pressure trim: ~rss0 + 120 MB; with it: ~rss0 + 61 MB. */
+    WAIT_FOR(probe_rss() < rss0 + 90 * MB, 10);
+    CHECK_MSG(probe_rss() < rss0 + 90 * MB, "RSS %llu MB, started at %llu MB",
+              (unsigned long long)(probe_rss() / MB), (unsigned long long)(rss0 / MB));
+    struct mt_counters k = counters(mt);
+    CHECK(k.trims[MT_TRIGGER_PRESSURE] >= 1);
+    CHECK_MSG(k.released_bytes[MT_TRIGGER_PRESSURE] > 40 * MB, "released %llu MB",
+              (unsigned long long)(k.released_bytes[MT_TRIGGER_PRESSURE] / MB));
+    uint64_t reactions = 0;
+    for (int i = 0; i <= MT_REACTION_BUCKETS; i++)
+        reactions += k.pressure_reaction_hist[i];
+    CHECK_EQ_INT(reactions, k.trims[MT_TRIGGER_PRESSURE]);
+    CHECK(k.pressure_reaction_last_seconds >= 0);
+
+    /* The store has each pressure trim with its reaction, the manual one without. */
+    mt_destroy(mt);
+    mt = NULL;
+    struct db_reader *r = NULL;
+    struct db_trim_row *rows = NULL;
+    struct db_trim_summary sum;
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 1000};
+    size_t n = 0, pressure = 0;
+    char *err = NULL;
+    char path[300];
+    snprintf(path, sizeof(path), "%s/m.sqlite", dir);
+    CHECK_EQ_INT(db_reader_open(path, &r, &err), 0);
+    if (r && db_query_trims(r, &q, &rows, &n, &sum, &err) == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (rows[i].t.trigger == MT_TRIGGER_PRESSURE) {
+                pressure++;
+                CHECK_MSG(rows[i].t.reaction_ns >= 0, "trim %lld without a reaction",
+                          (long long)rows[i].t.id);
+            } else {
+                CHECK_EQ_INT(rows[i].t.reaction_ns, -1);
+            }
+        }
+    }
+    CHECK_MSG(pressure >= 1 && pressure == k.trims[MT_TRIGGER_PRESSURE],
+              "stored pressure trims %zu, counted %llu", pressure,
+              (unsigned long long)k.trims[MT_TRIGGER_PRESSURE]);
+    free(rows);
+    free(err);
+    db_reader_close(r);
+    churn_release(c, 1);
+    for (size_t i = 0; i < nlive; i++)
+        free(live[i]);
+out:
+    mt_destroy(mt);
+    harness_rmtree(dir);
+}
+
+int main(void)
+{
+    RUN(test_decide);
+    RUN(test_poll_fallback_and_zone);
+    RUN(test_not_cgroupfs);
+    RUN(test_climb_is_trimmed);
+    return harness_end();
+}
