@@ -74,6 +74,23 @@ static void api_f64(struct api_text *t, const char *name, const char *type, cons
     api_text_printf(t, "%s %.15g\n", name, v);
 }
 
+/* A histogram from non-cumulative counts: n bounds, then +Inf in hist[n]. */
+static void api_histogram(struct api_text *t, const char *name, const char *help,
+                          const uint64_t *hist, const double *bounds, int n, double sum)
+{
+    uint64_t cumulative = 0;
+    api_head(t, name, "histogram", help);
+    for (int i = 0; i < n; i++) {
+        cumulative += hist[i];
+        api_text_printf(t, "%s_bucket{le=\"%.9g\"} %llu\n", name, bounds[i],
+                        (unsigned long long)cumulative);
+    }
+    cumulative += hist[n];
+    api_text_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    api_text_printf(t, "%s_sum %.15g\n", name, sum);
+    api_text_printf(t, "%s_count %llu\n", name, (unsigned long long)cumulative);
+}
+
 static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
 {
     api_head(t, "memtrim_trims_total", "counter", "Trims run, by trigger.");
@@ -95,19 +112,8 @@ static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
             "Manual trim requests refused with 429 (ManualTrimMinIntervalMs).",
             c->manual_rate_limited);
 
-    api_head(t, "memtrim_trim_duration_seconds", "histogram", "Duration of malloc_trim calls.");
-    uint64_t cumulative = 0;
-    for (int i = 0; i < MT_HIST_BUCKETS; i++) {
-        cumulative += c->trim_hist[i];
-        api_text_printf(t, "memtrim_trim_duration_seconds_bucket{le=\"%.9g\"} %llu\n",
-                        mt_hist_bounds[i], (unsigned long long)cumulative);
-    }
-    cumulative += c->trim_hist[MT_HIST_BUCKETS];
-    api_text_printf(t, "memtrim_trim_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-                    (unsigned long long)cumulative);
-    api_text_printf(t, "memtrim_trim_duration_seconds_sum %.15g\n", c->trim_seconds_sum);
-    api_text_printf(t, "memtrim_trim_duration_seconds_count %llu\n",
-                    (unsigned long long)cumulative);
+    api_histogram(t, "memtrim_trim_duration_seconds", "Duration of malloc_trim calls.",
+                  c->trim_hist, mt_hist_bounds, MT_HIST_BUCKETS, c->trim_seconds_sum);
 }
 
 static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
@@ -192,21 +198,10 @@ static void api_metrics_pressure(struct api_text *t, const struct mt_counters *c
             c->pressure_kernel_wakeups);
     api_f64(t, "memtrim_pressure_cpu_seconds_total", "counter",
             "CPU time of memtrim's pressure thread.", c->pressure_cpu_seconds);
-    api_head(t, "memtrim_pressure_reaction_seconds", "histogram",
-             "Time from the crossing to the start of each pressure trim.");
-    uint64_t cumulative = 0;
-    for (int i = 0; i < MT_REACTION_BUCKETS; i++) {
-        cumulative += c->pressure_reaction_hist[i];
-        api_text_printf(t, "memtrim_pressure_reaction_seconds_bucket{le=\"%.9g\"} %llu\n",
-                        mt_reaction_bounds[i], (unsigned long long)cumulative);
-    }
-    cumulative += c->pressure_reaction_hist[MT_REACTION_BUCKETS];
-    api_text_printf(t, "memtrim_pressure_reaction_seconds_bucket{le=\"+Inf\"} %llu\n",
-                    (unsigned long long)cumulative);
-    api_text_printf(t, "memtrim_pressure_reaction_seconds_sum %.15g\n",
-                    c->pressure_reaction_seconds_sum);
-    api_text_printf(t, "memtrim_pressure_reaction_seconds_count %llu\n",
-                    (unsigned long long)cumulative);
+    api_histogram(t, "memtrim_pressure_reaction_seconds",
+                  "Time from the crossing to the start of each pressure trim.",
+                  c->pressure_reaction_hist, mt_reaction_bounds, MT_REACTION_BUCKETS,
+                  c->pressure_reaction_seconds_sum);
     if (c->pressure_reaction_last_seconds >= 0)
         api_f64(t, "memtrim_pressure_reaction_last_seconds", "gauge",
                 "Reaction time of the last pressure trim.", c->pressure_reaction_last_seconds);

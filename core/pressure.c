@@ -15,6 +15,7 @@
  *    wake it at the limit; v2 has no usage thresholds, so the zone is polled.
  *  - poll: /proc/self/statm on an adaptive timer: 2 ms while RSS moves inside
  *    the zone, backing off while it is steady.
+ * The decision itself is pressure_policy.c's (pure functions).
  * A read-only or missing cgroup filesystem is no error: it polls, and says
  * so at info level. The housekeeper wakes it when the limit changes or a new
  * heap reading arrives (the releasable estimate), and PATCH /config does.
@@ -40,9 +41,6 @@
 
 #define MS (1000000LL)
 #define SEC (1000000000LL)
-#define HARD_REPEAT_NS (1 * SEC)    /* at the line: again after 1 s, doubling per futile trim */
-#define EARLY_REPEAT_NS (500 * MS)  /* by the heap estimate: 500 ms, doubling likewise */
-#define FUTILE_MAX 6
 #define POLL_FAST_NS (2 * MS)       /* RSS moving inside the zone */
 #define POLL_ZONE_MAX_NS (100 * MS) /* steady inside the zone (poll) */
 #define POLL_MOVING_NS (20 * MS)    /* moving outside the zone (poll) */
@@ -85,93 +83,6 @@ struct pressure {
     char dir[PATH_MAX]; /* the cgroup's directory, "" none */
     int cg_version;
 };
-
-/* ---- the decision --------------------------------------------------------- */
-
-uint64_t pressure_zone_floor(int64_t limit, double ratio)
-{
-    uint64_t line = (uint64_t)((double)limit * ratio), half = (uint64_t)limit / 2;
-    return line < half ? line : half;
-}
-
-static int64_t backoff(int64_t base, int futile)
-{
-    return base << (futile < FUTILE_MAX ? futile : FUTILE_MAX);
-}
-
-int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
-{
-    if (st->base_rss == 0 || in->rss < st->base_rss)
-        st->base_rss = in->rss; /* growth counts from the low-water mark */
-    if (in->limit <= 0 || in->ratio <= 0 || in->rss == 0) {
-        st->zone = 0;
-        return PRESSURE_OUTSIDE;
-    }
-    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
-    st->zone = in->rss >= pressure_zone_floor(in->limit, in->ratio);
-    if (!st->zone)
-        return PRESSURE_OUTSIDE;
-    /*
-     * Climbing: what the host took since the last pressure trim may already
-     * be free again and kept resident by glibc (a worker fills 150 MB in
-     * 20 ms), so one step of growth inside the zone is reason to trim now,
-     * as soon as the last trim ended. A step is 5 % of the limit (at least
-     * TrimMinReleasableBytes), doubled for every two trims in a row that
-     * found nothing: a host growing live memory to its limit costs a handful.
-     */
-    uint64_t step = (uint64_t)in->limit / 20;
-    if (step < in->min_releasable)
-        step = in->min_releasable;
-    step <<= (st->futile / 2 < 4 ? st->futile / 2 : 4);
-    st->due_ns = 0;
-    if (in->rss - st->base_rss >= step)
-        return PRESSURE_TRIM;
-    int64_t since = in->now_ns - st->last_trim_ns;
-    /* At the line: trim, and again while it holds, backing off while trims find nothing. */
-    if (in->rss >= line && since >= backoff(HARD_REPEAT_NS, st->futile)) {
-        st->due_ns = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
-        return PRESSURE_TRIM;
-    }
-    /* Free-but-resident memory (the last heap reading) that would cross the line if reused. */
-    if (in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
-        in->rss + in->estimate >= line && since >= backoff(EARLY_REPEAT_NS, st->futile)) {
-        int64_t due = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
-        st->due_ns = due > in->estimate_ns ? due : in->estimate_ns;
-        return PRESSURE_TRIM;
-    }
-    return PRESSURE_WATCH;
-}
-
-void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
-                         int64_t released, uint64_t min_releasable)
-{
-    st->last_trim_ns = start_ns;
-    st->base_rss = rss_after;
-    if (released < 0 || (uint64_t)released < min_releasable) {
-        if (st->futile < FUTILE_MAX)
-            st->futile++;
-    } else {
-        st->futile = 0;
-    }
-}
-
-/* When a time-based rule will next allow a trim (monotonic ns), or INT64_MAX. */
-static int64_t next_due(const struct pressure_input *in, const struct pressure_state *st)
-{
-    if (!st->zone || in->limit <= 0)
-        return INT64_MAX;
-    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
-    int early = in->estimate_known && in->estimate >= in->min_releasable && in->estimate > 0 &&
-                in->rss + in->estimate >= line;
-    int64_t due = INT64_MAX;
-    if (in->rss >= line)
-        due = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
-    if (early) {
-        int64_t e = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
-        due = e < due ? e : due;
-    }
-    return due;
-}
 
 /* ---- kernel notifications ----------------------------------------------- */
 
@@ -491,7 +402,7 @@ static int64_t next_interval(struct pressure *p, struct loop *l, const struct pr
     }
     if (t < POLL_FAST_NS)
         t = POLL_FAST_NS;
-    int64_t due = next_due(in, &l->st);
+    int64_t due = pressure_next_due(in, &l->st);
     if (due != INT64_MAX) {
         int64_t wait = due - in->now_ns;
         if (wait < t)

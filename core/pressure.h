@@ -3,7 +3,7 @@
  * within milliseconds when RSS nears the memory limit, woken by the kernel
  * where it can be (cgroup v1 memory thresholds, cgroup v2 PSI and
  * memory.events) and polling /proc/self/statm where it cannot. The decision
- * itself is pressure_decide(), a pure function. Private to core/.
+ * is pressure_policy.c's pure functions; the thread is pressure.c. Private to core/.
  */
 #ifndef MEMTRIM_PRESSURE_H
 #define MEMTRIM_PRESSURE_H
@@ -57,6 +57,9 @@ uint64_t pressure_zone_floor(int64_t limit, double ratio);
 
 /* Decide on one reading; updates st (zone, base_rss). */
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
+
+/* When a rule that waits on time (the line, the estimate) will next allow a trim, or INT64_MAX. */
+int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
 
 /* Record a pressure trim's outcome in st (futile back-off, growth base). */
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,

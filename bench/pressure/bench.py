@@ -5,7 +5,8 @@ memory cgroup, for every limit x pause x mode; then memtrim's own CPU on an
 idle host, outside the pressure zone and inside it with RSS steady.
 
 Run through bench/pressure/run.sh (root; cgroup v1 memory controller or v2).
-Cgroups are named memtrim-pressure-bench-*; each is removed after its run.
+Cgroups (tests/e2e/hosts_util.py) are named memtrim-pressure-bench-*; each is
+removed after its run.
 Prints a Markdown report on stdout.
 """
 import argparse
@@ -20,66 +21,25 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
+from hosts_util import Cgroup  # noqa: E402  (the e2e tests' cgroups: v1 or v2, removed whole)
+
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 TCMALLOC = LIBDIR / "libtcmalloc_minimal.so.4"
 JEMALLOC = LIBDIR / "libjemalloc.so.2"
 WORKLOAD = ["--workers", "8", "--study-mb", "150", "--keep-percent", "2", "--concurrency", "1"]
 SUMMARY = re.compile(r"memtrim-demo: (\d+) studies done, peak RSS (\d+) MB")
 STUDY = re.compile(r"^study (\d+) on worker", re.M)
-V1 = Path("/sys/fs/cgroup/memory")
-V2 = Path("/sys/fs/cgroup")
 PORT = int(os.environ.get("BENCH_PORT", "19050"))  # the pressure helper's range
 
 
-class Cgroup:
-    """A memory cgroup with a limit and no swap (v1 or v2)."""
-    count = 0
+def make_cgroup(limit):
+    """A memory cgroup with this limit and no swap, named for this benchmark."""
+    make_cgroup.count += 1
+    return Cgroup(f"memtrim-pressure-bench-{os.getpid()}-{make_cgroup.count}", limit)
 
-    def __init__(self, limit):
-        Cgroup.count += 1
-        name = f"memtrim-pressure-bench-{os.getpid()}-{Cgroup.count}"
-        if (V1 / "memory.limit_in_bytes").exists():
-            self.v, self.path = 1, V1 / name
-            self.path.mkdir()
-            (self.path / "memory.limit_in_bytes").write_text(str(limit))
-            memsw = self.path / "memory.memsw.limit_in_bytes"
-            if memsw.exists():
-                memsw.write_text(str(limit))
-        else:
-            sub = V2 / "cgroup.subtree_control"
-            if "memory" not in sub.read_text().split():
-                sub.write_text("+memory")
-            self.v, self.path = 2, V2 / name
-            self.path.mkdir()
-            (self.path / "memory.max").write_text(str(limit))
-            if (self.path / "memory.swap.max").exists():
-                (self.path / "memory.swap.max").write_text("0")
 
-    def wrap(self, args):
-        procs = self.path / "cgroup.procs"
-        return ["/bin/sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "cg"] + [str(a) for a in args]
-
-    def peak(self):
-        f = self.path / ("memory.max_usage_in_bytes" if self.v == 1 else "memory.peak")
-        return int(f.read_text()) if f.exists() else None
-
-    def remove(self):
-        for _ in range(100):
-            pids = (self.path / "cgroup.procs").read_text().split()
-            if not pids:
-                break
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.05)
-        for _ in range(100):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.05)
+make_cgroup.count = 0
 
 
 def memtrim_env(build, tmp, limit=None, poll=False, port=0):
@@ -114,11 +74,12 @@ TITLES = {
 def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
     limit = limit_mb << 20
     extra_env, extra_args = MODES[mode](build, tmp, limit)
-    cg = Cgroup(limit)
+    cg = make_cgroup(limit)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
-    env.update(extra_env)
-    args = [build / "memtrim-demo", "--no-memtrim", *WORKLOAD, "--pause-ms", str(pause),
+    # The mode's environment reaches the demo alone, not the shell that joins the cgroup.
+    args = ["/usr/bin/env", *[f"{k}={v}" for k, v in extra_env.items()],
+            build / "memtrim-demo", "--no-memtrim", *WORKLOAD, "--pause-ms", str(pause),
             "--studies", str(studies), *extra_args]
     log = Path(tmp) / f"cell-{limit_mb}-{pause}-{mode}.log"
     t0 = time.monotonic()
@@ -130,7 +91,7 @@ def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
             p.kill()
             rc = p.wait()
     wall = time.monotonic() - t0
-    peak = cg.peak()
+    peak = cg.peak_bytes()
     cg.remove()
     out = log.read_text(errors="replace")
     done = len(STUDY.findall(out))
@@ -183,10 +144,11 @@ def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
     limit = limit_mb << 20
     port = PORT + (1 if poll else 0)
     extra_env, _ = memtrim_env(build, tmp, limit, poll=poll, port=port)
-    cg = Cgroup(limit)
+    cg = make_cgroup(limit)
     env = dict(os.environ)
-    env.update(extra_env)
-    args = [build / "memtrim-demo", "--no-memtrim", "--workers", "8", "--study-mb", str(study_mb),
+    env.pop("LD_PRELOAD", None)
+    args = ["/usr/bin/env", *[f"{k}={v}" for k, v in extra_env.items()],
+            build / "memtrim-demo", "--no-memtrim", "--workers", "8", "--study-mb", str(study_mb),
             "--keep-percent", "100", "--pause-ms", "3600000", "--studies", "0"]
     log = Path(tmp) / f"idle-{study_mb}-{int(poll)}.log"
     with open(log, "w") as f:

@@ -22,6 +22,7 @@
 #include "probe.h"
 #include "snapshot.h"
 #include "trim.h"
+#include "start.h"
 
 #define MIB (1 << 20)
 #define SEC 1000000000LL
@@ -216,16 +217,6 @@ static void test_refault_real(void)
 }
 
 /* ---- a running instance ------------------------------------------------------------ */
-
-static struct memtrim *start(const char *json)
-{
-    struct memtrim *mt = NULL;
-    char *err = NULL;
-    int rc = mt_create(json, &mt, &err);
-    CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
-    free(err);
-    return mt;
-}
 
 static void patch(struct memtrim *mt, const char *json)
 {

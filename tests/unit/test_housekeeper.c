@@ -12,16 +12,7 @@
 #include "core.h"
 #include "harness.h"
 #include "probe.h"
-
-static struct memtrim *start(const char *json)
-{
-    struct memtrim *mt = NULL;
-    char *err = NULL;
-    int rc = mt_create(json, &mt, &err);
-    CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
-    free(err);
-    return mt;
-}
+#include "start.h"
 
 static uint64_t trims(struct memtrim *mt, int trigger)
 {

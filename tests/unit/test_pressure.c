@@ -17,6 +17,7 @@
 #include "harness.h"
 #include "pressure.h"
 #include "probe.h"
+#include "start.h"
 
 #define MB (1024ULL * 1024ULL)
 #define MSN (1000000LL)
@@ -97,16 +98,6 @@ static void test_decide(void)
     CHECK_EQ_INT(est.due_ns, -5 * MSN); /* from the heap reading that showed it */
     in.estimate = 100 * MB; /* 350 MB: short of the line */
     CHECK_EQ_INT(pressure_decide(&in, &est), PRESSURE_WATCH);
-}
-
-static struct memtrim *start(const char *json)
-{
-    struct memtrim *mt = NULL;
-    char *err = NULL;
-    int rc = mt_create(json, &mt, &err);
-    CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
-    free(err);
-    return mt;
 }
 
 static struct mt_counters counters(struct memtrim *mt)
