@@ -408,6 +408,31 @@ int config_parse(const char *json, struct mt_config *cfg, char **err)
     return rc;
 }
 
+/*
+ * A patch takes the shapes the configuration file does: the keys themselves,
+ * or {"MemoryTrim": {...}}. In a patch nothing may stand beside the wrapper
+ * (there is no host configuration around it: another key would be ignored).
+ * NULL (with *err) when the wrapper has company.
+ */
+static const cJSON *patch_section(const cJSON *doc, char **err)
+{
+    const cJSON *section = cJSON_GetObjectItemCaseSensitive(doc, "MemoryTrim");
+    const cJSON *item;
+
+    if (!cJSON_IsObject(doc) || section == NULL)
+        return doc;
+    cJSON_ArrayForEach(item, doc)
+    {
+        if (item != section) {
+            *err = errf("configuration: key %s stands beside MemoryTrim: send either "
+                        "{\"MemoryTrim\": {...}} alone or the keys themselves",
+                        item->string ? item->string : "?");
+            return NULL;
+        }
+    }
+    return section;
+}
+
 int config_patch(struct mt_config *cfg, const char *json, char **err)
 {
     cJSON *doc = NULL;
@@ -420,7 +445,8 @@ int config_patch(struct mt_config *cfg, const char *json, char **err)
     }
     if ((rc = parse_doc(json, &doc, err)))
         return rc;
-    rc = config_apply(doc, cfg, 1, err);
+    const cJSON *section = patch_section(doc, err);
+    rc = section ? config_apply(section, cfg, 1, err) : -EINVAL;
     cJSON_Delete(doc);
     return rc;
 }

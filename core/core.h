@@ -6,6 +6,7 @@
 #ifndef MEMTRIM_CORE_H
 #define MEMTRIM_CORE_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "config.h"
 #include "types.h"
@@ -49,6 +50,8 @@ void mt_destroy(struct memtrim *mt);
 int mt_suspend(struct memtrim *mt);
 int mt_resume(struct memtrim *mt);
 int mt_http_port(const struct memtrim *mt);
+/* The address the server bound, "host:port" (server_address); -ENOENT without one. */
+int mt_http_address(const struct memtrim *mt, char *buf, size_t size);
 
 /*
  * The shared snapshot for readers (/memory/stats, /metrics): refreshed at most

@@ -305,6 +305,11 @@ int mt_http_port(const struct memtrim *mt)
     return mt ? mt->http_port : -1;
 }
 
+int mt_http_address(const struct memtrim *mt, char *buf, size_t size)
+{
+    return mt ? server_address(mt->server, buf, size) : -ENOENT;
+}
+
 void mt_config_get(struct memtrim *mt, struct mt_config *out)
 {
     pthread_mutex_lock(&mt->cfg_lock);

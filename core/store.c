@@ -93,6 +93,11 @@ static int store_open(struct memtrim *mt, struct store_state *st, int64_t now)
         store_failed(mt, st, now, "cannot be opened", rc, err);
         return rc;
     }
+    int64_t max_id = 0;
+    if (db_writer_max_trim_id(st->db, &max_id, &err) == 0)
+        trim_ids_above(&mt->trims, max_id); /* ids stay unique even if the clock went back */
+    else
+        free(err);
     atomic_fetch_add(&mt->db_generation, 1);
     store_recovered(mt, st);
     return 0;

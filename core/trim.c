@@ -15,7 +15,12 @@
 int trim_service_init(struct trim_service *ts)
 {
     memset(ts, 0, sizeof(*ts));
-    ts->next_id = 1;
+    /* Trim ids are unique for the life of the store, across restarts: they
+     * count up from the wall clock in ms at start (one trim at a time, manual
+     * ones rate-limited: they cannot outrun the clock between two runs), and
+     * from above the store's largest id once it is open (a clock set back). */
+    int64_t now = mt_now_ms();
+    ts->next_id = now > 0 ? now : 1;
     if (pthread_mutex_init(&ts->lock, NULL))
         return -ENOMEM;
     if (pthread_cond_init(&ts->done, NULL)) {
@@ -23,6 +28,14 @@ int trim_service_init(struct trim_service *ts)
         return -ENOMEM;
     }
     return 0;
+}
+
+void trim_ids_above(struct trim_service *ts, int64_t max_id)
+{
+    pthread_mutex_lock(&ts->lock);
+    if (max_id >= ts->next_id && max_id < INT64_MAX)
+        ts->next_id = max_id + 1;
+    pthread_mutex_unlock(&ts->lock);
 }
 
 void trim_service_destroy(struct trim_service *ts)

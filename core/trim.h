@@ -47,6 +47,9 @@ struct trim_service {
 int trim_service_init(struct trim_service *ts);
 void trim_service_destroy(struct trim_service *ts);
 
+/* The next trim id will be above max_id (the store's largest, read when it opens). */
+void trim_ids_above(struct trim_service *ts, int64_t max_id);
+
 enum trim_mode {
     TRIM_WAIT_IF_BUSY = 1, /* coalesce onto a running trim (manual requests) */
 };

@@ -42,6 +42,9 @@ void db_writer_close(struct db_writer *w);
  */
 const char *db_writer_reader_path(const struct db_writer *w);
 
+/* The largest trim id (trims.seq) in the store, 0 when it holds none. */
+int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err);
+
 /*
  * Buffer a sample / a trim; written in the current batch transaction (begun
  * here when none is open; committed by db_writer_flush, or here once it

@@ -175,6 +175,25 @@ const char *db_writer_reader_path(const struct db_writer *w)
     return w->reader_path;
 }
 
+int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = db_prepare(w->db, "SELECT coalesce(max(seq), 0) FROM trims", &st, err);
+
+    *max_id = 0;
+    if (rc < 0)
+        return rc;
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *max_id = sqlite3_column_int64(st, 0);
+        rc = 0;
+    } else {
+        rc = db_fail_sql(err, w->db, rc, "read the last trim id");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Roll the open batch back, if any: the writer is clean for the next one. */
 static void db_writer_abort(struct db_writer *w)
 {

@@ -38,6 +38,14 @@ MEMTRIM_API int memtrim_http_port(const memtrim_t *mt)
     return mt_http_port(mt);
 }
 
+MEMTRIM_API int memtrim_http_address(const memtrim_t *mt, char *buf, size_t size)
+{
+    if (!mt || !buf || size == 0)
+        return -EINVAL;
+    buf[0] = '\0';
+    return mt_http_address(mt, buf, size);
+}
+
 MEMTRIM_API const char *memtrim_version(void)
 {
     return MEMTRIM_VERSION;

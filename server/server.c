@@ -413,6 +413,21 @@ int server_port(const struct server *s)
     return s ? s->port : -1;
 }
 
+int server_address(const struct server *s, char *buf, size_t size)
+{
+    const union MHD_DaemonInfo *info =
+        s && s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD) : NULL;
+    struct sockaddr_storage addr;
+    socklen_t len = sizeof(addr);
+    char host[INET6_ADDRSTRLEN];
+    if (info == NULL || info->listen_fd < 0 ||
+        getsockname(info->listen_fd, (struct sockaddr *)&addr, &len) != 0 ||
+        getnameinfo((struct sockaddr *)&addr, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST))
+        return -ENOENT;
+    int n = snprintf(buf, size, addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, s->port);
+    return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
 void server_stop(struct server *s)
 {
     if (s == NULL)

@@ -6,6 +6,8 @@
 #ifndef MEMTRIM_SERVER_H
 #define MEMTRIM_SERVER_H
 
+#include <stddef.h>
+
 struct memtrim;
 struct mt_config;
 struct server;
@@ -19,6 +21,10 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
 
 /* The bound port. */
 int server_port(const struct server *s);
+
+/* The bound address, numeric, with its port ("127.0.0.1:8043", "[::1]:8043"),
+ * read from the listening socket. 0, -ENOENT (no server or socket), -ENAMETOOLONG. */
+int server_address(const struct server *s, char *buf, size_t size);
 
 /* Stop the daemon (waits for running handlers) and free; accepts NULL. */
 void server_stop(struct server *s);

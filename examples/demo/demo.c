@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,7 +41,7 @@
 #endif
 
 struct options {
-    const char *lib, *config, *port_file;
+    const char *lib, *config, *port_file, *state_dir;
     int workers, study_mb, keep_permille, concurrency, pause_ms, studies, quiet, no_memtrim;
     int canary, seconds, trim_loop_ms, live_mb;
     int trim_each;
@@ -51,6 +52,7 @@ struct abi {
     int (*start)(const char *, memtrim_t **, char **);
     void (*stop)(memtrim_t *);
     int (*port)(const memtrim_t *);
+    int (*address)(const memtrim_t *, char *, size_t); /* NULL in an older library */
     const char *(*version)(void);
     void (*free_)(void *);
 };
@@ -88,6 +90,9 @@ static void usage(FILE *f)
             "  --studies N          studies to run, then exit; 0 = until signalled (0)\n"
             "  --port-file PATH     write memtrim's HTTP port there once it listens\n"
             "  --quiet              no line per study\n"
+            "  --state-dir DIR      directory for memtrim's state: a relative \"Database\"\n"
+            "                       (memtrim.sqlite by default) is created there; made if\n"
+            "                       missing (default: the current directory)\n"
             "  --seconds N          run N seconds, then exit (0 = no limit) (0)\n"
             "  --canary             a thread allocates and frees a small block every ms from its\n"
             "                       own arena and times it; latencies and throughput at the end\n"
@@ -123,6 +128,7 @@ static int parse_args(int argc, char **argv)
         {"seconds", required_argument, 0, 'S'},  {"canary", no_argument, 0, 'Y'},
         {"trim-loop-ms", required_argument, 0, 'T'}, {"live-mb", required_argument, 0, 'L'},
         {"trim-each", no_argument, 0, 'E'},
+        {"state-dir", required_argument, 0, 'D'},
         {0, 0, 0, 0}};
     int c, pct = 2;
     opt.lib = getenv("MEMTRIM_LIB") ? getenv("MEMTRIM_LIB") : MEMTRIM_DEFAULT_LIB;
@@ -139,6 +145,7 @@ static int parse_args(int argc, char **argv)
         case 'p': rc = parse_int("pause-ms", optarg, 0, 3600000, &opt.pause_ms); break;
         case 'N': rc = parse_int("studies", optarg, 0, 1000000000, &opt.studies); break;
         case 'P': opt.port_file = optarg; break;
+        case 'D': opt.state_dir = optarg; break;
         case 'q': opt.quiet = 1; break;
         case 'S': rc = parse_int("seconds", optarg, 0, 1000000000, &opt.seconds); break;
         case 'Y': opt.canary = 1; break;
@@ -172,12 +179,75 @@ static int abi_load(struct abi *a)
     a->stop = (void (*)(memtrim_t *))dlsym(a->handle, "memtrim_stop");
     a->port = (int (*)(const memtrim_t *))dlsym(a->handle, "memtrim_http_port");
     a->version = (const char *(*)(void))dlsym(a->handle, "memtrim_version");
+    a->address = (int (*)(const memtrim_t *, char *, size_t))dlsym(a->handle,
+                                                                   "memtrim_http_address");
     a->free_ = (void (*)(void *))dlsym(a->handle, "memtrim_free");
     if (!a->start || !a->stop || !a->port || !a->version || !a->free_) {
         fprintf(stderr, "memtrim-demo: %s lacks the memtrim C ABI\n", opt.lib);
         return -1;
     }
     return 0;
+}
+
+/*
+ * --state-dir: make it (and its parents) and work from it, so that memtrim's
+ * relative paths (the "Database") land there. The library, the configuration
+ * and the port file are resolved before.
+ */
+static int enter_state_dir(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
+        fprintf(stderr, "memtrim-demo: --state-dir: path too long\n");
+        return -1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                fprintf(stderr, "memtrim-demo: --state-dir: cannot create %s: %s\n", path,
+                        strerror(errno));
+                return -1;
+            }
+            *p = c;
+            if (c == '\0')
+                break;
+        }
+    }
+    if (chdir(dir) != 0) {
+        fprintf(stderr, "memtrim-demo: --state-dir: cannot enter %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A relative --port-file, made absolute before --state-dir changes directory. */
+static char *absolute(const char *path)
+{
+    char cwd[4096];
+    char *out = NULL;
+    if (path == NULL || path[0] == '/' || getcwd(cwd, sizeof(cwd)) == NULL)
+        return path ? strdup(path) : NULL;
+    if (asprintf(&out, "%s/%s", cwd, path) < 0)
+        return NULL;
+    return out;
+}
+
+/* What the user should open: the address memtrim bound (wildcards said so). */
+static void print_address(struct abi *a, memtrim_t *mt)
+{
+    char addr[128];
+    int port = a->port(mt);
+    if (a->address == NULL || a->address(mt, addr, sizeof(addr)) != 0)
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+    if (strncmp(addr, "0.0.0.0:", 8) == 0 || strncmp(addr, "[::]:", 5) == 0)
+        printf("memtrim %s: API on every address (%s); from this machine: "
+               "http://127.0.0.1:%d/ (try: curl http://127.0.0.1:%d/memory/stats)\n",
+               a->version(), addr, port, port);
+    else
+        printf("memtrim %s: API on http://%s/ (try: curl http://%s/memory/stats)\n",
+               a->version(), addr, addr);
 }
 
 /* --config takes inline JSON or a file. */
@@ -368,9 +438,13 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 
+    char *port_file = absolute(opt.port_file);
+    opt.port_file = port_file;
     if (!opt.no_memtrim) {
         char *config = read_config(opt.config), *err = NULL;
         if ((opt.config && !config) || abi_load(&abi))
+            return 1;
+        if (opt.state_dir && enter_state_dir(opt.state_dir))
             return 1;
         int rc = abi.start(config, &mt, &err);
         free(config);
@@ -380,9 +454,7 @@ int main(int argc, char **argv)
             return 1;
         }
         if (mt && abi.port(mt) > 0) {
-            printf("memtrim %s: API on http://127.0.0.1:%d/ (try: curl "
-                   "http://127.0.0.1:%d/memory/stats)\n",
-                   abi.version(), abi.port(mt), abi.port(mt));
+            print_address(&abi, mt);
             if (opt.port_file && write_port_file(abi.port(mt)))
                 status = 1;
         }
@@ -464,6 +536,7 @@ int main(int argc, char **argv)
     for (int i = 0; live && i < opt.live_mb; i++)
         free(live[i]);
     free(live);
+    free(port_file);
     /* The library stays loaded: a host unloads it only after stop, and need not at all. */
     return status;
 }

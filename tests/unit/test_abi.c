@@ -19,6 +19,7 @@ static void (*stop_)(memtrim_t *);
 static int (*suspend_)(memtrim_t *);
 static int (*resume_)(memtrim_t *);
 static int (*port_)(const memtrim_t *);
+static int (*address_)(const memtrim_t *, char *, size_t);
 static const char *(*version_)(void);
 static void (*free_)(void *);
 
@@ -66,6 +67,14 @@ static void test_lifecycle(void)
     CHECK_EQ_INT(start_("{\"HttpPort\": 0, \"Database\": \"\"}", &mt, &err), 0);
     CHECK(mt && port_(mt) > 0);
     CHECK_EQ_INT(http_get(port_(mt), "/healthz"), 200);
+    /* the address bound, read from the socket: loopback and the port */
+    char addr[64], want[64], tiny[4];
+    snprintf(want, sizeof(want), "127.0.0.1:%d", port_(mt));
+    CHECK_EQ_INT(address_(mt, addr, sizeof(addr)), 0);
+    CHECK_MSG(strcmp(addr, want) == 0, "address %s, want %s", addr, want);
+    CHECK_EQ_INT(address_(mt, tiny, sizeof(tiny)), -ENAMETOOLONG);
+    CHECK_EQ_INT(address_(NULL, addr, sizeof(addr)), -EINVAL);
+    CHECK_EQ_INT(address_(mt, NULL, 0), -EINVAL);
     stop_(mt);
     stop_(NULL); /* accepted */
     CHECK_EQ_INT(port_(NULL), -1);
@@ -161,10 +170,11 @@ int main(void)
     suspend_ = (int (*)(memtrim_t *))dlsym(h, "memtrim_suspend");
     resume_ = (int (*)(memtrim_t *))dlsym(h, "memtrim_resume");
     port_ = (int (*)(const memtrim_t *))dlsym(h, "memtrim_http_port");
+    address_ = (int (*)(const memtrim_t *, char *, size_t))dlsym(h, "memtrim_http_address");
     version_ = (const char *(*)(void))dlsym(h, "memtrim_version");
     free_ = (void (*)(void *))dlsym(h, "memtrim_free");
-    CHECK(start_ && stop_ && suspend_ && resume_ && port_ && version_ && free_);
-    if (!start_ || !stop_ || !suspend_ || !resume_ || !port_ || !version_ || !free_)
+    CHECK(start_ && stop_ && suspend_ && resume_ && port_ && address_ && version_ && free_);
+    if (!start_ || !stop_ || !suspend_ || !resume_ || !port_ || !address_ || !version_ || !free_)
         return harness_end();
     RUN(test_lifecycle);
     RUN(test_errors);

@@ -202,6 +202,20 @@ static void test_patch(void)
     CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSecnds\": 1}", &err), -EINVAL);
     CHECK_CONTAINS(err, "did you mean TrimIntervalSeconds?");
     free(err);
+    /* the configuration file's wrapper is accepted too, alone */
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryTrim\": {\"TrimIntervalSeconds\": 9}}", &err), 0);
+    CHECK(cfg.trim_interval_seconds == 9);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryTrim\": {\"HttpPort\": 1}}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "HttpPort cannot be changed at run time");
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryTrim\": {}, \"TrimIntervalSeconds\": 3}", &err),
+                 -EINVAL);
+    CHECK_CONTAINS(err, "TrimIntervalSeconds stands beside MemoryTrim");
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryTrim\": 5}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "must be a JSON object");
+    free(err);
+    CHECK(cfg.trim_interval_seconds == 9);
     CHECK(config_key_is_runtime("TrimIntervalSeconds"));
     CHECK(!config_key_is_runtime("Database"));
     (void)before;
