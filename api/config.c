@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "core.h"
@@ -23,6 +24,13 @@ int api_config_get(const struct server_request *req, struct server_reply *rep)
 
 int api_config_patch(const struct server_request *req, struct server_reply *rep)
 {
+    /* The parser stops at a NUL: what follows one would be ignored, not checked. */
+    const char *nul = memchr(req->body, '\0', req->body_len);
+    if (nul != NULL)
+        return server_reply_error(rep, 400, "bad_body",
+                                  "PATCH /config: the body holds a NUL byte at offset %zu; "
+                                  "send a JSON object and nothing else",
+                                  (size_t)(nul - req->body));
     cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
     if (doc == NULL || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);

@@ -58,10 +58,14 @@ static int api_series_parse(const struct server_request *req, struct api_series_
             p->until_ms > API_SERIES_SPAN_DEFAULT_MS ? p->until_ms - API_SERIES_SPAN_DEFAULT_MS : 0;
     if (p->until_ms <= p->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
+    /* since >= 0 and until > since, so span is in (0, INT64_MAX]: no sum below may
+     * add to it (span + 299 overflowed for since=0&until=INT64_MAX). */
     int64_t span = p->until_ms - p->since_ms;
     if (p->step_ms == 0) {
-        int64_t step = (span + API_SERIES_BUCKETS_TARGET - 1) / API_SERIES_BUCKETS_TARGET;
-        p->step_ms = step <= 1000 ? 1000 : (step + 999) / 1000 * 1000;
+        int64_t step = span / API_SERIES_BUCKETS_TARGET + (span % API_SERIES_BUCKETS_TARGET != 0);
+        if (step > API_SERIES_STEP_MAX_MS)
+            step = API_SERIES_STEP_MAX_MS; /* a multiple of 1000: the rounding below keeps it */
+        p->step_ms = step <= 1000 ? 1000 : (step / 1000 + (step % 1000 != 0)) * 1000;
     }
     int64_t buckets = span / p->step_ms + (span % p->step_ms != 0);
     if (buckets > API_SERIES_BUCKETS_MAX) {

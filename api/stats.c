@@ -9,6 +9,8 @@
 #include "api.h"
 
 #include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "core.h"
 #include "tunables.h"
@@ -97,6 +99,13 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
     api_json_int_or_null(root, "memory_limit_bytes", s->memory_limit_bytes,
                          s->memory_limit_bytes >= 0, &failed);
     api_json_num(root, "cheap_probe_duration_seconds", (double)c->duration_ns / 1e9, &failed);
+    if (c->read_errno != 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "reading /proc/self failed: %s", strerror(-c->read_errno));
+        api_json_str(root, "probe_error", why, &failed);
+    } else {
+        api_json_null(root, "probe_error", &failed);
+    }
 
     api_json_int_or_null(root, "heap_timestamp_ms", h->timestamp_ms, heap, &failed);
     api_json_int_or_null(root, "heap_age_ms", s->heap_age_ms, heap, &failed);

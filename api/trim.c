@@ -25,8 +25,10 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
     api_json_num(o, "duration_seconds", (double)t->duration_ns / 1e9, &failed);
     api_json_int(o, "rss_before_bytes", (int64_t)t->rss_before_bytes, &failed);
     api_json_int(o, "rss_after_bytes", (int64_t)t->rss_after_bytes, &failed);
-    api_json_int(o, "heap_free_before_bytes", (int64_t)t->heap_free_before_bytes, &failed);
-    api_json_int(o, "heap_free_after_bytes", (int64_t)t->heap_free_after_bytes, &failed);
+    api_json_int_or_null(o, "heap_free_before_bytes", (int64_t)t->heap_free_before_bytes,
+                         !t->heap_skipped, &failed);
+    api_json_int_or_null(o, "heap_free_after_bytes", (int64_t)t->heap_free_after_bytes,
+                         !t->heap_skipped, &failed);
     api_json_int(o, "released_bytes", t->released_bytes, &failed);
     api_json_int(o, "malloc_trim_result", t->malloc_trim_ret, &failed);
     api_json_int(o, "pad_bytes", (int64_t)t->pad_bytes, &failed);

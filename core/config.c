@@ -30,6 +30,11 @@ struct config_key {
     int secret;  /* redacted when printed */
     int nullable; /* JSON null means the default ("none"/"auto") */
     const char *choices; /* KEY_STRING: the accepted values, "|"-separated; NULL = any */
+    /* Bounds for PATCH /config only (0 = none): an HTTP client may not set a value that
+     * would hurt the host (a nonzero value below patch_floor, one above patch_max); the
+     * configuration file, the operator's, may. 0 stays allowed where it means "off". */
+    double patch_floor, patch_max;
+    int zero_off; /* 0 turns the feature off (rather than meaning "no limit") */
 };
 
 #define OFF(f) offsetof(struct mt_config, f)
@@ -50,7 +55,7 @@ static const struct config_key keys[] = {
     {.name = "ReadRequiresAuth", .type = KEY_BOOL, .offset = OFF(read_requires_auth), .min = 0,
      .max = 1, .def_num = 0},
     {.name = "TrimIntervalSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_interval_seconds),
-     .min = 0, .max = 86400 * 7, .def_num = 30, .runtime = 1},
+     .min = 0, .max = 86400 * 7, .def_num = 30, .runtime = 1, .patch_floor = 1, .zero_off = 1},
     {.name = "TrimPadBytes", .type = KEY_INT64, .offset = OFF(trim_pad_bytes), .min = 0,
      .max = MAXB, .def_num = 0, .runtime = 1},
     {.name = "TrimMinReleasableBytes", .type = KEY_INT64,
@@ -60,28 +65,29 @@ static const struct config_key keys[] = {
      .offset = OFF(trim_releasable_trigger_bytes), .min = 0, .max = MAXB, .def_num = 64 * MIB,
      .runtime = 1},
     {.name = "TrimMinGapSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_min_gap_seconds),
-     .min = 0, .max = 86400, .def_num = 5, .runtime = 1},
+     .min = 0, .max = 86400, .def_num = 5, .runtime = 1, .patch_floor = 1},
     {.name = "MemoryLimitBytes", .type = KEY_INT64, .offset = OFF(memory_limit_bytes), .min = 0,
      .max = MAXB, .def_num = 0, .runtime = 1, .nullable = 1},
     {.name = "PressureRatio", .type = KEY_DOUBLE, .offset = OFF(pressure_ratio), .min = 0,
      .max = 1, .def_num = 0.9, .runtime = 1},
     {.name = "SampleIntervalSeconds", .type = KEY_DOUBLE, .offset = OFF(sample_interval_seconds),
-     .min = 0, .max = 86400, .def_num = 10, .runtime = 1},
+     .min = 0, .max = 86400, .def_num = 10, .runtime = 1, .patch_floor = 1, .zero_off = 1},
     {.name = "ProbeBudgetPercent", .type = KEY_DOUBLE, .offset = OFF(probe_budget_percent),
-     .min = 0.001, .max = 10, .def_num = 0.1, .runtime = 1},
+     .min = 0.001, .max = 10, .def_num = 0.1, .runtime = 1, .patch_max = 1},
     {.name = "StatsMaxAgeMs", .type = KEY_INT, .offset = OFF(stats_max_age_ms), .min = 0,
-     .max = 3600000, .def_num = 1000, .runtime = 1},
+     .max = 3600000, .def_num = 1000, .runtime = 1, .patch_floor = 100},
     {.name = "ManualTrimMinIntervalMs", .type = KEY_INT,
      .offset = OFF(manual_trim_min_interval_ms), .min = 0, .max = 3600000, .def_num = 1000,
-     .runtime = 1},
+     .runtime = 1, .patch_floor = 250},
     {.name = "Database", .type = KEY_STRING, .offset = OFF(database), .size = SZ(database),
      .def_str = "memtrim.sqlite", .nullable = 1},
     {.name = "RetentionHours", .type = KEY_DOUBLE, .offset = OFF(retention_hours), .min = 0.01,
-     .max = 24 * 3650, .def_num = 168, .runtime = 1},
+     .max = 24 * 3650, .def_num = 168, .runtime = 1, .patch_floor = 1},
     {.name = "FollowFork", .type = KEY_BOOL, .offset = OFF(follow_fork), .min = 0, .max = 1,
      .def_num = 0},
-    {.name = "MaxConnections", .type = KEY_INT, .offset = OFF(max_connections), .min = 1,
-     .max = 100000, .def_num = 1024},
+    /* 0 = auto: a small share of the process's descriptors (server.c, server_limits). */
+    {.name = "MaxConnections", .type = KEY_INT, .offset = OFF(max_connections), .min = 0,
+     .max = 100000, .def_num = 0},
     {.name = "MaxConnectionsPerIp", .type = KEY_INT, .offset = OFF(max_connections_per_ip),
      .min = 0, .max = 100000, .def_num = 0},
     {.name = "ConnectionTimeoutSeconds", .type = KEY_INT,
@@ -109,6 +115,12 @@ static const struct config_key keys[] = {
      .runtime = 1, .nullable = 1},
     {.name = "MallocTopPadBytes", .type = KEY_INT64, .offset = OFF(malloc_top_pad_bytes),
      .min = 0, .max = 2147483647.0, .def_num = -1, .runtime = 1, .nullable = 1},
+    {.name = "RequestTimeoutSeconds", .type = KEY_INT, .offset = OFF(request_timeout_seconds),
+     .min = 1, .max = 3600, .def_num = 10},
+    {.name = "AllowUnauthenticatedRemote", .type = KEY_BOOL,
+     .offset = OFF(allow_unauthenticated_remote), .min = 0, .max = 1, .def_num = 0},
+    {.name = "AuthTokenFile", .type = KEY_STRING, .offset = OFF(auth_token_file),
+     .size = SZ(auth_token_file), .def_str = "", .nullable = 1},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -257,7 +269,7 @@ static const char *type_name(enum key_type t)
 
 /* Check one value against its key; store it into cfg when store is set. */
 static int apply_value(const struct config_key *k, const cJSON *v, struct mt_config *cfg,
-                       char **err)
+                       int patch, char **err)
 {
     char *p = (char *)cfg + k->offset;
 
@@ -302,6 +314,23 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
                     k->min, k->max);
         return -EINVAL;
     }
+    double cur = k->type == KEY_INT      ? *(int *)p
+                 : k->type == KEY_INT64 ? (double)*(int64_t *)p
+                                        : *(double *)p;
+    if (patch && d == cur)
+        patch = 0; /* what is in effect already (perhaps from the file): no change to refuse */
+    if (patch && k->patch_floor > 0 && d < k->patch_floor && !(d == 0 && k->zero_off)) {
+        *err = errf("configuration key %s: %.17g is below %.17g, the least PATCH /config may "
+                    "set (it protects the host)%s",
+                    k->name, d, k->patch_floor, k->zero_off ? "; 0 turns it off" : "");
+        return -EINVAL;
+    }
+    if (patch && k->patch_max > 0 && d > k->patch_max) {
+        *err = errf("configuration key %s: %.17g is above %.17g, the most PATCH /config may set "
+                    "(it protects the host)",
+                    k->name, d, k->patch_max);
+        return -EINVAL;
+    }
     if (k->type == KEY_INT)
         *(int *)p = (int)d;
     else if (k->type == KEY_INT64)
@@ -323,6 +352,10 @@ static int check_relations(const struct mt_config *cfg, char **err)
         *err = errf("configuration key HttpBind: must not be empty");
         return -EINVAL;
     }
+    if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
+        *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
+        return -EINVAL;
+    }
     if (cfg->pressure_ratio > 0 && cfg->pressure_ratio < 0.1) {
         *err = errf("configuration key PressureRatio: %.3g is too low to be useful (use 0 to "
                     "disable pressure trims, or a value in [0.1, 1])",
@@ -342,6 +375,7 @@ int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, 
         *err = errf("configuration: the MemoryTrim section must be a JSON object");
         return -EINVAL;
     }
+    unsigned char seen[NKEYS] = {0};
     cJSON_ArrayForEach(item, section)
     {
         const char *name = item->string ? item->string : "";
@@ -360,7 +394,11 @@ int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, 
                         name);
             return -EINVAL;
         }
-        int rc = apply_value(k, item, &tmp, err);
+        if (seen[k - keys]++) {
+            *err = errf("configuration key %s is given more than once", name);
+            return -EINVAL;
+        }
+        int rc = apply_value(k, item, &tmp, runtime_only, err);
         if (rc)
             return rc;
     }
@@ -467,12 +505,13 @@ cJSON *config_to_json(const struct mt_config *cfg)
         case KEY_INT:
             v = cJSON_CreateNumber(*(const int *)p);
             break;
-        case KEY_INT64: /* a negative nullable value is "unset": null */
-            if (k->nullable && *(const int64_t *)p < 0)
-                v = cJSON_CreateNull();
-            else
-                v = cJSON_CreateNumber((double)*(const int64_t *)p);
+        case KEY_INT64: { /* a negative nullable value is "unset": null; the rest exact
+                           * (cJSON would print 2^53 as 9.00719925474099e+15) */
+            char num[24];
+            snprintf(num, sizeof(num), "%lld", (long long)*(const int64_t *)p);
+            v = k->nullable && *(const int64_t *)p < 0 ? cJSON_CreateNull() : cJSON_CreateRaw(num);
             break;
+        }
         case KEY_DOUBLE:
             v = cJSON_CreateNumber(*(const double *)p);
             break;

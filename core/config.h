@@ -34,9 +34,12 @@ struct mt_config {
     char database[MT_CONFIG_STR_MAX]; /* "" = no store */
     double retention_hours;
     int follow_fork;       /* LD_PRELOAD: restart in a forked child */
-    int max_connections;
-    int max_connections_per_ip;
-    int connection_timeout_seconds;
+    int max_connections;        /* 0 = auto (server.c) */
+    int max_connections_per_ip; /* 0 = auto */
+    int connection_timeout_seconds; /* idle time */
+    int request_timeout_seconds;    /* a whole request must arrive within this */
+    int allow_unauthenticated_remote;
+    char auth_token_file[MT_CONFIG_STR_MAX]; /* "" = none; read at start (token.c) */
     char allocator[32]; /* "auto", "glibc", "jemalloc", "tcmalloc", "mimalloc" */
     /* what trimming may cost the host (cost.c) */
     double trim_busy_cpu_percent;  /* periodic/burst trims wait while the host's CPU share is above; 0 = never */
@@ -74,6 +77,14 @@ int config_patch(struct mt_config *cfg, const char *json, char **err);
 
 /* The effective configuration as a JSON object (CamelCase keys); the token is redacted. */
 struct cJSON *config_to_json(const struct mt_config *cfg);
+
+/*
+ * AuthTokenFile (token.c): when set, read the token from that file into
+ * cfg->auth_token. Refuses a file its group or others may use (as ssh does),
+ * one of another user, an empty or malformed token. 0, or a negative errno
+ * with *err (caller frees).
+ */
+int config_read_token_file(struct mt_config *cfg, char **err);
 
 /* The closest known key to `key` (for "did you mean"), or NULL. */
 const char *config_closest_key(const char *key);

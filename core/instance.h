@@ -40,6 +40,8 @@ struct memtrim {
     pthread_mutex_t cfg_lock;
     struct mt_config cfg;
     uint64_t cfg_generation; /* bumped by PATCH /config; the housekeeper re-reads */
+    int64_t patch_logged_ns;    /* cfg_lock: when a PATCH was last logged (rate limit) */
+    unsigned patch_unlogged;    /* cfg_lock: PATCHes since then, not logged */
 
     struct snapshot_cache cache;
     struct trim_service trims;

@@ -21,6 +21,8 @@
 #include "advice.h"
 #include "tunables.h"
 
+#define PATCH_LOG_EVERY_NS (10 * 1000000000LL)
+
 static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
 static int instance_running;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -154,7 +156,7 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     *out = NULL;
     if (err)
         *err = NULL;
-    if ((rc = config_parse(config_json, &cfg, &e)))
+    if ((rc = config_parse(config_json, &cfg, &e)) || (rc = config_read_token_file(&cfg, &e)))
         goto fail;
     if (!cfg.enabled) {
         mt_log(MT_LOG_INFO, "core", "disabled by configuration (Enabled: false)");
@@ -319,18 +321,36 @@ void mt_config_get(struct memtrim *mt, struct mt_config *out)
 
 int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 {
+    /* One log line per PATCH_LOG_EVERY_NS at most: a client looping on PATCH must not
+     * flood the host's log; the line counts the changes it stands for. */
+    unsigned unlogged = 0;
+    int log = 0;
     pthread_mutex_lock(&mt->cfg_lock);
     struct mt_config next = mt->cfg;
     int rc = config_patch(&next, json, err);
     if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
         rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
     if (rc == 0) {
+        int64_t now = mt_mono_ns();
         mt->cfg = next;
         mt->cfg_generation++;
+        if (mt->patch_logged_ns == 0 || now - mt->patch_logged_ns >= PATCH_LOG_EVERY_NS) {
+            log = 1;
+            unlogged = mt->patch_unlogged;
+            mt->patch_unlogged = 0;
+            mt->patch_logged_ns = now;
+        } else {
+            mt->patch_unlogged++;
+        }
     }
     pthread_mutex_unlock(&mt->cfg_lock);
-    if (rc == 0) {
+    if (log && unlogged)
+        mt_log(MT_LOG_INFO, "config",
+               "runtime configuration changed (and %u more time(s) since the last such line)",
+               unlogged);
+    else if (log)
         mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
+    if (rc == 0) {
         housekeeper_wake(mt);
         pressure_wake(mt);
     }

@@ -3,11 +3,13 @@
  * memory cgroup (v1 or v2) and the allocator's stats through its back end
  * (alloc.h: glibc's mallinfo2, jemalloc's epoch + stats.*, ...). Runs on
  * whichever thread asks (housekeeper, HTTP workers through snapshot.c); keeps
- * no state and takes no locks of its own: the allocators' stats calls take
- * their arena locks, which is why snapshot.c rations them.
+ * only the open /proc files (atomics, below) and takes no locks of its own:
+ * the allocators' stats calls take their arena locks, which is why
+ * snapshot.c rations them.
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +21,70 @@
 #include "probe.h"
 
 #define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */
+
+/*
+ * The /proc files read on every probe stay open and are read with pread
+ * from offset 0: a host at its descriptor limit (a client holding every
+ * connection it can) must not blind memtrim, nor make it report 0 bytes.
+ * Opened at start (probe_proc_open), lock-free (atomics: a fork may happen
+ * at any moment, and a lock held then would stay held in the child). A
+ * forked child opens its own, since /proc/self was resolved at open time;
+ * it leaves its parent's three (close-on-exec) descriptors alone rather than
+ * race a reader.
+ */
+enum { PROC_STATM, PROC_STATUS, PROC_STAT, PROC_NFILES };
+static const char *const proc_paths[PROC_NFILES] = {"/proc/self/statm", "/proc/self/status",
+                                                    "/proc/self/stat"};
+static _Atomic pid_t proc_pid;
+static _Atomic int proc_fd[PROC_NFILES] = {-1, -1, -1};
+
+/* The kept descriptor of one file, opened on first use; a negative errno if it cannot be. */
+static int proc_get(int which)
+{
+    pid_t pid = getpid(), seen = atomic_load(&proc_pid);
+    if (seen != pid && atomic_compare_exchange_strong(&proc_pid, &seen, pid))
+        for (int i = 0; i < PROC_NFILES; i++)
+            atomic_store(&proc_fd[i], -1);
+    int fd = atomic_load(&proc_fd[which]);
+    if (fd >= 0)
+        return fd;
+    fd = open(proc_paths[which], O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int expected = -1;
+    if (!atomic_compare_exchange_strong(&proc_fd[which], &expected, fd)) {
+        close(fd); /* another thread opened it first */
+        return expected;
+    }
+    return fd;
+}
+
+void probe_proc_open(void)
+{
+    for (int i = 0; i < PROC_NFILES; i++)
+        proc_get(i);
+}
+
+/* Read one of the kept files whole into buf; a negative errno on failure. */
+static ssize_t read_proc(int which, char *buf, size_t size)
+{
+    ssize_t n, total = 0;
+    int fd = proc_get(which);
+    if (fd < 0)
+        return fd;
+    while ((size_t)total < size - 1) {
+        n = pread(fd, buf + total, size - 1 - (size_t)total, total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        total += n;
+    }
+    buf[total] = '\0';
+    return total;
+}
 
 /* Read a small file into buf (NUL-terminated) with plain syscalls, no allocation. */
 static ssize_t read_small(const char *path, char *buf, size_t size)
@@ -52,7 +118,7 @@ uint64_t probe_rss(void)
 {
     char buf[128];
     unsigned long size, resident;
-    if (read_small("/proc/self/statm", buf, sizeof(buf)) <= 0)
+    if (read_proc(PROC_STATM, buf, sizeof(buf)) <= 0)
         return 0;
     if (sscanf(buf, "%lu %lu", &size, &resident) != 2)
         return 0;
@@ -64,8 +130,9 @@ static int read_stat(uint64_t *minflt, uint64_t *majflt, int64_t *cpu_ns)
 {
     char buf[1024];
     unsigned long mi, ma, ut, st;
-    if (read_small("/proc/self/stat", buf, sizeof(buf)) <= 0)
-        return -EIO;
+    ssize_t n = read_proc(PROC_STAT, buf, sizeof(buf));
+    if (n <= 0)
+        return n < 0 ? (int)n : -EIO;
     const char *p = strrchr(buf, ')');
     if (!p)
         return -EIO;
@@ -97,8 +164,9 @@ int probe_stat(struct probe_stat *out)
     unsigned long mi, ut, st;
     long rss;
     memset(out, 0, sizeof(*out));
-    if (read_small("/proc/self/stat", buf, sizeof(buf)) <= 0)
-        return -EIO;
+    ssize_t n = read_proc(PROC_STAT, buf, sizeof(buf));
+    if (n <= 0)
+        return n < 0 ? (int)n : -EIO;
     const char *p = strrchr(buf, ')');
     if (!p)
         return -EIO;
@@ -252,18 +320,25 @@ int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
     out->timestamp_ms = mt_now_ms();
     out->cgroup_usage_bytes = -1;
     out->cgroup_limit_bytes = -1;
-    out->rss_bytes = probe_rss();
-    if (read_small("/proc/self/status", buf, sizeof(buf)) > 0) {
+    ssize_t n = read_proc(PROC_STATM, buf, sizeof(buf));
+    unsigned long size, resident;
+    if (n > 0 && sscanf(buf, "%lu %lu", &size, &resident) == 2)
+        out->rss_bytes = (uint64_t)resident * (uint64_t)page_size();
+    else
+        rc = out->read_errno = n < 0 ? (int)n : -EIO;
+    n = read_proc(PROC_STATUS, buf, sizeof(buf));
+    if (n > 0) {
         out->rss_anon_bytes = status_kb(buf, "RssAnon:");
         out->rss_file_bytes = status_kb(buf, "RssFile:");
         out->rss_shmem_bytes = status_kb(buf, "RssShmem:");
         out->swap_bytes = status_kb(buf, "VmSwap:");
         out->vm_size_bytes = status_kb(buf, "VmSize:");
-    } else {
-        rc = -EIO;
+    } else if (rc == 0) {
+        rc = out->read_errno = n < 0 ? (int)n : -EIO;
     }
-    if (read_stat(&out->minor_faults, &out->major_faults, NULL))
-        rc = -EIO;
+    int st = read_stat(&out->minor_faults, &out->major_faults, NULL);
+    if (st && rc == 0)
+        rc = out->read_errno = st;
     if (cg && cg->version) {
         out->cgroup_version = cg->version;
         out->cgroup_usage_bytes = read_int_file(cg->usage_path);

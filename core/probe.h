@@ -26,6 +26,9 @@ int probe_cgroup_init(struct probe_cgroup *cg);
 /* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
 uint64_t probe_rss(void);
 
+/* Open the /proc files every probe reads, once, while descriptors are to be had (at start). */
+void probe_proc_open(void);
+
 /* Process CPU time (user + system, all threads) in ns, from /proc/self/stat; -1 on failure. */
 int64_t probe_process_cpu_ns(void);
 

@@ -32,6 +32,7 @@ int snapshot_init(struct snapshot_cache *c)
     }
     probe_cgroup_init(&c->cg); /* no cgroup is not an error */
     snapshot_set_alloc(c, &alloc_glibc);
+    probe_proc_open();
     return 0;
 }
 
@@ -85,6 +86,15 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     }
 }
 
+/* The budget gate after a call that cost what h says (its CPU, else its time). Locked. */
+static void charge_heap_locked(struct snapshot_cache *c, const struct mt_heap *h, int64_t now)
+{
+    double budget = c->budget_percent > 0 ? c->budget_percent : 0.1;
+    int64_t cost = h->cpu_ns > 0 ? h->cpu_ns : h->duration_ns;
+    int64_t from = c->heap_next_allowed_ns > now ? c->heap_next_allowed_ns : now;
+    c->heap_next_allowed_ns = from + (int64_t)((double)cost * 100.0 / budget);
+}
+
 static void count_heap_locked(struct snapshot_cache *c, const struct mt_heap *h)
 {
     double s = (double)h->duration_ns / 1e9;
@@ -111,6 +121,8 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             c->reader_heap_refused += now < c->heap_next_allowed_ns;
         }
     }
+    if (want->budget_percent > 0)
+        c->budget_percent = want->budget_percent; /* trims charge their readings at this rate */
     for (;;) {
         now = mt_mono_ns();
         do_cheap = !c->cheap_mono_ns || now - c->cheap_mono_ns > want->cheap_max_age_ns;
@@ -144,9 +156,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             /* The budget counts what the call cost (CPU inside it), not time spent
              * waiting for arena locks: that wait grows exactly when the host is busy
              * freeing, and would starve the probe when it matters most. */
-            double budget = want->budget_percent > 0 ? want->budget_percent : 0.1;
-            int64_t cost = heap.cpu_ns > 0 ? heap.cpu_ns : heap.duration_ns;
-            c->heap_next_allowed_ns = now + (int64_t)((double)cost * 100.0 / budget);
+            charge_heap_locked(c, &heap, now);
             c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
             count_heap_locked(c, &heap);
         }
@@ -181,14 +191,17 @@ void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
     if (cheap->cgroup_limit_bytes < 0)
         c->cheap.cgroup_limit_bytes = limit;
     c->cheap_mono_ns = now;
-    c->heap = *heap;
-    c->heap_mono_ns = now;
-    c->heap_rss_anon = cheap->rss_anon_bytes;
     c->trim_generation++;
-    c->nonheap_baseline = cheap->rss_anon_bytes > heap->heap_in_use_bytes
-                              ? cheap->rss_anon_bytes - heap->heap_in_use_bytes
-                              : 0;
-    count_heap_locked(c, heap);
+    if (heap != NULL) {
+        c->heap = *heap;
+        c->heap_mono_ns = now;
+        c->heap_rss_anon = cheap->rss_anon_bytes;
+        c->nonheap_baseline = cheap->rss_anon_bytes > heap->heap_in_use_bytes
+                                  ? cheap->rss_anon_bytes - heap->heap_in_use_bytes
+                                  : 0;
+        count_heap_locked(c, heap);
+        charge_heap_locked(c, heap, now);
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -196,6 +209,7 @@ void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap)
 {
     pthread_mutex_lock(&c->lock);
     count_heap_locked(c, heap);
+    charge_heap_locked(c, heap, mt_mono_ns());
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -24,6 +24,7 @@ struct snapshot_cache {
     int64_t cheap_mono_ns; /* when taken; 0 = never */
     int64_t heap_mono_ns;
     int64_t heap_next_allowed_ns; /* the budget gate */
+    double budget_percent;        /* the last ProbeBudgetPercent asked for (0 = default) */
     unsigned heap_count_since_arenas;
     int arena_count;             /* last known, -1 unknown */
     uint64_t nonheap_baseline;   /* rss_anon - heap in use right after the last trim */
@@ -55,15 +56,18 @@ void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a);
 void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
                   struct mt_snapshot *out);
 
-/* Record readings taken around a trim (they are fresh: readers get them for free). */
+/* Record readings taken around a trim (they are fresh: readers get them for free);
+ * heap NULL when the trim skipped its heap readings. The heap reading is charged to the budget. */
 void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
                          const struct mt_heap *heap);
 
-/* Count a heap probe taken outside the cache (the one before a trim). */
+/* Count a heap probe taken outside the cache (the one before a trim) and charge it to the
+ * budget. */
 void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap);
 
 /* The last known arena count (-1 unknown). */
 int snapshot_arena_count(struct snapshot_cache *c);
+
 
 /* Fill the probe counters of *out. */
 void snapshot_counters(struct snapshot_cache *c, struct mt_counters *out);

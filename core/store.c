@@ -28,10 +28,11 @@
 #define RETENTION_BATCH 2000
 #define DB_RETRY_MIN_NS (1 * SEC)
 #define DB_RETRY_MAX_NS (60 * SEC)
+#define FILE_CHECK_EVERY_NS (2 * SEC) /* is the file opened still the one at the path? */
 
 struct store_state {
     struct db_writer *db;
-    int64_t retry_at, retry_delay, next_retention;
+    int64_t retry_at, retry_delay, next_retention, next_file_check;
     char error[256]; /* the last failure, "" when healthy */
 };
 
@@ -127,6 +128,14 @@ static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now, 
 
     if (store_open(mt, st, now))
         return;
+    if (now >= st->next_file_check) {
+        /* Deleted or replaced under us: writes would go to an inode nobody can read. */
+        st->next_file_check = now + FILE_CHECK_EVERY_NS;
+        if ((rc = db_writer_check_file(st->db, &err)) != 0) {
+            store_failed(mt, st, now, "file is gone", rc, err); /* closes; reopens at the path */
+            return;
+        }
+    }
     n = trim_drain(&mt->trims, batch, 64);
     ns = take_samples(mt, samples, STORE_SAMPLE_QUEUE);
     nr = trim_drain_refaults(&mt->trims, refaults, 16);

@@ -54,9 +54,15 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     memset(r, 0, sizeof(*r));
     r->trigger = trigger;
     r->pad_bytes = pad;
-    probe_heap(sc->alloc, &before, 0);
-    snapshot_count_heap(sc, &before);
-    r->heap_free_before_bytes = before.heap_free_bytes;
+    /* mallinfo2 takes every arena lock too: the trim's two readings are charged to the
+     * ProbeBudgetPercent budget, and skipped (heap_skipped) while it is spent. */
+    int64_t wait_ns;
+    r->heap_skipped = snapshot_budget_check(sc, &wait_ns) != 0;
+    if (!r->heap_skipped) {
+        probe_heap(sc->alloc, &before, 0);
+        snapshot_count_heap(sc, &before);
+        r->heap_free_before_bytes = before.heap_free_bytes;
+    }
     r->rss_before_bytes = probe_rss();
 
     r->start_ms = mt_now_ms();
@@ -66,14 +72,15 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     r->duration_ns = mt_mono_ns() - t0;
 
     probe_cheap(&sc->cg, &cheap_after);
-    probe_heap(sc->alloc, &after, 0);
+    if (!r->heap_skipped)
+        probe_heap(sc->alloc, &after, 0);
     r->rss_after_bytes = cheap_after.rss_bytes;
     r->minflt_after = cheap_after.minor_faults;
     r->arena_count = snapshot_arena_count(sc);
     r->refaulted_bytes = -1; /* known when its window closes (the housekeeper) */
-    r->heap_free_after_bytes = after.heap_free_bytes;
+    r->heap_free_after_bytes = r->heap_skipped ? 0 : after.heap_free_bytes;
     r->released_bytes = (int64_t)r->rss_before_bytes - (int64_t)r->rss_after_bytes;
-    snapshot_after_trim(sc, &cheap_after, &after);
+    snapshot_after_trim(sc, &cheap_after, r->heap_skipped ? NULL : &after);
 }
 
 static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
@@ -145,14 +152,14 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
         pthread_mutex_unlock(&ts->lock);
         return -EAGAIN;
     }
-    if (min_interval_ms >= 0)
-        ts->last_manual_mono_ns = now;
     ts->running = 1;
     pthread_mutex_unlock(&ts->lock);
 
     measure_trim(sc, trigger, pad, crossing_ns, &r);
 
     pthread_mutex_lock(&ts->lock);
+    if (min_interval_ms >= 0) /* the gap counts from the end: a long trim leaves a whole one */
+        ts->last_manual_mono_ns = mt_mono_ns();
     record_locked(ts, &r);
     ts->last = r;
     ts->running = 0;

@@ -24,6 +24,8 @@ struct mt_cheap {
     int64_t cgroup_limit_bytes; /* -1 no limit or unknown */
     int cgroup_version;         /* 0 none found, 1 or 2 */
     int64_t duration_ns;        /* what this reading cost */
+    int read_errno;             /* 0, or why /proc could not be read (negative errno):
+                                 * the fields above are then not to be believed */
 };
 
 #define MT_ALLOC_FIGURES 16
@@ -121,6 +123,7 @@ struct mt_trim_result {
     int arena_count;         /* arenas when it ran (-1 unknown): malloc_trim locks each in turn */
     int64_t refaulted_bytes; /* upper bound of released bytes that came back; -1 not yet known */
     uint64_t minflt_after;   /* the process's minor faults right after it (re-fault baseline) */
+    int heap_skipped;        /* the heap readings were skipped: ProbeBudgetPercent was spent */
 };
 
 /* A trim's re-fault figure, known once its window closed (queued for the store). */

@@ -46,6 +46,13 @@ const char *db_writer_reader_path(const struct db_writer *w);
 int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err);
 
 /*
+ * Whether the file opened is still the one at the path: -ENOENT with *err
+ * when it was deleted or replaced (the writes would go to a deleted inode;
+ * close and reopen). 0 for in-memory stores and URIs.
+ */
+int db_writer_check_file(struct db_writer *w, char **err);
+
+/*
  * Buffer a sample / a trim; written in the current batch transaction (begun
  * here when none is open; committed by db_writer_flush, or here once it
  * holds DB_BATCH_MAX rows). A sample is keyed by its timestamp_ms: a second

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "db_internal.h"
 
@@ -173,18 +174,47 @@ int db_step_done(sqlite3_stmt *st, const char *what, char **err)
     return ret;
 }
 
+int db_is_plain_path(const char *path)
+{
+    return !db_is_memory_path(path) && strncmp(path, "file:", 5) != 0;
+}
+
+/*
+ * Before SQLite creates anything beside it (a -journal, a -wal): a path that
+ * exists must be a regular file, not a device (/dev/full), a directory, a
+ * FIFO or a symbolic link.
+ */
+int db_check_plain_path(const char *path, char **err)
+{
+    struct stat st;
+    if (!db_is_plain_path(path) || lstat(path, &st) != 0)
+        return 0; /* a URI, or nothing there yet: SQLite creates a regular file */
+    if (S_ISREG(st.st_mode))
+        return 0;
+    return db_fail(err, -EINVAL, "%.200s is %s, not a regular file: the store needs a file of its own",
+                   path,
+                   S_ISLNK(st.st_mode)   ? "a symbolic link"
+                   : S_ISDIR(st.st_mode) ? "a directory"
+                   : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                   : S_ISFIFO(st.st_mode)                       ? "a FIFO"
+                                                                : "a special file");
+}
+
 /*
  * Open a connection with the store's settings: URI names allowed, one thread
  * at a time per connection (NOMUTEX), extended codes, a short busy timeout.
  */
 int db_connect(const char *path, int readonly, sqlite3 **out, char **err)
 {
-    int flags = SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX;
+    /* NOFOLLOW: a symbolic link planted at the path does not redirect the store. */
+    int flags = SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW;
     sqlite3 *db = NULL;
     char what[96];
     int rc;
 
     *out = NULL;
+    if ((rc = db_check_plain_path(path, err)) < 0)
+        return rc;
     flags |= readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     rc = sqlite3_open_v2(path, &db, flags, NULL);
     if (rc != SQLITE_OK) {

@@ -9,6 +9,7 @@
 
 #include <sqlite3.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "db.h"
 
 /* PRAGMA application_id of a memtrim store: "mtrm". */
@@ -64,12 +65,20 @@ enum db_wstmt {
     DB_W_COUNT
 };
 
+/* Not ":memory:" nor a "file:" URI (db_common.c). */
+int db_is_plain_path(const char *path);
+/* -EINVAL with *err when something other than a regular file is at a plain path. */
+int db_check_plain_path(const char *path, char **err);
+
 struct db_writer {
     sqlite3 *db;
     sqlite3_stmt *stmt[DB_W_COUNT];
     char *path;        /* as given to db_writer_open */
     char *reader_path; /* what readers open (a shared-cache URI for ":memory:") */
     int64_t pending;   /* rows in the open batch transaction */
+    int on_disk;       /* a plain file path: dev/ino below identify the file opened */
+    dev_t dev;
+    ino_t ino;
 };
 
 /* Reader statements: prepared on first use, [0] any trigger, [1] one trigger. */

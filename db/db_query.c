@@ -139,6 +139,7 @@ static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
     t->rss_after_bytes = (uint64_t)sqlite3_column_int64(st, 6);
     t->heap_free_before_bytes = (uint64_t)sqlite3_column_int64(st, 7);
     t->heap_free_after_bytes = (uint64_t)sqlite3_column_int64(st, 8);
+    t->heap_skipped = sqlite3_column_type(st, 7) == SQLITE_NULL;
     t->released_bytes = sqlite3_column_int64(st, 9);
     t->malloc_trim_ret = sqlite3_column_int(st, 10);
     t->pad_bytes = (uint64_t)sqlite3_column_int64(st, 11);

@@ -95,11 +95,14 @@ static int db_series_scan(sqlite3_stmt *agg, sqlite3_stmt *seek, int64_t since_m
                           size_t *n, char **err)
 {
     struct db_bucket_acc acc;
-    int64_t k = 0, a, b;
+    /* k stays below the bucket count, so k * step_ms <= until - since - 1: no sum overflows
+     * even with until near INT64_MAX. */
+    int64_t k = 0, a, b, nb = (until_ms - since_ms - 1) / step_ms + 1;
     int rc = SQLITE_DONE;
 
     *n = 0;
-    while (*n < cap && (a = since_ms + k * step_ms) < until_ms) {
+    while (*n < cap && k < nb) {
+        a = since_ms + k * step_ms;
         b = until_ms - a > step_ms ? a + step_ms : until_ms;
         rc = db_series_step(agg, a, b);
         if (rc != SQLITE_ROW)

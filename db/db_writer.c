@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "db_internal.h"
@@ -163,11 +164,31 @@ int db_writer_open(const char *path, struct db_writer **out, char **err)
         rc = db_writer_prepare(w, err);
     if (rc < 0)
         goto fail;
+    struct stat st;
+    if (db_is_plain_path(path) && stat(path, &st) == 0) {
+        w->on_disk = 1;
+        w->dev = st.st_dev;
+        w->ino = st.st_ino;
+    }
     *out = w;
     return 0;
 fail:
     db_writer_close(w);
     return rc;
+}
+
+int db_writer_check_file(struct db_writer *w, char **err)
+{
+    struct stat st;
+    if (w == NULL || !w->on_disk)
+        return 0;
+    if (stat(w->path, &st) != 0)
+        return db_fail(err, -ENOENT,
+                       "%.200s was deleted while open (%s); what was written since is lost",
+                       w->path, strerror(errno));
+    if (st.st_dev != w->dev || st.st_ino != w->ino)
+        return db_fail(err, -ENOENT, "%.200s was replaced by another file while open", w->path);
+    return 0;
 }
 
 const char *db_writer_reader_path(const struct db_writer *w)
@@ -366,8 +387,13 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
     sqlite3_bind_int64(st, 6, t->released_bytes);
     sqlite3_bind_int(st, 7, t->malloc_trim_ret);
     sqlite3_bind_int64(st, 8, t->id);
-    sqlite3_bind_int64(st, 9, (int64_t)t->heap_free_before_bytes);
-    sqlite3_bind_int64(st, 10, (int64_t)t->heap_free_after_bytes);
+    if (t->heap_skipped) { /* NULL: not measured */
+        sqlite3_bind_null(st, 9);
+        sqlite3_bind_null(st, 10);
+    } else {
+        sqlite3_bind_int64(st, 9, (int64_t)t->heap_free_before_bytes);
+        sqlite3_bind_int64(st, 10, (int64_t)t->heap_free_after_bytes);
+    }
     sqlite3_bind_int64(st, 11, (int64_t)t->pad_bytes);
     sqlite3_bind_int(st, 12, t->coalesced != 0);
     if (t->arena_count >= 0)

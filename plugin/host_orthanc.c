@@ -339,6 +339,10 @@ ORTHANC_EXPORT int32_t OrthancPluginInitialize(OrthancPluginContext *context)
     orthanc_json = OrthancPluginGetConfiguration(context);
     rc = host_read_config(orthanc_json, &cfg, &doc, &err);
     OrthancPluginFreeString(context, orthanc_json);
+    if (rc == 0 && (rc = config_read_token_file(&cfg, &err)) != 0) {
+        free(doc);
+        doc = NULL;
+    }
     if (rc) {
         /* An invalid section stops Orthanc's start, as Orthanc plugins do. */
         mt_log(MT_LOG_ERROR, "orthanc", "invalid \"MemoryTrim\" section: %s",

@@ -1,7 +1,7 @@
 /*
  * dispatch.c - generic dispatch over a route table: find the path (404), the
  * method (405 + Allow), check the token (401 + WWW-Authenticate), refuse
- * unknown or repeated query parameters (400), run the handler, and turn a
+ * cross-site writes (403), unknown or repeated query parameters (400), run the handler, and turn a
  * handler that failed without a reply into a 500. Knows nothing of MHD, so
  * unit tests drive it with their own tables. Runs on HTTP worker threads;
  * reads only its arguments; no locks.
@@ -64,6 +64,16 @@ void server_dispatch(const struct server_route *routes, size_t nroutes,
                            match->path, given ? "; the credentials given are not valid" : "");
         server_reply_header(rep, "WWW-Authenticate", "Bearer realm=\"memtrim\"%s",
                             given ? ", error=\"invalid_token\"" : "");
+        return;
+    }
+    /* A browser page must not change state here: without a token nothing else would stop it
+     * (with one, the page cannot send it: browsers never add Authorization on their own). */
+    if (match->auth == SERVER_AUTH_WRITE && req->cross_site != NULL &&
+        (token == NULL || token[0] == '\0')) {
+        server_reply_error(rep, 403, "forbidden_origin",
+                           "%s %s from a browser on another origin is refused: %s; set an "
+                           "AuthToken to allow other origins",
+                           match->method, match->path, req->cross_site);
         return;
     }
     char why[QUERY_WHY_SIZE];

@@ -31,6 +31,7 @@ struct server_request {
     const char *body; /* NUL-terminated; "" when there is none */
     size_t body_len;
     const char *accept; /* the Accept header, NULL when absent */
+    const char *cross_site; /* NULL, or why a browser sent it from another origin */
 };
 
 #define SERVER_REPLY_MAX_HEADERS 4
@@ -72,8 +73,10 @@ extern const struct server_route server_routes[];
 extern const size_t server_nroutes;
 
 /*
- * Generic dispatch over a route table: 404, 405 + Allow, 401, unknown query
- * parameters (400), then the handler; a handler that fails without a reply
+ * Generic dispatch over a route table: 404, 405 + Allow, 401, a cross-site
+ * request to a state-changing (SERVER_AUTH_WRITE) route without a token
+ * configured (403, whatever the method), unknown query parameters (400),
+ * then the handler; a handler that fails without a reply
  * gives 500. `token` is "" when no token is configured. Always fills *rep.
  */
 void server_dispatch(const struct server_route *routes, size_t nroutes,

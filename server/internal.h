@@ -7,7 +7,10 @@
 #define MEMTRIM_SERVER_INTERNAL_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "http.h"
 
 struct MHD_Daemon;
 struct db_reader;
@@ -21,6 +24,50 @@ struct server_readers {
     uint64_t generation; /* the store opening the idle readers belong to */
 };
 
+/* The request deadline (watchdog.c): one entry per open connection. */
+struct server_conn {
+    struct server_conn *prev, *next;
+    int fd;
+    int64_t deadline_ns; /* 0 = not waiting for a request (handler or reply running) */
+};
+
+struct server_watchdog {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+    pthread_t thread;
+    int started, stop, idle;
+    int64_t timeout_ns;
+    struct server_conn head; /* the list's sentinel */
+    uint64_t cut;            /* connections cut at their deadline */
+};
+
+int server_watchdog_start(struct server_watchdog *w, int timeout_seconds);
+void server_watchdog_stop(struct server_watchdog *w); /* after MHD has stopped */
+struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd); /* armed */
+void server_watchdog_remove(struct server_watchdog *w, struct server_conn *c);
+void server_watchdog_arm(struct server_watchdog *w, struct server_conn *c, int on);
+uint64_t server_watchdog_cut(struct server_watchdog *w);
+
+/* A request as received (server.c from MHD, or the fuzzer): header values NULL when absent. */
+struct server_input {
+    const char *method;
+    const char *uri; /* the raw request target: path[?query], not decoded */
+    const char *host;
+    const char *origin;
+    const char *fetch_site; /* Sec-Fetch-Site */
+    const char *authorization;
+    const char *accept;
+    const char *body; /* NUL-terminated */
+    size_t body_len;
+};
+
+/* Run one request through the checks and the route table (request.c); always fills *rep. */
+void server_process(struct server *s, const struct server_input *in, struct server_reply *rep);
+
+int server_host_is_local(const char *host);
+const char *server_cross_site(const char *host, const char *origin, const char *fetch_site,
+                              char *why, size_t whylen);
+
 struct server {
     struct MHD_Daemon *daemon;
     struct memtrim *mt;
@@ -29,6 +76,7 @@ struct server {
     int read_requires_auth;
     int loopback;   /* bound to a loopback address: only local names may be the Host */
     struct server_readers readers;
+    struct server_watchdog watchdog;
 };
 
 void server_readers_init(struct server_readers *p);

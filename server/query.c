@@ -90,6 +90,29 @@ static char *query_decode(struct query *q, const char *s, size_t n, int *bad)
     return dst;
 }
 
+int query_decode_path(const char *raw, size_t n, char *out, size_t size)
+{
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (j + 1 >= size)
+            return -E2BIG;
+        if (raw[i] != '%') {
+            if (raw[i] == '\0')
+                return -EINVAL;
+            out[j++] = raw[i];
+            continue;
+        }
+        int hi = i + 2 < n ? query_hex(raw[i + 1]) : -1;
+        int lo = i + 2 < n ? query_hex(raw[i + 2]) : -1;
+        if (hi < 0 || lo < 0 || (hi == 0 && lo == 0))
+            return -EINVAL;
+        out[j++] = (char)(hi * 16 + lo);
+        i += 2;
+    }
+    out[j] = '\0';
+    return 0;
+}
+
 int query_parse(struct query *q, const char *raw, size_t len)
 {
     size_t i = 0;

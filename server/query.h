@@ -47,6 +47,13 @@ int query_add(struct query *q, const char *key, const char *value);
  */
 int query_parse(struct query *q, const char *raw, size_t len);
 
+/*
+ * Decode a raw URI path (%XX, no '+' rule) into out (size bytes with the
+ * NUL). Returns 0, -EINVAL for a bad escape or a NUL (%00), -E2BIG when it
+ * does not fit.
+ */
+int query_decode_path(const char *raw, size_t n, char *out, size_t size);
+
 /* The value of key, NULL when absent (the first one if repeated). */
 const char *query_get(const struct query *q, const char *key);
 

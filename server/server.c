@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,16 +33,8 @@
 /* Per-connection memory: caps the request line, the URL and the headers. */
 #define SERVER_CONN_MEMORY (32 * 1024)
 
-/* The state of a request that has a body (req_cls). */
-struct server_upload {
-    char *body;
-    size_t len;
-    int too_large;
-};
-
-/* req_cls of a request without a body (no allocation for those), and of one refused early. */
-static char server_no_upload;
-static char server_too_large_upload;
+/* Body bytes read and dropped past SERVER_BODY_MAX before the connection is cut. */
+#define SERVER_DROP_MAX (1024 * 1024)
 
 static char *server_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static char *server_strdupf(const char *fmt, ...)
@@ -76,13 +69,6 @@ static void server_mhd_panic(void *cls, const char *file, unsigned int line, con
            file ? file : "?", line, reason ? reason : "no reason given");
 }
 
-static enum MHD_Result server_query_add(void *cls, enum MHD_ValueKind kind, const char *key,
-                                        const char *value)
-{
-    query_add(cls, key, value);
-    return MHD_YES;
-}
-
 /* Turn a reply into an MHD response and queue it. */
 static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_reply *rep)
 {
@@ -108,108 +94,78 @@ static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_re
     return ret;
 }
 
-/*
- * A loopback name, with or without a port: localhost (also "localhost.",
- * localhost6, localhost.localdomain), 127.x.y.z, or an IPv6 loopback literal
- * in brackets ([::1], [0:0:0:0:0:0:0:1], [::ffff:127.0.0.1]).
- */
-static int server_host_is_local(const char *host)
+/* The state of one request (req_cls), from its request line (MHD's URI log callback) on. */
+struct server_call {
+    char *uri; /* the raw request target, as received */
+    char *body;
+    size_t len;
+    int begun;     /* the first call (headers only) has been seen */
+    int too_large; /* more body than SERVER_BODY_MAX: refused, the rest dropped */
+    int replied;   /* a reply is queued already (413) */
+    size_t dropped; /* body bytes read past the cap */
+};
+
+static void *server_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    static const char *const names[] = {"localhost", "localhost6", "localhost.localdomain",
-                                        "ip6-localhost", NULL};
-    char name[256];
-    size_t n;
-    if (host[0] == '[') {
-        const char *end = strchr(host, ']');
-        struct in6_addr a6;
-        n = end ? (size_t)(end - host - 1) : 0;
-        if (n == 0 || n >= sizeof(name) || (end[1] != '\0' && end[1] != ':'))
-            return 0;
-        memcpy(name, host + 1, n);
-        name[n] = '\0';
-        if (inet_pton(AF_INET6, name, &a6) != 1)
-            return 0;
-        return IN6_IS_ADDR_LOOPBACK(&a6) ||
-               (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    struct server_call *c = calloc(1, sizeof(*c));
+    if (c != NULL && (c->uri = strdup(uri)) == NULL) {
+        free(c);
+        c = NULL;
     }
-    n = strcspn(host, ":");
-    if (n == 0 || n >= sizeof(name))
-        return 0;
-    memcpy(name, host, n);
-    name[n] = '\0';
-    if (name[n - 1] == '.') /* a fully qualified name, as curl sends "localhost." */
-        name[--n] = '\0';
-    for (int i = 0; names[i]; i++)
-        if (strcasecmp(name, names[i]) == 0)
-            return 1;
-    struct in_addr a4;
-    return n >= 4 && strncmp(name, "127.", 4) == 0 && inet_pton(AF_INET, name, &a4) == 1;
+    return c; /* NULL: out of memory; the access handler then cuts the connection */
 }
 
-/*
- * Without a token, a server on loopback trusts whoever can connect: then a
- * browser page must not reach it by another name (DNS rebinding) nor send it
- * writes from another site. Returns 0, or 403 filled in rep.
- */
-static int server_check_origin(const struct server *s, struct MHD_Connection *conn,
-                               const char *method, struct server_reply *rep)
+static struct server_conn *server_conn_of(struct MHD_Connection *conn)
 {
-    if (s->token[0] != '\0' || !s->loopback)
-        return 0;
-    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    if (host != NULL && !server_host_is_local(host)) {
-        server_reply_error(rep, 403, "forbidden_host",
-                           "Host '%.100s' is not a loopback name; this server answers to "
-                           "localhost and 127.0.0.1 only unless an AuthToken is set",
-                           host);
-        return 403;
-    }
-    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
-    if (origin != NULL && strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
-        const char *o = strstr(origin, "://");
-        if (o == NULL || !server_host_is_local(o + 3)) {
-            server_reply_error(rep, 403, "forbidden_origin",
-                               "a %s from the web page at '%.100s' is refused; set an AuthToken "
-                               "to allow other origins",
-                               method, origin);
-            return 403;
-        }
-    }
-    return 0;
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return i ? i->socket_context : NULL;
 }
 
-static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn, const char *url,
-                                     const char *method, const char *body, size_t body_len)
+/* Connections start and end: list them with the watchdog (the request deadline). */
+static void server_notify_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                                     enum MHD_ConnectionNotificationCode code)
 {
-    struct query q;
-    query_init(&q);
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, server_query_add, &q);
+    struct server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *i =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = i ? server_watchdog_add(&s->watchdog, i->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        server_watchdog_remove(&s->watchdog, *socket_context);
+        *socket_context = NULL;
+    }
+}
 
-    struct server_request req = {
-        .mt = s->mt,
-        .srv = s,
+static const char *server_header(struct MHD_Connection *conn, const char *name)
+{
+    return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
+}
+
+static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn,
+                                     const char *method, const struct server_call *c)
+{
+    struct server_input in = {
         .method = method,
-        .path = url,
-        .query = &q,
-        .body = body,
-        .body_len = body_len,
-        .accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT),
+        .uri = c->uri,
+        .host = server_header(conn, MHD_HTTP_HEADER_HOST),
+        .origin = server_header(conn, "Origin"),
+        .fetch_site = server_header(conn, "Sec-Fetch-Site"),
+        .authorization = server_header(conn, MHD_HTTP_HEADER_AUTHORIZATION),
+        .body = c->body ? c->body : "",
+        .body_len = c->len,
+        .accept = server_header(conn, MHD_HTTP_HEADER_ACCEPT),
     };
     struct server_reply rep;
-    memset(&rep, 0, sizeof(rep));
-    if (server_check_origin(s, conn, method, &rep) == 0) {
-        const char *authorization =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-        server_dispatch(server_routes, server_nroutes, &req, authorization, s->token,
-                        s->read_requires_auth, &rep);
-    }
+    server_process(s, &in, &rep);
     return server_send(conn, &rep);
 }
 
-static enum MHD_Result server_too_large(struct MHD_Connection *conn)
+static enum MHD_Result server_too_large(struct MHD_Connection *conn, struct server_call *c)
 {
     struct server_reply rep;
     memset(&rep, 0, sizeof(rep));
+    c->replied = 1;
     server_reply_error(&rep, 413, "body_too_large", "request bodies are limited to %d bytes",
                        SERVER_BODY_MAX);
     return server_send(conn, &rep);
@@ -220,27 +176,49 @@ static enum MHD_Result server_too_large(struct MHD_Connection *conn)
  * (MHD closes the connection after a reply queued this early), except 413
  * for a declared body over the cap: then closing is what we want.
  */
-static enum MHD_Result server_begin(struct MHD_Connection *conn, void **req_cls)
+static enum MHD_Result server_begin(struct MHD_Connection *conn, struct server_call *c)
 {
-    const char *length =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *chunked =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *length = server_header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int64_t declared = 0;
+    c->begun = 1;
     if (length != NULL && query_parse_int(length, &declared) != 0)
         declared = INT64_MAX;
-    if (chunked == NULL && declared == 0) {
-        *req_cls = &server_no_upload;
+    if (declared > SERVER_BODY_MAX) {
+        c->too_large = 1;
+        return server_too_large(conn, c);
+    }
+    return MHD_YES;
+}
+
+/*
+ * Take a piece of the body. Past the cap the rest is read and dropped, for
+ * a 413 at its end (MHD can reply only then); past SERVER_DROP_MAX more, or
+ * at the request deadline, an endless body gets its connection cut.
+ */
+static enum MHD_Result server_upload(struct MHD_Connection *conn, struct server_call *c,
+                                     const char *data, size_t *size)
+{
+    size_t n = *size;
+    *size = 0;
+    if (c->too_large) {
+        c->dropped += n;
+        return c->replied || c->dropped <= SERVER_DROP_MAX ? MHD_YES : MHD_NO;
+    }
+    if (n > SERVER_BODY_MAX - c->len) {
+        c->too_large = 1;
+        c->dropped = n;
+        free(c->body);
+        c->body = NULL;
+        c->len = 0;
         return MHD_YES;
     }
-    if (declared > SERVER_BODY_MAX) {
-        *req_cls = &server_too_large_upload;
-        return server_too_large(conn);
-    }
-    struct server_upload *up = calloc(1, sizeof(*up));
-    if (up == NULL)
+    char *grown = realloc(c->body, c->len + n + 1);
+    if (grown == NULL)
         return MHD_NO;
-    *req_cls = up;
+    memcpy(grown + c->len, data, n);
+    c->body = grown;
+    c->len += n;
+    c->body[c->len] = '\0';
     return MHD_YES;
 }
 
@@ -250,50 +228,35 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
                                      void **req_cls)
 {
     struct server *s = cls;
-    if (*req_cls == NULL)
-        return server_begin(conn, req_cls);
-    if (*req_cls == &server_no_upload || *req_cls == &server_too_large_upload) {
-        if (*upload_data_size > 0) {
-            *upload_data_size = 0; /* an undeclared body, or one after a 413: dropped */
-            return MHD_YES;
-        }
-        if (*req_cls == &server_too_large_upload)
-            return MHD_YES;
-        return server_handle(s, conn, url, method, "", 0);
-    }
-    struct server_upload *up = *req_cls;
-    if (*upload_data_size > 0) {
-        size_t n = *upload_data_size;
-        *upload_data_size = 0;
-        if (up->too_large || up->len + n > SERVER_BODY_MAX) {
-            up->too_large = 1;
-            free(up->body);
-            up->body = NULL;
-            return MHD_YES;
-        }
-        char *grown = realloc(up->body, up->len + n + 1);
-        if (grown == NULL)
-            return MHD_NO;
-        memcpy(grown + up->len, upload_data, n);
-        up->body = grown;
-        up->len += n;
-        up->body[up->len] = '\0';
+    struct server_call *c = *req_cls;
+    if (c == NULL)
+        return MHD_NO; /* no memory for the request's state: cut the connection */
+    if (!c->begun)
+        return server_begin(conn, c);
+    if (*upload_data_size > 0)
+        return server_upload(conn, c, upload_data, upload_data_size);
+    if (c->replied)
         return MHD_YES;
-    }
-    if (up->too_large)
-        return server_too_large(conn);
-    return server_handle(s, conn, url, method, up->body ? up->body : "", up->len);
+    if (c->too_large)
+        return server_too_large(conn, c);
+    /* The request is here whole: its deadline stops while it runs and replies. */
+    server_watchdog_arm(&s->watchdog, server_conn_of(conn), 0);
+    return server_handle(s, conn, method, c);
 }
 
 static void server_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                              enum MHD_RequestTerminationCode toe)
 {
-    if (*req_cls != NULL && *req_cls != &server_no_upload && *req_cls != &server_too_large_upload) {
-        struct server_upload *up = *req_cls;
-        free(up->body);
-        free(up);
+    struct server *s = cls;
+    struct server_call *c = *req_cls;
+    if (c != NULL) {
+        free(c->uri);
+        free(c->body);
+        free(c);
     }
     *req_cls = NULL;
+    /* A kept-alive connection waits for its next request: the deadline runs again. */
+    server_watchdog_arm(&s->watchdog, server_conn_of(conn), 1);
 }
 
 /* Resolve HttpBind:HttpPort (numeric addresses or names such as "localhost"). */
@@ -336,6 +299,35 @@ static int server_bind_errno(const struct sockaddr_storage *addr, socklen_t addr
     return e;
 }
 
+static int server_addr_is_loopback(const struct sockaddr_storage *addr)
+{
+    if (addr->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+    if (addr->ss_family != AF_INET6)
+        return 0;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+/*
+ * Connection limits. Every connection holds one of the host's descriptors,
+ * and the host needs them more than we do: by default (MaxConnections 0) at
+ * most 1/16 of the soft RLIMIT_NOFILE, never more than 64 (two dashboards,
+ * Prometheus and a few curls use fewer than 10), at least 4; at 1024, the
+ * common default, that is 64. One address may hold half of them
+ * (MaxConnectionsPerIp 0), so that no single client takes them all.
+ */
+static void server_limits(const struct mt_config *cfg, unsigned *conns, unsigned *per_ip)
+{
+    struct rlimit rl;
+    rlim_t share = 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 16 < share)
+        share = rl.rlim_cur / 16 < 4 ? 4 : rl.rlim_cur / 16;
+    *conns = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : (unsigned)share;
+    *per_ip = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip
+                                               : (*conns + 1) / 2;
+}
+
 static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_config *cfg,
                                               const struct sockaddr_storage *addr)
 {
@@ -343,15 +335,17 @@ static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
-    unsigned limit = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : 256;
-    unsigned per_ip = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip : 0;
+    unsigned limit, per_ip;
+    server_limits(cfg, &limit, &per_ip);
     unsigned timeout =
         cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
     MHD_set_panic_func(server_mhd_panic, NULL);
     return MHD_start_daemon(
         flags, (uint16_t)cfg->http_port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         server_mhd_log, (void *)s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-        MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s, MHD_OPTION_THREAD_POOL_SIZE,
+        MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK,
+        server_uri_log, (void *)s, MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection,
+        (void *)s, MHD_OPTION_THREAD_POOL_SIZE,
         threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
@@ -379,11 +373,36 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     s->mt = mt;
     snprintf(s->token, sizeof(s->token), "%s", cfg->auth_token);
     s->read_requires_auth = cfg->read_requires_auth;
-    s->loopback = server_host_is_local(cfg->http_bind) || strcmp(cfg->http_bind, "::1") == 0;
+    s->loopback = server_addr_is_loopback(&addr);
+    if (!s->loopback && s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {
+        rc = -EPERM;
+        msg = server_strdupf(
+            "memtrim/server: HttpBind '%s' is reachable from other machines and no AuthToken "
+            "is set, so anyone there could trim and change the configuration; set AuthToken "
+            "or AuthTokenFile, bind to 127.0.0.1, or set AllowUnauthenticatedRemote to true "
+            "to accept that",
+            cfg->http_bind);
+        free(s);
+        goto fail;
+    }
+    if (!s->loopback && s->token[0] == '\0')
+        mt_log(MT_LOG_WARNING, "server",
+               "HttpBind '%s' is reachable from other machines without a token "
+               "(AllowUnauthenticatedRemote): anyone there may trim and change the configuration",
+               cfg->http_bind);
     server_readers_init(&s->readers);
+    rc = server_watchdog_start(&s->watchdog, cfg->request_timeout_seconds);
+    if (rc != 0) {
+        msg = server_strdupf("memtrim/server: cannot start the request watchdog: %s",
+                             strerror(-rc));
+        server_readers_free(&s->readers);
+        free(s);
+        goto fail;
+    }
 
     s->daemon = server_daemon_start(s, cfg, &addr);
     if (s->daemon == NULL) {
+        server_watchdog_stop(&s->watchdog);
         int e = server_bind_errno(&addr, addrlen);
         rc = e ? -e : -EIO;
         msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s",
@@ -395,8 +414,13 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : cfg->http_port;
-    mt_log(MT_LOG_INFO, "server", "serving HTTP on %s:%d with %d thread(s)", cfg->http_bind,
-           s->port, cfg->http_threads > 0 ? cfg->http_threads : 1);
+    unsigned limit, per_ip;
+    server_limits(cfg, &limit, &per_ip);
+    mt_log(MT_LOG_INFO, "server",
+           "serving HTTP on %s:%d with %d thread(s), at most %u connections (%u per address), "
+           "%d s for a request to arrive",
+           cfg->http_bind, s->port, cfg->http_threads > 0 ? cfg->http_threads : 1, limit, per_ip,
+           cfg->request_timeout_seconds);
     *out = s;
     return 0;
 
@@ -435,6 +459,7 @@ void server_stop(struct server *s)
     /* Reverse of start: the threads first (this waits for running handlers), then what they read.
      */
     MHD_stop_daemon(s->daemon);
+    server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers);
     free(s);
 }

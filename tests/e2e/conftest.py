@@ -24,11 +24,11 @@ BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
 SPEC_PATH = ROOT / "openapi.yaml"
 
 
-def find_lib():
+def find_lib(build=BUILD):
     for name in ("libmemtrim.so", "libmemtrim.so.0"):
-        if (BUILD / name).exists():
-            return BUILD / name
-    raise RuntimeError(f"no libmemtrim.so in {BUILD} (set MEMTRIM_BUILD_DIR)")
+        if (build / name).exists():
+            return build / name
+    raise RuntimeError(f"no libmemtrim.so in {build} (set MEMTRIM_BUILD_DIR)")
 
 
 class Demo:
@@ -36,21 +36,30 @@ class Demo:
     workload, stopped with SIGTERM (it must exit 0)."""
 
     def __init__(self, config, workers=2, study_mb=64, keep_percent=2, pause_ms=200,
-                 concurrency=1, studies=0, env=None):
+                 concurrency=1, studies=0, env=None, quiet=True, nofile=None, build=None):
         self.dir = tempfile.mkdtemp(prefix="memtrim-e2e-")
         self.port_file = Path(self.dir) / "port"
         self.log_path = Path(self.dir) / "demo.log"
         cfg = {"HttpPort": 0, "Database": str(Path(self.dir) / "memtrim.sqlite")}
         cfg.update(config)
         self.config = cfg
-        args = [str(BUILD / "memtrim-demo"), "--lib", str(find_lib()),
+        build = Path(build) if build else BUILD
+        args = [str(build / "memtrim-demo"), "--lib", str(find_lib(build)),
                 "--config", json.dumps(cfg), "--workers", str(workers),
                 "--study-mb", str(study_mb), "--keep-percent", str(keep_percent),
                 "--concurrency", str(concurrency), "--pause-ms", str(pause_ms),
-                "--studies", str(studies), "--port-file", str(self.port_file), "--quiet"]
+                "--studies", str(studies), "--port-file", str(self.port_file)]
+        args += ["--quiet"] if quiet else []
         self.log = open(self.log_path, "w")
+
+        def limit_fds():  # nofile: the host's soft RLIMIT_NOFILE (its hard limit unchanged)
+            import resource
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
+
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env or os.environ.copy())
+                                     env=env or os.environ.copy(),
+                                     preexec_fn=limit_fds if nofile else None)
         self.base = None
         deadline = time.time() + 20
         while time.time() < deadline:

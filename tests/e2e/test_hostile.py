@@ -1,0 +1,462 @@
+"""A hostile local client against the demo host (issue 15): every request in
+the table gets its documented status or a cut connection, while the host's
+own work goes on (its studies keep completing) and its descriptors stay
+below its limit throughout. Then the cases that need a host of their own:
+slow headers, a connection flood, endless bodies, a network bind without a
+token, the token file, the store's path, a deleted database, trims' heap
+readings on the probe budget.
+
+The host runs with a soft RLIMIT_NOFILE of 256 (so memtrim's default is 16
+connections, 8 per address) and RequestTimeoutSeconds 3.
+"""
+import json
+import os
+import socket
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Demo
+
+NOFILE = 256
+DEADLINE_S = 3  # RequestTimeoutSeconds of the hosts below
+SLACK_S = 4     # the watchdog's wake-up, MHD's close, a loaded machine
+INT64_MAX = 2**63 - 1
+
+
+class Watch(threading.Thread):
+    """Samples a host's open descriptors every 20 ms while it runs."""
+
+    def __init__(self, demo):
+        super().__init__(daemon=True)
+        self.demo = demo
+        self.max_fds = 0
+        self.done = threading.Event()
+
+    def run(self):
+        while not self.done.is_set() and self.demo.proc.poll() is None:
+            try:
+                self.max_fds = max(self.max_fds, len(os.listdir(f"/proc/{self.demo.proc.pid}/fd")))
+            except OSError:
+                pass
+            time.sleep(0.02)
+
+    def stop(self):
+        self.done.set()
+        self.join()
+
+
+def studies(demo):
+    return sum(1 for line in demo.output().splitlines() if line.startswith("study "))
+
+
+def wait_for(cond, seconds, what):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def connect(demo, src="127.0.0.1"):
+    s = socket.create_connection(("127.0.0.1", demo.port), timeout=30, source_address=(src, 0))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def read_reply(s, seconds):
+    """The status of the reply on s, or "cut" when it closes without one."""
+    s.settimeout(seconds)
+    data = b""
+    try:
+        while b"\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    except socket.timeout:
+        return "timeout"
+    if data.startswith(b"HTTP/1."):
+        return int(data.split()[1])
+    return "cut"
+
+
+def send_raw(demo, data, seconds=15):
+    s = connect(demo)
+    try:
+        try:
+            s.sendall(data)
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        return read_reply(s, seconds)
+    finally:
+        s.close()
+
+
+def req(demo, method, target, headers=None, body=b""):
+    headers = dict(headers or {})
+    head = f"{method} {target} HTTP/1.1\r\n"
+    head += f"Host: {headers.pop('Host', f'127.0.0.1:{demo.port}')}\r\nConnection: close\r\n"
+    for k, v in headers.items():
+        head += f"{k}: {v}\r\n"
+    if body or method in ("POST", "PATCH"):
+        head += f"Content-Length: {len(body)}\r\n"
+    return head.encode("latin-1") + b"\r\n" + body
+
+
+# ---- the table -------------------------------------------------------------
+
+EDGES = ["0", "-0", "1", "-1", "9223372036854775807", "9223372036854775808",
+         "-9223372036854775808", "-9223372036854775809", "99999999999999999999",
+         "18446744073709551616", "1e3", "+1", " 1", "0x10", "", "-", "1h", "-1h", "366d",
+         "367d", "999999999999999999d", "-9223372036854775807ms", "%2D1", "1%00"]
+NUMERIC = [("/memory/trims", "metric=x", "since"), ("/memory/trims", "", "until"),
+           ("/memory/trims", "", "limit"), ("/memory/series", "metric=rss_bytes", "since"),
+           ("/memory/series", "metric=rss_bytes", "until"),
+           ("/memory/series", "metric=rss_bytes", "step"), ("/memory/trim", "", "pad")]
+
+
+def cases(demo):
+    """(name, raw request, allowed outcomes)."""
+    port = demo.port
+    c = []
+    for path, base, param in NUMERIC:
+        base = "" if path == "/memory/trims" else base
+        allowed = {200, 400, 429} if path == "/memory/trim" else {200, 400}
+        for v in EDGES:
+            q = (base + "&" if base else "") + f"{param}={v.replace(' ', '%20')}"
+            c.append((f"{path} {param}={v!r}", req(demo, "POST" if path == "/memory/trim" else
+                                                    "GET", f"{path}?{q}"), allowed))
+    c += [
+        # item 2: the series overflow (UB under UBSan; a step above 366 days otherwise)
+        ("series since=0 until=INT64_MAX", req(demo, "GET", "/memory/series?metric=rss_bytes"
+                                               f"&since=0&until={INT64_MAX}"), {400}),
+        ("series near INT64_MAX", req(demo, "GET", "/memory/series?metric=rss_bytes"
+                                      f"&since={INT64_MAX - 1000}&until={INT64_MAX}&step=366d"),
+         {200}),
+        # item 6: %00 and bad escapes are a 400, not a truncated value
+        ("%00 in a value", req(demo, "GET", "/memory/trims?trigger=manual%00garbage"), {400}),
+        ("%00 in the path", req(demo, "GET", "/memory/trim%00"), {400}),
+        ("%00 in a name", req(demo, "GET", "/memory/trims?limit%00x=1"), {400}),
+        ("bad escape %zz", req(demo, "GET", "/memory/trims?since=%zz"), {400}),
+        ("truncated escape", req(demo, "GET", "/memory/trims?since=1%2"), {400}),
+        ("bad escape in path", req(demo, "GET", "/memory%2"), {400}),
+        ("empty name", req(demo, "GET", "/memory/trims?=1"), {400}),
+        ("repeated name", req(demo, "GET", "/memory/trims?limit=1&limit=2"), {400}),
+        ("thousands of parameters",
+         req(demo, "GET", "/memory/trims?" + "&".join(f"a{i}=1" for i in range(3000))),
+         {400, 414, 431, "cut"}),
+        ("oversized URL", req(demo, "GET", "/memory/stats?x=" + "a" * 40000), {414, 431, "cut"}),
+        ("oversized headers", req(demo, "GET", "/healthz",
+                                  {f"X-Pad-{i}": "b" * 500 for i in range(100)}),
+         {431, 413, "cut"}),
+        ("huge Content-Length", req(demo, "GET", "/healthz", {"Content-Length": "1" * 30}),
+         {400, 413, "cut"}),
+        ("declared body over the cap",
+         req(demo, "PATCH", "/config", {"Content-Length": "100000"}), {413, "cut"}),
+        ("nested JSON", req(demo, "PATCH", "/config", {}, b"[" * 30000), {400}),
+        ("nested objects", req(demo, "PATCH", "/config", {},
+                               b'{"a":' * 10000 + b"1" + b"}" * 10000), {400}),
+        # item 5: no client may set an interval that hurts the host
+        ("PATCH ManualTrimMinIntervalMs 0",
+         req(demo, "PATCH", "/config", {}, b'{"ManualTrimMinIntervalMs": 0}'), {400}),
+        ("PATCH StatsMaxAgeMs 0", req(demo, "PATCH", "/config", {}, b'{"StatsMaxAgeMs": 0}'),
+         {400}),
+        ("PATCH TrimMinGapSeconds 0",
+         req(demo, "PATCH", "/config", {}, b'{"TrimMinGapSeconds": 0}'), {400}),
+        ("PATCH ProbeBudgetPercent 10",
+         req(demo, "PATCH", "/config", {}, b'{"ProbeBudgetPercent": 10}'), {400}),
+        # item 6: duplicate keys, NUL and garbage
+        ("PATCH duplicate keys", req(demo, "PATCH", "/config", {},
+                                     b'{"TrimIntervalSeconds": 60, "TrimIntervalSeconds": 1}'),
+         {400}),
+        ("PATCH NUL then garbage", req(demo, "PATCH", "/config", {},
+                                       b'{"TrimIntervalSeconds": 60}\x00{"x": garbage'), {400}),
+        ("PATCH trailing garbage", req(demo, "PATCH", "/config", {},
+                                       b'{"TrimIntervalSeconds": 60} x'), {400}),
+        ("PATCH 1e999", req(demo, "PATCH", "/config", {}, b'{"TrimIntervalSeconds": 1e999}'),
+         {400}),
+        ("PATCH 2^63 pad", req(demo, "PATCH", "/config", {},
+                               b'{"TrimPadBytes": 9223372036854775808}'), {400}),
+        # item 3: cross-site requests to state-changing routes, whatever the method
+        ("GET trim, foreign Origin", req(demo, "GET", "/memory/trim",
+                                         {"Origin": "http://evil.example"}), {403}),
+        ("GET trim, Sec-Fetch-Site cross-site",
+         req(demo, "GET", "/memory/trim", {"Sec-Fetch-Site": "cross-site"}), {403}),
+        ("GET trim, Sec-Fetch-Site same-site (another local port)",
+         req(demo, "GET", "/memory/trim", {"Sec-Fetch-Site": "same-site"}), {403}),
+        ("POST trim, Origin on another local port",
+         req(demo, "POST", "/memory/trim", {"Origin": f"http://127.0.0.1:{port + 1}"}), {403}),
+        ("POST trim, Origin localhost on another port",
+         req(demo, "POST", "/memory/trim", {"Origin": "http://localhost:3000"}), {403}),
+        ("PATCH, Origin null", req(demo, "PATCH", "/config", {"Origin": "null"},
+                                   b'{"TrimIntervalSeconds": 60}'), {403}),
+        ("HEAD trim, foreign Origin", req(demo, "HEAD", "/memory/trim",
+                                          {"Origin": "http://evil.example"}), {403, 405}),
+        ("foreign Host", req(demo, "GET", "/memory/stats", {"Host": "evil.example"}), {403}),
+        ("GET trim like curl", req(demo, "GET", "/memory/trim"), {200, 429}),
+        ("POST trim from the dashboard's own origin",
+         req(demo, "POST", "/memory/trim", {"Origin": f"http://127.0.0.1:{port}",
+                                            "Sec-Fetch-Site": "same-origin"}), {200, 429}),
+        ("a read from another origin", req(demo, "GET", "/memory/stats",
+                                           {"Origin": "http://evil.example"}), {200}),
+        # odd requests
+        ("unknown method", req(demo, "BREW", "/memory/trim"), {405, 400, 501, "cut"}),
+        ("HTTP/0.9", b"GET /healthz\r\n\r\n", {400, 505, "cut"}),
+        ("no Host on HTTP/1.1", b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
+         {400, 200}),
+        ("absolute-form target", req(demo, "GET", f"http://127.0.0.1:{port}/healthz"),
+         {404, 400, 200}),
+        ("binary garbage", bytes(range(256)) * 8 + b"\r\n\r\n", {400, "cut"}),
+    ]
+    return c
+
+
+@pytest.fixture(scope="module")
+def host():
+    demo = Demo({"RequestTimeoutSeconds": DEADLINE_S, "SampleIntervalSeconds": 1},
+                workers=2, study_mb=8, pause_ms=20, quiet=False, nofile=NOFILE)
+    watch = Watch(demo)
+    watch.start()
+    yield demo, watch
+    watch.stop()
+    out = demo.output()
+    rc = demo.stop()
+    assert rc == 0, out[-3000:]
+    assert watch.max_fds < NOFILE, f"the host reached {watch.max_fds}/{NOFILE} descriptors"
+    assert "RSS -1 MB" not in out, "the host could not open a file"
+    assert "runtime error" not in out and "AddressSanitizer" not in out, out[-3000:]
+
+
+def test_table(host):
+    demo, watch = host
+    done = studies(demo)
+    failures = []
+    for name, data, allowed in cases(demo):
+        got = send_raw(demo, data)
+        if got not in allowed:
+            failures.append(f"{name}: got {got}, expected one of {sorted(map(str, allowed))}")
+        assert demo.proc.poll() is None, f"the host died at '{name}': {demo.output()[-3000:]}"
+    assert not failures, "\n".join(failures)
+    # the demo kept working meanwhile, and the configuration holds what the table allowed
+    wait_for(lambda: studies(demo) > done, 30, "a study completed")
+    cfg = demo.get("/config").json()
+    assert cfg["ManualTrimMinIntervalMs"] == 1000 and cfg["StatsMaxAgeMs"] == 1000
+    assert watch.max_fds < NOFILE
+
+
+def test_series_steps_stay_documented(host):
+    demo, _ = host
+    for since, until in [(0, 10**15), (0, 366 * 86400000 * 300), (10**12, 10**12 + 1)]:
+        r = demo.get(f"/memory/series?metric=rss_bytes&since={since}&until={until}")
+        assert r.status_code in (200, 400), r.text
+        if r.status_code == 200:
+            assert 1000 <= r.json()["step_ms"] <= 366 * 86400000
+
+
+def test_int64_config_values_print_as_integers(host):
+    demo, _ = host
+    r = demo.request("PATCH", "/config", data=b'{"TrimPadBytes": 9007199254740992}')
+    assert r.status_code == 200, r.text
+    text = demo.get("/config").text
+    assert '"TrimPadBytes":9007199254740992' in text.replace(" ", ""), text
+    demo.request("PATCH", "/config", data=b'{"TrimPadBytes": 0}')
+
+
+def test_slow_headers_are_cut_at_the_deadline(host):
+    demo, watch = host
+    s = connect(demo)
+    t0 = time.time()
+    line = b"GET /healthz HTTP/1.1\r\nX-Slow: " + b"a" * 100
+    cut_after = None
+    for b in line:  # one byte every 0.3 s: never idle, never done
+        try:
+            s.send(bytes([b]))
+        except (BrokenPipeError, ConnectionResetError):
+            cut_after = time.time() - t0
+            break
+        s.settimeout(0.3)
+        try:
+            if s.recv(1024) == b"":
+                cut_after = time.time() - t0
+                break
+        except socket.timeout:
+            pass
+        except ConnectionResetError:
+            cut_after = time.time() - t0
+            break
+    s.close()
+    assert cut_after is not None, "a slow client kept its connection past every deadline"
+    assert cut_after <= DEADLINE_S + SLACK_S, f"cut after {cut_after:.1f} s"
+
+
+def test_endless_chunked_body_is_cut(host):
+    demo, _ = host
+    s = connect(demo)
+    s.sendall(b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    t0, cut = time.time(), False
+    while time.time() - t0 < DEADLINE_S + SLACK_S + 5:
+        try:
+            s.sendall(b"10\r\n" + b"x" * 16 + b"\r\n")  # slow and endless
+        except (BrokenPipeError, ConnectionResetError):
+            cut = True
+            break
+        time.sleep(0.2)
+    s.close()
+    assert cut and time.time() - t0 <= DEADLINE_S + SLACK_S + 1
+
+
+def test_fast_huge_chunked_body(host):
+    demo, _ = host
+    s = connect(demo)
+    s.sendall(b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = b"%x\r\n" % 65536 + b"y" * 65536 + b"\r\n"
+    try:
+        for _ in range(64):  # 4 MB
+            s.sendall(chunk)
+        s.sendall(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert read_reply(s, 15) in (413, "cut")
+    s.close()
+
+
+def test_connection_flood(host):
+    """1,100 connections that each send a byte: the host keeps its descriptors, a
+    client from another address is served, and the flood is cut at the deadline."""
+    demo, watch = host
+    done = studies(demo)
+    flood = []
+    for _ in range(1100):
+        try:
+            s = connect(demo)
+            s.send(b"G")
+            flood.append(s)
+        except OSError:
+            break
+    # the flood's address is at its share; another address is served
+    other = socket.create_connection(("127.0.0.1", demo.port), timeout=10,
+                                     source_address=("127.0.0.2", 0))
+    other.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert read_reply(other, 10) == 200
+    other.close()
+    # every connection the server took is cut by the deadline (the rest were refused at once)
+    def all_closed():
+        for s in flood:
+            s.settimeout(0.001)
+            try:
+                if s.recv(1) != b"":
+                    return False
+            except socket.timeout:
+                return False
+            except OSError:
+                pass
+        return True
+    wait_for(all_closed, DEADLINE_S + SLACK_S + 5, "the flood's connections closed")
+    for s in flood:
+        s.close()
+    wait_for(lambda: studies(demo) > done, 30, "a study completed during the flood")
+    assert watch.max_fds < NOFILE // 2, f"{watch.max_fds} descriptors at the flood's height"
+    stats = demo.get("/memory/stats").json()
+    assert stats["probe_error"] is None and stats["rss_bytes"] > 0
+
+
+# ---- hosts of their own ----------------------------------------------------
+
+def test_network_bind_without_token_is_refused():
+    with pytest.raises(RuntimeError) as e:
+        Demo({"HttpBind": "0.0.0.0"}, workers=1, study_mb=1, pause_ms=1000)
+    assert "AllowUnauthenticatedRemote" in str(e.value)
+    d = Demo({"HttpBind": "0.0.0.0", "AllowUnauthenticatedRemote": True}, workers=1, study_mb=1,
+             pause_ms=1000)
+    try:
+        assert "reachable from other machines without a token" in d.output()
+    finally:
+        assert d.stop() == 0
+    d = Demo({"HttpBind": "0.0.0.0", "AuthToken": "t0k"}, workers=1, study_mb=1, pause_ms=1000)
+    try:
+        assert "without a token" not in d.output()
+    finally:
+        assert d.stop() == 0
+
+
+def test_token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("f1le-t0ken\n")
+    path.chmod(0o644)
+    with pytest.raises(RuntimeError) as e:
+        Demo({"AuthTokenFile": str(path)}, workers=1, study_mb=1, pause_ms=1000)
+    assert "chmod 600" in str(e.value)
+    path.chmod(0o600)
+    d = Demo({"AuthTokenFile": str(path)}, workers=1, study_mb=1, pause_ms=1000)
+    try:
+        assert d.request("POST", "/memory/trim").status_code == 401
+        # the scheme is case-insensitive and spaces after it are skipped (documented)
+        r = d.request("POST", "/memory/trim", headers={"Authorization": "bearer    f1le-t0ken"})
+        assert r.status_code == 200, r.text
+        assert d.get("/config").json()["AuthToken"] == "<redacted>"
+        assert "f1le-t0ken" not in d.output()
+    finally:
+        assert d.stop() == 0
+
+
+def test_store_refuses_what_is_not_a_regular_file(tmp_path):
+    target = tmp_path / "elsewhere.sqlite"
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(target)
+    fifo = tmp_path / "fifo.sqlite"
+    os.mkfifo(fifo)
+    paths = [link, fifo]
+    if os.geteuid() == 0 and os.path.exists("/dev/full"):
+        paths.append(Path("/dev/full"))
+    for p in paths:
+        d = Demo({"Database": str(p)}, workers=1, study_mb=1, pause_ms=1000)
+        try:
+            h = d.get("/healthz").json()
+            assert h["status"] == "degraded" and "regular file" in h["reason"], h
+        finally:
+            assert d.stop() == 0
+        assert not os.path.exists(str(p) + "-journal") and not os.path.exists(str(p) + "-wal")
+    assert not target.exists()
+
+
+def test_deleted_database_is_noticed_and_reopened(tmp_path):
+    db = tmp_path / "store.sqlite"
+    d = Demo({"Database": str(db), "SampleIntervalSeconds": 1}, workers=1, study_mb=1,
+             pause_ms=1000)
+    try:
+        wait_for(db.exists, 10, "the store file")
+        db.unlink()
+        seen = []
+
+        def reported():
+            h = d.get("/healthz").json()
+            seen.append(h)
+            return "deleted" in h["reason"]
+        wait_for(reported, 15, "/healthz reporting the deleted file")
+        wait_for(lambda: db.exists() and d.get("/healthz").json()["status"] == "ok", 15,
+                 "the store reopened at its path")
+        wait_for(lambda: d.get("/memory/series?metric=rss_bytes&since=-1m").json()["buckets"],
+                 15, "new samples in the new file")
+    finally:
+        assert d.stop() == 0
+
+
+def test_trim_heap_readings_spend_the_probe_budget():
+    d = Demo({"ManualTrimMinIntervalMs": 0, "ProbeBudgetPercent": 0.001,
+              "TrimIntervalSeconds": 0}, workers=1, study_mb=8, pause_ms=1000)
+    try:
+        first = d.request("POST", "/memory/trim").json()
+        second = d.request("POST", "/memory/trim").json()
+        # the first trim's two mallinfo2 calls cost ~100000 times themselves at 0.001 %
+        assert second["heap_free_before_bytes"] is None, (first, second)
+        assert second["heap_free_after_bytes"] is None
+        assert second["rss_after_bytes"] > 0
+    finally:
+        assert d.stop() == 0
