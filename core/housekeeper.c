@@ -110,7 +110,8 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
     int active = proc < 0 || st->last_proc_cpu < 0 ||
                  (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;
     struct snapshot_want want = {
-        .cheap_max_age_ns = zone ? TICK_NS / 2 : SEC,
+        /* The pressure thread reads RSS itself: the cheap part needs no more than 1 Hz. */
+        .cheap_max_age_ns = SEC,
         .heap_max_age_ns = INT64_MAX,
         .budget_percent = st->cfg.probe_budget_percent * (zone ? PRESSURE_BUDGET_FACTOR : 1.0),
         .memory_limit_cfg = st->cfg.memory_limit_bytes,

@@ -70,7 +70,7 @@ fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz
 # Each of these must exist and run under valgrind; a binary that skipped a case says so.
 valgrind_unit() {
   local t rc=0 ran=0 code
-  local tests="test_config test_probe test_trim test_housekeeper test_abi test_db test_query
+  local tests="test_config test_probe test_trim test_housekeeper test_pressure test_abi test_db test_query
     test_server_dispatch"
   for t in $tests; do
     if [ ! -x "build/$t" ]; then

@@ -83,16 +83,18 @@ def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
             "--studies", str(studies), *extra_args]
     log = Path(tmp) / f"cell-{limit_mb}-{pause}-{mode}.log"
     t0 = time.monotonic()
-    with open(log, "w") as f:
-        p = subprocess.Popen(cg.wrap(args), stdout=f, stderr=subprocess.STDOUT, env=env)
-        try:
-            rc = p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = p.wait()
-    wall = time.monotonic() - t0
-    peak = cg.peak_bytes()
-    cg.remove()
+    try:
+        with open(log, "w") as f:
+            p = subprocess.Popen(cg.wrap(args), stdout=f, stderr=subprocess.STDOUT, env=env)
+            try:
+                rc = p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                rc = p.wait()
+        wall = time.monotonic() - t0
+        peak = cg.peak_bytes()
+    finally:
+        cg.remove()  # also when the benchmark itself is stopped
     out = log.read_text(errors="replace")
     done = len(STUDY.findall(out))
     m = SUMMARY.search(out)
@@ -185,6 +187,8 @@ def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
 
 
 def main():
+    # SIGTERM ends the benchmark like ^C: the running cell's cgroup is removed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--limits", default="250,300,400")
