@@ -15,6 +15,9 @@ struct cJSON;
 struct mt_trim_result;
 struct mt_snapshot;
 
+/* memtrim's route table (routes.c), for server_start and for a host's own HTTP server. */
+extern const struct server_routes api_routes;
+
 int api_dashboard_get(const struct server_request *req, struct server_reply *rep);
 int api_openapi_get(const struct server_request *req, struct server_reply *rep);
 int api_healthz_get(const struct server_request *req, struct server_reply *rep);

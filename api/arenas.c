@@ -83,15 +83,15 @@ int api_arenas_get(const struct server_request *req, struct server_reply *rep)
     struct mt_arenas a;
     int64_t retry_ms = 1000;
     char *err = NULL;
-    int rc = mt_arenas_get(req->mt, &a, &retry_ms, &err);
+    int rc = mt_arenas_get(req->app, &a, &retry_ms, &err);
 
     if (rc == 0) {
-        rc = server_reply_json(rep, 200, arenas_json(req->mt, &a));
+        rc = server_reply_json(rep, 200, arenas_json(req->app, &a));
         arenas_free(&a);
         return rc;
     }
     if (rc == -ENOTSUP) {
-        rc = server_reply_json(rep, 200, unsupported_json(req->mt, err ? err : "no per-arena view"));
+        rc = server_reply_json(rep, 200, unsupported_json(req->app, err ? err : "no per-arena view"));
     } else if (rc == -EAGAIN) {
         int64_t s = (retry_ms + 999) / 1000;
         server_reply_header(rep, "Retry-After", "%lld", (long long)(s > 0 ? s : 1));

@@ -18,7 +18,7 @@
 int api_config_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_config cfg;
-    mt_config_get(req->mt, &cfg);
+    mt_config_get(req->app, &cfg);
     return server_reply_json(rep, 200, config_to_json(&cfg));
 }
 
@@ -40,7 +40,7 @@ int api_config_patch(const struct server_request *req, struct server_reply *rep)
     }
     cJSON_Delete(doc);
     char *err = NULL;
-    int rc = mt_config_patch(req->mt, req->body, &err);
+    int rc = mt_config_patch(req->app, req->body, &err);
     if (rc != 0) {
         server_reply_error(rep, rc == -EINVAL ? 400 : 500,
                            rc == -EINVAL ? "bad_config" : "internal_error", "%s",

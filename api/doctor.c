@@ -85,7 +85,7 @@ int api_doctor_get(const struct server_request *req, struct server_reply *rep)
     struct doctor_finding *f = calloc(DOCTOR_MAX_FINDINGS, sizeof(*f));
     if (!f)
         return server_reply_error(rep, 500, "out_of_memory", "out of memory");
-    int n = mt_doctor_run(req->mt, f, DOCTOR_MAX_FINDINGS), rc;
+    int n = mt_doctor_run(req->app, f, DOCTOR_MAX_FINDINGS), rc;
 
     if (wants_text(req->accept)) {
         char *text = doctor_text(f, n);
@@ -95,7 +95,7 @@ int api_doctor_get(const struct server_request *req, struct server_reply *rep)
         int failed = 0;
         cJSON *root = cJSON_CreateObject(), *list = cJSON_CreateArray();
         api_json_int(root, "timestamp_ms", mt_now_ms(), &failed);
-        api_json_str(root, "allocator", mt_allocator_name(req->mt), &failed);
+        api_json_str(root, "allocator", mt_allocator_name(req->app), &failed);
         api_json_int(root, "finding_count", n, &failed);
         for (int i = 0; i < n; i++)
             api_json_item(list, NULL, finding_json(&f[i], &failed), &failed);

@@ -14,7 +14,7 @@
 int api_healthz_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_health h;
-    mt_health_get(req->mt, &h);
+    mt_health_get(req->app, &h);
     int64_t now = mt_now_ms();
 
     int failed = 0;

@@ -326,9 +326,9 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
     struct mt_counters c;
     struct mt_snapshot s;
     struct mt_health h;
-    mt_counters_get(req->mt, &c);
-    mt_snapshot_get(req->mt, &s);
-    mt_health_get(req->mt, &h);
+    mt_counters_get(req->app, &c);
+    mt_snapshot_get(req->app, &s);
+    mt_health_get(req->app, &h);
 
     api_head(&t, "memtrim_build_info", "gauge", "memtrim's version (always 1).");
     api_text_printf(&t, "memtrim_build_info{version=\"%s\"} 1\n", MEMTRIM_VERSION);

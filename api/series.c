@@ -108,14 +108,16 @@ int api_series_get(const struct server_request *req, struct server_reply *rep)
         return rc;
 
     struct db_reader *reader = NULL;
-    rc = server_reader_get(req->srv, req->mt, &reader, rep);
+    void *handle = NULL;
+    rc = server_reader_get(req, &handle, rep);
+    reader = handle;
     if (rc != 0)
         return rc;
     struct db_bucket *buckets = NULL;
     size_t n = 0;
     char *err = NULL;
     rc = db_query_series(reader, p.metric, p.since_ms, p.until_ms, p.step_ms, &buckets, &n, &err);
-    server_reader_put(req->srv, reader, rc != 0);
+    server_reader_put(req, reader, rc != 0);
     if (rc != 0)
         return api_store_failed(rep, "the series", rc, err);
     rc = server_reply_json(rep, 200, api_series_json(&p, buckets, n));

@@ -146,10 +146,10 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_snapshot snap;
     int zone = 0, failed = 0;
-    mt_snapshot_get(req->mt, &snap);
+    mt_snapshot_get(req->app, &snap);
     cJSON *root = api_stats_to_json(&snap);
     /* What wakes the pressure path (pressure.c), and whether RSS is in its zone. */
-    const char *source = mt_pressure_source(req->mt, &zone);
+    const char *source = mt_pressure_source(req->app, &zone);
     if (root) {
         api_json_str(root, "pressure_source", source, &failed);
         api_json_bool(root, "pressure_zone", zone, &failed);

@@ -55,7 +55,7 @@ static int api_trim_rate_limited(const struct server_request *req, struct server
                                  int64_t retry_after_ms)
 {
     struct mt_config cfg;
-    mt_config_get(req->mt, &cfg);
+    mt_config_get(req->app, &cfg);
     if (retry_after_ms < 1)
         retry_after_ms = 1;
     char message[200];
@@ -88,7 +88,7 @@ int api_trim_run(const struct server_request *req, struct server_reply *rep)
     struct mt_trim_result r;
     int64_t retry_after_ms = 0;
     memset(&r, 0, sizeof(r));
-    int rc = mt_trim_manual(req->mt, pad, &r, &retry_after_ms);
+    int rc = mt_trim_manual(req->app, pad, &r, &retry_after_ms);
     if (rc == -EAGAIN)
         return api_trim_rate_limited(req, rep, retry_after_ms);
     if (rc != 0)

@@ -86,7 +86,9 @@ int api_trims_get(const struct server_request *req, struct server_reply *rep)
         return rc;
 
     struct db_reader *reader = NULL;
-    rc = server_reader_get(req->srv, req->mt, &reader, rep);
+    void *handle = NULL;
+    rc = server_reader_get(req, &handle, rep);
+    reader = handle;
     if (rc != 0)
         return rc;
     struct db_trim_row *rows = NULL;
@@ -95,7 +97,7 @@ int api_trims_get(const struct server_request *req, struct server_reply *rep)
     char *err = NULL;
     memset(&sum, 0, sizeof(sum));
     rc = db_query_trims(reader, &q, &rows, &nrows, &sum, &err);
-    server_reader_put(req->srv, reader, rc != 0);
+    server_reader_put(req, reader, rc != 0);
     if (rc != 0)
         return api_store_failed(rep, "the trim history", rc, err);
     rc = server_reply_json(rep, 200, api_trims_json(&q, rows, nrows, &sum));

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../tests/unit/churn.h"
+#include "api.h"
 #include "core.h"
 #include "probe.h"
 
@@ -40,7 +41,7 @@ static struct memtrim *start(const char *json)
 {
     struct memtrim *mt = NULL;
     char *err = NULL;
-    if (mt_create(json, &mt, &err)) {
+    if (mt_create(json, &api_routes, &mt, &err)) {
         fprintf(stderr, "bench_host: memtrim did not start: %s\n", err);
         exit(1);
     }

@@ -8,23 +8,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "common.h"
 #include "config.h"
-#include "types.h"
 
 struct memtrim;
 struct cJSON;
-
-/* Log sink: adapters (Orthanc) replace it; default writes to stderr. */
-enum mt_log_level { MT_LOG_ERROR = 0, MT_LOG_WARNING, MT_LOG_INFO };
-typedef void (*mt_log_fn)(int level, const char *msg, void *arg);
-void mt_set_log_sink(mt_log_fn fn, void *arg);
-void mt_log(int level, const char *module, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-/* fork(): the log lock across a fork (memtrim.c's atfork handlers call these). */
-void mt_log_fork_prepare(void);
-void mt_log_fork_parent(void);
-void mt_log_fork_child(void);
+struct server_routes;
+struct server_store;
 
 /*
  * In a forked child: forget that an instance runs (its threads are the
@@ -33,19 +23,10 @@ void mt_log_fork_child(void);
  */
 void mt_after_fork_child(void);
 
-/* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
-struct timespec;
-void mt_deadline(struct timespec *ts, int64_t after_ns);
-
-/* At the top of each of memtrim's threads: block every signal, name the thread. */
-void mt_thread_begin(const char *name);
-
-/* Wall clock in ms since the epoch; monotonic clock in ns. */
-int64_t mt_now_ms(void);
-int64_t mt_mono_ns(void);
-
 /* Lifecycle (the C ABI wraps these). */
-int mt_create(const char *config_json, struct memtrim **out, char **err);
+/* routes: what the HTTP server serves (the adapters give api/'s table, api_routes). */
+int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
+              char **err);
 void mt_destroy(struct memtrim *mt);
 int mt_suspend(struct memtrim *mt);
 int mt_resume(struct memtrim *mt);
@@ -96,15 +77,8 @@ struct mt_health {
 };
 void mt_health_get(struct memtrim *mt, struct mt_health *out);
 
-/*
- * The store for readers: each HTTP worker opens its own read connection with
- * db_reader_open(mt_db_path(mt)). NULL when there is no store configured.
- * Returns a pointer owned by the instance, valid while it runs.
- */
-const char *mt_db_path(struct memtrim *mt);
-/* Whether the store is usable now (readers answer 503 otherwise). */
-int mt_db_available(struct memtrim *mt);
-/* Bumped each time the store is (re)opened: readers of an older opening reconnect. */
-uint64_t mt_db_generation(struct memtrim *mt);
+/* How a request served outside the embedded server (Orthanc's REST API)
+ * reaches the store's readers; owned by the instance. */
+const struct server_store *mt_store_readers(struct memtrim *mt);
 
 #endif /* MEMTRIM_CORE_H */

@@ -4,7 +4,7 @@
  * trim's re-fault window (after RefaultWindowSeconds, or at the next trim)
  * and hands the figure to the trim service for the store and the counters,
  * lengthens or resets the adaptive gap, and gates periodic and burst trims
- * on the budget and on a busy host. Housekeeper thread only; mt->hk_lock is
+ * on the budget and on a busy host. Housekeeper thread only; mt->hk.lock is
  * taken to publish gauges and count skips, never across anything else.
  */
 #include <string.h>
@@ -44,12 +44,12 @@ void cost_hk_init(struct cost_hk *h)
 static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt_config *c)
 {
     double share = cost_cpu_share(&h->cpu, h->cpus);
-    pthread_mutex_lock(&mt->hk_lock);
+    pthread_mutex_lock(&mt->hk.lock);
     mt->hk.gap_factor = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
     mt->hk.host_cpu_share = share;
     mt->hk.deferred_seconds = h->deferred_seconds;
     mt->hk.deferring = h->defer.since != 0;
-    pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_unlock(&mt->hk.lock);
 }
 
 /* A periodic or burst trim tells the adaptive gap what came back of its release. */
@@ -133,7 +133,7 @@ int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *
     if (!cost_budget_allows(&h->budget, now)) {
         /* A periodic trim skipped is counted each time; a burst once per budget period. */
         if (trigger == MT_TRIGGER_PERIODIC || !h->budget.skip_counted)
-            housekeeper_count_skip(mt, MT_SKIP_BUDGET);
+            trim_count_skip(&mt->trims, MT_SKIP_BUDGET);
         h->budget.skip_counted = 1;
         return COST_GATE_SKIP;
     }
@@ -143,7 +143,7 @@ int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *
     int64_t since = h->defer.since;
     switch (cost_defer_check(&h->defer, busy, now, (int64_t)(c->trim_max_defer_seconds * SEC))) {
     case COST_DEFER_START:
-        housekeeper_count_skip(mt, MT_SKIP_HOST_BUSY);
+        trim_count_skip(&mt->trims, MT_SKIP_HOST_BUSY);
         publish(mt, h, c);
         return COST_GATE_WAIT;
     case COST_DEFER_WAIT:

@@ -3,7 +3,7 @@
  * (/proc/self/stat), the re-fault windows of every trim, the adaptive gap,
  * the busy-host deferral and the trim budget, behind a few calls the policy
  * makes. Runs on the housekeeper thread only; its state is that thread's;
- * it takes mt->hk_lock only to publish its gauges and count skips.
+ * it takes mt->hk.lock only to publish its gauges (skips are counted by the trim service).
  */
 #ifndef MEMTRIM_COST_HK_H
 #define MEMTRIM_COST_HK_H

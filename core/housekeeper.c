@@ -6,9 +6,10 @@
  * store thread (store.c): it never waits on the disk. Pressure trims are not
  * decided here: the pressure thread (pressure.c) reacts in milliseconds; the
  * housekeeper wakes it when the limit changes or a heap reading inside the
- * zone brings a new releasable estimate. Locks: hk_lock guards hk_stop and the counters
- * in mt->hk (held only to read or bump them); cfg_lock only to copy the
- * configuration; never two at once, never across a probe, trim or write.
+ * zone brings a new releasable estimate. Locks: mt->hk.lock guards the stop
+ * flag and the counters (held only to read or bump them); cfg_lock only to
+ * copy the configuration; never two at once, never across a probe, trim or
+ * write.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -21,8 +22,8 @@
 #include "instance.h"
 #include "pressure.h"
 
-#define MS (1000000LL)
-#define SEC (1000000000LL)
+#define MS MT_MS
+#define SEC MT_SEC
 #define TICK_NS (250 * MS)
 #define HEAP_PROBE_MIN_NS (1 * SEC)     /* at most one heap probe a second when calm */
 #define HEAP_PROBE_PRESSURE_NS (250 * MS)
@@ -46,13 +47,6 @@ static int64_t thread_cpu_ns(void)
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
         return 0;
     return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
-}
-
-void housekeeper_count_skip(struct memtrim *mt, int reason)
-{
-    pthread_mutex_lock(&mt->hk_lock);
-    mt->hk.skips[reason]++;
-    pthread_mutex_unlock(&mt->hk_lock);
 }
 
 static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
@@ -83,7 +77,7 @@ static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_
     int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
                       &r, NULL);
     if (rc == -EBUSY) {
-        housekeeper_count_skip(mt, MT_SKIP_BUSY);
+        trim_count_skip(&mt->trims, MT_SKIP_BUSY);
         return;
     }
     if (trigger == MT_TRIGGER_PERIODIC || trigger == MT_TRIGGER_BURST)
@@ -175,11 +169,11 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     if (periodic_due) {
         int gate = COST_GATE_RUN;
         if (suspended)
-            housekeeper_count_skip(mt, MT_SKIP_SUSPENDED);
+            trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
         else if (!known)
-            housekeeper_count_skip(mt, MT_SKIP_NO_HEAP_STATS);
+            trim_count_skip(&mt->trims, MT_SKIP_NO_HEAP_STATS);
         else if (est < (uint64_t)c->trim_min_releasable_bytes)
-            housekeeper_count_skip(mt, MT_SKIP_BELOW_MIN_RELEASABLE);
+            trim_count_skip(&mt->trims, MT_SKIP_BELOW_MIN_RELEASABLE);
         else if ((gate = cost_hk_gate(mt, &st->cost, c, MT_TRIGGER_PERIODIC, now)) ==
                  COST_GATE_RUN)
             do_trim(mt, st, MT_TRIGGER_PERIODIC, now);
@@ -196,7 +190,7 @@ static void tick(struct memtrim *mt, struct hk_state *st)
     reload_config(mt, st, now);
     cost_hk_tick(mt, &st->cost, &st->cfg, now);
     policy_tick(mt, st, now, &snap);
-    if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && mt->db_path[0]) {
+    if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && store_enabled(&mt->store)) {
         struct snapshot_want want = {
             .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
             .heap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
@@ -204,22 +198,22 @@ static void tick(struct memtrim *mt, struct hk_state *st)
             .memory_limit_cfg = st->cfg.memory_limit_bytes,
         };
         snapshot_get(&mt->cache, &want, &sample);
-        store_push_sample(mt, &sample); /* the store thread writes it; we never wait on disk */
+        store_push_sample(&mt->store, &sample); /* the store thread writes it; we never wait on disk */
         st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * SEC);
     }
 
-    pthread_mutex_lock(&mt->hk_lock);
+    pthread_mutex_lock(&mt->hk.lock);
     mt->hk.ticks++;
     mt->hk.cpu_seconds = (double)thread_cpu_ns() / 1e9;
-    pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_unlock(&mt->hk.lock);
 }
 
 static void *housekeeper_main(void *arg)
 {
     struct memtrim *mt = arg;
+    struct housekeeper *hk = &mt->hk;
     struct hk_state *st = calloc(1, sizeof(*st));
 
-    mt_thread_begin("memtrim-hk");
     if (!st) {
         mt_log(MT_LOG_ERROR, "housekeeper", "out of memory; no trims will run");
         return NULL;
@@ -228,51 +222,80 @@ static void *housekeeper_main(void *arg)
     st->last_proc_cpu = -1;
     cost_hk_init(&st->cost);
 
-    pthread_mutex_lock(&mt->hk_lock);
-    while (!mt->hk_stop) {
-        pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_lock(&hk->lock);
+    while (!hk->stop) {
+        pthread_mutex_unlock(&hk->lock);
         tick(mt, st);
-        pthread_mutex_lock(&mt->hk_lock);
-        if (mt->hk_stop)
+        pthread_mutex_lock(&hk->lock);
+        if (hk->stop)
             break;
         struct timespec deadline;
         mt_deadline(&deadline, TICK_NS);
-        if (!mt->hk_kicked) /* a wake during the tick is not lost */
-            pthread_cond_timedwait(&mt->hk_cond, &mt->hk_lock, &deadline);
-        mt->hk_kicked = 0;
+        if (!hk->kicked) /* a wake during the tick is not lost */
+            pthread_cond_timedwait(&hk->cond, &hk->lock, &deadline);
+        hk->kicked = 0;
     }
-    pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_unlock(&hk->lock);
     free(st);
     return NULL;
 }
 
+void housekeeper_init(struct housekeeper *hk)
+{
+    pthread_condattr_t attr;
+    memset(hk, 0, sizeof(*hk));
+    pthread_mutex_init(&hk->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&hk->cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+void housekeeper_destroy(struct housekeeper *hk)
+{
+    pthread_cond_destroy(&hk->cond);
+    pthread_mutex_destroy(&hk->lock);
+}
+
 int housekeeper_start(struct memtrim *mt, char **err)
 {
-    int rc = pthread_create(&mt->hk_thread, NULL, housekeeper_main, mt);
+    int rc = mt_thread_start(&mt->hk.thread, "memtrim-hk", housekeeper_main, mt);
     if (rc) {
         *err = strdup("cannot start the housekeeper thread");
         return -rc;
     }
-    mt->hk_started = 1;
+    mt->hk.started = 1;
     return 0;
 }
 
-void housekeeper_wake(struct memtrim *mt)
+void housekeeper_wake(struct housekeeper *hk)
 {
-    pthread_mutex_lock(&mt->hk_lock);
-    mt->hk_kicked = 1;
-    pthread_cond_broadcast(&mt->hk_cond);
-    pthread_mutex_unlock(&mt->hk_lock);
+    pthread_mutex_lock(&hk->lock);
+    hk->kicked = 1;
+    pthread_cond_broadcast(&hk->cond);
+    pthread_mutex_unlock(&hk->lock);
 }
 
-void housekeeper_stop(struct memtrim *mt)
+void housekeeper_stop(struct housekeeper *hk)
 {
-    if (!mt->hk_started)
+    if (!hk->started)
         return;
-    pthread_mutex_lock(&mt->hk_lock);
-    mt->hk_stop = 1;
-    pthread_cond_broadcast(&mt->hk_cond);
-    pthread_mutex_unlock(&mt->hk_lock);
-    pthread_join(mt->hk_thread, NULL);
-    mt->hk_started = 0;
+    pthread_mutex_lock(&hk->lock);
+    hk->stop = 1;
+    pthread_cond_broadcast(&hk->cond);
+    pthread_mutex_unlock(&hk->lock);
+    pthread_join(hk->thread, NULL);
+    hk->started = 0;
+}
+
+void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out)
+{
+    pthread_mutex_lock(&hk->lock);
+    out->housekeeper_cpu_seconds = hk->cpu_seconds;
+    out->housekeeper_ticks = hk->ticks;
+    out->gap_factor = hk->gap_factor;
+    out->host_cpu_share = hk->host_cpu_share;
+    out->deferred_seconds = hk->deferred_seconds;
+    out->deferring = hk->deferring;
+    pthread_mutex_unlock(&hk->lock);
 }

@@ -1,6 +1,7 @@
 /*
  * memtrim.c - the instance: start in order (configuration, cache, trim
- * service, housekeeper, HTTP server), stop in reverse, and the core.h
+ * service, HTTP server, store, housekeeper, pressure thread), stop in
+ * reverse, and the core.h
  * functions that the HTTP handlers and host adapters call. At most one
  * instance runs per process (malloc_trim is process-wide), guarded by
  * `instance_lock`; each getter takes only the lock of what it reads.
@@ -71,22 +72,11 @@ static char *errdup(const char *fmt, const char *arg)
     return strdup(buf);
 }
 
-void mt_set_health(struct memtrim *mt, const char *db_state, const char *reason)
+/* The instance's own parts and locks, then the memory. */
+static void instance_free_parts(struct memtrim *mt)
 {
-    pthread_mutex_lock(&mt->health_lock);
-    snprintf(mt->db_state, sizeof(mt->db_state), "%s", db_state);
-    snprintf(mt->health_reason, sizeof(mt->health_reason), "%s", reason ? reason : "");
-    pthread_mutex_unlock(&mt->health_lock);
-}
-
-/* The instance's own locks, then the memory. */
-static void instance_free_locks(struct memtrim *mt)
-{
-    pthread_cond_destroy(&mt->store_cond);
-    pthread_mutex_destroy(&mt->store_lock);
-    pthread_cond_destroy(&mt->hk_cond);
-    pthread_mutex_destroy(&mt->hk_lock);
-    pthread_mutex_destroy(&mt->health_lock);
+    store_destroy(&mt->store);
+    housekeeper_destroy(&mt->hk);
     pthread_mutex_destroy(&mt->cfg_lock);
     free(mt);
 }
@@ -97,33 +87,33 @@ static void instance_free(struct memtrim *mt)
     arenas_cache_destroy(&mt->arenas);
     trim_service_destroy(&mt->trims);
     snapshot_destroy(&mt->cache);
-    instance_free_locks(mt);
+    instance_free_parts(mt);
+}
+
+/* The trim service's sinks: every result and re-fault figure go to the store thread's queue. */
+static void instance_trim_done(void *arg, const struct mt_trim_result *r)
+{
+    store_push_trim(arg, r);
+}
+
+static void instance_refault_done(void *arg, const struct mt_refault *rf)
+{
+    store_push_refault(arg, rf);
 }
 
 static struct memtrim *instance_alloc(const struct mt_config *cfg)
 {
     struct memtrim *mt = calloc(1, sizeof(*mt));
-    pthread_condattr_t attr;
     if (!mt)
         return NULL;
     mt->cfg = *cfg;
-    /* ":memory:" becomes a shared-cache URI private to this instance, so that
-     * the HTTP workers' readers see the housekeeper's writes. */
-    if (strcmp(cfg->database, ":memory:") == 0)
-        snprintf(mt->db_path, sizeof(mt->db_path), "file:memtrim-%p?mode=memory&cache=shared",
-                 (void *)mt);
-    else
-        snprintf(mt->db_path, sizeof(mt->db_path), "%s", cfg->database);
     mt->http_port = -1;
     pthread_mutex_init(&mt->cfg_lock, NULL);
-    pthread_mutex_init(&mt->health_lock, NULL);
-    pthread_mutex_init(&mt->hk_lock, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&mt->hk_cond, &attr);
-    pthread_mutex_init(&mt->store_lock, NULL);
-    pthread_cond_init(&mt->store_cond, &attr);
-    pthread_condattr_destroy(&attr);
+    housekeeper_init(&mt->hk);
+    if (store_init(&mt->store, cfg->database, cfg->retention_hours)) {
+        instance_free_parts(mt);
+        return NULL;
+    }
     int cache_ok = snapshot_init(&mt->cache) == 0;
     int trims_ok = cache_ok && trim_service_init(&mt->trims) == 0;
     if (!trims_ok || pressure_create(mt)) {
@@ -131,33 +121,56 @@ static struct memtrim *instance_alloc(const struct mt_config *cfg)
             trim_service_destroy(&mt->trims);
         if (cache_ok)
             snapshot_destroy(&mt->cache);
-        instance_free_locks(mt);
+        instance_free_parts(mt);
         return NULL;
     }
     if (arenas_cache_init(&mt->arenas)) {
         trim_service_destroy(&mt->trims);
         snapshot_destroy(&mt->cache);
-        instance_free_locks(mt);
+        instance_free_parts(mt);
         return NULL;
     }
+    mt->trims.sink = instance_trim_done;
+    mt->trims.refault_sink = instance_refault_done;
+    mt->trims.sink_arg = &mt->store;
+    mt->store.trims = &mt->trims;
     atomic_init(&mt->suspend_depth, 0);
-    atomic_init(&mt->db_available, 0);
-    mt_set_health(mt, cfg->database[0] ? "opening" : "disabled", "");
     return mt;
 }
 
-int mt_create(const char *config_json, struct memtrim **out, char **err)
+/* The server's options from the configuration. */
+static void server_options_from(const struct mt_config *cfg, struct server_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    snprintf(o->bind, sizeof(o->bind), "%s", cfg->http_bind);
+    o->port = cfg->http_port;
+    o->threads = cfg->http_threads;
+    o->max_connections = cfg->max_connections;
+    o->max_connections_per_ip = cfg->max_connections_per_ip;
+    o->connection_timeout_seconds = cfg->connection_timeout_seconds;
+    snprintf(o->token, sizeof(o->token), "%s", cfg->auth_token);
+    o->read_requires_auth = cfg->read_requires_auth;
+    o->allow_unauthenticated_remote = cfg->allow_unauthenticated_remote;
+    o->request_timeout_seconds = cfg->request_timeout_seconds;
+}
+
+int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
+              char **err)
 {
     struct mt_config cfg;
+    struct server_options opt;
     struct memtrim *mt;
+    const char *module = "core"; /* which part failed, for the log */
     char *e = NULL;
     int rc;
 
     *out = NULL;
     if (err)
         *err = NULL;
-    if ((rc = config_parse(config_json, &cfg, &e)) || (rc = config_read_token_file(&cfg, &e)))
+    if ((rc = config_parse(config_json, &cfg, &e)) || (rc = config_read_token_file(&cfg, &e))) {
+        module = "config";
         goto fail;
+    }
     if (!cfg.enabled) {
         mt_log(MT_LOG_INFO, "core", "disabled by configuration (Enabled: false)");
         return 0;
@@ -194,24 +207,32 @@ int mt_create(const char *config_json, struct memtrim **out, char **err)
     if ((rc = tunables_apply(NULL, &cfg, strcmp(alloc->name, "glibc") == 0, &e)) != 0)
         goto fail_free;
     /* memtrim's threads inherit the caller's signal mask: block every signal
-     * while they start, so the host's signals only ever reach the host's threads. */
+     * while they start (libmicrohttpd's too), so the host's signals only ever
+     * reach the host's threads. */
     sigset_t all, saved;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &saved);
     /* The server first: a port in use, the likeliest failure, then leaves no
      * thread to undo. Its handlers cope with a store and housekeeper not yet there. */
     int left_behind = 0;
-    rc = server_start(mt, &cfg, &mt->server, &e);
-    if (rc == 0 && (rc = store_start(mt, &e)) != 0)
+    server_options_from(&cfg, &opt);
+    rc = server_start(&opt, routes, &mt->store.readers, mt, &mt->server, &e);
+    if (rc)
+        module = "server";
+    if (rc == 0 && (rc = store_start(&mt->store, &e)) != 0) {
+        module = "store";
         server_stop(mt->server);
+    }
     if (rc == 0 && (rc = housekeeper_start(mt, &e)) != 0) {
+        module = "housekeeper";
         server_stop(mt->server);
-        left_behind = store_stop(mt) == -ETIMEDOUT;
+        left_behind = store_stop(&mt->store) == -ETIMEDOUT;
     }
     if (rc == 0 && (rc = pressure_start(mt, &e)) != 0) {
+        module = "pressure";
         server_stop(mt->server);
-        housekeeper_stop(mt);
-        left_behind = store_stop(mt) == -ETIMEDOUT;
+        housekeeper_stop(&mt->hk);
+        left_behind = store_stop(&mt->store) == -ETIMEDOUT;
     }
     pthread_sigmask(SIG_SETMASK, &saved, NULL);
     if (rc && left_behind)
@@ -234,18 +255,10 @@ fail:
     if (!e)
         e = errdup("start failed: %s", strerror(-rc));
     if (!e) { /* out of memory even for the message */
-        mt_log(MT_LOG_ERROR, "core", "start failed: %s", strerror(-rc));
+        mt_log(MT_LOG_ERROR, module, "start failed: %s", strerror(-rc));
         return rc;
     }
-    /* A message that already names its module is logged as that module's. */
-    if (strncmp(e, "memtrim/", 8) == 0 && strchr(e, ':')) {
-        char module[32];
-        const char *colon = strchr(e, ':');
-        snprintf(module, sizeof(module), "%.*s", (int)(colon - e - 8), e + 8);
-        mt_log(MT_LOG_ERROR, module, "%s", colon[1] == ' ' ? colon + 2 : colon + 1);
-    } else {
-        mt_log(MT_LOG_ERROR, "core", "%s", e);
-    }
+    mt_log(MT_LOG_ERROR, module, "%s", e);
     if (err)
         *err = e;
     else
@@ -267,9 +280,9 @@ void mt_destroy(struct memtrim *mt)
     server_stop(mt->server);
     mt->server = NULL;
     pressure_stop(mt);
-    housekeeper_stop(mt);
+    housekeeper_stop(&mt->hk);
     advice_exit_summary(mt); /* the totals since start, in one line */
-    if (store_stop(mt) == -ETIMEDOUT) {
+    if (store_stop(&mt->store) == -ETIMEDOUT) {
         /* Its thread still uses the instance: leave the memory to it. */
         mt_log(MT_LOG_WARNING, "core", "stopped, leaving the hung store thread behind");
     } else {
@@ -297,7 +310,7 @@ int mt_resume(struct memtrim *mt)
         ;
     if (depth <= 0)
         return -ERANGE;
-    housekeeper_wake(mt);
+    housekeeper_wake(&mt->hk);
     pressure_wake(mt);
     return depth - 1;
 }
@@ -351,7 +364,10 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
     else if (log)
         mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
     if (rc == 0) {
-        housekeeper_wake(mt);
+        struct mt_config now;
+        mt_config_get(mt, &now);
+        store_set_retention(&mt->store, now.retention_hours);
+        housekeeper_wake(&mt->hk);
         pressure_wake(mt);
     }
     return rc;
@@ -362,7 +378,7 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
     /* The hot path of /memory/stats and /metrics: read the four values, not the whole config. */
     struct snapshot_want want = {.stale_ok = 1};
     pthread_mutex_lock(&mt->cfg_lock);
-    want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * 1000000;
+    want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * MT_MS;
     want.heap_max_age_ns = want.cheap_max_age_ns;
     want.budget_percent = mt->cfg.probe_budget_percent;
     want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
@@ -380,7 +396,7 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
     int rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, (uint64_t)pad,
                       cfg.manual_trim_min_interval_ms, TRIM_WAIT_IF_BUSY, out, retry_after_ms);
     if (rc == 0 && !out->coalesced)
-        store_wake(mt); /* hand the result to the store now */
+        store_wake(&mt->store); /* hand the result to the store now */
     return rc;
 }
 
@@ -389,15 +405,7 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     memset(out, 0, sizeof(*out));
     trim_counters(&mt->trims, out);
     snapshot_counters(&mt->cache, out);
-    pthread_mutex_lock(&mt->hk_lock);
-    memcpy(out->skips, mt->hk.skips, sizeof(out->skips));
-    out->housekeeper_cpu_seconds = mt->hk.cpu_seconds;
-    out->housekeeper_ticks = mt->hk.ticks;
-    out->gap_factor = mt->hk.gap_factor;
-    out->host_cpu_share = mt->hk.host_cpu_share;
-    out->deferred_seconds = mt->hk.deferred_seconds;
-    out->deferring = mt->hk.deferring;
-    pthread_mutex_unlock(&mt->hk_lock);
+    housekeeper_counters(&mt->hk, out);
     struct pressure_stats ps;
     pressure_stats_get(mt, &ps);
     out->pressure_source = pressure_source_name(ps.source);
@@ -409,36 +417,20 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     out->pressure_reaction_seconds_sum = ps.reaction_seconds_sum;
     out->pressure_reaction_last_seconds = ps.reaction_last_seconds;
     out->pressure_cpu_seconds = ps.cpu_seconds;
-    pthread_mutex_lock(&mt->store_lock);
-    out->samples_stored = mt->samples_stored;
-    out->samples_dropped = mt->samples_dropped;
-    out->store_errors = mt->store_errors;
-    pthread_mutex_unlock(&mt->store_lock);
+    store_counters(&mt->store, out);
 }
 
 void mt_health_get(struct memtrim *mt, struct mt_health *out)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&mt->health_lock);
-    snprintf(out->db_state, sizeof(out->db_state), "%s", mt->db_state);
-    snprintf(out->reason, sizeof(out->reason), "%s", mt->health_reason);
-    pthread_mutex_unlock(&mt->health_lock);
+    store_health(&mt->store, out->db_state, sizeof(out->db_state), out->reason,
+                 sizeof(out->reason));
     out->degraded = out->reason[0] != '\0';
     out->started_ms = mt->started_ms;
     out->suspended = atomic_load(&mt->suspend_depth);
 }
 
-const char *mt_db_path(struct memtrim *mt)
+const struct server_store *mt_store_readers(struct memtrim *mt)
 {
-    return mt->db_path[0] ? mt->db_path : NULL;
-}
-
-int mt_db_available(struct memtrim *mt)
-{
-    return atomic_load(&mt->db_available);
-}
-
-uint64_t mt_db_generation(struct memtrim *mt)
-{
-    return atomic_load(&mt->db_generation);
+    return &mt->store.readers;
 }

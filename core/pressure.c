@@ -339,7 +339,7 @@ static int do_trim(struct pressure *p, struct loop *l, int64_t now)
     if (atomic_load(&mt->suspend_depth) > 0) {
         if (now - l->last_skip_ns >= SEC) {
             l->last_skip_ns = now;
-            housekeeper_count_skip(mt, MT_SKIP_SUSPENDED);
+            trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
         }
         l->calm_ns = now; /* the host holds trims off: no reaction is owed */
         return 0;
@@ -351,7 +351,7 @@ static int do_trim(struct pressure *p, struct loop *l, int64_t now)
         p->stats.busy++;
         pthread_mutex_unlock(&p->lock);
         if (!l->busy)
-            housekeeper_count_skip(mt, MT_SKIP_BUSY);
+            trim_count_skip(&mt->trims, MT_SKIP_BUSY);
         l->busy = 1;
         return 1;
     }
@@ -361,7 +361,7 @@ static int do_trim(struct pressure *p, struct loop *l, int64_t now)
     pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
                         (uint64_t)l->cfg.trim_min_releasable_bytes);
     record_trim(p, &r);
-    store_wake(mt);
+    store_wake(&mt->store);
     l->calm_ns = mt_mono_ns();
     l->last_rss = r.rss_after_bytes;
     mt_log(MT_LOG_INFO, "pressure",
@@ -479,7 +479,6 @@ static void *pressure_main(void *arg)
     struct pressure *p = arg;
     struct loop l;
 
-    mt_thread_begin("memtrim-press");
     memset(&l, 0, sizeof(l));
     l.st.last_trim_ns = mt_mono_ns() - (int64_t)3600 * SEC;
     l.last_skip_ns = l.st.last_trim_ns;
@@ -552,7 +551,7 @@ void pressure_free(struct memtrim *mt)
 int pressure_start(struct memtrim *mt, char **err)
 {
     struct pressure *p = mt->pressure;
-    if (!p || pthread_create(&p->thread, NULL, pressure_main, p)) {
+    if (!p || mt_thread_start(&p->thread, "memtrim-press", pressure_main, p)) {
         *err = strdup("cannot start the pressure thread");
         return -ENOMEM;
     }

@@ -1,13 +1,12 @@
 /*
  * store.c - DESIGN. The store thread owns the SQLite writer. It wakes every
- * 250 ms, or at once when woken (a trim result, a stop), and writes what is
- * queued (trim results from the trim service, samples from the housekeeper)
- * in one transaction, applies retention in small batches, and reports the
- * store's health. It runs apart from the housekeeper so that a slow or hung
- * disk never delays a pressure trim; if it hangs at stop, the stop gives up
- * waiting after STORE_JOIN_NS and the instance is left to it.
- * Locks: mt->store_lock guards the sample queue, the stop flag and the store
- * counters, and is never held across an SQLite call.
+ * 250 ms, or at once when woken (a trim result, a stop), takes what waits in
+ * its one queue (trim results and their re-fault figures from the trim
+ * service, samples from the housekeeper), writes them in one transaction, applies retention in small
+ * batches, and reports the store's health. It runs apart from the
+ * housekeeper so that a slow or hung disk never delays a pressure trim; if
+ * it hangs at stop, the stop gives up waiting after STORE_JOIN_NS and the
+ * instance is left to it. Locks: see store.h.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -16,31 +15,31 @@
 #include <string.h>
 #include <time.h>
 
-#include "core.h"
 #include "db.h"
-#include "instance.h"
+#include "store.h"
 
-#define MS (1000000LL)
-#define SEC (1000000000LL)
-#define STORE_TICK_NS (250 * MS)
-#define STORE_JOIN_NS (2 * SEC)
-#define RETENTION_EVERY_NS (60 * SEC)
+#define STORE_TICK_NS (250 * MT_MS)
+#define STORE_JOIN_NS (2 * MT_SEC)
+#define RETENTION_EVERY_NS (60 * MT_SEC)
 #define RETENTION_BATCH 2000
-#define DB_RETRY_MIN_NS (1 * SEC)
-#define DB_RETRY_MAX_NS (60 * SEC)
-#define FILE_CHECK_EVERY_NS (2 * SEC) /* is the file opened still the one at the path? */
+#define DB_RETRY_MIN_NS (1 * MT_SEC)
+#define DB_RETRY_MAX_NS (60 * MT_SEC)
+#define FILE_CHECK_EVERY_NS (2 * MT_SEC) /* is the file opened still the one at the path? */
+#define STORE_BATCH 64
 
+/* The store thread's own state (no lock: only it touches this). */
 struct store_state {
     struct db_writer *db;
     int64_t retry_at, retry_delay, next_retention, next_file_check;
     char error[256]; /* the last failure, "" when healthy */
 };
 
-static void count(struct memtrim *mt, uint64_t *counter)
+static void set_health(struct store *st, const char *state, const char *reason)
 {
-    pthread_mutex_lock(&mt->store_lock);
-    (*counter)++;
-    pthread_mutex_unlock(&mt->store_lock);
+    pthread_mutex_lock(&st->health_lock);
+    snprintf(st->state, sizeof(st->state), "%s", state);
+    snprintf(st->reason, sizeof(st->reason), "%s", reason ? reason : "");
+    pthread_mutex_unlock(&st->health_lock);
 }
 
 /*
@@ -49,215 +48,377 @@ static void count(struct memtrim *mt, uint64_t *counter)
  * is kept when the cause is passing (locked, disk full); otherwise it is
  * closed and reopened after the back-off.
  */
-static void store_failed(struct memtrim *mt, struct store_state *st, int64_t now,
+static void store_failed(struct store *st, struct store_state *ss, int64_t now,
                          const char *what, int rc, char *err)
 {
     char reason[256];
     snprintf(reason, sizeof(reason), "database %s: %s", what, err ? err : "unknown error");
     free(err);
-    if (strcmp(reason, st->error) != 0)
+    if (strcmp(reason, ss->error) != 0)
         mt_log(MT_LOG_ERROR, "store", "%s; trims go on, the store retries", reason);
-    snprintf(st->error, sizeof(st->error), "%s", reason);
-    count(mt, &mt->store_errors);
-    atomic_store(&mt->db_available, 0);
-    mt_set_health(mt, "retrying", reason);
+    snprintf(ss->error, sizeof(ss->error), "%s", reason);
+    pthread_mutex_lock(&st->lock);
+    st->errors++;
+    pthread_mutex_unlock(&st->lock);
+    atomic_store(&st->available, 0);
+    set_health(st, "retrying", reason);
     if (rc != -EBUSY && rc != -ENOSPC) {
-        db_writer_close(st->db);
-        st->db = NULL;
+        db_writer_close(ss->db);
+        ss->db = NULL;
     }
-    st->retry_delay = st->retry_delay ? st->retry_delay * 2 : DB_RETRY_MIN_NS;
-    if (st->retry_delay > DB_RETRY_MAX_NS)
-        st->retry_delay = DB_RETRY_MAX_NS;
-    st->retry_at = now + st->retry_delay;
+    ss->retry_delay = ss->retry_delay ? ss->retry_delay * 2 : DB_RETRY_MIN_NS;
+    if (ss->retry_delay > DB_RETRY_MAX_NS)
+        ss->retry_delay = DB_RETRY_MAX_NS;
+    ss->retry_at = now + ss->retry_delay;
 }
 
-static void store_recovered(struct memtrim *mt, struct store_state *st)
+static void store_recovered(struct store *st, struct store_state *ss)
 {
-    if (st->error[0])
-        mt_log(MT_LOG_INFO, "store", "database %s is available again", mt->db_path);
-    st->error[0] = '\0';
-    st->retry_delay = 0;
-    atomic_store(&mt->db_available, 1);
-    mt_set_health(mt, "ok", "");
+    if (ss->error[0])
+        mt_log(MT_LOG_INFO, "store", "database %s is available again", st->path);
+    ss->error[0] = '\0';
+    ss->retry_delay = 0;
+    atomic_store(&st->available, 1);
+    set_health(st, "ok", "");
 }
 
-static int store_open(struct memtrim *mt, struct store_state *st, int64_t now)
+static int store_open(struct store *st, struct store_state *ss, int64_t now)
 {
     char *err = NULL;
-    if (now < st->retry_at)
+    if (now < ss->retry_at)
         return -EAGAIN;
-    if (st->db)
+    if (ss->db)
         return 0; /* open, or kept open through a passing failure: try again */
-    int rc = db_writer_open(mt->db_path, &st->db, &err);
+    int rc = db_writer_open(st->path, &ss->db, &err);
     if (rc) {
-        st->db = NULL;
-        store_failed(mt, st, now, "cannot be opened", rc, err);
+        ss->db = NULL;
+        store_failed(st, ss, now, "cannot be opened", rc, err);
         return rc;
     }
     int64_t max_id = 0;
-    if (db_writer_max_trim_id(st->db, &max_id, &err) == 0)
-        trim_ids_above(&mt->trims, max_id); /* ids stay unique even if the clock went back */
+    if (st->trims && db_writer_max_trim_id(ss->db, &max_id, &err) == 0)
+        trim_ids_above(st->trims, max_id); /* ids stay unique even if the clock went back */
     else
         free(err);
-    atomic_fetch_add(&mt->db_generation, 1);
-    store_recovered(mt, st);
+    atomic_fetch_add(&st->generation, 1);
+    store_recovered(st, ss);
     return 0;
 }
 
-/* Take the queued samples (at most max) out of the queue. */
-static unsigned take_samples(struct memtrim *mt, struct mt_snapshot *buf, unsigned max)
+/* Move up to max queued items, oldest first, into buf. */
+static unsigned take(struct store *st, struct store_item *buf, unsigned max)
 {
-    pthread_mutex_lock(&mt->store_lock);
-    unsigned n = mt->store_nsamples < max ? mt->store_nsamples : max;
-    memcpy(buf, mt->store_samples, n * sizeof(*buf));
-    mt->store_nsamples = 0;
-    pthread_mutex_unlock(&mt->store_lock);
+    unsigned n = 0;
+    pthread_mutex_lock(&st->lock);
+    while (n < max && st->qcount > 0) {
+        buf[n] = st->queue[st->qhead];
+        if (buf[n].kind == STORE_SAMPLE)
+            st->qsamples--;
+        st->qhead = (st->qhead + 1) % STORE_QUEUE_LEN;
+        st->qcount--;
+        n++;
+    }
+    pthread_mutex_unlock(&st->lock);
     return n;
 }
 
-/* Write queued trims and samples in one transaction; retention now and then (not when
- * `last`: the final write at stop must be short). */
-static void store_tick(struct memtrim *mt, struct store_state *st, int64_t now, int last)
+/* Nothing was committed: trims go back to the head of the queue (what does not
+ * fit is counted as dropped); samples are what we can afford to lose: counted. */
+static void give_back(struct store *st, const struct store_item *buf, unsigned n)
 {
-    struct mt_trim_result batch[64];
-    struct mt_snapshot samples[STORE_SAMPLE_QUEUE];
-    struct mt_refault refaults[16];
-    unsigned n, ns, nr, i;
+    pthread_mutex_lock(&st->lock);
+    for (unsigned i = n; i-- > 0;) { /* backwards: the oldest ends up first */
+        if (buf[i].kind == STORE_SAMPLE) {
+            st->samples_dropped++;
+        } else if (st->qcount >= STORE_QUEUE_LEN) { /* a trim or a re-fault figure */
+            st->trims_dropped++;
+        } else {
+            st->qhead = (st->qhead + STORE_QUEUE_LEN - 1) % STORE_QUEUE_LEN;
+            st->queue[st->qhead] = buf[i];
+            st->qcount++;
+        }
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Write what is queued in one transaction; retention now and then (not when
+ * `last`: the final write at stop must be short). */
+static void store_tick(struct store *st, struct store_state *ss, struct store_item *batch,
+                       int64_t now, int last)
+{
+    unsigned n, i, nsamples = 0;
     char *err = NULL;
     int rc = 0;
 
-    if (store_open(mt, st, now))
+    if (store_open(st, ss, now))
         return;
-    if (now >= st->next_file_check) {
+    if (now >= ss->next_file_check) {
         /* Deleted or replaced under us: writes would go to an inode nobody can read. */
-        st->next_file_check = now + FILE_CHECK_EVERY_NS;
-        if ((rc = db_writer_check_file(st->db, &err)) != 0) {
-            store_failed(mt, st, now, "file is gone", rc, err); /* closes; reopens at the path */
+        ss->next_file_check = now + FILE_CHECK_EVERY_NS;
+        if ((rc = db_writer_check_file(ss->db, &err)) != 0) {
+            store_failed(st, ss, now, "file is gone", rc, err); /* closes; reopens at the path */
             return;
         }
     }
-    n = trim_drain(&mt->trims, batch, 64);
-    ns = take_samples(mt, samples, STORE_SAMPLE_QUEUE);
-    nr = trim_drain_refaults(&mt->trims, refaults, 16);
-    for (i = 0; i < n && rc == 0; i++)
-        rc = db_writer_add_trim(st->db, &batch[i], &err);
-    /* After the trims: a figure may belong to a trim of this batch. A figure
-     * lost to a failed write leaves its trim's refaulted_bytes unknown. */
-    for (i = 0; i < nr && rc == 0; i++)
-        rc = db_writer_set_refault(st->db, &refaults[i], &err);
-    for (i = 0; i < ns && rc == 0; i++)
-        rc = db_writer_add_sample(st->db, &samples[i], &err);
-    if (rc == 0)
-        rc = db_writer_flush(st->db, &err);
-    if (rc) {
-        trim_requeue(&mt->trims, batch, n); /* nothing committed: keep them for later */
-        pthread_mutex_lock(&mt->store_lock);
-        mt->samples_dropped += ns; /* samples are what we can afford to lose: count them */
-        pthread_mutex_unlock(&mt->store_lock);
-        store_failed(mt, st, now, "write failed", rc, err);
-        return;
-    }
-    if (st->error[0])
-        store_recovered(mt, st);
-    pthread_mutex_lock(&mt->store_lock);
-    mt->samples_stored += ns;
-    pthread_mutex_unlock(&mt->store_lock);
-    if (!last && now >= st->next_retention) {
-        struct mt_config cfg;
+    do {
+        n = take(st, batch, STORE_BATCH);
+        for (i = 0; i < n && rc == 0; i++) {
+            if (batch[i].kind == STORE_TRIM) {
+                rc = db_writer_add_trim(ss->db, &batch[i].u.trim, &err);
+            } else if (batch[i].kind == STORE_REFAULT) {
+                /* Queued after its trim, so written after it (or it was stored before). */
+                rc = db_writer_set_refault(ss->db, &batch[i].u.refault, &err);
+            } else {
+                rc = db_writer_add_sample(ss->db, &batch[i].u.sample, &err);
+                nsamples++;
+            }
+        }
+        if (rc == 0)
+            rc = db_writer_flush(ss->db, &err);
+        if (rc) {
+            give_back(st, batch, n);
+            store_failed(st, ss, now, "write failed", rc, err);
+            return;
+        }
+        pthread_mutex_lock(&st->lock);
+        st->samples_stored += nsamples;
+        pthread_mutex_unlock(&st->lock);
+        nsamples = 0;
+    } while (n == STORE_BATCH);
+    if (ss->error[0])
+        store_recovered(st, ss);
+    if (!last && now >= ss->next_retention) {
         int64_t deleted = 0;
-        mt_config_get(mt, &cfg);
-        int64_t cutoff = mt_now_ms() - (int64_t)(cfg.retention_hours * 3600.0 * 1000.0);
-        rc = db_writer_retention(st->db, cutoff, RETENTION_BATCH, &deleted, &err);
+        int64_t cutoff = mt_now_ms() - (int64_t)atomic_load(&st->retention_ms);
+        rc = db_writer_retention(ss->db, cutoff, RETENTION_BATCH, &deleted, &err);
         if (rc)
-            store_failed(mt, st, now, "retention failed", rc, err);
+            store_failed(st, ss, now, "retention failed", rc, err);
         /* More to delete: come back next tick rather than hold the writer. */
-        st->next_retention = deleted >= RETENTION_BATCH ? now : now + RETENTION_EVERY_NS;
+        ss->next_retention = deleted >= RETENTION_BATCH ? now : now + RETENTION_EVERY_NS;
     }
 }
 
 static void *store_main(void *arg)
 {
-    struct memtrim *mt = arg;
-    struct store_state st;
+    struct store *st = arg;
+    struct store_state ss;
+    struct store_item *batch = calloc(STORE_BATCH, sizeof(*batch));
 
-    mt_thread_begin("memtrim-store");
-    memset(&st, 0, sizeof(st));
-
-    pthread_mutex_lock(&mt->store_lock);
-    while (!mt->store_stop) {
-        pthread_mutex_unlock(&mt->store_lock);
-        store_tick(mt, &st, mt_mono_ns(), 0);
-        pthread_mutex_lock(&mt->store_lock);
-        if (mt->store_stop)
+    memset(&ss, 0, sizeof(ss));
+    pthread_mutex_lock(&st->lock);
+    while (!st->stop) {
+        pthread_mutex_unlock(&st->lock);
+        if (batch)
+            store_tick(st, &ss, batch, mt_mono_ns(), 0);
+        pthread_mutex_lock(&st->lock);
+        if (st->stop)
             break;
         struct timespec deadline;
         mt_deadline(&deadline, STORE_TICK_NS);
-        if (!mt->store_kicked)
-            pthread_cond_timedwait(&mt->store_cond, &mt->store_lock, &deadline);
-        mt->store_kicked = 0;
+        if (!st->kicked)
+            pthread_cond_timedwait(&st->cond, &st->lock, &deadline);
+        st->kicked = 0;
     }
-    pthread_mutex_unlock(&mt->store_lock);
+    pthread_mutex_unlock(&st->lock);
 
     /* Last words: what is queued goes to the store (one last try even while
      * backing off); then close it. */
-    st.retry_at = 0;
-    store_tick(mt, &st, mt_mono_ns(), 1);
-    db_writer_close(st.db);
-    atomic_store(&mt->db_available, 0);
-    pthread_mutex_lock(&mt->store_lock);
-    mt->store_done = 1;
-    pthread_cond_broadcast(&mt->store_cond);
-    pthread_mutex_unlock(&mt->store_lock);
+    ss.retry_at = 0;
+    if (batch)
+        store_tick(st, &ss, batch, mt_mono_ns(), 1);
+    free(batch);
+    db_writer_close(ss.db);
+    atomic_store(&st->available, 0);
+    pthread_mutex_lock(&st->lock);
+    st->done = 1;
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
     return NULL;
 }
 
-int store_start(struct memtrim *mt, char **err)
+/* ---- the HTTP server's way to the store (struct server_store) ------------ */
+
+static int readers_state(void *ctx, uint64_t *generation, char *why, size_t why_size)
 {
-    if (!mt->db_path[0])
+    struct store *st = ctx;
+    *generation = atomic_load(&st->generation);
+    if (!st->path[0])
+        return -ENODEV;
+    if (atomic_load(&st->available))
         return 0;
-    int rc = pthread_create(&mt->store_thread, NULL, store_main, mt);
+    pthread_mutex_lock(&st->health_lock);
+    snprintf(why, why_size, "%s%s%s", st->state, st->reason[0] ? ": " : "", st->reason);
+    pthread_mutex_unlock(&st->health_lock);
+    return -EAGAIN;
+}
+
+static int readers_open(void *ctx, void **reader, char **err)
+{
+    struct store *st = ctx;
+    struct db_reader *r = NULL;
+    int rc = db_reader_open(st->path, &r, err);
+    *reader = r;
+    return rc;
+}
+
+static void readers_close(void *reader)
+{
+    db_reader_close(reader);
+}
+
+/* ---- lifecycle ------------------------------------------------------------ */
+
+int store_init(struct store *st, const char *database, double retention_hours)
+{
+    pthread_condattr_t attr;
+
+    memset(st, 0, sizeof(*st));
+    /* ":memory:" becomes a shared-cache URI private to this store, so that
+     * the HTTP workers' readers see the store thread's writes. */
+    if (strcmp(database, ":memory:") == 0)
+        db_memory_uri(st->path, sizeof(st->path), st);
+    else
+        snprintf(st->path, sizeof(st->path), "%s", database);
+    if (st->path[0] && !(st->queue = calloc(STORE_QUEUE_LEN, sizeof(*st->queue))))
+        return -ENOMEM;
+    pthread_mutex_init(&st->lock, NULL);
+    pthread_mutex_init(&st->health_lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&st->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_init(&st->available, 0);
+    atomic_init(&st->generation, 0);
+    atomic_init(&st->retention_ms, 0);
+    store_set_retention(st, retention_hours);
+    set_health(st, st->path[0] ? "opening" : "disabled", "");
+    st->readers = (struct server_store){
+        .ctx = st, .state = readers_state, .open = readers_open, .close = readers_close};
+    return 0;
+}
+
+void store_destroy(struct store *st)
+{
+    pthread_cond_destroy(&st->cond);
+    pthread_mutex_destroy(&st->lock);
+    pthread_mutex_destroy(&st->health_lock);
+    free(st->queue);
+    st->queue = NULL;
+}
+
+int store_start(struct store *st, char **err)
+{
+    if (!st->path[0])
+        return 0;
+    int rc = mt_thread_start(&st->thread, "memtrim-store", store_main, st);
     if (rc) {
         *err = strdup("cannot start the store thread");
         return -rc;
     }
-    mt->store_started = 1;
+    st->started = 1;
     return 0;
 }
 
-void store_push_sample(struct memtrim *mt, const struct mt_snapshot *s)
+int store_enabled(const struct store *st)
 {
-    if (!mt->store_started)
+    return st->path[0] != '\0';
+}
+
+void store_set_retention(struct store *st, double hours)
+{
+    atomic_store(&st->retention_ms, (int_fast64_t)(hours * 3600.0 * 1000.0));
+}
+
+void store_push_trim(struct store *st, const struct mt_trim_result *r)
+{
+    if (!st->queue)
         return;
-    pthread_mutex_lock(&mt->store_lock);
-    if (mt->store_nsamples < STORE_SAMPLE_QUEUE)
-        mt->store_samples[mt->store_nsamples++] = *s;
-    else
-        mt->samples_dropped++; /* the store is stuck or slow: samples are the thing to lose */
-    pthread_mutex_unlock(&mt->store_lock);
+    pthread_mutex_lock(&st->lock);
+    if (st->qcount < STORE_QUEUE_LEN) {
+        struct store_item *it = &st->queue[(st->qhead + st->qcount) % STORE_QUEUE_LEN];
+        it->kind = STORE_TRIM;
+        it->u.trim = *r;
+        st->qcount++;
+    } else {
+        st->trims_dropped++;
+    }
+    pthread_mutex_unlock(&st->lock);
 }
 
-void store_wake(struct memtrim *mt)
+void store_push_refault(struct store *st, const struct mt_refault *rf)
 {
-    pthread_mutex_lock(&mt->store_lock);
-    mt->store_kicked = 1;
-    pthread_cond_broadcast(&mt->store_cond);
-    pthread_mutex_unlock(&mt->store_lock);
+    if (!st->queue)
+        return;
+    pthread_mutex_lock(&st->lock);
+    if (st->qcount < STORE_QUEUE_LEN) {
+        struct store_item *it = &st->queue[(st->qhead + st->qcount) % STORE_QUEUE_LEN];
+        it->kind = STORE_REFAULT;
+        it->u.refault = *rf;
+        st->qcount++;
+    } else {
+        st->trims_dropped++; /* its trim's refaulted_bytes stays unknown */
+    }
+    pthread_mutex_unlock(&st->lock);
 }
 
-int store_stop(struct memtrim *mt)
+void store_push_sample(struct store *st, const struct mt_snapshot *s)
+{
+    if (!st->started)
+        return;
+    pthread_mutex_lock(&st->lock);
+    if (st->qsamples < STORE_QUEUE_SAMPLES && st->qcount < STORE_QUEUE_LEN) {
+        struct store_item *it = &st->queue[(st->qhead + st->qcount) % STORE_QUEUE_LEN];
+        it->kind = STORE_SAMPLE;
+        it->u.sample = *s;
+        st->qcount++;
+        st->qsamples++;
+    } else {
+        st->samples_dropped++; /* the store is stuck or slow: samples are the thing to lose */
+    }
+    pthread_mutex_unlock(&st->lock);
+}
+
+void store_wake(struct store *st)
+{
+    pthread_mutex_lock(&st->lock);
+    st->kicked = 1;
+    pthread_cond_broadcast(&st->cond);
+    pthread_mutex_unlock(&st->lock);
+}
+
+void store_health(struct store *st, char *state, size_t state_size, char *reason,
+                  size_t reason_size)
+{
+    pthread_mutex_lock(&st->health_lock);
+    snprintf(state, state_size, "%s", st->state);
+    snprintf(reason, reason_size, "%s", st->reason);
+    pthread_mutex_unlock(&st->health_lock);
+}
+
+void store_counters(struct store *st, struct mt_counters *out)
+{
+    pthread_mutex_lock(&st->lock);
+    out->samples_stored = st->samples_stored;
+    out->samples_dropped = st->samples_dropped;
+    out->store_errors = st->errors;
+    out->trims_dropped = st->trims_dropped;
+    pthread_mutex_unlock(&st->lock);
+}
+
+int store_stop(struct store *st)
 {
     struct timespec deadline;
     int rc = 0;
-    if (!mt->store_started)
+    if (!st->started)
         return 0;
     mt_deadline(&deadline, STORE_JOIN_NS);
-    pthread_mutex_lock(&mt->store_lock);
-    mt->store_stop = 1;
-    pthread_cond_broadcast(&mt->store_cond);
-    while (!mt->store_done && rc == 0)
-        rc = pthread_cond_timedwait(&mt->store_cond, &mt->store_lock, &deadline);
-    int done = mt->store_done;
-    pthread_mutex_unlock(&mt->store_lock);
+    pthread_mutex_lock(&st->lock);
+    st->stop = 1;
+    pthread_cond_broadcast(&st->cond);
+    while (!st->done && rc == 0)
+        rc = pthread_cond_timedwait(&st->cond, &st->lock, &deadline);
+    int done = st->done;
+    pthread_mutex_unlock(&st->lock);
     if (!done) {
         /* A hung disk: the host's stop must not wait for it. The thread will
          * run our code when the disk answers: keep the library mapped even if
@@ -266,12 +427,12 @@ int store_stop(struct memtrim *mt)
         if (dladdr((void *)store_main, &self) && self.dli_fname)
             dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
         mt_log(MT_LOG_ERROR, "store", "the store did not finish within %d s; leaving it behind",
-               (int)(STORE_JOIN_NS / SEC));
-        pthread_detach(mt->store_thread);
-        mt->store_started = 0;
+               (int)(STORE_JOIN_NS / MT_SEC));
+        pthread_detach(st->thread);
+        st->started = 0;
         return -ETIMEDOUT;
     }
-    pthread_join(mt->store_thread, NULL);
-    mt->store_started = 0;
+    pthread_join(st->thread, NULL);
+    st->started = 0;
     return 0;
 }

@@ -102,12 +102,8 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
         ts->recent_count++;
     else
         ts->recent_head = (ts->recent_head + 1) % TRIM_RECENT;
-    if (ts->qcount < TRIM_QUEUE_LEN) {
-        ts->queue[(ts->qhead + ts->qcount) % TRIM_QUEUE_LEN] = *r;
-        ts->qcount++;
-    } else {
-        ts->dropped++;
-    }
+    if (ts->sink)
+        ts->sink(ts->sink_arg, r);
 }
 
 int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
@@ -170,45 +166,25 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     return 0;
 }
 
-unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigned max)
+void trim_count_skip(struct trim_service *ts, int reason)
 {
-    unsigned n = 0;
+    if (reason < 0 || reason >= MT_SKIP_COUNT)
+        return;
     pthread_mutex_lock(&ts->lock);
-    while (n < max && ts->qcount > 0) {
-        buf[n++] = ts->queue[ts->qhead];
-        ts->qhead = (ts->qhead + 1) % TRIM_QUEUE_LEN;
-        ts->qcount--;
-    }
-    pthread_mutex_unlock(&ts->lock);
-    return n;
-}
-
-void trim_requeue(struct trim_service *ts, const struct mt_trim_result *buf, unsigned n)
-{
-    pthread_mutex_lock(&ts->lock);
-    /* Walk backwards so the oldest ends up first; what does not fit is dropped. */
-    for (unsigned i = n; i-- > 0;) {
-        if (ts->qcount >= TRIM_QUEUE_LEN) {
-            ts->dropped++;
-            continue;
-        }
-        ts->qhead = (ts->qhead + TRIM_QUEUE_LEN - 1) % TRIM_QUEUE_LEN;
-        ts->queue[ts->qhead] = buf[i];
-        ts->qcount++;
-    }
+    ts->skips[reason]++;
     pthread_mutex_unlock(&ts->lock);
 }
 
 void trim_counters(struct trim_service *ts, struct mt_counters *out)
 {
     pthread_mutex_lock(&ts->lock);
+    memcpy(out->skips, ts->skips, sizeof(out->skips));
     memcpy(out->trims, ts->trims, sizeof(out->trims));
     memcpy(out->released_bytes, ts->released, sizeof(out->released_bytes));
     memcpy(out->trim_hist, ts->hist, sizeof(out->trim_hist));
     out->trim_seconds_sum = ts->seconds_sum;
     out->manual_coalesced = ts->coalesced;
     out->manual_rate_limited = ts->rate_limited;
-    out->trims_dropped = ts->dropped;
     memcpy(out->trim_seconds, ts->seconds, sizeof(out->trim_seconds));
     memcpy(out->refaulted_bytes, ts->refaulted, sizeof(out->refaulted_bytes));
     memcpy(out->refault_windows, ts->refault_windows, sizeof(out->refault_windows));
@@ -224,26 +200,9 @@ void trim_refault_done(struct trim_service *ts, const struct mt_refault *rf)
     ts->refault_windows[rf->trigger]++;
     if (ts->last.id == rf->id)
         ts->last.refaulted_bytes = rf->refaulted_bytes;
-    if (ts->rf_count < TRIM_REFAULT_QUEUE_LEN) {
-        ts->rf_queue[(ts->rf_head + ts->rf_count) % TRIM_REFAULT_QUEUE_LEN] = *rf;
-        ts->rf_count++;
-    } else {
-        ts->dropped++;
-    }
+    if (ts->refault_sink)
+        ts->refault_sink(ts->sink_arg, rf);
     pthread_mutex_unlock(&ts->lock);
-}
-
-unsigned trim_drain_refaults(struct trim_service *ts, struct mt_refault *buf, unsigned max)
-{
-    unsigned n = 0;
-    pthread_mutex_lock(&ts->lock);
-    while (n < max && ts->rf_count > 0) {
-        buf[n++] = ts->rf_queue[ts->rf_head];
-        ts->rf_head = (ts->rf_head + 1) % TRIM_REFAULT_QUEUE_LEN;
-        ts->rf_count--;
-    }
-    pthread_mutex_unlock(&ts->lock);
-    return n;
 }
 
 int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_result *out)

@@ -1,8 +1,10 @@
 /*
  * trim.h - the trim service: one malloc_trim at a time, each one measured,
  * concurrent manual requests coalesced onto the running trim, manual rate
- * limit, and a queue of results for the store. Any thread may call; the
- * service's mutex guards its state and is never held across malloc_trim.
+ * limit; each result goes to a sink (the store's queue, core/store.c). Any
+ * thread may call; the service's mutex guards its state, is never held
+ * across malloc_trim, and is held while the sink runs (the sink takes only
+ * its own short lock).
  */
 #ifndef MEMTRIM_TRIM_H
 #define MEMTRIM_TRIM_H
@@ -12,8 +14,6 @@
 #include "snapshot.h"
 #include "types.h"
 
-#define TRIM_QUEUE_LEN 256
-#define TRIM_REFAULT_QUEUE_LEN 64
 #define TRIM_RECENT 128
 
 struct trim_service {
@@ -30,18 +30,20 @@ struct trim_service {
     uint64_t released[MT_TRIGGER_COUNT];
     uint64_t hist[MT_HIST_BUCKETS + 1];
     double seconds_sum;
-    uint64_t coalesced, rate_limited, dropped;
-    /* results waiting for the store (the housekeeper drains them) */
-    struct mt_trim_result queue[TRIM_QUEUE_LEN];
-    unsigned qhead, qcount;
+    uint64_t coalesced, rate_limited;
+    uint64_t skips[MT_SKIP_COUNT]; /* trims the policy or the pressure path did not run */
     /* what trims cost (cost.c): wall time by trigger, re-faults once known */
     double seconds[MT_TRIGGER_COUNT];
     uint64_t refaulted[MT_TRIGGER_COUNT], refault_windows[MT_TRIGGER_COUNT];
-    struct mt_refault rf_queue[TRIM_REFAULT_QUEUE_LEN]; /* for the store */
-    unsigned rf_head, rf_count;
     /* the last TRIM_RECENT results, for the doctor (a ring, oldest at recent_head) */
     struct mt_trim_result recent[TRIM_RECENT];
     unsigned recent_head, recent_count;
+    /* where each result and each re-fault figure goes, in order (NULL: nowhere):
+     * the store's queue in an instance; read under lock (set them before trims run,
+     * or under the lock) */
+    void (*sink)(void *arg, const struct mt_trim_result *r);
+    void (*refault_sink)(void *arg, const struct mt_refault *rf);
+    void *sink_arg;
 };
 
 int trim_service_init(struct trim_service *ts);
@@ -70,17 +72,11 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
                 int64_t min_interval_ms, int flags, int64_t crossing_ns,
                 struct mt_trim_result *out, int64_t *retry_after_ms);
 
-/* Move up to max queued results into buf; returns how many. */
-unsigned trim_drain(struct trim_service *ts, struct mt_trim_result *buf, unsigned max);
+/* Count a trim that was not run, by reason (enum mt_skip_reason). */
+void trim_count_skip(struct trim_service *ts, int reason);
 
-/* Put results back at the head of the queue (the store could not take them). */
-void trim_requeue(struct trim_service *ts, const struct mt_trim_result *buf, unsigned n);
-
-/* A trim's re-fault window closed: count it and queue the figure for the store. */
+/* A trim's re-fault window closed: count it and hand the figure to the refault sink. */
 void trim_refault_done(struct trim_service *ts, const struct mt_refault *rf);
-
-/* Move up to max queued re-fault figures into buf; returns how many. */
-unsigned trim_drain_refaults(struct trim_service *ts, struct mt_refault *buf, unsigned max);
 
 /*
  * The last trim, when another finished since *generation (which is updated):
@@ -89,7 +85,7 @@ unsigned trim_drain_refaults(struct trim_service *ts, struct mt_refault *buf, un
  */
 int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_result *out);
 
-/* Fill the trim counters of *out. */
+/* Fill the trim counters of *out (skips included). */
 void trim_counters(struct trim_service *ts, struct mt_counters *out);
 
 /* Copy up to max of the most recent results into buf, oldest first; returns how many. */

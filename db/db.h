@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../core/types.h"
+#include "types.h" /* common/: the value types stored */
 
 #define DB_SCHEMA_VERSION 4
 
@@ -53,6 +53,14 @@ int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err);
 int db_writer_check_file(struct db_writer *w, char **err);
 
 /*
+ * The one builder of the in-memory store's URI (see db_writer_reader_path): a
+ * shared-cache in-memory database named after
+ * owner (any address unique while it lives), "file:memtrim-<owner>?mode=memory&cache=shared",
+ * into buf. A writer opened on it and readers given it share one store.
+ */
+void db_memory_uri(char *buf, size_t size, const void *owner);
+
+/*
  * Buffer a sample / a trim; written in the current batch transaction (begun
  * here when none is open; committed by db_writer_flush, or here once it
  * holds DB_BATCH_MAX rows). A sample is keyed by its timestamp_ms: a second
@@ -72,7 +80,7 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
 int db_writer_set_refault(struct db_writer *w, const struct mt_refault *rf, char **err);
 
 /*
- * Commit the current batch (the housekeeper calls this every tick); 0 when
+ * Commit the current batch (the store thread calls this every tick); 0 when
  * nothing is pending. On failure the batch is rolled back and dropped.
  */
 int db_writer_flush(struct db_writer *w, char **err);

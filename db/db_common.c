@@ -1,7 +1,8 @@
 /*
  * db_common.c - what the writer and the readers share: opening a connection
  * with the store's settings, SQLite result codes as errno values with a
- * message, and the table of series metrics.
+ * message, the table of series metrics, the readers' cached statements and
+ * the one builder of the in-memory store's URI.
  *
  * Threads: any; the functions touch only the connection they are given and
  * constant tables. No locks.
@@ -46,6 +47,27 @@ int db_series_metric_valid(const char *metric)
 int db_is_memory_path(const char *path)
 {
     return strcmp(path, ":memory:") == 0;
+}
+
+void db_memory_uri(char *buf, size_t size, const void *owner)
+{
+    snprintf(buf, size, "file:memtrim-%p?mode=memory&cache=shared", owner);
+}
+
+/* The cached statement, prepared on first use from fmt and its one string argument. */
+int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt, const char *arg,
+                   char **err)
+{
+    char *sql = NULL;
+    int rc;
+
+    if (*slot != NULL)
+        return 0;
+    if (asprintf(&sql, fmt, arg) < 0)
+        return db_fail(err, -ENOMEM, "out of memory");
+    rc = db_prepare(r->db, sql, slot, err);
+    free(sql);
+    return rc;
 }
 
 /* A result code as a negative errno; the OS error refines open and I/O failures. */

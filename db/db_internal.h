@@ -102,8 +102,6 @@ int db_step_done(sqlite3_stmt *st, const char *what, char **err);
 int db_is_memory_path(const char *path);
 int db_series_metric_index(const char *metric);
 int db_series_metric_count(void);
-
-/* db_query.c */
 int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt, const char *arg,
                    char **err);
 

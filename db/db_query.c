@@ -100,22 +100,6 @@ fail:
     return rc;
 }
 
-/* The cached statement, prepared on first use from fmt and its one string argument. */
-int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt,
-                          const char *arg, char **err)
-{
-    char *sql = NULL;
-    int rc;
-
-    if (*slot != NULL)
-        return 0;
-    if (asprintf(&sql, fmt, arg) < 0)
-        return db_fail(err, -ENOMEM, "out of memory");
-    rc = db_prepare(r->db, sql, slot, err);
-    free(sql);
-    return rc;
-}
-
 /* Bind the common range/trigger parameters and the statement's own. */
 static void db_bind_trim_query(sqlite3_stmt *st, const struct db_trim_query *q)
 {

@@ -89,8 +89,9 @@ static int db_writer_set_paths(struct db_writer *w, const char *path)
     w->path = strdup(path);
     if (db_is_memory_path(path)) {
         /* A private name per writer, so readers of this store can find it and nobody else. */
-        if (asprintf(&w->reader_path, "file:memtrim-%p?mode=memory&cache=shared", (void *)w) < 0)
-            w->reader_path = NULL;
+        char uri[64];
+        db_memory_uri(uri, sizeof(uri), w);
+        w->reader_path = strdup(uri);
     } else {
         w->reader_path = strdup(path);
     }

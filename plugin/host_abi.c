@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "api.h"
 #include "core.h"
 #include "memtrim.h"
 
@@ -15,7 +16,7 @@ MEMTRIM_API int memtrim_start(const char *config_json, memtrim_t **out, char **e
         *errmsg = NULL;
     if (!out)
         return -EINVAL;
-    return mt_create(config_json, out, errmsg);
+    return mt_create(config_json, &api_routes, out, errmsg);
 }
 
 MEMTRIM_API void memtrim_stop(memtrim_t *mt)

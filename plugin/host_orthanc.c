@@ -26,6 +26,7 @@
 #include <orthanc/OrthancCPlugin.h>
 
 #include "config.h"
+#include "api.h"
 #include "core.h"
 #include "http.h"
 #include "memtrim.h"
@@ -235,8 +236,9 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
                            "memtrim is not running in this Orthanc (see Orthanc's log)");
     } else {
         struct server_request req = {
-            .mt = host_mt,
+            .app = host_mt,
             .srv = NULL,
+            .store = mt_store_readers(host_mt),
             .method = host_method(r->method, path),
             .path = path,
             .query = &q,
@@ -244,7 +246,7 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
             .body_len = r->bodySize,
             .accept = host_header(r, "accept"),
         };
-        server_dispatch(server_routes, server_nroutes, &req, host_header(r, "authorization"),
+        server_dispatch(api_routes.table, api_routes.count, &req, host_header(r, "authorization"),
                         host_token, host_read_requires_auth, &rep);
     }
     pthread_rwlock_unlock(&host_lock);
@@ -355,7 +357,7 @@ ORTHANC_EXPORT int32_t OrthancPluginInitialize(OrthancPluginContext *context)
     host_read_requires_auth = cfg.read_requires_auth;
 
     /* Anything else that fails (a port in use, ...) is memtrim's problem, not Orthanc's. */
-    rc = mt_create(doc, &mt, &err);
+    rc = mt_create(doc, &api_routes, &mt, &err);
     free(doc);
     if (rc) {
         mt_log(MT_LOG_ERROR, "orthanc", "memtrim is off, Orthanc runs on without it: %s",

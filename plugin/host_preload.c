@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "api.h"
 #include "core.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)
@@ -159,7 +160,7 @@ static void *restart_main(void *arg)
         if (stop)
             return NULL;
     }
-    if (mt_create(preload_json, &mt, &err) != 0)
+    if (mt_create(preload_json, &api_routes, &mt, &err) != 0)
         fprintf(stderr, "memtrim: FollowFork: not restarted in child %ld (see above); "
                         "the program runs on without memtrim\n", (long)getpid());
     free(err);
@@ -223,7 +224,7 @@ __attribute__((constructor)) static void preload_init(void)
         return;
     }
     /* Any other failure (a port in use, ...) is logged once by mt_create itself. */
-    if (mt_create(preload_json, &mt, &err) == 0 && mt) {
+    if (mt_create(preload_json, &api_routes, &mt, &err) == 0 && mt) {
         preload_instance = mt;
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
     }

@@ -2,7 +2,9 @@
  * http.h - what the server hands to the handlers in api/ and what they hand
  * back: a request (method, path, parsed query, body) and a reply (status,
  * content type, body, a few headers), plus the route table that connects the
- * two. Internal to server/ and api/; core/ and plugin/ see only server.h.
+ * two. Used by server/ and api/, and by a host adapter that serves the routes
+ * through its host's own HTTP server (plugin/host_orthanc.c); the engine
+ * (core/) sees only server.h.
  *
  * Threads: a request and its reply belong to the HTTP worker thread that runs
  * the handler; nothing here is shared, so nothing here locks.
@@ -13,18 +15,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "query.h"
+#include "server.h"
 
-struct memtrim;
-struct server;
 struct cJSON;
-struct db_reader;
 
 /* Request bodies larger than this are refused with 413. */
 #define SERVER_BODY_MAX (64 * 1024)
 
 struct server_request {
-    struct memtrim *mt;
-    struct server *srv;
+    void *app;                        /* what server_start was given (the instance) */
+    struct server *srv;               /* NULL outside the daemon: readers are not pooled */
+    const struct server_store *store; /* NULL: no store */
     const char *method;
     const char *path;
     const struct query *query;
@@ -68,10 +69,6 @@ struct server_route {
     server_handler handler;
 };
 
-/* The route table (routes.c). */
-extern const struct server_route server_routes[];
-extern const size_t server_nroutes;
-
 /*
  * Generic dispatch over a route table: 404, 405 + Allow, 401, a cross-site
  * request to a state-changing (SERVER_AUTH_WRITE) route without a token
@@ -109,12 +106,12 @@ int server_reply_bad_param(struct server_reply *rep, const char *why);
 int server_auth_ok(const char *authorization, const char *token);
 
 /*
- * A read connection to the store for this request (readers.c): 0 with *out,
- * or a negative errno after filling a 503 reply that says why. Give it back
- * with server_reader_put (broken = 1 closes it instead of keeping it).
+ * A read connection to the store for this request (readers.c), through
+ * req->store: 0 with *out, or a negative errno after filling a 503 reply that
+ * says why. Give it back with server_reader_put (broken = 1 closes it instead
+ * of keeping it in the pool).
  */
-int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **out,
-                      struct server_reply *rep);
-void server_reader_put(struct server *s, struct db_reader *r, int broken);
+int server_reader_get(const struct server_request *req, void **out, struct server_reply *rep);
+void server_reader_put(const struct server_request *req, void *reader, int broken);
 
 #endif /* MEMTRIM_SERVER_HTTP_H */

@@ -13,13 +13,12 @@
 #include "http.h"
 
 struct MHD_Daemon;
-struct db_reader;
 
 #define SERVER_READERS_MAX 16
 
 struct server_readers {
     pthread_mutex_t lock;
-    struct db_reader *idle[SERVER_READERS_MAX];
+    void *idle[SERVER_READERS_MAX]; /* opened by the store interface */
     int nidle;
     uint64_t generation; /* the store opening the idle readers belong to */
 };
@@ -70,7 +69,9 @@ const char *server_cross_site(const char *host, const char *origin, const char *
 
 struct server {
     struct MHD_Daemon *daemon;
-    struct memtrim *mt;
+    void *app;                        /* handed to every request */
+    const struct server_routes *routes;
+    const struct server_store *store; /* NULL: no store */
     int port;
     char token[256]; /* "" = no token; never logged, never sent */
     int read_requires_auth;
@@ -80,6 +81,6 @@ struct server {
 };
 
 void server_readers_init(struct server_readers *p);
-void server_readers_free(struct server_readers *p); /* closes the idle readers */
+void server_readers_free(struct server_readers *p, const struct server_store *store); /* closes the idle readers */
 
 #endif /* MEMTRIM_SERVER_INTERNAL_H */

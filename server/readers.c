@@ -1,10 +1,12 @@
 /*
  * readers.c - read connections to the store for the HTTP workers: a small
- * pool of db_reader, so that each worker reuses a connection instead of
- * opening one per request (SQLite connections are used by one thread at a
- * time: a reader is taken out of the pool for the request and put back).
- * Runs on HTTP worker threads; the pool's mutex is held only to push or pop.
- * The pool is emptied by server_stop after the daemon's threads are gone.
+ * pool, so that each worker reuses a connection instead of opening one per
+ * request (SQLite connections are used by one thread at a time: a reader is
+ * taken out of the pool for the request and put back). What a reader is, and
+ * whether the store can be read now, the server learns only through the
+ * struct server_store it was given (server.h). Runs on HTTP worker threads;
+ * the pool's mutex is held only to push or pop. The pool is emptied by
+ * server_stop after the daemon's threads are gone.
  */
 #include "http.h"
 #include "internal.h"
@@ -13,19 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
-#include "db.h"
-
 void server_readers_init(struct server_readers *p)
 {
     pthread_mutex_init(&p->lock, NULL);
     p->nidle = 0;
 }
 
-void server_readers_free(struct server_readers *p)
+void server_readers_free(struct server_readers *p, const struct server_store *store)
 {
     for (int i = 0; i < p->nidle; i++)
-        db_reader_close(p->idle[i]);
+        store->close(p->idle[i]);
     p->nidle = 0;
     pthread_mutex_destroy(&p->lock);
 }
@@ -34,26 +33,25 @@ void server_readers_free(struct server_readers *p)
  * the same thread, one request at a time). */
 static __thread uint64_t reader_generation;
 
-int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **out,
-                      struct server_reply *rep)
+int server_reader_get(const struct server_request *req, void **out, struct server_reply *rep)
 {
-    const char *path = mt_db_path(mt);
-    if (path == NULL || path[0] == '\0') {
+    const struct server_store *store = req->store;
+    struct server *s = req->srv;
+    uint64_t generation = 0;
+    char why[256] = "";
+    int state = store ? store->state(store->ctx, &generation, why, sizeof(why)) : -ENODEV;
+    if (state == -ENODEV) {
         server_reply_error(rep, 503, "store_disabled",
                            "no store is configured (\"Database\" is empty), so no history is kept");
         return -ENODEV;
     }
-    if (!mt_db_available(mt)) {
-        struct mt_health h;
-        mt_health_get(mt, &h);
-        server_reply_error(rep, 503, "store_unavailable", "the store is %s%s%s", h.db_state,
-                           h.reason[0] ? ": " : "", h.reason);
+    if (state != 0) {
+        server_reply_error(rep, 503, "store_unavailable", "the store is %s", why);
         server_reply_header(rep, "Retry-After", "1");
         return -EAGAIN;
     }
-    struct db_reader *r = NULL, *stale[SERVER_READERS_MAX];
+    void *r = NULL, *stale[SERVER_READERS_MAX];
     int nstale = 0;
-    uint64_t generation = mt_db_generation(mt);
     reader_generation = generation; /* read before opening: a reopen after it makes it old */
     if (s != NULL) {
         pthread_mutex_lock(&s->readers.lock);
@@ -68,11 +66,11 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
             r = s->readers.idle[--s->readers.nidle];
         pthread_mutex_unlock(&s->readers.lock);
         for (int i = 0; i < nstale; i++)
-            db_reader_close(stale[i]);
+            store->close(stale[i]);
     }
     if (r == NULL) {
         char *err = NULL;
-        int rc = db_reader_open(path, &r, &err);
+        int rc = store->open(store->ctx, &r, &err);
         if (rc != 0) {
             server_reply_error(rep, 503, "store_unavailable",
                                "cannot open the store for reading: %s",
@@ -86,12 +84,16 @@ int server_reader_get(struct server *s, struct memtrim *mt, struct db_reader **o
     return 0;
 }
 
-void server_reader_put(struct server *s, struct db_reader *r, int broken)
+void server_reader_put(const struct server_request *req, void *r, int broken)
 {
-    if (r == NULL)
+    const struct server_store *store = req->store;
+    struct server *s = req->srv;
+    uint64_t generation = 0;
+    char why[8];
+    if (r == NULL || store == NULL)
         return;
     if (s != NULL && !broken) {
-        uint64_t generation = mt_db_generation(s->mt);
+        store->state(store->ctx, &generation, why, sizeof(why));
         pthread_mutex_lock(&s->readers.lock);
         if (reader_generation == generation && s->readers.generation == generation &&
             s->readers.nidle < SERVER_READERS_MAX) {
@@ -100,5 +102,5 @@ void server_reader_put(struct server *s, struct db_reader *r, int broken)
         }
         pthread_mutex_unlock(&s->readers.lock);
     }
-    db_reader_close(r);
+    store->close(r);
 }

@@ -158,8 +158,9 @@ void server_process(struct server *s, const struct server_input *in, struct serv
         return;
     }
     struct server_request req = {
-        .mt = s->mt,
+        .app = s->app,
         .srv = s,
+        .store = s->store,
         .method = in->method,
         .path = path,
         .query = &q,
@@ -168,6 +169,6 @@ void server_process(struct server *s, const struct server_input *in, struct serv
         .accept = in->accept,
         .cross_site = server_cross_site(in->host, in->origin, in->fetch_site, cross, sizeof(cross)),
     };
-    server_dispatch(server_routes, server_nroutes, &req, in->authorization, s->token,
+    server_dispatch(s->routes->table, s->routes->count, &req, in->authorization, s->token,
                     s->read_requires_auth, rep);
 }

@@ -25,8 +25,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "core.h"
+#include "common.h"
 #include "http.h"
 #include "internal.h"
 
@@ -260,7 +259,7 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **req_
 }
 
 /* Resolve HttpBind:HttpPort (numeric addresses or names such as "localhost"). */
-static int server_resolve(const struct mt_config *cfg, struct sockaddr_storage *addr,
+static int server_resolve(const struct server_options *cfg, struct sockaddr_storage *addr,
                           socklen_t *addrlen, char **err)
 {
     struct addrinfo hints;
@@ -269,12 +268,12 @@ static int server_resolve(const struct mt_config *cfg, struct sockaddr_storage *
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     char port[16];
-    snprintf(port, sizeof(port), "%d", cfg->http_port);
+    snprintf(port, sizeof(port), "%d", cfg->port);
     struct addrinfo *res = NULL;
-    const char *host = cfg->http_bind[0] ? cfg->http_bind : NULL;
+    const char *host = cfg->bind[0] ? cfg->bind : NULL;
     int rc = getaddrinfo(host, port, &hints, &res);
     if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(*addr)) {
-        *err = server_strdupf("memtrim/server: HttpBind '%s': %s", cfg->http_bind,
+        *err = server_strdupf("HttpBind '%s': %s", cfg->bind,
                               rc ? gai_strerror(rc) : "no address");
         if (res)
             freeaddrinfo(res);
@@ -317,7 +316,7 @@ static int server_addr_is_loopback(const struct sockaddr_storage *addr)
  * common default, that is 64. One address may hold half of them
  * (MaxConnectionsPerIp 0), so that no single client takes them all.
  */
-static void server_limits(const struct mt_config *cfg, unsigned *conns, unsigned *per_ip)
+static void server_limits(const struct server_options *cfg, unsigned *conns, unsigned *per_ip)
 {
     struct rlimit rl;
     rlim_t share = 64;
@@ -328,20 +327,20 @@ static void server_limits(const struct mt_config *cfg, unsigned *conns, unsigned
                                                : (*conns + 1) / 2;
 }
 
-static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_config *cfg,
+static struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_options *cfg,
                                               const struct sockaddr_storage *addr)
 {
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
     if (addr->ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned threads = cfg->http_threads > 0 ? (unsigned)cfg->http_threads : 1;
+    unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
     unsigned limit, per_ip;
     server_limits(cfg, &limit, &per_ip);
     unsigned timeout =
         cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
     MHD_set_panic_func(server_mhd_panic, NULL);
     return MHD_start_daemon(
-        flags, (uint16_t)cfg->http_port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
+        flags, (uint16_t)cfg->port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         server_mhd_log, (void *)s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
         MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK,
         server_uri_log, (void *)s, MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection,
@@ -352,7 +351,8 @@ static struct MHD_Daemon *server_daemon_start(struct server *s, const struct mt_
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u, MHD_OPTION_END);
 }
 
-int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server **out, char **err)
+int server_start(const struct server_options *cfg, const struct server_routes *routes,
+                 const struct server_store *store, void *app, struct server **out, char **err)
 {
     struct sockaddr_storage addr;
     socklen_t addrlen = 0;
@@ -367,21 +367,23 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
     struct server *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         rc = -ENOMEM;
-        msg = server_strdupf("memtrim/server: out of memory");
+        msg = server_strdupf("out of memory");
         goto fail;
     }
-    s->mt = mt;
-    snprintf(s->token, sizeof(s->token), "%s", cfg->auth_token);
+    s->app = app;
+    s->routes = routes;
+    s->store = store;
+    snprintf(s->token, sizeof(s->token), "%s", cfg->token);
     s->read_requires_auth = cfg->read_requires_auth;
     s->loopback = server_addr_is_loopback(&addr);
     if (!s->loopback && s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {
         rc = -EPERM;
         msg = server_strdupf(
-            "memtrim/server: HttpBind '%s' is reachable from other machines and no AuthToken "
+            "HttpBind '%s' is reachable from other machines and no AuthToken "
             "is set, so anyone there could trim and change the configuration; set AuthToken "
             "or AuthTokenFile, bind to 127.0.0.1, or set AllowUnauthenticatedRemote to true "
             "to accept that",
-            cfg->http_bind);
+            cfg->bind);
         free(s);
         goto fail;
     }
@@ -389,13 +391,13 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
         mt_log(MT_LOG_WARNING, "server",
                "HttpBind '%s' is reachable from other machines without a token "
                "(AllowUnauthenticatedRemote): anyone there may trim and change the configuration",
-               cfg->http_bind);
+               cfg->bind);
     server_readers_init(&s->readers);
     rc = server_watchdog_start(&s->watchdog, cfg->request_timeout_seconds);
     if (rc != 0) {
-        msg = server_strdupf("memtrim/server: cannot start the request watchdog: %s",
+        msg = server_strdupf("cannot start the request watchdog: %s",
                              strerror(-rc));
-        server_readers_free(&s->readers);
+        server_readers_free(&s->readers, s->store);
         free(s);
         goto fail;
     }
@@ -405,21 +407,21 @@ int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server 
         server_watchdog_stop(&s->watchdog);
         int e = server_bind_errno(&addr, addrlen);
         rc = e ? -e : -EIO;
-        msg = server_strdupf("memtrim/server: cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s",
-                             cfg->http_bind, cfg->http_port,
+        msg = server_strdupf("cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s",
+                             cfg->bind, cfg->port,
                              e ? strerror(e) : "libmicrohttpd failed to start");
-        server_readers_free(&s->readers);
+        server_readers_free(&s->readers, s->store);
         free(s);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : cfg->http_port;
+    s->port = info ? info->port : cfg->port;
     unsigned limit, per_ip;
     server_limits(cfg, &limit, &per_ip);
     mt_log(MT_LOG_INFO, "server",
            "serving HTTP on %s:%d with %d thread(s), at most %u connections (%u per address), "
            "%d s for a request to arrive",
-           cfg->http_bind, s->port, cfg->http_threads > 0 ? cfg->http_threads : 1, limit, per_ip,
+           cfg->bind, s->port, cfg->threads > 0 ? cfg->threads : 1, limit, per_ip,
            cfg->request_timeout_seconds);
     *out = s;
     return 0;
@@ -460,6 +462,6 @@ void server_stop(struct server *s)
      */
     MHD_stop_daemon(s->daemon);
     server_watchdog_stop(&s->watchdog);
-    server_readers_free(&s->readers);
+    server_readers_free(&s->readers, s->store);
     free(s);
 }

@@ -1,23 +1,64 @@
 /*
- * server.h - the embedded HTTP server (libmicrohttpd): started and stopped by
- * the instance's lifecycle (core/memtrim.c), serving the route table in
- * server/routes.c with the handlers in api/.
+ * server.h - the embedded HTTP server (libmicrohttpd), as the engine and the
+ * host adapters see it: start it with its options, a route table and a way
+ * to reach the store's readers; stop it. The server knows nothing of the
+ * engine: what it needs comes in here (the handlers get `app` back in each
+ * request, see http.h).
  */
 #ifndef MEMTRIM_SERVER_H
 #define MEMTRIM_SERVER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-struct memtrim;
-struct mt_config;
 struct server;
+struct server_route;
+
+/* A route table (api/ owns memtrim's: api_routes). */
+struct server_routes {
+    const struct server_route *table;
+    size_t count;
+};
+
+/* The listening side: address, threads, limits and who may call. */
+struct server_options {
+    char bind[64];              /* "" = every address */
+    int port;                   /* 0 = ephemeral */
+    int threads;                /* MHD's thread pool; < 1 = 1 */
+    int max_connections;        /* <= 0: 256 */
+    int max_connections_per_ip; /* <= 0: no limit */
+    int connection_timeout_seconds; /* <= 0: none */
+    char token[256];            /* "" = no token; never logged, never sent */
+    int read_requires_auth;
+    int allow_unauthenticated_remote; /* else a non-loopback bind needs a token */
+    int request_timeout_seconds;      /* a request must arrive whole within this */
+};
 
 /*
- * Start serving on cfg->http_bind:cfg->http_port (0 = ephemeral). Returns 0,
- * or a negative errno value (-EADDRINUSE, -EINVAL for a bad address, ...)
- * with *err (caller frees with free()).
+ * How the handlers reach the store, without the server knowing what it is:
+ * the engine fills this (core/store.c), the server pools the readers it
+ * opens. Each function may run on any HTTP worker at once.
+ *   state: 0 when readers may open; -ENODEV when no store is configured;
+ *          -EAGAIN when it is not available now, with why[] saying so
+ *          ("retrying: <reason>"). Always sets *generation, the store's
+ *          current opening: pooled readers of another opening are closed.
+ *   open:  0 with *reader, or a negative errno with *err (caller frees).
  */
-int server_start(struct memtrim *mt, const struct mt_config *cfg, struct server **out, char **err);
+struct server_store {
+    void *ctx;
+    int (*state)(void *ctx, uint64_t *generation, char *why, size_t why_size);
+    int (*open)(void *ctx, void **reader, char **err);
+    void (*close)(void *reader); /* accepts NULL */
+};
+
+/*
+ * Start serving opt->bind:opt->port with routes; each request carries `app`
+ * and `store` to its handler. Returns 0, or a negative errno value
+ * (-EADDRINUSE, -EINVAL for a bad address, ...) with *err (caller frees with
+ * free()). routes and store must outlive the server.
+ */
+int server_start(const struct server_options *opt, const struct server_routes *routes,
+                 const struct server_store *store, void *app, struct server **out, char **err);
 
 /* The bound port. */
 int server_port(const struct server *s);

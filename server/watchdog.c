@@ -22,7 +22,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "core.h"
+#include "common.h"
 #include "internal.h"
 
 #define NS 1000000000LL
@@ -58,7 +58,6 @@ static void *watchdog_main(void *arg)
     struct server_watchdog *w = arg;
     uint64_t logged = 0;
     int64_t logged_at = 0;
-    pthread_setname_np(pthread_self(), "memtrim-httpdog");
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
         int64_t now = watchdog_now();
@@ -97,7 +96,7 @@ int server_watchdog_start(struct server_watchdog *w, int timeout_seconds)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     int rc = pthread_cond_init(&w->cond, &attr);
     pthread_condattr_destroy(&attr);
-    if (rc == 0 && (rc = pthread_create(&w->thread, NULL, watchdog_main, w)) != 0)
+    if (rc == 0 && (rc = mt_thread_start(&w->thread, "memtrim-httpdog", watchdog_main, w)) != 0)
         pthread_cond_destroy(&w->cond);
     if (rc != 0) {
         pthread_mutex_destroy(&w->lock);

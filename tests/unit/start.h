@@ -1,7 +1,7 @@
 /*
  * start.h - the tests' way to start an instance: mt_create with a JSON
  * configuration, the failure reported as a failed check (NULL returned).
- * Include after harness.h and core.h.
+ * with memtrim's routes. Include after harness.h, api.h and core.h.
  */
 #ifndef MEMTRIM_TEST_START_H
 #define MEMTRIM_TEST_START_H
@@ -12,7 +12,7 @@ static struct memtrim *start(const char *json)
 {
     struct memtrim *mt = NULL;
     char *err = NULL;
-    int rc = mt_create(json, &mt, &err);
+    int rc = mt_create(json, &api_routes, &mt, &err);
     CHECK_MSG(rc == 0 && mt, "start failed: %d %s", rc, err ? err : "");
     free(err);
     return mt;

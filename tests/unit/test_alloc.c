@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 
 #include "alloc.h"
+#include "api.h"
 #include "core.h"
 #include "harness.h"
 #include "probe.h"
@@ -184,7 +185,7 @@ static void test_forced_missing(void)
     struct memtrim *mt = NULL;
     char *err = NULL;
     int rc = mt_create("{\"Allocator\": \"tcmalloc\", \"HttpPort\": 0, \"Database\": \"\"}",
-                       &mt, &err);
+                       &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, -ENOENT);
     CHECK(mt == NULL);
     CHECK_CONTAINS(err, "Allocator: tcmalloc was asked for but is not in this process");
@@ -192,14 +193,14 @@ static void test_forced_missing(void)
     CHECK_CONTAINS(err, "allocator APIs found: glibc");
     free(err);
     err = NULL;
-    rc = mt_create("{\"Allocator\": \"hoard\"}", &mt, &err);
+    rc = mt_create("{\"Allocator\": \"hoard\"}", &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, -EINVAL);
     CHECK_CONTAINS(err, "Allocator");
     CHECK_CONTAINS(err, "auto|glibc|jemalloc|tcmalloc|mimalloc");
     free(err);
     /* after a refused start, a normal one works */
     err = NULL;
-    rc = mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &mt, &err);
+    rc = mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &api_routes, &mt, &err);
     CHECK_MSG(rc == 0, "%s", h_str(err));
     mt_destroy(mt);
 }

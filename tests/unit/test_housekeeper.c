@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "churn.h"
+#include "api.h"
 #include "core.h"
 #include "harness.h"
 #include "probe.h"
@@ -214,14 +215,14 @@ static void test_start_errors(void)
 {
     struct memtrim *mt = NULL, *second = NULL;
     char *err = NULL;
-    CHECK_EQ_INT(mt_create("{\"TrimIntervalSecond\": 1}", &mt, &err), -EINVAL);
+    CHECK_EQ_INT(mt_create("{\"TrimIntervalSecond\": 1}", &api_routes, &mt, &err), -EINVAL);
     CHECK(mt == NULL);
     CHECK_CONTAINS(err, "did you mean TrimIntervalSeconds?");
     free(err);
-    CHECK_EQ_INT(mt_create("{\"Enabled\": false}", &mt, &err), 0);
+    CHECK_EQ_INT(mt_create("{\"Enabled\": false}", &api_routes, &mt, &err), 0);
     CHECK(mt == NULL);
     mt = start("{\"HttpPort\": 0, \"Database\": \"\"}");
-    CHECK_EQ_INT(mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &second, &err), -EBUSY);
+    CHECK_EQ_INT(mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &api_routes, &second, &err), -EBUSY);
     CHECK_CONTAINS(err, "already runs");
     free(err);
     CHECK(mt_http_port(mt) > 0);

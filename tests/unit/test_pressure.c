@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "churn.h"
+#include "api.h"
 #include "core.h"
 #include "db.h"
 #include "harness.h"

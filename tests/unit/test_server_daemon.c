@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "config.h"
+#include "api.h"
 #include "harness.h"
 #include "server.h"
 
@@ -65,14 +65,13 @@ static int request(int port, const char *req, char *buf, size_t n)
     return rc;
 }
 
+/* memtrim's own routes, without an instance or a store behind them. */
 static struct server *start(const char *token, int port, int *rc, char **err)
 {
-    struct mt_config cfg;
-    config_defaults(&cfg);
-    cfg.http_port = port;
-    snprintf(cfg.auth_token, sizeof(cfg.auth_token), "%s", token);
+    struct server_options opt = {.bind = "127.0.0.1", .port = port, .threads = 2};
+    snprintf(opt.token, sizeof(opt.token), "%s", token);
     struct server *s = NULL;
-    *rc = server_start(NULL, &cfg, &s, err);
+    *rc = server_start(&opt, &api_routes, NULL, NULL, &s, err);
     return s;
 }
 
@@ -91,11 +90,8 @@ static void test_ports(void)
     err = NULL;
     server_stop(a);
 
-    struct mt_config cfg;
-    config_defaults(&cfg);
-    cfg.http_port = 0;
-    snprintf(cfg.http_bind, sizeof(cfg.http_bind), "not an address");
-    CHECK_EQ_INT(server_start(NULL, &cfg, &b, &err), -EINVAL);
+    struct server_options opt = {.bind = "not an address"};
+    CHECK_EQ_INT(server_start(&opt, &api_routes, NULL, NULL, &b, &err), -EINVAL);
     CHECK_CONTAINS(err, "HttpBind");
     free(err);
     server_stop(NULL);

@@ -16,6 +16,7 @@
 
 #include "arenas.h"
 #include "config.h"
+#include "api.h"
 #include "core.h"
 #include "harness.h"
 #include "tunables.h"
@@ -255,7 +256,7 @@ static void test_refused(void)
      * glibc 2.36's mallopt itself accepts any int for these four, its result is checked). */
     int rc = mt_create("{\"MallocTopPadBytes\": 4294967296, \"HttpPort\": 0, "
                        "\"Database\": null}",
-                       &mt, &err);
+                       &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, -EINVAL);
     CHECK(mt == NULL);
     CHECK_CONTAINS(err, "MallocTopPadBytes");

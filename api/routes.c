@@ -1,6 +1,7 @@
 /*
  * routes.c - the route table: every resource the server answers, who may
- * call it and which query parameters it takes. Read by server_dispatch;
+ * call it and which query parameters it takes. Handed to server_start by the
+ * instance (the host adapters give it to mt_create) and read by server_dispatch;
  * openapi.yaml must list exactly these (tests/e2e/test_contract.py and
  * tests/unit/test_server_routes.c check it). Constant data: no threads, no locks.
  */
@@ -11,7 +12,7 @@ static const char *const trim_params[] = {"pad", NULL};
 static const char *const trims_params[] = {"since", "until", "limit", "trigger", NULL};
 static const char *const series_params[] = {"metric", "since", "until", "step", NULL};
 
-const struct server_route server_routes[] = {
+static const struct server_route routes[] = {
     {"GET", "/", SERVER_AUTH_NONE, NULL, api_dashboard_get},
     {"GET", "/openapi.yaml", SERVER_AUTH_NONE, NULL, api_openapi_get},
     {"GET", "/healthz", SERVER_AUTH_NONE, NULL, api_healthz_get},
@@ -27,4 +28,4 @@ const struct server_route server_routes[] = {
     {"GET", "/memory/doctor", SERVER_AUTH_READ, NULL, api_doctor_get},
 };
 
-const size_t server_nroutes = sizeof(server_routes) / sizeof(server_routes[0]);
+const struct server_routes api_routes = {routes, sizeof(routes) / sizeof(routes[0])};

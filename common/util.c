@@ -1,7 +1,8 @@
 /*
- * util.c - logging, clocks and the names of triggers and skip reasons.
- * The log sink is set once by a host adapter before an instance starts and
- * read by any thread afterwards (an atomic pointer pair guarded by a mutex).
+ * util.c - logging, clocks, starting a thread, and the names of triggers and
+ * skip reasons. The log sink (a function and its argument) is set by a host
+ * adapter, normally before an instance starts, and read by any thread;
+ * log_lock guards the pair and is held while a line is written.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core.h"
+#include "common.h"
 
 const double mt_hist_bounds[MT_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
                                                 0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
@@ -117,11 +118,15 @@ int64_t mt_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-void mt_thread_begin(const char *name)
+int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg)
 {
-    sigset_t all;
-    /* The host's signals are the host's: never deliver them to memtrim's threads. */
+    sigset_t all, saved;
+    /* The new thread inherits the mask in force here: block everything for it. */
     sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), name);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    int rc = pthread_create(thread, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    if (rc == 0)
+        pthread_setname_np(*thread, name);
+    return rc;
 }

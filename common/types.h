@@ -1,7 +1,8 @@
 /*
  * types.h - the plain data that crosses module boundaries: probe readings,
- * trim results and the counters. No functions, no locks: whoever holds one of
- * these owns a copy.
+ * trim results and the counters. No locks: whoever holds one of these owns a
+ * copy. In common/ so that every folder may use them (db/ stores them, core/
+ * fills them, api/ prints them) without depending on the engine.
  */
 #ifndef MEMTRIM_TYPES_H
 #define MEMTRIM_TYPES_H

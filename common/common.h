@@ -1,0 +1,46 @@
+/*
+ * common.h - what every folder may use (common/ depends on nothing of ours):
+ * the plain data types (types.h), logging, clocks and their units, and the
+ * one way memtrim starts a thread. Any thread may call these; the log sink
+ * has its own lock (util.c), the rest keeps no state.
+ */
+#ifndef MEMTRIM_COMMON_H
+#define MEMTRIM_COMMON_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "types.h"
+
+/* Time units, in nanoseconds (monotonic clock readings and intervals are ns). */
+#define MT_MS (1000000LL)
+#define MT_SEC (1000000000LL)
+
+/* Log sink: adapters (Orthanc) replace it; default writes to stderr. Lines read
+ * "memtrim/<module>: <message>". */
+enum mt_log_level { MT_LOG_ERROR = 0, MT_LOG_WARNING, MT_LOG_INFO };
+typedef void (*mt_log_fn)(int level, const char *msg, void *arg);
+void mt_set_log_sink(mt_log_fn fn, void *arg);
+void mt_log(int level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* fork(): the log lock across a fork (core/memtrim.c's atfork handlers call these). */
+void mt_log_fork_prepare(void);
+void mt_log_fork_parent(void);
+void mt_log_fork_child(void);
+
+/* Wall clock in ms since the epoch; monotonic clock in ns. */
+int64_t mt_now_ms(void);
+int64_t mt_mono_ns(void);
+
+/* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
+struct timespec;
+void mt_deadline(struct timespec *ts, int64_t after_ns);
+
+/*
+ * Start one of memtrim's threads: with every signal blocked (the host's
+ * signals reach only the host's threads) and named `name` (at most 15
+ * characters, as ps and top show it). Returns 0 or a positive errno value.
+ */
+int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg);
+
+#endif /* MEMTRIM_COMMON_H */

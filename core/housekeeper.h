@@ -1,0 +1,38 @@
+/*
+ * housekeeper.h - the housekeeper thread of an instance (housekeeper.c):
+ * its wakeups, its stop flag and its counters. Private to core/.
+ * Locks: hk->lock guards everything here but the thread handle, and is held
+ * only to read or bump them.
+ */
+#ifndef MEMTRIM_HOUSEKEEPER_H
+#define MEMTRIM_HOUSEKEEPER_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include "common.h"
+
+struct memtrim;
+
+struct housekeeper {
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int stop, kicked;             /* guarded by lock, with: */
+    uint64_t ticks;
+    double cpu_seconds;
+    /* published by cost_hk.c */
+    double gap_factor, host_cpu_share, deferred_seconds;
+    int deferring;
+};
+
+void housekeeper_init(struct housekeeper *hk);
+void housekeeper_destroy(struct housekeeper *hk);
+/* Start the thread that runs the policy of mt (its housekeeper is mt->hk). */
+int housekeeper_start(struct memtrim *mt, char **err);
+void housekeeper_stop(struct housekeeper *hk);
+void housekeeper_wake(struct housekeeper *hk);
+/* Fill the housekeeper's counters of *out. */
+void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out);
+
+#endif /* MEMTRIM_HOUSEKEEPER_H */
