@@ -124,7 +124,8 @@ struct mt_trim_result {
     int arena_count;         /* arenas when it ran (-1 unknown): malloc_trim locks each in turn */
     int64_t refaulted_bytes; /* upper bound of released bytes that came back; -1 not yet known */
     uint64_t minflt_after;   /* the process's minor faults right after it (re-fault baseline) */
-    int heap_skipped;        /* the heap readings were skipped: ProbeBudgetPercent was spent */
+    int heap_skipped;        /* no free-heap figures: the readings were skipped (ProbeBudgetPercent
+                              * was spent), or the allocator reports no free heap (mimalloc) */
 };
 
 /* A trim's re-fault figure, known once its window closed (queued for the store). */

@@ -4,8 +4,9 @@
  * and mimalloc in LD_PRELOAD (the child checks detection, stats and release
  * and exits 0), and once with tcmalloc loaded by dlopen (present, but not the
  * malloc in use: auto must stay on glibc; jemalloc cannot be dlopen'ed, its
- * TLS is initial-exec). A forced allocator that is not in
- * the process stops the start with a message naming what was found.
+ * TLS is initial-exec), and runs a host linked against libjemalloc.so.2
+ * (alloc_linked_host.c). A forced allocator that is not in the process stops
+ * the start with a message naming what was found.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -205,6 +206,25 @@ static void test_forced_missing(void)
     mt_destroy(mt);
 }
 
+/* A host linked against libjemalloc.so.2 (built by CMake when the library is there). */
+static void test_linked(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+#ifdef ALLOC_LINKED_HOST
+    char line[512] = "";
+    FILE *f = popen(ALLOC_LINKED_HOST, "r");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    if (!fgets(line, sizeof(line), f))
+        line[0] = '\0';
+    CHECK_EQ_INT(pclose(f), 0);
+    CHECK_CONTAINS(line, "serving jemalloc selected jemalloc");
+#else
+    SKIP("libjemalloc.so.2 was not found at build time: no linked host was built");
+#endif
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--child") == 0)
@@ -215,5 +235,6 @@ int main(int argc, char **argv)
     RUN(test_forced_missing);
     test_each_preloaded(argv[0]);
     test_dlopen_is_not_serving(argv[0]);
+    RUN(test_linked);
     return harness_end();
 }
