@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "core.h"
 #include "probe.h"
 
@@ -80,7 +81,7 @@ int main(int argc, char **argv)
     pthread_t t[THREADS];
     char *err = NULL;
 
-    if (with && mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &mt, &err)) {
+    if (with && mt_create("{\"HttpPort\": 0, \"Database\": \"\"}", &api_routes, &mt, &err)) {
         fprintf(stderr, "bench_alloc: memtrim did not start: %s\n", err);
         return 1;
     }
