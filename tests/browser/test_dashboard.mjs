@@ -353,6 +353,43 @@ async function checkAuthAndDegraded() {
   }
 }
 
+// A host near its limit (MemoryLimitBytes 200 MB, 64 MB studies): pressure trims
+// show in the trims table with their reaction time, the same as /memory/trims.
+async function checkPressure() {
+  const demo = await startDemo('pressure', { MemoryLimitBytes: 200 * 1024 ** 2 });
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await ctx.newPage();
+    const errors = watchConsole(page);
+    await page.goto(demo.base);
+    await check('a pressure trim shows its reaction time in the trims table', async () => {
+      const row = await page.waitForFunction(() => {
+        const tr = document.querySelector('#trims tbody tr[data-trigger="pressure"]');
+        const cell = tr && tr.querySelector('td.reaction');
+        return cell && cell.dataset.value !== '' ? { id: tr.dataset.id, value: cell.dataset.value,
+          text: cell.textContent } : null;
+      }, null, { timeout: 30e3 }).catch(() => null);
+      assert(row, 'no pressure trim with a reaction time in the table in 30 s');
+      const got = await row.jsonValue();
+      const api = await getJson(demo, 'memory/trims?trigger=pressure&limit=100');
+      const rec = api.trims.find((x) => String(x.id) === got.id);
+      assert(rec && rec.reaction_seconds === Number(got.value),
+        `row ${got.id}: ${got.value}, API: ${rec && rec.reaction_seconds}`);
+      assert(/(µs|ms| s)$/.test(got.text), 'reaction cell reads ' + got.text);
+      const manual = await page.$$eval('#trims tbody tr:not([data-trigger="pressure"]) td.reaction',
+        (cells) => cells.map((c) => c.textContent));
+      assert(manual.every((t) => t === '–'), 'other triggers show a reaction: ' + manual.join(', '));
+      const stats = await getJson(demo, 'memory/stats');
+      assert(['poll', 'cgroup-v1-threshold', 'psi', 'memory-events'].includes(stats.pressure_source),
+        'pressure_source ' + stats.pressure_source);
+      assert(errors.length === 0, errors.join(' | '));
+    });
+  } finally {
+    await ctx.close();
+    await stopDemo(demo);
+  }
+}
+
 // A host whose reads need the token too: the page asks for it before it can show anything.
 async function checkReadAuth() {
   const demo = await startDemo('readauth', { AuthToken: TOKEN, ReadRequiresAuth: true });
@@ -454,6 +491,7 @@ async function main() {
   await checkGrafana(demo);
   await checkAuthAndDegraded();
   await checkReadAuth();
+  await checkPressure();
   await checkUnreachable(demo, page);
 }
 
