@@ -20,21 +20,21 @@
 #include "core.h"
 #include "cost_hk.h"
 #include "instance.h"
+#include "policy.h"
 #include "pressure.h"
 
-#define MS MT_MS
-#define SEC MT_SEC
-#define TICK_NS (250 * MS)
-#define HEAP_PROBE_MIN_NS (1 * SEC)     /* at most one heap probe a second when calm */
-#define HEAP_PROBE_PRESSURE_NS (250 * MS)
+#define TICK_NS (250 * MT_MS)
+#define HEAP_PROBE_MIN_NS (1 * MT_SEC)  /* at most one heap probe a second when calm */
+#define HEAP_PROBE_PRESSURE_NS (250 * MT_MS)
 #define PRESSURE_BUDGET_FACTOR 10.0     /* near the limit the budget is ten times larger */
-#define ACTIVITY_NS (10 * MS)           /* ...heap probes only after the host used 10 ms CPU */
+#define ACTIVITY_NS (10 * MT_MS)        /* ...heap probes only after the host used 10 ms CPU */
 
 struct hk_state {
     struct mt_config cfg;
     uint64_t cfg_generation;
     int configured; /* the first tick has read the configuration */
-    int64_t next_periodic, next_sample, last_burst;
+    struct policy_state policy;         /* the periodic/burst schedule (policy.c) */
+    int64_t next_sample;
     int64_t last_proc_cpu, last_own_cpu; /* at the last heap probe */
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
@@ -46,7 +46,7 @@ static int64_t thread_cpu_ns(void)
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
         return 0;
-    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * MT_SEC + ts.tv_nsec;
 }
 
 static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
@@ -64,31 +64,30 @@ static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
         return;
     /* A schedule restarts only when its own interval changed (or at start). */
     if (first || st->cfg.trim_interval_seconds != interval)
-        st->next_periodic = now + (int64_t)(st->cfg.trim_interval_seconds * SEC);
+        policy_reset(&st->cfg, &st->policy, now);
     if (first || st->cfg.sample_interval_seconds != sample)
         st->next_sample = now; /* a sample now, then every interval */
 }
 
 /* ---- the policy --------------------------------------------------------- */
 
-static void do_trim(struct memtrim *mt, struct hk_state *st, int trigger, int64_t now)
+/* Run a trim the policy decided on; 1 when it ran, 0 when another trim was running. */
+static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
 {
     struct mt_trim_result r;
     int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
                       &r, NULL);
     if (rc == -EBUSY) {
         trim_count_skip(&mt->trims, MT_SKIP_BUSY);
-        return;
+        return 0;
     }
-    if (trigger == MT_TRIGGER_PERIODIC || trigger == MT_TRIGGER_BURST)
-        cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
-    if (trigger == MT_TRIGGER_BURST)
-        st->last_burst = now;
+    cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
     if (trigger != MT_TRIGGER_PERIODIC)
         mt_log(MT_LOG_INFO, "housekeeper",
                "%s trim released %lld bytes in %.3f ms (RSS %llu -> %llu)",
                mt_trigger_name(trigger), (long long)r.released_bytes, r.duration_ns / 1e6,
                (unsigned long long)r.rss_before_bytes, (unsigned long long)r.rss_after_bytes);
+    return 1;
 }
 
 /*
@@ -105,7 +104,7 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
                  (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;
     struct snapshot_want want = {
         /* The pressure thread reads RSS itself: the cheap part needs no more than 1 Hz. */
-        .cheap_max_age_ns = SEC,
+        .cheap_max_age_ns = MT_SEC,
         .heap_max_age_ns = INT64_MAX,
         .budget_percent = st->cfg.probe_budget_percent * (zone ? PRESSURE_BUDGET_FACTOR : 1.0),
         .memory_limit_cfg = st->cfg.memory_limit_bytes,
@@ -131,55 +130,37 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
     st->limit = snap->memory_limit_bytes;
 }
 
+/* Readings for the policy, its decision, the cost gate and the trim, then its schedule. */
 static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
                         struct mt_snapshot *snap)
 {
     const struct mt_config *c = &st->cfg;
     uint64_t rss = probe_rss();
-    int suspended = atomic_load(&mt->suspend_depth) > 0;
     int64_t limit = c->memory_limit_bytes > 0 ? c->memory_limit_bytes : st->limit;
     int zone = limit > 0 && c->pressure_ratio > 0 &&
                rss >= pressure_zone_floor(limit, c->pressure_ratio);
-    int periodic_due = c->trim_interval_seconds > 0 && now >= st->next_periodic;
-    /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
-    double gap = cost_hk_gap_factor(&st->cost, c);
-    int64_t interval_ns = (int64_t)(c->trim_interval_seconds * gap * SEC);
+    struct policy_readings r = {
+        .suspended = atomic_load(&mt->suspend_depth) > 0,
+        /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
+        .gap_factor = cost_hk_gap_factor(&st->cost, c),
+    };
 
     /* A trim held back for a busy host needs no fresh estimate each tick. */
-    refresh(mt, st, zone, periodic_due && !suspended && !st->cost.defer.since, snap);
-    uint64_t est = snap->releasable_estimate_bytes;
-    int known = snap->heap.timestamp_ms != 0;
+    refresh(mt, st, zone,
+            policy_periodic_due(c, &st->policy, now) && !r.suspended && !st->cost.defer.since,
+            snap);
+    r.heap_known = snap->heap.timestamp_ms != 0;
+    r.releasable = snap->releasable_estimate_bytes;
+    r.rss = snap->cheap.rss_bytes;
 
-    /* 1. Burst: much releasable memory; trim now rather than at the next interval. */
-    if (c->trim_releasable_trigger_bytes > 0 && known && !suspended &&
-        now - st->last_burst >= (int64_t)(c->trim_min_gap_seconds * gap * SEC)) {
-        uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
-        if (trigger < snap->cheap.rss_bytes / 10)
-            trigger = snap->cheap.rss_bytes / 10;
-        if (est >= trigger) {
-            /* The budget and a busy host hold it back; the periodic trim waits with it. */
-            if (cost_hk_gate(mt, &st->cost, c, MT_TRIGGER_BURST, now) == COST_GATE_RUN) {
-                do_trim(mt, st, MT_TRIGGER_BURST, now);
-                st->next_periodic = now + interval_ns;
-            }
-            return;
-        }
-    }
-    /* 2. Periodic, skipped when not worth it. */
-    if (periodic_due) {
-        int gate = COST_GATE_RUN;
-        if (suspended)
-            trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
-        else if (!known)
-            trim_count_skip(&mt->trims, MT_SKIP_NO_HEAP_STATS);
-        else if (est < (uint64_t)c->trim_min_releasable_bytes)
-            trim_count_skip(&mt->trims, MT_SKIP_BELOW_MIN_RELEASABLE);
-        else if ((gate = cost_hk_gate(mt, &st->cost, c, MT_TRIGGER_PERIODIC, now)) ==
-                 COST_GATE_RUN)
-            do_trim(mt, st, MT_TRIGGER_PERIODIC, now);
-        if (gate != COST_GATE_WAIT) /* a busy host keeps it due: asked again next tick */
-            st->next_periodic = now + interval_ns;
-    }
+    struct policy_decision d = policy_decide(c, &st->policy, &r, now);
+    struct policy_outcome out = {.gate = COST_GATE_RUN};
+    if (d.want == POLICY_SKIP)
+        trim_count_skip(&mt->trims, d.skip_reason);
+    else if (d.want == POLICY_TRIM &&
+             (out.gate = cost_hk_gate(mt, &st->cost, c, d.trigger, now)) == COST_GATE_RUN)
+        out.ran = do_trim(mt, st, d.trigger);
+    policy_update(c, &st->policy, &d, &out, &r, now);
 }
 
 static void tick(struct memtrim *mt, struct hk_state *st)
@@ -192,14 +173,14 @@ static void tick(struct memtrim *mt, struct hk_state *st)
     policy_tick(mt, st, now, &snap);
     if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && store_enabled(&mt->store)) {
         struct snapshot_want want = {
-            .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
-            .heap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MS,
+            .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MT_MS,
+            .heap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MT_MS,
             .budget_percent = st->cfg.probe_budget_percent,
             .memory_limit_cfg = st->cfg.memory_limit_bytes,
         };
         snapshot_get(&mt->cache, &want, &sample);
         store_push_sample(&mt->store, &sample); /* the store thread writes it; we never wait on disk */
-        st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * SEC);
+        st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * MT_SEC);
     }
 
     pthread_mutex_lock(&mt->hk.lock);
@@ -218,7 +199,7 @@ static void *housekeeper_main(void *arg)
         mt_log(MT_LOG_ERROR, "housekeeper", "out of memory; no trims will run");
         return NULL;
     }
-    st->last_burst = -(int64_t)3600 * SEC;
+    st->policy.last_burst = -(int64_t)3600 * MT_SEC;
     st->last_proc_cpu = -1;
     cost_hk_init(&st->cost);
 

@@ -1,0 +1,76 @@
+/*
+ * policy.c - the periodic and burst decision (see policy.h): pure functions,
+ * called on the housekeeper thread; no state of their own, no locks.
+ */
+#include "policy.h"
+#include "common.h"
+#include "cost_hk.h"
+
+/* TrimIntervalSeconds, lengthened by the cost gap factor, in ns. */
+static int64_t interval_ns(const struct mt_config *c, double gap)
+{
+    return (int64_t)(c->trim_interval_seconds * gap * MT_SEC);
+}
+
+void policy_reset(const struct mt_config *c, struct policy_state *s, int64_t now)
+{
+    s->next_periodic = now + interval_ns(c, 1.0);
+}
+
+int policy_periodic_due(const struct mt_config *c, const struct policy_state *s, int64_t now)
+{
+    return c->trim_interval_seconds > 0 && now >= s->next_periodic;
+}
+
+struct policy_decision policy_decide(const struct mt_config *c, const struct policy_state *s,
+                                     const struct policy_readings *r, int64_t now)
+{
+    struct policy_decision d = {.want = POLICY_NOTHING, .trigger = MT_TRIGGER_PERIODIC};
+
+    /* 1. Burst: much releasable memory; trim now rather than at the next interval. */
+    if (c->trim_releasable_trigger_bytes > 0 && r->heap_known && !r->suspended &&
+        now - s->last_burst >= (int64_t)(c->trim_min_gap_seconds * r->gap_factor * MT_SEC)) {
+        uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
+        if (trigger < r->rss / 10) /* or 10 % of RSS, whichever is larger */
+            trigger = r->rss / 10;
+        if (r->releasable >= trigger) {
+            d.want = POLICY_TRIM;
+            d.trigger = MT_TRIGGER_BURST;
+            return d;
+        }
+    }
+    /* 2. Periodic, skipped when not worth it. */
+    if (!policy_periodic_due(c, s, now))
+        return d;
+    d.want = POLICY_SKIP;
+    if (r->suspended)
+        d.skip_reason = MT_SKIP_SUSPENDED;
+    else if (!r->heap_known)
+        d.skip_reason = MT_SKIP_NO_HEAP_STATS;
+    else if (r->releasable < (uint64_t)c->trim_min_releasable_bytes)
+        d.skip_reason = MT_SKIP_BELOW_MIN_RELEASABLE;
+    else
+        d.want = POLICY_TRIM;
+    return d;
+}
+
+void policy_update(const struct mt_config *c, struct policy_state *s,
+                   const struct policy_decision *d, const struct policy_outcome *out,
+                   const struct policy_readings *r, int64_t now)
+{
+    int gate = d->want == POLICY_TRIM && out ? out->gate : COST_GATE_RUN;
+    if (d->want == POLICY_NOTHING)
+        return;
+    if (d->trigger == MT_TRIGGER_BURST) {
+        /* Held back (budget, busy host): nothing moves; the periodic trim waits with it. */
+        if (gate != COST_GATE_RUN)
+            return;
+        if (out && out->ran)
+            s->last_burst = now;
+        s->next_periodic = now + interval_ns(c, r->gap_factor);
+        return;
+    }
+    /* A busy host keeps the periodic trim due: it is asked again next tick. */
+    if (gate != COST_GATE_WAIT)
+        s->next_periodic = now + interval_ns(c, r->gap_factor);
+}

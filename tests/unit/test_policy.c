@@ -1,0 +1,135 @@
+/*
+ * test_policy.c - the periodic and burst decision (core/policy.c) on
+ * synthetic time: a script of ticks, each with its readings and what the
+ * cost gate answered, and the decision and schedule expected after it.
+ * No threads, no clock, no allocator: it runs in microseconds.
+ */
+#include "config.h"
+#include "cost_hk.h"
+#include "harness.h"
+#include "policy.h"
+
+#define S(x) ((int64_t)((x) * 1e9)) /* seconds of synthetic monotonic time, in ns */
+#define MB(x) ((uint64_t)(x) << 20)
+
+enum { NOTHING = POLICY_NOTHING, TRIM = POLICY_TRIM, SKIP = POLICY_SKIP };
+enum { BURST = MT_TRIGGER_BURST, PERIODIC = MT_TRIGGER_PERIODIC };
+enum { RUN = COST_GATE_RUN, WAIT = COST_GATE_WAIT, BUDGET = COST_GATE_SKIP };
+
+struct step {
+    double now;          /* s */
+    int suspended, known;
+    uint64_t releasable, rss;
+    double gap;          /* cost gap factor */
+    int gate, ran;       /* what the gate answered and whether the trim ran (TRIM only) */
+    /* expected */
+    int want, trigger, skip;
+    double next_periodic, last_burst; /* s, after policy_update */
+};
+
+/* TrimIntervalSeconds 30, TrimMinReleasableBytes 8 MiB, TrimReleasableTriggerBytes
+ * 64 MiB, TrimMinGapSeconds 5: the defaults but for the interval. */
+static const struct step script[] = {
+    /* idle, nothing due */
+    {1, 0, 1, MB(1), MB(200), 1, RUN, 1, NOTHING, 0, 0, 30, -3600},
+    /* a burst: 100 MB releasable >= max(64 MB, RSS / 10); the periodic schedule restarts */
+    {2, 0, 1, MB(100), MB(200), 1, RUN, 1, TRIM, BURST, 0, 32, 2},
+    /* within TrimMinGapSeconds of it: no second burst */
+    {4, 0, 1, MB(100), MB(200), 1, RUN, 1, NOTHING, 0, 0, 32, 2},
+    /* after the gap, but the host is busy: held back, nothing moves */
+    {7.5, 0, 1, MB(100), MB(200), 1, WAIT, 0, TRIM, BURST, 0, 32, 2},
+    /* a large host: the trigger is 10 % of RSS (200 MB) */
+    {7.75, 0, 1, MB(100), MB(2000), 1, RUN, 1, NOTHING, 0, 0, 32, 2},
+    /* periodic due, too little to release: skipped with its reason, rescheduled */
+    {32, 0, 1, MB(1), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_BELOW_MIN_RELEASABLE, 62, 2},
+    /* suspended: no burst, the periodic one skipped as suspended */
+    {62, 1, 1, MB(100), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_SUSPENDED, 92, 2},
+    /* no heap reading yet (probe budget): skipped as no_heap_stats */
+    {92, 0, 0, 0, MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_NO_HEAP_STATS, 122, 2},
+    /* worth it, but the host is busy: it stays due */
+    {122, 0, 1, MB(10), MB(200), 1, WAIT, 0, TRIM, PERIODIC, 0, 122, 2},
+    /* the next tick it runs: rescheduled from now */
+    {122.25, 0, 1, MB(10), MB(200), 1, RUN, 1, TRIM, PERIODIC, 0, 152.25, 2},
+    /* the budget is spent: skipped (the gate counts it); the gap factor doubles the interval */
+    {152.25, 0, 1, MB(10), MB(200), 2, BUDGET, 0, TRIM, PERIODIC, 0, 212.25, 2},
+    /* a burst that found another trim running: the schedule moves, its gap does not start */
+    {200, 0, 1, MB(100), MB(200), 2, RUN, 0, TRIM, BURST, 0, 260, 2},
+    /* the gap factor lengthens TrimMinGapSeconds too: 205 - 2 >= 5 x 2 */
+    {205, 0, 1, MB(100), MB(200), 2, RUN, 1, TRIM, BURST, 0, 265, 205},
+    {214, 0, 1, MB(100), MB(200), 2, RUN, 1, NOTHING, 0, 0, 265, 205},
+};
+
+static struct mt_config config(void)
+{
+    struct mt_config c;
+    config_defaults(&c);
+    c.trim_interval_seconds = 30;
+    c.trim_min_releasable_bytes = MB(8);
+    c.trim_releasable_trigger_bytes = MB(64);
+    c.trim_min_gap_seconds = 5;
+    return c;
+}
+
+static void test_script(void)
+{
+    struct mt_config c = config();
+    struct policy_state s = {.last_burst = S(-3600)};
+    policy_reset(&c, &s, 0);
+    CHECK_EQ_INT(s.next_periodic, S(30));
+    for (size_t i = 0; i < sizeof(script) / sizeof(script[0]); i++) {
+        const struct step *t = &script[i];
+        struct policy_readings r = {.suspended = t->suspended, .heap_known = t->known,
+                                    .releasable = t->releasable, .rss = t->rss,
+                                    .gap_factor = t->gap};
+        int64_t now = S(t->now);
+        struct policy_decision d = policy_decide(&c, &s, &r, now);
+        struct policy_outcome out = {.gate = t->gate, .ran = t->ran};
+        policy_update(&c, &s, &d, d.want == POLICY_TRIM ? &out : NULL, &r, now);
+        CHECK_MSG(d.want == t->want, "step %zu (t=%.2f s): want %d, expected %d", i, t->now,
+                  d.want, t->want);
+        if (t->want != NOTHING)
+            CHECK_MSG(d.trigger == t->trigger, "step %zu: trigger %d, expected %d", i, d.trigger,
+                      t->trigger);
+        if (t->want == SKIP)
+            CHECK_MSG(d.skip_reason == t->skip, "step %zu: skip %d, expected %d", i,
+                      d.skip_reason, t->skip);
+        CHECK_MSG(s.next_periodic == S(t->next_periodic), "step %zu: next periodic %.3f s, "
+                  "expected %.3f s", i, s.next_periodic / 1e9, t->next_periodic);
+        CHECK_MSG(s.last_burst == S(t->last_burst), "step %zu: last burst %.3f s, expected %.3f s",
+                  i, s.last_burst / 1e9, t->last_burst);
+    }
+}
+
+/* TrimIntervalSeconds 0: never a periodic decision; TrimReleasableTriggerBytes 0: never a burst. */
+static void test_off(void)
+{
+    struct mt_config c = config();
+    c.trim_interval_seconds = 0;
+    c.trim_releasable_trigger_bytes = 0;
+    struct policy_state s = {.last_burst = S(-3600)};
+    policy_reset(&c, &s, 0);
+    struct policy_readings r = {.heap_known = 1, .releasable = MB(4096), .rss = MB(5000),
+                                .gap_factor = 1};
+    for (double t = 0; t < 1e6; t += 9999.5) {
+        CHECK(!policy_periodic_due(&c, &s, S(t)));
+        CHECK_EQ_INT(policy_decide(&c, &s, &r, S(t)).want, POLICY_NOTHING);
+    }
+}
+
+/* The periodic decision is due exactly at its time, not a nanosecond before. */
+static void test_due_edge(void)
+{
+    struct mt_config c = config();
+    struct policy_state s = {.last_burst = S(-3600)};
+    policy_reset(&c, &s, S(100));
+    CHECK(!policy_periodic_due(&c, &s, S(130) - 1));
+    CHECK(policy_periodic_due(&c, &s, S(130)));
+}
+
+int main(void)
+{
+    RUN(test_script);
+    RUN(test_off);
+    RUN(test_due_edge);
+    return harness_end();
+}
