@@ -20,11 +20,6 @@
 #include "instance.h"
 #include "tunables.h"
 
-const char *mt_allocator_name(struct memtrim *mt)
-{
-    return mt->cache.alloc ? mt->cache.alloc->name : "glibc"; /* set at start, then fixed */
-}
-
 static int serves_glibc(struct memtrim *mt)
 {
     return strcmp(mt_allocator_name(mt), "glibc") == 0;

@@ -24,9 +24,6 @@ struct memtrim;
 int mt_arenas_get(struct memtrim *mt, struct mt_arenas *out, int64_t *retry_after_ms,
                   char **err);
 
-/* Which allocator serves malloc ("glibc", ...), for the replies. */
-const char *mt_allocator_name(struct memtrim *mt);
-
 /* The doctor's findings now, most severe first; returns how many (<= max). */
 int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max);
 

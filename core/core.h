@@ -58,6 +58,9 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
  */
 const char *mt_pressure_source(struct memtrim *mt, int *zone);
 
+/* Which allocator serves malloc ("glibc", ...), for the replies. */
+const char *mt_allocator_name(struct memtrim *mt);
+
 /* Counters since start. */
 void mt_counters_get(struct memtrim *mt, struct mt_counters *out);
 

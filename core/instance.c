@@ -1,0 +1,163 @@
+/*
+ * instance.c - what a running instance offers through core.h to the HTTP
+ * handlers (api/), the host adapters and advice.c: configuration (read and
+ * PATCH), the shared snapshot, manual trims, counters, health, suspend and
+ * resume. Any thread; each function takes only the lock of what it reads
+ * (see instance.h). Its life (start, stop) is memtrim.c's.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+#include "instance.h"
+#include "pressure.h"
+#include "tunables.h"
+
+#define PATCH_LOG_EVERY_NS (10 * MT_SEC)
+
+const char *mt_allocator_name(struct memtrim *mt)
+{
+    return mt->cache.alloc ? mt->cache.alloc->name : "glibc"; /* set at start, then fixed */
+}
+
+int mt_suspend(struct memtrim *mt)
+{
+    if (!mt)
+        return -EINVAL;
+    return atomic_fetch_add(&mt->suspend_depth, 1) + 1;
+}
+
+int mt_resume(struct memtrim *mt)
+{
+    if (!mt)
+        return -EINVAL;
+    int depth = atomic_load(&mt->suspend_depth);
+    while (depth > 0 && !atomic_compare_exchange_weak(&mt->suspend_depth, &depth, depth - 1))
+        ;
+    if (depth <= 0)
+        return -ERANGE;
+    housekeeper_wake(&mt->hk);
+    pressure_wake(mt);
+    return depth - 1;
+}
+
+int mt_http_port(const struct memtrim *mt)
+{
+    return mt ? mt->http_port : -1;
+}
+
+int mt_http_address(const struct memtrim *mt, char *buf, size_t size)
+{
+    return mt ? server_address(mt->server, buf, size) : -ENOENT;
+}
+
+void mt_config_get(struct memtrim *mt, struct mt_config *out)
+{
+    pthread_mutex_lock(&mt->cfg_lock);
+    *out = mt->cfg;
+    pthread_mutex_unlock(&mt->cfg_lock);
+}
+
+int mt_config_patch(struct memtrim *mt, const char *json, char **err)
+{
+    /* One log line per PATCH_LOG_EVERY_NS at most: a client looping on PATCH must not
+     * flood the host's log; the line counts the changes it stands for. */
+    unsigned unlogged = 0;
+    int log = 0;
+    pthread_mutex_lock(&mt->cfg_lock);
+    struct mt_config next = mt->cfg;
+    int rc = config_patch(&next, json, err);
+    if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
+        rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
+    if (rc == 0) {
+        int64_t now = mt_mono_ns();
+        mt->cfg = next;
+        mt->cfg_generation++;
+        if (mt->patch_logged_ns == 0 || now - mt->patch_logged_ns >= PATCH_LOG_EVERY_NS) {
+            log = 1;
+            unlogged = mt->patch_unlogged;
+            mt->patch_unlogged = 0;
+            mt->patch_logged_ns = now;
+        } else {
+            mt->patch_unlogged++;
+        }
+    }
+    pthread_mutex_unlock(&mt->cfg_lock);
+    if (log && unlogged)
+        mt_log(MT_LOG_INFO, "config",
+               "runtime configuration changed (and %u more time(s) since the last such line)",
+               unlogged);
+    else if (log)
+        mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
+    if (rc == 0) {
+        struct mt_config now;
+        mt_config_get(mt, &now);
+        store_set_retention(&mt->store, now.retention_hours);
+        housekeeper_wake(&mt->hk);
+        pressure_wake(mt);
+    }
+    return rc;
+}
+
+void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
+{
+    /* The hot path of /memory/stats and /metrics: read the four values, not the whole config. */
+    struct snapshot_want want = {.stale_ok = 1};
+    pthread_mutex_lock(&mt->cfg_lock);
+    want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * MT_MS;
+    want.heap_max_age_ns = want.cheap_max_age_ns;
+    want.budget_percent = mt->cfg.probe_budget_percent;
+    want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    snapshot_get(&mt->cache, &want, out);
+}
+
+int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
+                   int64_t *retry_after_ms)
+{
+    struct mt_config cfg;
+    mt_config_get(mt, &cfg);
+    if (pad < 0)
+        pad = cfg.trim_pad_bytes;
+    int rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, (uint64_t)pad,
+                      cfg.manual_trim_min_interval_ms, TRIM_WAIT_IF_BUSY, out, retry_after_ms);
+    if (rc == 0 && !out->coalesced)
+        store_wake(&mt->store); /* hand the result to the store now */
+    return rc;
+}
+
+void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
+{
+    memset(out, 0, sizeof(*out));
+    trim_counters(&mt->trims, out);
+    snapshot_counters(&mt->cache, out);
+    housekeeper_counters(&mt->hk, out);
+    struct pressure_stats ps;
+    pressure_stats_get(mt, &ps);
+    out->pressure_source = pressure_source_name(ps.source);
+    out->pressure_zone = ps.zone;
+    out->pressure_checks[0] = ps.checks_outside;
+    out->pressure_checks[1] = ps.checks_inside;
+    out->pressure_kernel_wakeups = ps.kernel_wakeups;
+    memcpy(out->pressure_reaction_hist, ps.reaction_hist, sizeof(out->pressure_reaction_hist));
+    out->pressure_reaction_seconds_sum = ps.reaction_seconds_sum;
+    out->pressure_reaction_last_seconds = ps.reaction_last_seconds;
+    out->pressure_cpu_seconds = ps.cpu_seconds;
+    store_counters(&mt->store, out);
+}
+
+void mt_health_get(struct memtrim *mt, struct mt_health *out)
+{
+    memset(out, 0, sizeof(*out));
+    store_health(&mt->store, out->db_state, sizeof(out->db_state), out->reason,
+                 sizeof(out->reason));
+    out->degraded = out->reason[0] != '\0';
+    out->started_ms = mt->started_ms;
+    out->suspended = atomic_load(&mt->suspend_depth);
+}
+
+const struct server_store *mt_store_readers(struct memtrim *mt)
+{
+    return &mt->store.readers;
+}
