@@ -32,7 +32,7 @@ struct mt_cheap {
 #define MT_ALLOC_FIGURES 16
 /* Which common heap fields mean something under the allocator that took the reading. */
 #define MT_HEAP_HAS_IN_USE 0x01    /* heap_in_use_bytes */
-#define MT_HEAP_HAS_FREE 0x02      /* heap_free_bytes: free but held (resident or not) */
+#define MT_HEAP_HAS_FREE 0x02      /* heap_free_bytes: free memory held (what a release works on) */
 #define MT_HEAP_HAS_MAPPED 0x04    /* heap_mapped_bytes */
 #define MT_HEAP_HAS_RESIDENT 0x08  /* heap_resident_bytes */
 #define MT_HEAP_HAS_RETAINED 0x10  /* heap_retained_bytes */

@@ -72,9 +72,9 @@ static void je_stats(struct mt_heap *out)
     je_size("arenas.page", &page);
     if (je_size("stats.arenas." JE_STR(JE_ARENAS_ALL) ".pdirty", &pdirty) == 0 &&
         je_size("stats.arenas." JE_STR(JE_ARENAS_ALL) ".pmuzzy", &pmuzzy) == 0) {
-        /* Free but held: the unused part of active pages, and dirty and muzzy pages. */
-        out->heap_free_bytes = (active > allocated ? active - allocated : 0) +
-                               (pdirty + pmuzzy) * page;
+        /* Free pages held: dirty and muzzy, what the purge returns (free space
+         * inside active pages is not: it is in active - allocated). */
+        out->heap_free_bytes = (pdirty + pmuzzy) * page;
         out->known |= MT_HEAP_HAS_FREE;
     }
     if (je_size("stats.retained", &retained) == 0) {

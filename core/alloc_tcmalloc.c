@@ -64,8 +64,9 @@ static void tc_stats(struct mt_heap *out)
     tc_get("tcmalloc.transfer_cache_free_bytes", &transfer);
     tc_get("tcmalloc.thread_cache_free_bytes", &thread);
     out->heap_in_use_bytes = allocated;
-    /* Free but held: the page heap's free spans and the caches' free objects. */
-    out->heap_free_bytes = pfree + central + transfer + thread;
+    /* Free pages held: the page heap's free spans, what ReleaseFreeMemory returns
+     * (free objects in the caches are in the own figures, not here). */
+    out->heap_free_bytes = pfree;
     out->heap_mapped_bytes = heap > unmapped ? heap - unmapped : 0;
     out->heap_retained_bytes = unmapped;
     out->known = MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_FREE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_RETAINED;
