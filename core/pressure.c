@@ -52,9 +52,8 @@
 #define CGROUP_SUPER_MAGIC 0x27e0eb
 #define CGROUP2_SUPER_MAGIC 0x63677270
 
-const double mt_reaction_bounds[MT_REACTION_BUCKETS] = {0.0005, 0.001, 0.002, 0.005,
-                                                        0.01,   0.025, 0.05,  0.1,
-                                                        0.25,   0.5,   1.0,   5.0};
+const double mt_reaction_bounds[MT_REACTION_BUCKETS] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.025,
+                                                        0.05,   0.1,   0.25,  0.5,   1.0,  5.0};
 
 static const char *const source_names[PRESSURE_SOURCE_COUNT] = {
     "none", "poll", "cgroup-v1-threshold", "psi", "memory-events"};
@@ -75,8 +74,8 @@ struct pressure {
 
     /* the thread's own */
     int statm_fd;
-    int kfd[2];         /* v1: threshold eventfd; v2: PSI trigger, memory.events */
-    int usage_fd;       /* v1: memory.usage_in_bytes, kept open while registered */
+    int kfd[2];          /* v1: threshold eventfd; v2: PSI trigger, memory.events */
+    int usage_fd;        /* v1: memory.usage_in_bytes, kept open while registered */
     int64_t armed_limit; /* the limit the v1 ladder was drawn for */
     double armed_ratio;
     int kernel_tried;   /* 1 once arming was tried (and its outcome logged) */
@@ -130,8 +129,8 @@ static int arm_v1(struct pressure *p, int64_t limit, double ratio)
     }
     uint64_t floor = pressure_zone_floor(limit, ratio), spacing = (uint64_t)limit / LADDER_LINES;
     for (uint64_t line = floor; line < (uint64_t)limit; line += spacing) {
-        int n = snprintf(cmd, sizeof(cmd), "%d %d %llu", efd, p->usage_fd,
-                         (unsigned long long)line);
+        int n =
+            snprintf(cmd, sizeof(cmd), "%d %d %llu", efd, p->usage_fd, (unsigned long long)line);
         if (write(cfd, cmd, (size_t)n) != n) {
             rc = -errno;
             goto fail;
@@ -297,11 +296,11 @@ struct loop {
     uint64_t cfg_generation;
     int configured; /* cfg holds a copy */
     struct pressure_state st;
-    int64_t calm_ns;       /* the last moment no rule held: reactions count from here */
+    int64_t calm_ns; /* the last moment no rule held: reactions count from here */
     int64_t interval_ns;
     uint64_t last_rss;
-    int64_t last_skip_ns;  /* the last suspended skip counted */
-    int busy;              /* the last attempt found another trim running */
+    int64_t last_skip_ns; /* the last suspended skip counted */
+    int busy;             /* the last attempt found another trim running */
     int64_t limit, cgroup_limit;
 };
 
@@ -416,8 +415,8 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
 {
     struct memtrim *mt = p->mt;
     struct mt_snapshot snap;
-    struct snapshot_want want = {.cheap_max_age_ns = INT64_MAX, .heap_max_age_ns = INT64_MAX,
-                                 .stale_ok = 1};
+    struct snapshot_want want = {
+        .cheap_max_age_ns = INT64_MAX, .heap_max_age_ns = INT64_MAX, .stale_ok = 1};
 
     reload(mt, l);
     want.memory_limit_cfg = l->cfg.memory_limit_bytes;

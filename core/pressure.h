@@ -27,23 +27,23 @@ const char *pressure_source_name(int source);
 /* ---- the decision (pure; the unit tests drive it directly) -------------- */
 
 struct pressure_input {
-    int64_t now_ns;         /* monotonic */
-    uint64_t rss;           /* bytes, from statm */
-    int64_t limit;          /* effective memory limit, <= 0 none */
-    double ratio;           /* PressureRatio */
+    int64_t now_ns;          /* monotonic */
+    uint64_t rss;            /* bytes, from statm */
+    int64_t limit;           /* effective memory limit, <= 0 none */
+    double ratio;            /* PressureRatio */
     uint64_t min_releasable; /* TrimMinReleasableBytes */
-    uint64_t estimate;      /* releasable estimate of the last heap reading */
-    int estimate_known;     /* a heap reading exists */
-    int64_t estimate_ns;    /* monotonic time of that reading */
+    uint64_t estimate;       /* releasable estimate of the last heap reading */
+    int estimate_known;      /* a heap reading exists */
+    int64_t estimate_ns;     /* monotonic time of that reading */
 };
 
 struct pressure_state {
-    uint64_t base_rss;     /* RSS low-water mark since the last pressure trim; 0 = unset */
-    int64_t last_trim_ns;  /* monotonic start of the last pressure trim */
-    int futile;            /* pressure trims in a row that released too little */
-    int zone;              /* the last reading was inside the zone */
-    int64_t due_ns;        /* with PRESSURE_TRIM: since when the rule that fired held
-                            * by its timing (back-off ended, estimate read); 0 growth */
+    uint64_t base_rss;    /* RSS low-water mark since the last pressure trim; 0 = unset */
+    int64_t last_trim_ns; /* monotonic start of the last pressure trim */
+    int futile;           /* pressure trims in a row that released too little */
+    int zone;             /* the last reading was inside the zone */
+    int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
+                           * by its timing (back-off ended, estimate read); 0 growth */
 };
 
 enum pressure_verdict {
@@ -77,13 +77,13 @@ void pressure_wake(struct memtrim *mt);
 
 /* What /memory/stats and /metrics show (mt_counters_get copies it). */
 struct pressure_stats {
-    int source;                  /* enum pressure_source */
-    int zone;                    /* inside the zone at the last reading */
-    uint64_t checks_inside;      /* readings inside the zone */
-    uint64_t checks_outside;     /* readings outside it */
-    uint64_t kernel_wakeups;     /* wakes by a kernel notification */
-    uint64_t trims;              /* pressure trims run */
-    uint64_t busy;               /* found another trim running */
+    int source;              /* enum pressure_source */
+    int zone;                /* inside the zone at the last reading */
+    uint64_t checks_inside;  /* readings inside the zone */
+    uint64_t checks_outside; /* readings outside it */
+    uint64_t kernel_wakeups; /* wakes by a kernel notification */
+    uint64_t trims;          /* pressure trims run */
+    uint64_t busy;           /* found another trim running */
     uint64_t reaction_hist[MT_REACTION_BUCKETS + 1];
     double reaction_seconds_sum;
     double reaction_last_seconds; /* -1 none yet */
