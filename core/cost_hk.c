@@ -17,7 +17,6 @@
 #include "instance.h"
 #include "probe.h"
 
-#define SEC (1000000000LL)
 #define CPUS_EVERY_TICKS 40       /* re-read the affinity and cpu.max every ~10 s */
 #define GAP_MIN_EVIDENCE (1 << 20) /* a release smaller than 1 MiB says nothing */
 
@@ -26,7 +25,7 @@ static int64_t own_cpu_ns(void)
     struct timespec ts;
     if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
         return 0;
-    return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * MT_SEC + ts.tv_nsec;
 }
 
 static uint64_t own_minflt(void)
@@ -108,7 +107,7 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
         cost_refault_open(&h->window, &r, own_minflt(), now);
     } else if (have && h->window.open) {
         cost_refault_observe(&h->window, ps.rss_bytes);
-        if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * SEC))) {
+        if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * MT_SEC))) {
             close_window(mt, h, c, ps.minflt);
         } else if (!h->window.gap_decided) {
             /* More than half back already: the gap need not wait for the window's end. */
@@ -141,7 +140,7 @@ int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *
     int busy = c->trim_busy_cpu_percent > 0 && share >= 0 &&
                share * 100.0 >= c->trim_busy_cpu_percent;
     int64_t since = h->defer.since;
-    switch (cost_defer_check(&h->defer, busy, now, (int64_t)(c->trim_max_defer_seconds * SEC))) {
+    switch (cost_defer_check(&h->defer, busy, now, (int64_t)(c->trim_max_defer_seconds * MT_SEC))) {
     case COST_DEFER_START:
         trim_count_skip(&mt->trims, MT_SKIP_HOST_BUSY);
         publish(mt, h, c);

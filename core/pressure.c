@@ -39,14 +39,12 @@
 #include "instance.h"
 #include "pressure.h"
 
-#define MS (1000000LL)
-#define SEC (1000000000LL)
-#define POLL_FAST_NS (2 * MS)       /* RSS moving inside the zone */
-#define POLL_ZONE_MAX_NS (100 * MS) /* steady inside the zone (poll) */
-#define POLL_MOVING_NS (20 * MS)    /* moving outside the zone (poll) */
-#define POLL_OUT_MAX_NS (250 * MS)  /* steady outside the zone (poll) */
-#define KERNEL_ZONE_NS (1 * SEC)    /* inside the zone, kernel-woken: a safety re-check */
-#define IDLE_NS (3600 * SEC)        /* nothing to watch, or kernel-woken outside the zone */
+#define POLL_FAST_NS (2 * MT_MS)       /* RSS moving inside the zone */
+#define POLL_ZONE_MAX_NS (100 * MT_MS) /* steady inside the zone (poll) */
+#define POLL_MOVING_NS (20 * MT_MS)    /* moving outside the zone (poll) */
+#define POLL_OUT_MAX_NS (250 * MT_MS)  /* steady outside the zone (poll) */
+#define KERNEL_ZONE_NS (1 * MT_SEC)    /* inside the zone, kernel-woken: a safety re-check */
+#define IDLE_NS (3600 * MT_SEC)        /* nothing to watch, or kernel-woken outside the zone */
 #define MOVED_BYTES (1u << 20)      /* RSS "moves" when a reading differs by this much */
 #define LADDER_LINES 50             /* v1 threshold lines, the limit split in 2 % steps */
 #define CGROUP_SUPER_MAGIC 0x27e0eb
@@ -336,7 +334,7 @@ static int do_trim(struct pressure *p, struct loop *l, int64_t now)
     struct mt_trim_result r;
 
     if (atomic_load(&mt->suspend_depth) > 0) {
-        if (now - l->last_skip_ns >= SEC) {
+        if (now - l->last_skip_ns >= MT_SEC) {
             l->last_skip_ns = now;
             trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
         }
@@ -438,7 +436,7 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         .estimate = snap.releasable_estimate_bytes,
         .estimate_known = snap.heap.timestamp_ms != 0,
     };
-    in.estimate_ns = in.now_ns - (snap.heap_age_ms > 0 ? snap.heap_age_ms * MS : 0);
+    in.estimate_ns = in.now_ns - (snap.heap_age_ms > 0 ? snap.heap_age_ms * MT_MS : 0);
     int moved = in.rss > l->last_rss + MOVED_BYTES || in.rss + MOVED_BYTES < l->last_rss;
     l->last_rss = in.rss;
     if (kernel && woke_ns > l->calm_ns)
@@ -479,7 +477,7 @@ static void *pressure_main(void *arg)
     struct loop l;
 
     memset(&l, 0, sizeof(l));
-    l.st.last_trim_ns = mt_mono_ns() - (int64_t)3600 * SEC;
+    l.st.last_trim_ns = mt_mono_ns() - (int64_t)3600 * MT_SEC;
     l.last_skip_ns = l.st.last_trim_ns;
     l.interval_ns = POLL_FAST_NS;
     l.limit = l.cgroup_limit = -2; /* unknown: arm at the first reading */
@@ -490,7 +488,7 @@ static void *pressure_main(void *arg)
         struct pollfd fds[3] = {{p->wake_fd, POLLIN, 0},
                                 {p->kfd[0], p->cg_version == 2 ? POLLPRI : POLLIN, 0},
                                 {p->kfd[1], POLLPRI, 0}};
-        struct timespec ts = {(time_t)(sleep_ns / SEC), (long)(sleep_ns % SEC)};
+        struct timespec ts = {(time_t)(sleep_ns / MT_SEC), (long)(sleep_ns % MT_SEC)};
         int n = ppoll(fds, 3, &ts, NULL);
         int64_t woke = mt_mono_ns();
         pthread_mutex_lock(&p->lock);

@@ -4,12 +4,11 @@
  * growth by a step since the last trim, the line, the heap estimate, and the
  * back-off while trims find nothing. No locks, no clocks, no I/O.
  */
+#include "common.h"
 #include "pressure.h"
 
-#define MS (1000000LL)
-#define SEC (1000000000LL)
-#define HARD_REPEAT_NS (1 * SEC)   /* at the line: again after 1 s, doubling per futile trim */
-#define EARLY_REPEAT_NS (500 * MS) /* by the heap estimate: 500 ms, doubling likewise */
+#define HARD_REPEAT_NS (1 * MT_SEC)   /* at the line: again after 1 s, doubling per futile trim */
+#define EARLY_REPEAT_NS (500 * MT_MS) /* by the heap estimate: 500 ms, doubling likewise */
 #define FUTILE_MAX 6
 
 uint64_t pressure_zone_floor(int64_t limit, double ratio)

@@ -21,7 +21,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,12 +145,7 @@ static void *restart_main(void *arg)
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
     struct memtrim *mt = NULL;
     char *err = NULL;
-    sigset_t all;
 
-    /* The host's signals are the host's: never deliver them to this thread. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, NULL);
-    pthread_setname_np(pthread_self(), "memtrim-fork");
     for (int i = 0; i < FORK_RETRY_MAX && !port_free(&preload_cfg); i++) {
         nanosleep(&pause, NULL);
         pthread_mutex_lock(&preload_lock);
@@ -199,7 +193,7 @@ static void preload_child_after_fork(void)
         return;
     mt_after_fork_child(); /* the core's own atfork handler did it too; be sure */
     pthread_mutex_lock(&preload_lock);
-    restart_running = pthread_create(&restart_thread, NULL, restart_main, NULL) == 0;
+    restart_running = mt_thread_start(&restart_thread, "memtrim-fork", restart_main, NULL) == 0;
     pthread_mutex_unlock(&preload_lock);
 }
 

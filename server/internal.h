@@ -80,6 +80,12 @@ struct server {
     struct server_watchdog watchdog;
 };
 
+/* libmicrohttpd's process-wide panic handler: ours, unless another user of it is loaded (panic.c). */
+void server_panic_install(void);
+/* The first loaded object other than memtrim's own that needs libmicrohttpd, or NULL
+ * (its name is owned by the dynamic loader). */
+const char *server_mhd_other_user(void);
+
 void server_readers_init(struct server_readers *p);
 void server_readers_free(struct server_readers *p, const struct server_store *store); /* closes the idle readers */
 

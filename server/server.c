@@ -57,17 +57,6 @@ static void server_mhd_log(void *cls, const char *fmt, va_list ap)
     mt_log(MT_LOG_WARNING, "server", "libmicrohttpd: %s", msg);
 }
 
-/*
- * MHD calls this on internal inconsistencies instead of abort(). It is
- * allowed to return ("MHD will then try to continue"); a plugin must not end
- * its host, so we log and return.
- */
-static void server_mhd_panic(void *cls, const char *file, unsigned int line, const char *reason)
-{
-    mt_log(MT_LOG_ERROR, "server", "libmicrohttpd panic at %s:%u: %s; trying to continue",
-           file ? file : "?", line, reason ? reason : "no reason given");
-}
-
 /* Turn a reply into an MHD response and queue it. */
 static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_reply *rep)
 {
@@ -338,7 +327,7 @@ static struct MHD_Daemon *server_daemon_start(struct server *s, const struct ser
     server_limits(cfg, &limit, &per_ip);
     unsigned timeout =
         cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
-    MHD_set_panic_func(server_mhd_panic, NULL);
+    server_panic_install(); /* once per process, and not over a host's own handler */
     return MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
         server_mhd_log, (void *)s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,

@@ -25,14 +25,13 @@
 #include "common.h"
 #include "internal.h"
 
-#define NS 1000000000LL
-#define WATCHDOG_LOG_EVERY_NS (60 * NS)
+#define WATCHDOG_LOG_EVERY_NS (60 * MT_SEC)
 
 static int64_t watchdog_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * NS + ts.tv_nsec;
+    return (int64_t)ts.tv_sec * MT_SEC + ts.tv_nsec;
 }
 
 /* Cut what is past its deadline; the earliest deadline still armed (0 = none). Locked. */
@@ -67,7 +66,7 @@ static void *watchdog_main(void *arg)
             mt_log(MT_LOG_WARNING, "server",
                    "cut %llu connection(s) that did not send a whole request within %lld s "
                    "(RequestTimeoutSeconds)",
-                   (unsigned long long)(w->cut - logged), (long long)(w->timeout_ns / NS));
+                   (unsigned long long)(w->cut - logged), (long long)(w->timeout_ns / MT_SEC));
             logged = w->cut;
             logged_at = now;
         }
@@ -75,7 +74,7 @@ static void *watchdog_main(void *arg)
         if (next == 0) {
             pthread_cond_wait(&w->cond, &w->lock);
         } else {
-            struct timespec ts = {.tv_sec = (time_t)(next / NS), .tv_nsec = (long)(next % NS)};
+            struct timespec ts = {.tv_sec = (time_t)(next / MT_SEC), .tv_nsec = (long)(next % MT_SEC)};
             pthread_cond_timedwait(&w->cond, &w->lock, &ts);
         }
         w->idle = 0;
@@ -89,7 +88,7 @@ int server_watchdog_start(struct server_watchdog *w, int timeout_seconds)
     pthread_condattr_t attr;
     memset(w, 0, sizeof(*w));
     w->head.next = w->head.prev = &w->head;
-    w->timeout_ns = (int64_t)(timeout_seconds > 0 ? timeout_seconds : 10) * NS;
+    w->timeout_ns = (int64_t)(timeout_seconds > 0 ? timeout_seconds : 10) * MT_SEC;
     if (pthread_mutex_init(&w->lock, NULL))
         return -ENOMEM;
     pthread_condattr_init(&attr);

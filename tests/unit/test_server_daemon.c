@@ -16,8 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dlfcn.h>
+
 #include "api.h"
 #include "harness.h"
+#include "internal.h"
 #include "server.h"
 
 static int connect_to(int port)
@@ -155,8 +158,25 @@ static void test_http(void)
     server_stop(s);
 }
 
+/* libmicrohttpd's panic handler is process-wide: memtrim installs its own only when
+ * no other loaded object uses libmicrohttpd (a host's handler is never replaced). */
+static void test_panic_handler_owner(void)
+{
+    /* This program links the server statically: it is memtrim's own object. */
+    const char *other = server_mhd_other_user();
+    CHECK_MSG(other == NULL, "another user of libmicrohttpd: %s", other);
+    /* libmemtrim.so needs libmicrohttpd: loaded, it is another user. */
+    void *lib = dlopen(MEMTRIM_LIB_PATH, RTLD_NOW | RTLD_LOCAL);
+    CHECK_MSG(lib != NULL, "dlopen: %s", dlerror());
+    other = server_mhd_other_user();
+    CHECK_CONTAINS(other, "libmemtrim.so");
+    if (lib)
+        dlclose(lib);
+}
+
 int main(void)
 {
+    RUN(test_panic_handler_owner);
     RUN(test_ports);
     RUN(test_http);
     return harness_end();
