@@ -1,21 +1,46 @@
 #!/usr/bin/env bash
-# Build each parser's libFuzzer harness with clang (libFuzzer + ASan + UBSan)
-# and run it for FUZZ_SECONDS (default 60) on its seed corpus: the query-string
-# parser (server/query.c) and the configuration parser (core/config.c).
-# Usage: tests/fuzz/run.sh [seconds]
+# Build the libFuzzer harnesses with clang (libFuzzer + ASan + UBSan over the
+# whole core, through CMake's MEMTRIM_FUZZ option) and run each for
+# FUZZ_SECONDS (default 60) on its seed corpus:
+#   fuzz_request  the whole request path: target, headers, body through the
+#                 Host/cross-site checks, the route table and every handler,
+#                 against a real instance (server/request.c and all of api/)
+#   fuzz_query    the query-string parser and typed getters (server/query.c)
+#   fuzz_config   the configuration parser (core/config.c)
+# Fails when a harness finds something, or runs nothing ("Done 0 runs" or no
+# summary at all). Usage: tests/fuzz/run.sh [seconds]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
 secs="${1:-${FUZZ_SECONDS:-60}}"
-cflags=(-g -O1 -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror
-        -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
-mkdir -p "$out/corpus-query" "$out/corpus-config"
-clang "${cflags[@]}" -I"$root/server" "$here/fuzz_query.c" "$root/server/query.c" \
-  -o "$out/fuzz_query"
-clang "${cflags[@]}" -I"$root/core" "$here/fuzz_config.c" "$root/core/config.c" \
-  $(pkg-config --cflags --libs libcjson) -lm -o "$out/fuzz_config"
-"$out/fuzz_query" -max_total_time="$secs" -max_len=4096 -timeout=5 \
-  "$out/corpus-query" "$here/corpus/query"
-"$out/fuzz_config" -max_total_time="$secs" -max_len=4096 -timeout=5 \
-  "$out/corpus-config" "$here/corpus/config"
+fuzzers=(fuzz_request fuzz_query fuzz_config)
+
+CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_FUZZ=ON \
+  -DMEMTRIM_SANITIZE=address -DMEMTRIM_TESTS=OFF >/dev/null
+cmake --build "$out" -j"$(nproc)" --target "${fuzzers[@]}" >/dev/null
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+status=0
+for f in "${fuzzers[@]}"; do
+  name=${f#fuzz_}
+  mkdir -p "$out/corpus-$name"
+  log="$out/$f.log"
+  echo "--- $f ($secs s)"
+  if ! "$out/$f" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+      "$out/corpus-$name" "$here/corpus/$name" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    status=1
+    continue
+  fi
+  runs=$(grep -Eo '^Done [0-9]+ runs' "$log" | grep -Eo '[0-9]+' || true)
+  if [ -z "$runs" ] || [ "$runs" -eq 0 ]; then
+    echo "$f ran nothing:"
+    tail -n 20 "$log"
+    status=1
+    continue
+  fi
+  grep -E '^Done [0-9]+ runs' "$log"
+done
+exit $status
