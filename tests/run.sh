@@ -112,6 +112,9 @@ if [ -z "${MEMTRIM_QUICK:-}" ]; then
   stage unit-tsan unit_tsan
   stage valgrind valgrind_unit
   stage fuzz fuzz
+  # 2 min: 64 pollers, trims and a slowloris client against the ASan demo host, with
+  # baseline windows around it for the host's throughput (tests/soak/soak.py)
+  stage soak tests/soak/run.sh "$root/build-asan"
 fi
 stage e2e e2e
 stage browser browser

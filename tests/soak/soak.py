@@ -1,0 +1,250 @@
+"""The soak (issue 15): the demo host built with ASan+UBSan runs its workload
+for a baseline window, then 60 s with 64 clients polling the API (each once a
+second, a new connection each time, as dashboards and scrapers do), a manual
+trim every second and a slowloris client holding every connection its
+address may have, then a second baseline window. It passes when:
+
+- no sanitizer report (the host's output, and its exit at SIGTERM: leaks too);
+- no response other than 200, 403 or 429, and no refused connection, for the
+  pollers and the trimmer (the slowloris client is cut, which is the point);
+- memtrim's own memory, what its threads hold on the heap (measured by
+  memcount.so through ASan's allocation hooks), is flat: the last 10 s of the
+  window's last 20 s hold (median) at most max(256 KiB, 10 %) more than its
+  20 s after a 10 s warm-up;
+- the host's descriptors stay below its limit;
+- the host's throughput (studies completed per second) during the 60 s is
+  within 2 % of the two baseline windows around it (same process, same heap:
+  the mean of before and after cancels a drift). The machine must be quiet
+  for that figure to mean something; SOAK_MIN_RATIO overrides 0.98.
+
+Usage: MEMTRIM_BUILD_DIR=build-asan MEMCOUNT_SO=... python3 tests/soak/soak.py
+"""
+import http.client
+import os
+import random
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from conftest import BUILD, Demo  # noqa: E402
+
+SOAK_S = float(os.environ.get("SOAK_SECONDS", 60))
+BASE_S = float(os.environ.get("SOAK_BASELINE_SECONDS", SOAK_S / 2))
+CLIENTS = int(os.environ.get("SOAK_CLIENTS", 64))
+MIN_RATIO = float(os.environ.get("SOAK_MIN_RATIO", 0.98))
+NOFILE = 1024
+PATHS = ["/memory/stats", "/metrics", "/healthz", "/memory/series?metric=rss_bytes&since=-5m",
+         "/memory/trims?limit=20", "/config", "/memory/stats", "/"]
+SANITIZER = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+             "SUMMARY: UndefinedBehaviorSanitizer", "WARNING: ThreadSanitizer")
+
+
+class Clients:
+    def __init__(self, port):
+        self.port = port
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.statuses = {}
+        self.errors = []
+        self.requests = 0
+        self.cuts = 0
+        self.threads = []
+
+    def count(self, status):
+        with self.lock:
+            self.requests += 1
+            self.statuses[status] = self.statuses.get(status, 0) + 1
+
+    def fail(self, what):
+        with self.lock:
+            self.errors.append(what)
+
+    def request(self, method, path):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        try:
+            c.request(method, path, headers={"Connection": "close"})
+            r = c.getresponse()
+            r.read()
+            self.count(r.status)
+            if r.status not in (200, 403, 429):
+                self.fail(f"{method} {path}: {r.status}")
+        except OSError as e:
+            self.fail(f"{method} {path}: {e!r}")
+        finally:
+            c.close()
+
+    def poller(self, i):
+        rng = random.Random(i)
+        next_t = time.monotonic() + rng.random()
+        k = i
+        while not self.stop.is_set():
+            self.stop.wait(max(0.0, next_t - time.monotonic()))
+            if self.stop.is_set():
+                break
+            self.request("GET", PATHS[k % len(PATHS)])
+            k += 1
+            next_t += 1.0
+
+    def trimmer(self):
+        while not self.stop.wait(1.0):
+            self.request("POST", "/memory/trim")
+
+    def slowloris(self, n=40):
+        """Up to n connections from 127.0.0.9 (more than its address's share),
+        a header byte every 2 s each; what is cut is opened again."""
+        socks = []
+        while not self.stop.is_set():
+            while len(socks) < n and not self.stop.is_set():
+                try:
+                    s = socket.create_connection(("127.0.0.1", self.port), timeout=5,
+                                                 source_address=("127.0.0.9", 0))
+                    s.sendall(b"GET /memory/stats HTTP/1.1\r\nX-a: ")
+                    socks.append(s)
+                except OSError:
+                    break  # its share is full: refused, as it should be
+            alive = []
+            for s in socks:
+                try:
+                    s.sendall(b"a")
+                    alive.append(s)
+                except OSError:
+                    self.cuts += 1
+                    s.close()
+            socks = alive
+            self.stop.wait(2.0)
+        for s in socks:
+            s.close()
+
+    def start(self):
+        targets = [(self.poller, (i,)) for i in range(CLIENTS)]
+        targets += [(self.trimmer, ()), (self.slowloris, ())]
+        for fn, args in targets:
+            t = threading.Thread(target=fn, args=args, daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def studies(demo):
+    return sum(1 for line in demo.output().splitlines() if line.startswith("study "))
+
+
+def memtrim_bytes(path):
+    try:
+        live, blocks, untracked = Path(path).read_text().split()
+        return int(live), int(untracked)
+    except (OSError, ValueError):
+        return None, None
+
+
+def window(demo, seconds, sample=None):
+    """Studies per second over the next `seconds`; sample() each second."""
+    n0, t0 = studies(demo), time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        time.sleep(1.0)
+        if sample:
+            sample()
+        assert demo.proc.poll() is None, demo.output()[-3000:]
+    return (studies(demo) - n0) / (time.monotonic() - t0), studies(demo) - n0
+
+
+def main():
+    memcount = os.environ.get("MEMCOUNT_SO")
+    libasan = os.environ.get("LIBASAN_SO")
+    assert memcount and libasan, "run through tests/soak/run.sh (MEMCOUNT_SO, LIBASAN_SO)"
+    counter = Path(os.environ.get("TMPDIR", "/tmp")) / f"memtrim-soak-{os.getpid()}.count"
+    env = dict(os.environ, LD_PRELOAD=f"{libasan} {memcount}", MEMCOUNT_FILE=str(counter),
+               ASAN_OPTIONS="detect_leaks=1:abort_on_error=0",
+               UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
+    demo = Demo({"SampleIntervalSeconds": 1, "ManualTrimMinIntervalMs": 1000}, workers=2,
+                study_mb=16, pause_ms=0, concurrency=1, quiet=False, env=env, nofile=NOFILE)
+    fds = [0]
+    mem = []
+    ok = True
+    try:
+        # the clients run beside the host, not on its cores when there are spare ones
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) > 1:
+            os.sched_setaffinity(0, {cpus[-1]})
+
+        def sample():
+            fds[0] = max(fds[0], len(os.listdir(f"/proc/{demo.proc.pid}/fd")))
+
+        def sample_mem():
+            sample()
+            live, untracked = memtrim_bytes(counter)
+            if live is not None:
+                mem.append((live, untracked))
+
+        time.sleep(3)  # warm-up: arenas, the store, the first samples
+        before, n_before = window(demo, BASE_S, sample)
+        clients = Clients(demo.port)
+        clients.start()
+        during, n_during = window(demo, SOAK_S, sample_mem)
+        clients.finish()
+        after, n_after = window(demo, BASE_S, sample)
+    finally:
+        rc = demo.stop()
+    out = demo.output()
+    base = (before + after) / 2
+    ratio = during / base if base else 0.0
+    print(f"soak: {CLIENTS} pollers + trimmer + slowloris for {SOAK_S:.0f} s; "
+          f"{clients.requests} requests {dict(sorted(clients.statuses.items()))}; "
+          f"{clients.cuts} slowloris connections cut; host fds at most {fds[0]}/{NOFILE}")
+    print(f"soak: studies/s before {before:.3f} ({n_before}), during {during:.3f} ({n_during}), "
+          f"after {after:.3f} ({n_after}): ratio {ratio:.4f} (must be >= {MIN_RATIO}); "
+          f"load {open('/proc/loadavg').read().split()[:3]}")
+    print("soak: memtrim's threads, KiB each second: " +
+          " ".join(str(m[0] // 1024) for m in mem))
+    if len(mem) >= 50:
+        # medians of 20 s: requests in flight come and go, what stays is what grows
+        def median(xs):
+            xs = sorted(x[0] for x in xs)
+            return xs[len(xs) // 2]
+        early, late = median(mem[10:30]), median(mem[-20:])
+        print(f"soak: memtrim's threads hold {early / 1024:.0f} KiB after warm-up (median), "
+              f"{late / 1024:.0f} KiB at the end (untracked allocations: {mem[-1][1]})")
+        if late > early + max(256 * 1024, early * 0.10):
+            print("FAIL: memtrim's own memory grew")
+            ok = False
+        if mem[-1][1] != 0:
+            print("FAIL: some of memtrim's allocations were not tracked")
+            ok = False
+    else:
+        print(f"FAIL: only {len(mem)} readings of memtrim's memory (SOAK_SECONDS >= 55; "
+              "is memcount.so loaded?)")
+        ok = False
+    if rc != 0:
+        print(f"FAIL: the host exited {rc}")
+        ok = False
+    reports = [line for line in out.splitlines() if any(s in line for s in SANITIZER)]
+    if reports:
+        print("FAIL: sanitizer reports:\n" + "\n".join(reports[:20]))
+        print(out[-5000:])
+        ok = False
+    if clients.errors:
+        print(f"FAIL: {len(clients.errors)} errors, e.g. " + "; ".join(clients.errors[:10]))
+        ok = False
+    if clients.cuts == 0:
+        print("FAIL: the slowloris client was never cut")
+        ok = False
+    if fds[0] >= NOFILE:
+        print("FAIL: the host reached its descriptor limit")
+        ok = False
+    if ratio < MIN_RATIO:
+        print(f"FAIL: the host's throughput fell to {ratio:.4f} of the baseline")
+        ok = False
+    counter.unlink(missing_ok=True)
+    print("soak: " + ("passed" if ok else "FAILED") + f" ({BUILD})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
