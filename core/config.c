@@ -109,10 +109,10 @@ static const struct config_key keys[] = {
      .max = 1024, .def_num = -1, .nullable = 1},
     {.name = "MallocMmapThresholdBytes", .type = KEY_INT64,
      .offset = OFF(malloc_mmap_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
-     .runtime = 1, .nullable = 1},
+     .runtime = 1, .nullable = 1, .patch_floor = 65536}, /* 0: every malloc an mmap */
     {.name = "MallocTrimThresholdBytes", .type = KEY_INT64,
      .offset = OFF(malloc_trim_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
-     .runtime = 1, .nullable = 1},
+     .runtime = 1, .nullable = 1, .patch_floor = 65536}, /* 0: a trim at almost every free */
     {.name = "MallocTopPadBytes", .type = KEY_INT64, .offset = OFF(malloc_top_pad_bytes),
      .min = 0, .max = 2147483647.0, .def_num = -1, .runtime = 1, .nullable = 1},
     {.name = "RequestTimeoutSeconds", .type = KEY_INT, .offset = OFF(request_timeout_seconds),

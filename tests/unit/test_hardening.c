@@ -49,6 +49,8 @@ static void test_patch_floors(void)
                                           "{\"StatsMaxAgeMs\": 0}",
                                           "{\"ProbeBudgetPercent\": 5}",
                                           "{\"RetentionHours\": 0.5}",
+                                          "{\"MallocMmapThresholdBytes\": 0}",
+                                          "{\"MallocTrimThresholdBytes\": 4096}",
                                           NULL};
     for (int i = 0; refused[i]; i++) {
         CHECK_MSG(config_patch(&cfg, refused[i], &err) == -EINVAL, "%s accepted", refused[i]);
