@@ -108,10 +108,13 @@ static ssize_t read_small(const char *path, char *buf, size_t size)
 
 static long page_size(void)
 {
-    static long ps;
-    if (!ps)
-        ps = sysconf(_SC_PAGESIZE);
-    return ps > 0 ? ps : 4096;
+    static _Atomic long ps; /* any thread may be first (pressure, housekeeper, HTTP) */
+    long v = atomic_load_explicit(&ps, memory_order_relaxed);
+    if (v == 0) {
+        v = sysconf(_SC_PAGESIZE);
+        atomic_store_explicit(&ps, v, memory_order_relaxed);
+    }
+    return v > 0 ? v : 4096;
 }
 
 uint64_t probe_rss(void)
