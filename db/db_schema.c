@@ -76,12 +76,22 @@ static const char db_schema_v3[] =
  */
 static const char db_schema_v4[] = "ALTER TABLE trims ADD COLUMN reaction_seconds REAL;";
 
+/*
+ * Version 5: trim ids unique for the life of the store. Before, trims were
+ * numbered from 1 at every start (ids 3, 2, 1, 3, 2, 1 after a restart; 0 in
+ * version-1 rows). Ids now count up from the clock in ms (core/trim.c), far
+ * above any row id, so the older rows take their row id: unique, and in the
+ * order they were stored.
+ */
+static const char db_schema_v5[] = "UPDATE trims SET seq = rowid WHERE seq < 1000000000000;";
+
 /* Step i takes the schema from version i to version i + 1. */
 static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v1,
     db_schema_v2,
     db_schema_v3,
     db_schema_v4,
+    db_schema_v5,
 };
 
 static int db_count_objects(sqlite3 *db, int64_t *n, char **err)

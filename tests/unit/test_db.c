@@ -158,6 +158,51 @@ static const char v1_sql[] =
     "INSERT INTO trims VALUES (2000, 2, 7000000, 900, 400, 500, 1);"
     "PRAGMA user_version = 1;";
 
+/* A version-4 store written by two runs that each numbered trims from 1. */
+static void test_migration_v5_unique_ids(void)
+{
+    const char *p = tpath("v4ids.sqlite");
+    struct db_writer *w = NULL;
+    struct db_reader *r = NULL;
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10};
+    struct db_trim_summary sum;
+    struct db_trim_row *rows = NULL;
+    struct mt_trim_result t = trim(9000, 1, 3);
+    size_t n = 0;
+
+    CHECK_OK(db_writer_open(p, &w, E));
+    for (int run = 0; run < 2; run++) {
+        for (int i = 1; i <= 2; i++) {
+            struct mt_trim_result old = trim(1000 * (run * 2 + i), 1, 0);
+            old.id = i;
+            CHECK_OK(db_writer_add_trim(w, &old, E));
+        }
+    }
+    CHECK_OK(db_writer_flush(w, E));
+    db_writer_close(w);
+    w = NULL;
+    raw_exec(p, "PRAGMA user_version = 4;");
+    CHECK_OK(db_writer_open(p, &w, E));
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    t.id = 1764000000000LL; /* an id from the clock, as memtrim now gives */
+    CHECK_OK(db_writer_add_trim(w, &t, E));
+    CHECK_OK(db_writer_flush(w, E));
+    CHECK_OK(db_reader_open(p, &r, E));
+    CHECK_OK(db_query_trims(r, &q, &rows, &n, &sum, E));
+    CHECK_EQ_INT(n, 5);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            CHECK_MSG(rows[i].t.id != rows[j].t.id, "rows %zu and %zu share id %lld", i, j,
+                      (long long)rows[i].t.id);
+    if (n == 5) {
+        CHECK_EQ_INT(rows[0].t.id, 1764000000000LL); /* newer ids are left alone */
+        CHECK_EQ_INT(rows[4].t.id, rows[4].row_id);
+    }
+    free(rows);
+    db_reader_close(r);
+    db_writer_close(w);
+}
+
 static void test_migration_v1(void)
 {
     const char *p = tpath("v1.sqlite");
@@ -188,7 +233,7 @@ static void test_migration_v1(void)
         CHECK_EQ_INT(rows[1].t.rss_after_bytes, 400);
         CHECK_EQ_INT(rows[1].t.released_bytes, 500);
         CHECK_EQ_INT(rows[1].t.malloc_trim_ret, 1);
-        CHECK_EQ_INT(rows[1].t.id, 0);
+        CHECK_EQ_INT(rows[1].t.id, rows[1].row_id); /* version 5: its row id */
         CHECK_EQ_INT(rows[1].t.pad_bytes, 0);
         CHECK_EQ_INT(rows[1].t.heap_free_before_bytes, 0);
         CHECK_EQ_INT(rows[1].t.arena_count, -1);     /* version 3: unknown in old rows */
@@ -577,6 +622,7 @@ int main(void)
         return 1;
     RUN(test_schema_fresh);
     RUN(test_migration_v1);
+    RUN(test_migration_v5_unique_ids);
     RUN(test_refused);
     RUN(test_roundtrip);
     RUN(test_bucketing);
