@@ -1,15 +1,18 @@
 /*
  * healthz.c - GET /healthz: ok or degraded, version, uptime, the store's
- * state and, when degraded, why. Open without a token (liveness probes).
+ * state and, when degraded, why; the pid and comm of the process memtrim runs
+ * in (LD_PRELOAD into a process tree). Open without a token (liveness probes).
  * Runs on HTTP worker threads; mt_health_get takes the instance's lock.
  */
 #include "api.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <unistd.h>
 
 #include "core.h"
 #include "memtrim.h"
+#include "proctree.h"
 
 int api_healthz_get(const struct server_request *req, struct server_reply *rep)
 {
@@ -26,6 +29,10 @@ int api_healthz_get(const struct server_request *req, struct server_reply *rep)
     api_json_str(root, "database", h.db_state, &failed);
     api_json_str(root, "reason", h.reason, &failed);
     api_json_int(root, "suspended", h.suspended, &failed);
+    char comm[64];
+    proctree_comm(getpid(), comm, sizeof(comm));
+    api_json_int(root, "pid", getpid(), &failed);
+    api_json_str(root, "program", comm, &failed);
     if (failed) {
         cJSON_Delete(root);
         root = NULL;

@@ -16,12 +16,15 @@
 #define MT_SEC (1000000000LL)
 
 /* Log sink: adapters (Orthanc) replace it; default writes to stderr. Lines read
- * "memtrim/<module>: <message>". */
-enum mt_log_level { MT_LOG_ERROR = 0, MT_LOG_WARNING, MT_LOG_INFO };
+ * "memtrim/<module>: <message>". Debug lines are dropped unless the environment
+ * has MEMTRIM_DEBUG=1 (set and not "0"). */
+enum mt_log_level { MT_LOG_ERROR = 0, MT_LOG_WARNING, MT_LOG_INFO, MT_LOG_DEBUG };
 typedef void (*mt_log_fn)(int level, const char *msg, void *arg);
 void mt_set_log_sink(mt_log_fn fn, void *arg);
 void mt_log(int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Whether MEMTRIM_DEBUG asks for debug lines. */
+int mt_log_debug_enabled(void);
 
 /* fork(): the log lock across a fork (core/memtrim.c's atfork handlers call these). */
 void mt_log_fork_prepare(void);

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -55,10 +56,19 @@ void mt_set_log_sink(mt_log_fn fn, void *arg)
     pthread_mutex_unlock(&log_lock);
 }
 
+int mt_log_debug_enabled(void)
+{
+    const char *v = getenv("MEMTRIM_DEBUG");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 void mt_log(int level, const char *module, const char *fmt, ...)
 {
-    static const char *const level_names[] = {"error", "warning", "info"};
+    static const char *const level_names[] = {"error", "warning", "info", "debug"};
     char msg[1024];
+
+    if (level == MT_LOG_DEBUG && !mt_log_debug_enabled())
+        return;
     int n = snprintf(msg, sizeof(msg), "memtrim/%s: ", module);
     va_list ap;
 
@@ -71,7 +81,7 @@ void mt_log(int level, const char *module, const char *fmt, ...)
     if (log_fn) {
         log_fn(level, msg, log_arg);
     } else {
-        if (level < 0 || level > MT_LOG_INFO)
+        if (level < 0 || level > MT_LOG_DEBUG)
             level = MT_LOG_INFO;
         fprintf(stderr, "%s (%s)\n", msg, level_names[level]);
     }

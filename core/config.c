@@ -16,7 +16,8 @@
 
 #include "config.h"
 
-enum key_type { KEY_BOOL, KEY_INT, KEY_INT64, KEY_DOUBLE, KEY_STRING };
+/* KEY_GLOBS: a string or a list of strings, stored '\n'-separated in a string buffer. */
+enum key_type { KEY_BOOL, KEY_INT, KEY_INT64, KEY_DOUBLE, KEY_STRING, KEY_GLOBS };
 
 struct config_key {
     const char *name;
@@ -121,6 +122,10 @@ static const struct config_key keys[] = {
      .offset = OFF(allow_unauthenticated_remote), .min = 0, .max = 1, .def_num = 0},
     {.name = "AuthTokenFile", .type = KEY_STRING, .offset = OFF(auth_token_file),
      .size = SZ(auth_token_file), .def_str = "", .nullable = 1},
+    {.name = "Program", .type = KEY_GLOBS, .offset = OFF(program), .size = SZ(program),
+     .def_str = "", .nullable = 1},
+    {.name = "PortFile", .type = KEY_STRING, .offset = OFF(port_file), .size = SZ(port_file),
+     .def_str = "", .nullable = 1},
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -150,7 +155,7 @@ int config_key_info(size_t i, const char **name, char *type, double *min, double
                     int *runtime)
 {
     static const char types[] = {[KEY_BOOL] = 'b', [KEY_INT] = 'i', [KEY_INT64] = 'i',
-                                 [KEY_DOUBLE] = 'd', [KEY_STRING] = 's'};
+                                 [KEY_DOUBLE] = 'd', [KEY_STRING] = 's', [KEY_GLOBS] = 'l'};
     if (i >= NKEYS)
         return -1;
     *name = keys[i].name;
@@ -245,6 +250,7 @@ void config_defaults(struct mt_config *cfg)
             *(double *)p = k->def_num;
             break;
         case KEY_STRING:
+        case KEY_GLOBS:
             snprintf(p, k->size, "%s", k->def_str ? k->def_str : "");
             break;
         }
@@ -263,8 +269,56 @@ static const char *type_name(enum key_type t)
         return "a number";
     case KEY_STRING:
         return "a string";
+    case KEY_GLOBS:
+        return "a string or a list of strings";
     }
     return "?";
+}
+
+/* A KEY_GLOBS value: one non-empty string, or a non-empty list of them, without newlines. */
+static int apply_globs(const struct config_key *k, const cJSON *v, char *p, char **err)
+{
+    char buf[MT_CONFIG_STR_MAX];
+    const cJSON *item;
+    size_t used = 0, count = 0;
+
+    if (!cJSON_IsString(v) && !cJSON_IsArray(v)) {
+        *err = errf("configuration key %s: expected %s%s", k->name, type_name(k->type),
+                    k->nullable ? " or null" : "");
+        return -EINVAL;
+    }
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0) {
+        *err = errf("configuration key %s: the list is empty (give at least one glob, or null "
+                    "for any program)", k->name);
+        return -EINVAL;
+    }
+    buf[0] = '\0';
+    int list = cJSON_IsArray(v);
+    for (item = list ? v->child : v; item; item = list ? item->next : NULL) {
+        const char *s = cJSON_IsString(item) ? item->valuestring : NULL;
+        if (!s) {
+            *err = errf("configuration key %s: item %zu is not a string", k->name, count + 1);
+            return -EINVAL;
+        }
+        if (!s[0] || strchr(s, '\n')) {
+            *err = errf("configuration key %s: item %zu (\"%.80s\") is empty or holds a newline",
+                        k->name, count + 1, s);
+            return -EINVAL;
+        }
+        size_t len = strlen(s);
+        if (used + (used > 0) + len >= k->size || used + (used > 0) + len >= sizeof(buf)) {
+            *err = errf("configuration key %s: too long (at most %zu characters in all)", k->name,
+                        k->size - 1);
+            return -EINVAL;
+        }
+        if (used > 0)
+            buf[used++] = '\n';
+        memcpy(buf + used, s, len + 1);
+        used += len;
+        count++;
+    }
+    snprintf(p, k->size, "%s", buf);
+    return 0;
 }
 
 /* Check one value against its key; store it into cfg when store is set. */
@@ -274,7 +328,7 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
     char *p = (char *)cfg + k->offset;
 
     if (cJSON_IsNull(v) && k->nullable) {
-        if (k->type == KEY_STRING)
+        if (k->type == KEY_STRING || k->type == KEY_GLOBS)
             p[0] = '\0';
         else if (k->type == KEY_INT64)
             *(int64_t *)p = k->def_num < 0 ? (int64_t)k->def_num : 0; /* "unset" or "auto" */
@@ -286,6 +340,8 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
         *(int *)p = cJSON_IsTrue(v);
         return 0;
     }
+    if (k->type == KEY_GLOBS)
+        return apply_globs(k, v, p, err);
     if (k->type == KEY_STRING) {
         if (!cJSON_IsString(v))
             goto wrong_type;
@@ -355,6 +411,13 @@ static int check_relations(const struct mt_config *cfg, char **err)
     if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
         *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
         return -EINVAL;
+    }
+    for (const char *pc = strchr(cfg->port_file, '%'); pc; pc = strchr(pc + 2, '%')) {
+        if (pc[1] != 'p' && pc[1] != '%') {
+            *err = errf("configuration key PortFile: \"%%%.1s\" is not known (%%p is the "
+                        "process id, %%%% a %%)", pc + 1);
+            return -EINVAL;
+        }
     }
     if (cfg->pressure_ratio > 0 && cfg->pressure_ratio < 0.1) {
         *err = errf("configuration key PressureRatio: %.3g is too low to be useful (use 0 to "
@@ -489,6 +552,26 @@ int config_patch(struct mt_config *cfg, const char *json, char **err)
     return rc;
 }
 
+/* A '\n'-separated list as a JSON array of strings. */
+static cJSON *globs_to_json(const char *list)
+{
+    cJSON *a = cJSON_CreateArray();
+    char one[MT_CONFIG_STR_MAX];
+
+    for (const char *g = list; a && *g;) {
+        size_t len = strcspn(g, "\n");
+        snprintf(one, sizeof(one), "%.*s", (int)len, g);
+        cJSON *s = cJSON_CreateString(one);
+        if (!s || !cJSON_AddItemToArray(a, s)) {
+            cJSON_Delete(s);
+            cJSON_Delete(a);
+            return NULL;
+        }
+        g += len + (g[len] == '\n');
+    }
+    return a;
+}
+
 cJSON *config_to_json(const struct mt_config *cfg)
 {
     cJSON *o = cJSON_CreateObject();
@@ -514,6 +597,9 @@ cJSON *config_to_json(const struct mt_config *cfg)
         }
         case KEY_DOUBLE:
             v = cJSON_CreateNumber(*(const double *)p);
+            break;
+        case KEY_GLOBS:
+            v = p[0] ? globs_to_json(p) : cJSON_CreateNull();
             break;
         case KEY_STRING:
             if (k->secret)

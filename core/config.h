@@ -53,6 +53,10 @@ struct mt_config {
     int64_t malloc_mmap_threshold_bytes;
     int64_t malloc_trim_threshold_bytes;
     int64_t malloc_top_pad_bytes;
+    /* LD_PRELOAD: the programs memtrim starts in; fnmatch globs, '\n'-separated; "" = any */
+    char program[MT_CONFIG_STR_MAX];
+    /* LD_PRELOAD: where to publish the port bound ("%p" = the pid); "" = nowhere */
+    char port_file[MT_CONFIG_STR_MAX];
 };
 
 /* Fill *cfg with the defaults. */
@@ -90,7 +94,7 @@ int config_read_token_file(struct mt_config *cfg, char **err);
 const char *config_closest_key(const char *key);
 
 /* The i-th key of the table (for tests and documentation): 0, or -1 past the end.
- * type is 'b' boolean, 'i' integer, 'd' number, 's' string. */
+ * type is 'b' boolean, 'i' integer, 'd' number, 's' string, 'l' a string or a list of them. */
 int config_key_info(size_t i, const char **name, char *type, double *min, double *max,
                     int *runtime);
 

@@ -2,7 +2,10 @@
  * host_preload.c - starts memtrim inside an unmodified program:
  * LD_PRELOAD=libmemtrim.so MEMTRIM_CONFIG=<file or inline JSON> ./server.
  * Without MEMTRIM_CONFIG it does nothing; a configuration error is printed
- * once and the program runs on without memtrim.
+ * once and the program runs on without memtrim. Every process of a tree
+ * inherits LD_PRELOAD: memtrim starts only in the one Program names (others
+ * stay silent), and a process whose ancestor already serves memtrim's port
+ * says so once (info) and stays off; another program on the port is an error.
  *
  * Threads: the constructor runs on the program's main thread before main(),
  * the destructor at exit (return from main, exit(), a handled SIGTERM that
@@ -13,7 +16,10 @@
  * "memtrim-fork" thread, which waits while the parent still holds the port.
  * Locks: preload_lock guards preload_instance and the restart thread's state;
  * it is held across fork() (prepare/parent/child handlers), never across a
- * start or a stop.
+ * start or a stop. The PortFile state is written by whichever of the
+ * constructor and the restart thread started memtrim in this process (the
+ * pid it records tells a forked child's inherited copy apart) and read by the
+ * destructor after it joined that thread.
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
@@ -31,6 +37,7 @@
 #include "config.h"
 #include "api.h"
 #include "core.h"
+#include "proctree.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
@@ -135,10 +142,115 @@ static int port_free(const struct mt_config *cfg)
     return ok;
 }
 
+/* ---- PortFile -------------------------------------------------------------- */
+
+static char port_file[MT_CONFIG_STR_MAX + 32]; /* the file this process wrote, "" = none */
+static pid_t port_file_pid;                    /* ...and the process that wrote it */
+
+/* The PortFile pattern with %p = pid and %% = %; -1 when it does not fit. */
+static int port_file_path(const char *pattern, pid_t pid, char *out, size_t size)
+{
+    size_t n = 0;
+    for (const char *p = pattern; *p; p++) {
+        char piece[24] = {*p, '\0'};
+        if (p[0] == '%' && (p[1] == 'p' || p[1] == '%')) {
+            if (*++p == 'p')
+                snprintf(piece, sizeof(piece), "%ld", (long)pid);
+        }
+        size_t len = strlen(piece);
+        if (n + len >= size)
+            return -1;
+        memcpy(out + n, piece, len);
+        n += len;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* Publish the port memtrim bound (HttpPort 0: the kernel's choice) for scripts. */
+static void port_file_write(struct memtrim *mt)
+{
+    char path[sizeof(port_file)], tmp[sizeof(port_file) + 32];
+    int ok;
+
+    if (!preload_cfg.port_file[0] || !mt)
+        return;
+    if (port_file_path(preload_cfg.port_file, getpid(), path, sizeof(path)) != 0) {
+        mt_log(MT_LOG_WARNING, "preload", "PortFile: the path is too long; no port file");
+        return;
+    }
+    snprintf(tmp, sizeof(tmp), "%s.%ld.tmp", path, (long)getpid());
+    FILE *f = fopen(tmp, "we");
+    ok = f && fprintf(f, "%d\n", mt_http_port(mt)) > 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok || rename(tmp, path) != 0) { /* rename: a reader never sees a half-written file */
+        mt_log(MT_LOG_WARNING, "preload", "PortFile %s: cannot write it: %s", path,
+               strerror(errno));
+        unlink(tmp);
+        return;
+    }
+    snprintf(port_file, sizeof(port_file), "%s", path);
+    port_file_pid = getpid();
+}
+
+/* At stop: remove the port file when this process wrote it and it still names our port. */
+static void port_file_remove(int port)
+{
+    char line[32];
+
+    if (!port_file[0] || port_file_pid != getpid())
+        return;
+    FILE *f = fopen(port_file, "re");
+    if (f && fgets(line, sizeof(line), f) && atoi(line) == port)
+        unlink(port_file);
+    if (f)
+        fclose(f);
+    port_file[0] = '\0';
+}
+
+/* ---- which process ------------------------------------------------------- */
+
+/* Whether Program names this process; the one debug line when it does not. */
+static int program_wanted(const struct mt_config *cfg)
+{
+    char exe[4096], comm[64];
+
+    if (!cfg->program[0])
+        return 1;
+    proctree_self(exe, sizeof(exe), comm, sizeof(comm));
+    if (proctree_match(cfg->program, exe, comm))
+        return 1;
+    mt_log(MT_LOG_DEBUG, "preload", "not started in pid %ld (%s, %s): Program does not name it",
+           (long)getpid(), comm, exe[0] ? exe : "?");
+    return 0;
+}
+
+/*
+ * 1 when HttpPort is taken by memtrim in an ancestor (a shell, /usr/bin/time,
+ * the parent of a forked child): not an error, said once at info level.
+ */
+static int held_by_ancestor(const struct mt_config *cfg)
+{
+    pid_t holder;
+    char comm[64], self[64];
+
+    if (cfg->http_port == 0 || port_free(cfg) ||
+        !proctree_port_holder(cfg->http_port, &holder, comm, sizeof(comm)))
+        return 0;
+    proctree_comm(getpid(), self, sizeof(self));
+    mt_log(MT_LOG_INFO, "preload",
+           "not started in pid %ld (%s): port %d is served by memtrim in its ancestor pid %ld "
+           "(%s); set Program to choose the process memtrim belongs in",
+           (long)getpid(), self, cfg->http_port, (long)holder, comm);
+    return 1;
+}
+
 /*
  * FollowFork in the child: wait (quietly) while the port is taken, then
- * start. A port that stays taken (several children, or a parent that lives
- * on) is reported once by mt_create; the program runs on without memtrim.
+ * start. A port that stays taken by memtrim in the parent (a preforking
+ * server) is said once at info level; by anything else (several children),
+ * it is reported once by mt_create; the program runs on without memtrim.
  */
 static void *restart_main(void *arg)
 {
@@ -154,13 +266,18 @@ static void *restart_main(void *arg)
         if (stop)
             return NULL;
     }
+    if (held_by_ancestor(&preload_cfg))
+        return NULL; /* a parent that lives on keeps the port: said once, not an error */
     if (mt_create(preload_json, &api_routes, &mt, &err) != 0)
         fprintf(stderr, "memtrim: FollowFork: not restarted in child %ld (see above); "
                         "the program runs on without memtrim\n", (long)getpid());
     free(err);
+    port_file_write(mt);
     pthread_mutex_lock(&preload_lock);
     if (exiting) { /* the destructor is waiting for us: stop what we started */
         pthread_mutex_unlock(&preload_lock);
+        if (mt)
+            port_file_remove(mt_http_port(mt));
         mt_destroy(mt);
         return NULL;
     }
@@ -217,9 +334,15 @@ __attribute__((constructor)) static void preload_init(void)
         free(err);
         return;
     }
+    if (!program_wanted(&preload_cfg) || (preload_cfg.enabled && held_by_ancestor(&preload_cfg))) {
+        free(preload_json);
+        preload_json = NULL;
+        return;
+    }
     /* Any other failure (a port in use, ...) is logged once by mt_create itself. */
     if (mt_create(preload_json, &api_routes, &mt, &err) == 0 && mt) {
         preload_instance = mt;
+        port_file_write(mt);
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
     }
     free(err);
@@ -241,5 +364,7 @@ __attribute__((destructor)) static void preload_fini(void)
     mt = preload_instance;
     preload_instance = NULL;
     pthread_mutex_unlock(&preload_lock);
+    if (mt)
+        port_file_remove(mt_http_port(mt));
     mt_destroy(mt);
 }

@@ -69,6 +69,7 @@ static void valid_value(char type, double min, double max, char *buf, size_t siz
     switch (type) {
     case 'b': snprintf(buf, size, "false"); break;
     case 's': snprintf(buf, size, "\"x\""); break;
+    case 'l': snprintf(buf, size, "[\"x\", \"y*\"]"); break;
     case 'i': snprintf(buf, size, "%.0f", floor((min + (max < 1e6 ? max : 1e6)) / 2)); break;
     default: snprintf(buf, size, "%.6g", (min + (max < 1e6 ? max : 1e6)) / 2); break;
     }
@@ -95,7 +96,8 @@ static void test_every_key(void)
         CHECK_MSG(parse(json, &cfg, &err) == 0, "%s: %s", json, err ? err : "");
         free(err);
         /* wrong type: a string for others, a number for strings */
-        snprintf(json, sizeof(json), "{\"%s\": %s}", name, type == 's' ? "12" : "\"12\"");
+        snprintf(json, sizeof(json), "{\"%s\": %s}", name,
+                 type == 's' || type == 'l' ? "12" : "\"12\"");
         CHECK_MSG(parse(json, &cfg, &err) == -EINVAL, "%s accepted", json);
         CHECK_CONTAINS(err, name);
         CHECK_CONTAINS(err, "expected");
@@ -119,7 +121,7 @@ static void test_every_key(void)
             free(err);
         }
     }
-    CHECK_EQ_INT(nkeys, 36);
+    CHECK_EQ_INT(nkeys, 38);
     /* a key with a list of values names them when given another */
     CHECK_EQ_INT(parse("{\"Allocator\": \"tcmaloc\"}", &cfg, &err), -EINVAL);
     CHECK_CONTAINS(err, "Allocator");
@@ -173,6 +175,81 @@ static void test_special_values(void)
     /* 2^53 is the largest exact byte count; beyond is out of range */
     CHECK_EQ_INT(parse("{\"TrimPadBytes\": 9007199254740992}", &cfg, &err), 0);
     CHECK_EQ_INT(parse("{\"TrimPadBytes\": 1e300}", &cfg, &err), -EINVAL);
+    free(err);
+}
+
+/* Program: one glob or a list of them; kept one per line; printed back as a list. */
+static void test_program(void)
+{
+    struct mt_config cfg;
+    char *err;
+    CHECK_EQ_INT(parse("{}", &cfg, &err), 0);
+    CHECK(cfg.program[0] == '\0');
+    CHECK_EQ_INT(parse("{\"Program\": \"memtrim-demo\"}", &cfg, &err), 0);
+    CHECK(strcmp(cfg.program, "memtrim-demo") == 0);
+    CHECK_EQ_INT(
+        parse("{\"Program\": [\"*/bin/orthanc\", \"Orthanc\", \"srv-[0-9]\"]}", &cfg, &err), 0);
+    CHECK(strcmp(cfg.program, "*/bin/orthanc\nOrthanc\nsrv-[0-9]") == 0);
+    CHECK_EQ_INT(parse("{\"Program\": null}", &cfg, &err), 0);
+    CHECK(cfg.program[0] == '\0');
+    /* printed back as a list that parses to the same */
+    CHECK_EQ_INT(parse("{\"Program\": [\"a\", \"b*\"]}", &cfg, &err), 0);
+    cJSON *o = config_to_json(&cfg);
+    char *text = cJSON_PrintUnformatted(o);
+    CHECK_CONTAINS(text, "\"Program\":[\"a\",\"b*\"]");
+    struct mt_config back;
+    CHECK_EQ_INT(parse(text, &back, &err), 0);
+    CHECK(strcmp(back.program, cfg.program) == 0);
+    free(text);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(parse("{}", &cfg, &err), 0);
+    o = config_to_json(&cfg);
+    text = cJSON_PrintUnformatted(o);
+    CHECK_CONTAINS(text, "\"Program\":null");
+    free(text);
+    cJSON_Delete(o);
+    /* what is refused, and why */
+    static const struct { const char *json, *says; } bad[] = {
+        {"{\"Program\": []}", "the list is empty"},
+        {"{\"Program\": \"\"}", "item 1 (\"\") is empty"},
+        {"{\"Program\": [\"a\", 3]}", "item 2 is not a string"},
+        {"{\"Program\": [\"a\", \"b\\nc\"]}", "holds a newline"},
+        {"{\"Program\": {\"a\": 1}}", "expected a string or a list of strings or null"},
+        {"{\"Program\": true}", "expected a string or a list of strings"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_MSG(parse(bad[i].json, &cfg, &err) == -EINVAL, "%s accepted", bad[i].json);
+        CHECK_CONTAINS(err, "Program");
+        CHECK_CONTAINS(err, bad[i].says);
+        free(err);
+    }
+    /* too long in all: 600 characters of globs in a 512-byte key */
+    char json[1024];
+    int n = snprintf(json, sizeof(json), "{\"Program\": [");
+    for (int i = 0; i < 60; i++)
+        n += snprintf(json + n, sizeof(json) - (size_t)n, "%s\"glob-%03d\"", i ? "," : "", i);
+    snprintf(json + n, sizeof(json) - (size_t)n, "]}");
+    CHECK_EQ_INT(parse(json, &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "too long");
+    free(err);
+    /* PortFile: %p is the pid, %% a percent sign; nothing else after % */
+    CHECK_EQ_INT(parse("{\"PortFile\": \"/run/x/memtrim.%p.port\"}", &cfg, &err), 0);
+    CHECK(strcmp(cfg.port_file, "/run/x/memtrim.%p.port") == 0);
+    CHECK_EQ_INT(parse("{\"PortFile\": \"/run/100%%.port\"}", &cfg, &err), 0);
+    CHECK_EQ_INT(parse("{\"PortFile\": null}", &cfg, &err), 0);
+    CHECK(cfg.port_file[0] == '\0');
+    static const char *const bad_files[] = {"{\"PortFile\": \"/run/%d.port\"}",
+                                            "{\"PortFile\": \"/run/x%\"}",
+                                            "{\"PortFile\": \"/run/%p%s\"}"};
+    for (size_t i = 0; i < sizeof(bad_files) / sizeof(bad_files[0]); i++) {
+        CHECK_MSG(parse(bad_files[i], &cfg, &err) == -EINVAL, "%s accepted", bad_files[i]);
+        CHECK_CONTAINS(err, "PortFile");
+        CHECK_CONTAINS(err, "is not known (%p is the process id");
+        free(err);
+    }
+    /* not at run time: which process memtrim is in is decided at its start */
+    CHECK_EQ_INT(config_patch(&cfg, "{\"Program\": \"x\"}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "Program cannot be changed at run time");
     free(err);
 }
 
@@ -250,6 +327,7 @@ int main(void)
     RUN(test_every_key);
     RUN(test_typos);
     RUN(test_special_values);
+    RUN(test_program);
     RUN(test_patch);
     RUN(test_to_json_redacts);
     return harness_end();
