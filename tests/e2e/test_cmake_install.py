@@ -6,7 +6,6 @@ changelog under share/doc/<package>/ (cmake/install.cmake)."""
 import os
 import re
 import subprocess
-from pathlib import Path
 
 from conftest import BUILD
 from pkg_util import cmake_version

@@ -8,10 +8,8 @@ import json
 import re
 import socket
 import subprocess
-import time
 from pathlib import Path
 
-import requests
 
 from conftest import BUILD, find_lib
 

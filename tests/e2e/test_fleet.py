@@ -15,7 +15,6 @@ import math
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
