@@ -253,20 +253,26 @@ class Cgroup:
         self.path.rmdir()
 
 
-@pytest.fixture
-def cgroup():
-    """Factory: cgroup(limit_bytes) -> Cgroup, removed at the end; skips
-    with the reason when no memory cgroup can be created here."""
+def cgroups(prefix):
+    """The generator behind the cgroup fixtures: yields make(limit_bytes) ->
+    Cgroup named <prefix>-<pid>-<n>, removes them all at the end; skips with
+    the reason when no memory cgroup can be created here."""
     why = Cgroup.unavailable()
     if why:
         pytest.skip(why)
     made = []
 
     def make(limit_bytes):
-        cg = Cgroup(f"memtrim-test-{os.getpid()}-{len(made)}", limit_bytes)
+        cg = Cgroup(f"{prefix}-{os.getpid()}-{len(made)}", limit_bytes)
         made.append(cg)
         return cg
 
     yield make
     for cg in made:
         cg.remove()
+
+
+@pytest.fixture
+def cgroup():
+    """Factory: cgroup(limit_bytes) -> Cgroup (memtrim-test-*), removed at the end."""
+    yield from cgroups("memtrim-test")

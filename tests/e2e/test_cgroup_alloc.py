@@ -6,13 +6,12 @@ jemalloc's decay does not know the cgroup's limit: without memtrim the kernel
 kills the process; with memtrim preloaded its pressure trims (jemalloc's
 arena purge) keep it alive through every study. The cgroups are named
 memtrim-alloc-*. Skips only where no memory cgroup can be made (not root)."""
-import os
 import re
 import signal
 
 import pytest
 
-from hosts_util import Cgroup, build_file, preload_env, procs  # noqa: F401
+from hosts_util import build_file, cgroups, preload_env, procs  # noqa: F401
 from test_allocators import lib_path
 
 LIMIT = 400 << 20
@@ -24,19 +23,8 @@ SUMMARY = re.compile(r"memtrim-demo: (\d+) studies done, peak RSS (\d+) MB")
 
 @pytest.fixture
 def alloc_cgroup():
-    why = Cgroup.unavailable()
-    if why:
-        pytest.skip(why)
-    made = []
-
-    def make(limit_bytes):
-        cg = Cgroup(f"memtrim-alloc-{os.getpid()}-{len(made)}", limit_bytes)
-        made.append(cg)
-        return cg
-
-    yield make
-    for cg in made:
-        cg.remove()
+    """Factory: alloc_cgroup(limit_bytes) -> Cgroup (memtrim-alloc-*), removed at the end."""
+    yield from cgroups("memtrim-alloc")
 
 
 def run(procs, cg, tmp_path, name, preload, extra_env=None, timeout=180):
