@@ -117,12 +117,12 @@ static void test_burst(void)
         return;
     wait_ticks(mt, 1); /* its first readings are taken */
     uint64_t before = trims(mt, MT_TRIGGER_BURST);
-    churn_run(c, 2, 48, 20); /* ~94 MB freed, ~2 MB kept */
+    churn_run(c, 2, 96, 20);
     WAIT_FOR(trims(mt, MT_TRIGGER_BURST) > before, 5);
     CHECK_MSG(trims(mt, MT_TRIGGER_BURST) > before, "no burst trim");
     struct mt_counters k;
     mt_counters_get(mt, &k);
-    CHECK_MSG(k.released_bytes[MT_TRIGGER_BURST] > (48u << 20), "released %llu",
+    CHECK_MSG(k.released_bytes[MT_TRIGGER_BURST] > (64u << 20), "released %llu",
               (unsigned long long)k.released_bytes[MT_TRIGGER_BURST]);
     churn_release(c, 2);
     mt_destroy(mt);
@@ -195,7 +195,9 @@ static void test_stop_is_prompt(void)
     double t0 = harness_now_s();
     mt_destroy(mt);
     double took = harness_now_s() - t0;
-    CHECK_MSG(took < 0.2, "stop took %.3f s", took);
+    /* A loose bound, not a measurement: a stop that hangs on a thread (or waits for the
+     * store's 2 s join limit) fails; scheduling delays on a loaded machine do not. */
+    CHECK_MSG(took < 1.5, "stop took %.3f s", took);
 }
 
 static void test_start_errors(void)
