@@ -20,6 +20,7 @@
 #include "core.h"
 #include "harness.h"
 #include "probe.h"
+#include "snapshot.h"
 
 struct lib {
     const char *name;
@@ -93,6 +94,27 @@ static int child(const char *expect, const char *dlopen_path)
     CHECK(!(h1.known & MT_HEAP_HAS_MALLINFO));
     free(big);
     CHECK_EQ_INT(a->release(0), 1);
+
+    /* The probe budget rations this allocator's stats call as it does mallinfo2's: at
+     * 0.001 % of wall time, a call of a few µs allows the next one seconds later. */
+    struct snapshot_cache sc;
+    struct mt_snapshot snap;
+    struct mt_counters c0, c1;
+    const struct snapshot_want want = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                                       .budget_percent = 0.001};
+    CHECK_EQ_INT(snapshot_init(&sc), 0);
+    snapshot_set_alloc(&sc, a);
+    snapshot_get(&sc, &want, &snap);
+    CHECK(snap.heap.allocator && strcmp(snap.heap.allocator, expect) == 0);
+    CHECK(snap.allocator && strcmp(snap.allocator, expect) == 0);
+    memset(&c0, 0, sizeof(c0));
+    snapshot_counters(&sc, &c0);
+    CHECK_EQ_INT(c0.heap_probes, 1);
+    snapshot_get(&sc, &want, &snap);
+    memset(&c1, 0, sizeof(c1));
+    snapshot_counters(&sc, &c1);
+    CHECK_EQ_INT(c1.heap_probes, 1);
+    snapshot_destroy(&sc);
 
     /* glibc is always present; another allocator that is not here is refused by name. */
     const char *missing = strcmp(expect, "tcmalloc") == 0 ? "mimalloc" : "tcmalloc";
