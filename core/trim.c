@@ -2,9 +2,11 @@
  * trim.c - runs the allocator's release (glibc's malloc_trim, jemalloc's
  * purge, ... through the back end in sc->alloc), one at a time, and measures
  * it: RSS and free heap before and after, its own duration, its return value. Called by the
- * housekeeper (periodic, burst, pressure) and by HTTP workers (manual).
- * Locking: ts->lock guards the state below and is released while
- * the release runs; waiters sleep on ts->done until the generation moves.
+ * housekeeper (periodic, burst), the pressure thread (pressure) and by HTTP
+ * workers (manual).
+ * Locking: ts->lock guards the state below and is released while the
+ * release runs; waiters sleep on ts->done until the generation moves; each
+ * result goes to the sink (the store's queue) under the lock, in id order.
  */
 #include <errno.h>
 #include <string.h>

@@ -71,7 +71,7 @@ fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz
 valgrind_unit() {
   local t rc=0 ran=0 code
   local tests="test_config test_probe test_trim test_housekeeper test_pressure test_abi test_db test_query
-    test_server_dispatch"
+    test_server_dispatch test_policy test_store"
   for t in $tests; do
     if [ ! -x "build/$t" ]; then
       echo "valgrind: build/$t is missing"
