@@ -37,10 +37,18 @@ struct pressure_input {
     int64_t estimate_ns;     /* monotonic time of that reading */
 };
 
+enum pressure_rule {
+    PRESSURE_RULE_GROWTH = 0, /* RSS grew by a step inside the zone */
+    PRESSURE_RULE_LINE,       /* RSS at PressureRatio of the limit */
+    PRESSURE_RULE_ESTIMATE,   /* free-but-resident heap would take it there */
+};
+
 struct pressure_state {
     uint64_t base_rss;    /* RSS low-water mark since the last pressure trim; 0 = unset */
     int64_t last_trim_ns; /* monotonic start of the last pressure trim */
-    int futile;           /* pressure trims in a row that released too little */
+    int futile;           /* growth trims in a row that released too little */
+    int futile_timed;     /* line and estimate trims in a row that released too little */
+    int rule;             /* with PRESSURE_TRIM: enum pressure_rule that fired */
     int zone;             /* the last reading was inside the zone */
     int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
                            * by its timing (back-off ended, estimate read); 0 growth */

@@ -2,14 +2,17 @@
  * pressure_policy.c - the pressure path's decision, as pure functions of a
  * reading and the state the pressure thread keeps (pressure.c): the zone,
  * growth by a step since the last trim, the line, the heap estimate, and the
- * back-off while trims find nothing. No locks, no clocks, no I/O.
+ * back-off while trims find nothing (per rule: a climb's growth trims that
+ * find live memory do not hold off the estimate's). No locks, no clocks, no I/O.
  */
 #include "common.h"
 #include "pressure.h"
 
 #define HARD_REPEAT_NS (1 * MT_SEC)   /* at the line: again after 1 s, doubling per futile trim */
 #define EARLY_REPEAT_NS (500 * MT_MS) /* by the heap estimate: 500 ms, doubling likewise */
-#define FUTILE_MAX 6
+#define GROWTH_GAP_NS (1 * MT_MS)     /* by growth: 1 ms after a futile one, doubling likewise */
+#define FUTILE_MAX 6                  /* the time-based rules: up to 64 s */
+#define GROWTH_FUTILE_MAX 10          /* growth: up to ~1 s */
 
 uint64_t pressure_zone_floor(int64_t limit, double ratio)
 {
@@ -17,9 +20,27 @@ uint64_t pressure_zone_floor(int64_t limit, double ratio)
     return line < half ? line : half;
 }
 
-static int64_t backoff(int64_t base, int futile)
+static int64_t backoff(int64_t base, int futile, int max)
 {
-    return base << (futile < FUTILE_MAX ? futile : FUTILE_MAX);
+    return base << (futile < max ? futile : max);
+}
+
+static uint64_t growth_step(const struct pressure_input *in)
+{
+    uint64_t step = (uint64_t)in->limit / 20;
+    return step < in->min_releasable ? in->min_releasable : step;
+}
+
+/* The growth rule's gap: none after a trim that found something. */
+static int64_t growth_gap(const struct pressure_state *st)
+{
+    return st->futile ? backoff(GROWTH_GAP_NS, st->futile - 1, GROWTH_FUTILE_MAX) : 0;
+}
+
+static int estimate_holds(const struct pressure_input *in, uint64_t line)
+{
+    return in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
+           in->rss + in->estimate >= line;
 }
 
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
@@ -34,31 +55,40 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
     st->zone = in->rss >= pressure_zone_floor(in->limit, in->ratio);
     if (!st->zone)
         return PRESSURE_OUTSIDE;
+    int64_t since = in->now_ns - st->last_trim_ns;
     /*
      * Climbing: what the host took since the last pressure trim may already
      * be free again and kept resident by glibc (a worker fills 150 MB in
-     * 20 ms), so one step of growth inside the zone is reason to trim now,
-     * as soon as the last trim ended. A step is 5 % of the limit (at least
-     * TrimMinReleasableBytes), doubled for every two trims in a row that
-     * found nothing: a host growing live memory to its limit costs a handful.
+     * 20 ms), so one step of growth inside the zone (5 % of the limit, at
+     * least TrimMinReleasableBytes) is reason to trim now, as soon as the
+     * last trim ended. A host growing live memory to its limit costs ten
+     * trims that find little; one that allocates and frees big blocks
+     * (RSS up and down by a step) is held off by a gap after each such trim:
+     * 1 ms, 2 ms, 4 ms ... up to ~1 s.
      */
-    uint64_t step = (uint64_t)in->limit / 20;
-    if (step < in->min_releasable)
-        step = in->min_releasable;
-    step <<= (st->futile / 2 < 4 ? st->futile / 2 : 4);
     st->due_ns = 0;
-    if (in->rss - st->base_rss >= step)
-        return PRESSURE_TRIM;
-    int64_t since = in->now_ns - st->last_trim_ns;
-    /* At the line: trim, and again while it holds, backing off while trims find nothing. */
-    if (in->rss >= line && since >= backoff(HARD_REPEAT_NS, st->futile)) {
-        st->due_ns = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
+    if (in->rss - st->base_rss >= growth_step(in) && since >= growth_gap(st)) {
+        st->rule = PRESSURE_RULE_GROWTH;
+        if (st->futile)
+            st->due_ns = st->last_trim_ns + growth_gap(st);
         return PRESSURE_TRIM;
     }
-    /* Free-but-resident memory (the last heap reading) that would cross the line if reused. */
-    if (in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
-        in->rss + in->estimate >= line && since >= backoff(EARLY_REPEAT_NS, st->futile)) {
-        int64_t due = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
+    /* At the line: trim, and again while it holds, backing off while trims find nothing. */
+    int64_t hard = backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+    if (in->rss >= line && since >= hard) {
+        st->rule = PRESSURE_RULE_LINE;
+        st->due_ns = st->last_trim_ns + hard;
+        return PRESSURE_TRIM;
+    }
+    /*
+     * Free-but-resident memory (the last heap reading) that would cross the
+     * line if reused. Its back-off counts only its own and the line's trims
+     * that found nothing: a climb's growth trims say nothing about this.
+     */
+    int64_t early = backoff(EARLY_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+    if (estimate_holds(in, line) && since >= early) {
+        st->rule = PRESSURE_RULE_ESTIMATE;
+        int64_t due = st->last_trim_ns + early;
         st->due_ns = due > in->estimate_ns ? due : in->estimate_ns;
         return PRESSURE_TRIM;
     }
@@ -70,11 +100,13 @@ void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t r
 {
     st->last_trim_ns = start_ns;
     st->base_rss = rss_after;
-    if (released < 0 || (uint64_t)released < min_releasable) {
-        if (st->futile < FUTILE_MAX)
+    if (released >= 0 && (uint64_t)released >= min_releasable) {
+        st->futile = st->futile_timed = 0;
+    } else if (st->rule == PRESSURE_RULE_GROWTH) {
+        if (st->futile < GROWTH_FUTILE_MAX + 1)
             st->futile++;
-    } else {
-        st->futile = 0;
+    } else if (st->futile_timed < FUTILE_MAX) {
+        st->futile_timed++;
     }
 }
 
@@ -83,13 +115,15 @@ int64_t pressure_next_due(const struct pressure_input *in, const struct pressure
     if (!st->zone || in->limit <= 0)
         return INT64_MAX;
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
-    int early = in->estimate_known && in->estimate >= in->min_releasable && in->estimate > 0 &&
-                in->rss + in->estimate >= line;
     int64_t due = INT64_MAX;
-    if (in->rss >= line)
-        due = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile);
-    if (early) {
-        int64_t e = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile);
+    if (in->rss - (in->rss < st->base_rss ? in->rss : st->base_rss) >= growth_step(in))
+        due = st->last_trim_ns + growth_gap(st);
+    if (in->rss >= line) {
+        int64_t h = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+        due = h < due ? h : due;
+    }
+    if (estimate_holds(in, line)) {
+        int64_t e = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile_timed, FUTILE_MAX);
         due = e < due ? e : due;
     }
     return due;

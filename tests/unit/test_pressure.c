@@ -60,21 +60,51 @@ static void test_decide(void)
     CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
     pressure_after_trim(&st, 22 * MSN, 220 * MB, 0, 8 * MB);
     CHECK_EQ_INT(st.futile, 2);
-    /* Two futile trims in a row: the step doubles (40 MB). */
+    /* Two futile growth trims in a row: the next waits 2 ms after the last (1 ms, 2 ms, 4 ms...). */
     in = input(23, 250, 400);
     CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH);
+    CHECK_EQ_INT(pressure_next_due(&in, &st), 24 * MSN);
     in = input(24, 260, 400);
     CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.rule, PRESSURE_RULE_GROWTH);
+    CHECK_EQ_INT(st.due_ns, 24 * MSN); /* it held from the end of the gap */
+    pressure_after_trim(&st, 24 * MSN, 260 * MB, 0, 8 * MB);
+    CHECK_EQ_INT(st.futile, 3);
+    CHECK_EQ_INT(st.futile_timed, 0);
+    /* The climb's futile trims do not hold off the heap estimate's: it says memory is free. */
+    in = input(25, 262, 400);
+    in.estimate = 110 * MB;
+    in.estimate_known = 1;
+    in.estimate_ns = 25 * MSN;
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH); /* 500 ms since the last trim */
+    in.now_ns = 524 * MSN;
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.rule, PRESSURE_RULE_ESTIMATE);
+    CHECK_EQ_INT(st.due_ns, 524 * MSN);
     /* A trim that released memory resets the back-off; the base is its RSS after. */
-    pressure_after_trim(&st, 24 * MSN, 120 * MB, 140 * (int64_t)MB, 8 * MB);
+    pressure_after_trim(&st, 524 * MSN, 120 * MB, 140 * (int64_t)MB, 8 * MB);
     CHECK_EQ_INT(st.futile, 0);
     CHECK_EQ_INT(st.base_rss, 120 * MB);
-    in = input(25, 190, 400); /* below the floor again */
+    in = input(525, 190, 400); /* below the floor again */
     CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
     /* The low-water mark: RSS fell, growth counts from there. */
-    in = input(26, 100, 400);
+    in = input(526, 100, 400);
     CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE);
     CHECK_EQ_INT(st.base_rss, 100 * MB);
+
+    /* RSS up and down by a step (big blocks, live): each futile growth trim doubles the gap. */
+    struct pressure_state loop = {.last_trim_ns = -3600000 * MSN};
+    int64_t t = 0;
+    int trims = 0;
+    for (int i = 0; i < 1000; i++, t += 1) { /* a cycle per ms for a second */
+        in = input(t, (i & 1) ? 250 : 220, 400);
+        if (pressure_decide(&in, &loop) == PRESSURE_TRIM) {
+            trims++;
+            pressure_after_trim(&loop, in.now_ns, in.rss, 0, 8 * MB);
+            loop.base_rss = 220 * MB; /* the block is freed again: RSS falls back */
+        }
+    }
+    CHECK_MSG(trims >= 5 && trims <= 12, "growth trims in 1000 cycles: %d", trims);
 
     /* Above the line (360 MB) without growth: trim, then back off 1 s, 2 s, ... */
     struct pressure_state hard = {.last_trim_ns = -3600000 * MSN};
