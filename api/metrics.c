@@ -168,7 +168,7 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
             c->gap_factor > 0 ? c->gap_factor : 1);
     if (c->host_cpu_share >= 0)
         api_f64(t, "memtrim_host_cpu_share", "gauge",
-                "The host's CPU time over the last 2 s as a share of the CPUs it may use (0-1).",
+                "The host's CPU time over the last 0.5 s as a share of the CPUs it may use (0-1).",
                 c->host_cpu_share);
     api_f64(t, "memtrim_trim_deferred_seconds_total", "counter",
             "Time periodic and burst trims waited for a busy host (TrimBusyCpuPercent).",

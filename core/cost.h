@@ -71,7 +71,7 @@ double cost_gap_factor(const struct cost_gap *g, double max_factor);
 
 /* ---- the host's CPU share -------------------------------------------------- */
 
-#define COST_CPU_TICKS 4 /* the share is over the last 4 ticks (1 s at 250 ms) */
+#define COST_CPU_TICKS 2 /* the share is over the last 2 ticks (0.5 s at 250 ms) */
 
 struct cost_cpu {
     int64_t wall[COST_CPU_TICKS + 1];

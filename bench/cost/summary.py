@@ -67,7 +67,7 @@ print("\n## 2. Re-faults: 128 MB freed and re-allocated every 3 s beside a 1 GB 
 print("| gap | trims | released (MB) | came back, upper bound (MB) | mean RSS (MB) | peak RSS (MB) "
       "| gap factor at the end | studies |")
 print("|---|---|---|---|---|---|---|---|")
-for n in ("refault/fixed", "refault/adaptive", "refault/off"):
+for n in ("refault/fixed", "refault/adaptive", "refault/defaults", "refault/off"):
     for r in by.get(n, []):
         print(f"| {n.split('/')[1]} | {ntrims(r) if 'trims' in r else '–'} | {mb(r.get('released'))} | "
               f"{mb(r.get('refaulted'))} | {mb(r.get('rss_mean'))} | {mb(r.get('rss_peak'))} | "
@@ -90,3 +90,15 @@ for n in ("busy/defer", "busy/nodefer"):
 d, nd = med("busy/defer", "studies_per_s"), med("busy/nodefer", "studies_per_s")
 if d and nd:
     print(f"\nmedian throughput with deferral / without: {100 * d / nd:.1f} %")
+
+print("\n## 4. The long run: 8 arenas, off vs defaults\n")
+print("| memtrim | studies/s | worker malloc p50 / p99 / p99.9 / max (µs) | canary p99 / max (µs) "
+      "| trims | skips | gap factor | mean RSS (MB) |")
+print("|---|---|---|---|---|---|---|---|")
+for n in ("long-off/8", "long-defaults/8"):
+    for r in by.get(n, []):
+        w, c = r.get("workers", {}), r.get("canary", {})
+        print(f"| {n[5:].split('/')[0]} | {r.get('studies_per_s', 0):.2f} | {us(w.get('p50_ns'))} / "
+              f"{us(w.get('p99_ns'))} / {us(w.get('p999_ns'))} / {us(w.get('max_ns'))} | "
+              f"{us(c.get('p99_ns'))} / {us(c.get('max_ns'))} | {ntrims(r) if 'trims' in r else '–'} | "
+              f"{r.get('skips', '–')} | {r.get('gap_factor', '–')} | {mb(r.get('rss_mean'))} |")
