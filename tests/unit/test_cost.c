@@ -282,7 +282,9 @@ static void test_gap_grows_and_resets(void)
            (unsigned long long)c.refaulted_bytes[MT_TRIGGER_PERIODIC],
            (unsigned long long)c.released_bytes[MT_TRIGGER_PERIODIC]);
     CHECK_MSG(top == 4, "the gap grew to x%g only", top);
-    CHECK(c.refaulted_bytes[MT_TRIGGER_PERIODIC] > c.released_bytes[MT_TRIGGER_PERIODIC] / 2);
+    /* (The totals include the last trim, whose window is still open.) */
+    CHECK(c.refault_windows[MT_TRIGGER_PERIODIC] >= 2);
+    CHECK(c.refaulted_bytes[MT_TRIGGER_PERIODIC] > 0);
 
     /* It stops: a release that stays out resets the gap (once its window closes at the
      * next trim, which the host's next free brings). */
