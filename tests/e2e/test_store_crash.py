@@ -24,8 +24,11 @@ def counts(path):
 
 def test_kill_9_mid_write_keeps_the_store_intact():
     # Samples every 50 ms and a trim every 100 ms: the writer is almost always busy.
+    # (The trim budget, the busy-host deferral and the adaptive gap, which would space
+    # the trims out, are off: this test is about the store.)
     config = {"SampleIntervalSeconds": 0.05, "TrimIntervalSeconds": 0.1,
-              "TrimMinReleasableBytes": 0, "StatsMaxAgeMs": 0}
+              "TrimMinReleasableBytes": 0, "StatsMaxAgeMs": 0, "TrimBudgetPercent": 100,
+              "TrimBusyCpuPercent": 0, "TrimGapMaxFactor": 1}
     demo = Demo(config, workers=2, study_mb=32, pause_ms=50)
     db = demo.config["Database"]
     try:
