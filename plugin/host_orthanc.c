@@ -235,6 +235,9 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
         server_reply_error(&rep, 503, "not_running",
                            "memtrim is not running in this Orthanc (see Orthanc's log)");
     } else {
+        /* A page the user visits must not trim through Orthanc with the user's Orthanc
+         * credentials (a browser sends those on its own): cross-site writes are a 403. */
+        char cross[256];
         struct server_request req = {
             .app = host_mt,
             .srv = NULL,
@@ -245,6 +248,9 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
             .body = body,
             .body_len = r->bodySize,
             .accept = host_header(r, "accept"),
+            .cross_site = server_cross_site(host_header(r, "host"), host_header(r, "origin"),
+                                            host_header(r, "sec-fetch-site"), cross,
+                                            sizeof(cross)),
         };
         server_dispatch(api_routes.table, api_routes.count, &req, host_header(r, "authorization"),
                         host_token, host_read_requires_auth, &rep);

@@ -70,6 +70,15 @@ struct server_route {
 };
 
 /*
+ * Whether a browser sent a request from another origin (request.c): a
+ * Sec-Fetch-Site other than same-origin/none, or an Origin that is not the
+ * server the Host header names (another port is another origin). NULL, or
+ * why (written to why): what server_request.cross_site takes.
+ */
+const char *server_cross_site(const char *host, const char *origin, const char *fetch_site,
+                              char *why, size_t whylen);
+
+/*
  * Generic dispatch over a route table: 404, 405 + Allow, 401, a cross-site
  * request to a state-changing (SERVER_AUTH_WRITE) route without a token
  * configured (403, whatever the method), unknown query parameters (400),

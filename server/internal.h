@@ -64,8 +64,6 @@ struct server_input {
 void server_process(struct server *s, const struct server_input *in, struct server_reply *rep);
 
 int server_host_is_local(const char *host);
-const char *server_cross_site(const char *host, const char *origin, const char *fetch_site,
-                              char *why, size_t whylen);
 
 struct server {
     struct MHD_Daemon *daemon;

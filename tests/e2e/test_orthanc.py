@@ -143,6 +143,10 @@ def test_orthanc_plugin_trims_after_anonymization(procs, tmp_path):
     page = requests.get(base + "/memtrim/", timeout=10)  # the dashboard (relative links)
     assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
     assert requests.delete(base + "/memtrim/memory/stats", timeout=10).status_code == 405
+    # a page elsewhere cannot trim through Orthanc either (a browser adds Orthanc's credentials)
+    for h in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        r = requests.get(base + "/memtrim/memory/trim", headers=h, timeout=10)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden_origin", r.text
     # No Database in the section: the store goes beside Orthanc's index.
     assert (tmp_path / "index" / "memtrim.sqlite").exists()
 
