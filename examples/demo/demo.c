@@ -45,6 +45,7 @@ struct options {
     int workers, study_mb, keep_permille, concurrency, pause_ms, studies, quiet, no_memtrim;
     int canary, seconds, trim_loop_ms, live_mb;
     int trim_each;
+    int linger; /* seconds idle after the workload, then RSS is printed */
 };
 
 struct abi {
@@ -94,6 +95,8 @@ static void usage(FILE *f)
             "                       (memtrim.sqlite by default) is created there; made if\n"
             "                       missing (default: the current directory)\n"
             "  --seconds N          run N seconds, then exit (0 = no limit) (0)\n"
+            "  --linger N           after the last study, stay idle N seconds with the\n"
+            "                       workers' kept blocks (memtrim runs on), then print RSS (0)\n"
             "  --canary             a thread allocates and frees a small block every ms from its\n"
             "                       own arena and times it; latencies and throughput at the end\n"
             "  --trim-loop-ms N     Orthanc 1.11.3's loop: malloc_trim(128 KiB) every N ms\n"
@@ -129,6 +132,7 @@ static int parse_args(int argc, char **argv)
         {"trim-loop-ms", required_argument, 0, 'T'}, {"live-mb", required_argument, 0, 'L'},
         {"trim-each", no_argument, 0, 'E'},
         {"state-dir", required_argument, 0, 'D'},
+        {"linger", required_argument, 0, 'G'},
         {0, 0, 0, 0}};
     int c, pct = 2;
     opt.lib = getenv("MEMTRIM_LIB") ? getenv("MEMTRIM_LIB") : MEMTRIM_DEFAULT_LIB;
@@ -148,6 +152,7 @@ static int parse_args(int argc, char **argv)
         case 'D': opt.state_dir = optarg; break;
         case 'q': opt.quiet = 1; break;
         case 'S': rc = parse_int("seconds", optarg, 0, 1000000000, &opt.seconds); break;
+        case 'G': rc = parse_int("linger", optarg, 0, 86400, &opt.linger); break;
         case 'Y': opt.canary = 1; break;
         case 'L': rc = parse_int("live-mb", optarg, 0, 1 << 20, &opt.live_mb); break;
         case 'T': rc = parse_int("trim-loop-ms", optarg, 1, 3600000, &opt.trim_loop_ms); break;
@@ -502,6 +507,16 @@ int main(int argc, char **argv)
     }
     double elapsed = now_s() - t_start;
     int done = atomic_load(&studies_done);
+    if (opt.linger > 0 && sig <= 0) {
+        /* Idle as a server between bursts: workers alive, holding what they kept;
+         * memtrim runs on. A signal ends the wait. */
+        printf("memtrim-demo: workload done (%d studies), idle for %d s\n", done, opt.linger);
+        fflush(stdout);
+        struct timespec wait = {opt.linger, 0};
+        sig = sigtimedwait(&sigs, NULL, &wait);
+        printf("memtrim-demo: RSS %ld MB %d s after the workload (peak %ld MB)\n",
+               rss_mb("VmRSS:"), opt.linger, rss_mb("VmHWM:"));
+    }
     pthread_mutex_lock(&qlock);
     stopping = 1;
     pthread_cond_broadcast(&qcond);
@@ -524,6 +539,7 @@ int main(int argc, char **argv)
     printf("memtrim-demo: throughput: %d studies in %.2f s = %.3f studies/s\n", done, elapsed,
            elapsed > 0 ? done / elapsed : 0);
     lat_print(stdout, "workers", &all);
+
     if (opt.canary) {
         canary_stop(&canary);
         lat_print(stdout, "canary", &canary.hist);

@@ -210,6 +210,23 @@ async function checkDesktop(demo, ctx) {
     assert(a.name !== 'glibc' || label === 'mallinfo2', 'the stats call is named ' + label);
   });
 
+  await check('the doctor panel shows the findings and the arena panel one bar per arena', async () => {
+    await page.waitForFunction(() => document.querySelector('#findings .finding, #findings [data-findings]'),
+      null, { timeout: 20e3 });
+    const ids = ['pressure_repeats', 'many_arenas', 'released_memory_returns', 'trims_release_little',
+      'probe_budget_limited', 'no_memory_limit', 'heap_never_frees'];
+    const shown = await page.$$eval('#findings .finding', (es) => es.map((e) =>
+      ({ id: e.dataset.id, title: e.querySelector('b').textContent, rec: e.querySelector('.rec').textContent })));
+    for (const f of shown) assert(ids.includes(f.id) && f.title && f.rec, 'finding ' + JSON.stringify(f));
+    const doc = await getJson(demo, 'memory/doctor');
+    assert(doc.findings.length === 0 || shown.length > 0, 'the API has findings, the page none');
+    await page.waitForFunction(() => document.querySelectorAll('#arenas .arena').length > 0, null, { timeout: 20e3 });
+    const bars = await page.$$eval('#arenas .arena .n', (es) => es.map((e) => e.textContent));
+    assert(bars[0] === 'main', 'the first bar is ' + bars[0]);
+    const summary = await page.$eval('#arenas-summary', (e) => e.textContent);
+    assert(summary.startsWith(bars.length + ' arena'), 'summary ' + summary + ' for ' + bars.length + ' bars');
+  });
+
   await check('polling pauses while the tab is hidden and resumes when it is shown', async () => {
     const setHidden = (hidden) => page.evaluate((h) => {
       Object.defineProperty(document, 'hidden', { configurable: true, get: () => h });
