@@ -118,7 +118,7 @@ def orthanc_run(name, section, want_doctor=False):
     extra_cfg = {"Plugins": []} if section is None else None
     base = to.write_config(tmp / "config", None if section is None else
                            {"HttpPort": 0, "Database": "", **section}, extra_cfg)
-    p = Proc([to.ORTHANC, tmp / "config"], tmp / "orthanc.log")
+    p = Proc([to.ORTHANC, "--verbose", tmp / "config"], tmp / "orthanc.log")
     try:
         to.wait_ready(p, base)
         t0 = time.time()

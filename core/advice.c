@@ -78,6 +78,26 @@ int mt_arenas_get(struct memtrim *mt, struct mt_arenas *out, int64_t *retry_afte
     return rc;
 }
 
+#define ARENAS_EVERY_MS 30000 /* the housekeeper's arena view, at most this often */
+
+void advice_tick(struct memtrim *mt, int64_t heap_timestamp_ms)
+{
+    struct mt_arenas a;
+    char *err = NULL;
+    if (!serves_glibc(mt) || pthread_mutex_trylock(&mt->arenas.lock) != 0)
+        return; /* an HTTP reader is refreshing it now */
+    int64_t age_ms = mt->arenas.mono_ns ? (mt_mono_ns() - mt->arenas.mono_ns) / 1000000 : -1;
+    int64_t wait;
+    /* The budget is asked first: a refusal here is not a reader's (the doctor counts those). */
+    if ((age_ms < 0 || age_ms >= ARENAS_EVERY_MS) &&
+        heap_timestamp_ms > mt->arenas.last.timestamp_ms &&
+        snapshot_budget_check(&mt->cache, &wait) == 0 &&
+        arenas_get_locked(mt, ARENAS_EVERY_MS, &a, NULL, &err) == 0)
+        arenas_free(&a);
+    pthread_mutex_unlock(&mt->arenas.lock);
+    free(err);
+}
+
 /* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
 static uint64_t peak_rss(void)
 {

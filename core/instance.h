@@ -50,5 +50,8 @@ struct memtrim {
 
 /* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */
 void advice_exit_summary(struct memtrim *mt);
+/* advice.c: from the housekeeper: refresh the per-arena view (for the doctor) at most
+ * every 30 s, only when the heap was read since (the host was active), on the budget. */
+void advice_tick(struct memtrim *mt, int64_t heap_timestamp_ms);
 
 #endif /* MEMTRIM_INSTANCE_H */
