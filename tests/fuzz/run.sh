@@ -7,6 +7,7 @@
 #                 against a real instance (server/request.c and all of api/)
 #   fuzz_query    the query-string parser and typed getters (server/query.c)
 #   fuzz_config   the configuration parser (core/config.c)
+#   fuzz_arenas   the malloc_info parser (core/arenas.c)
 # Fails when a harness finds something, or runs nothing ("Done 0 runs" or no
 # summary at all). Usage: tests/fuzz/run.sh [seconds]
 set -euo pipefail
@@ -14,7 +15,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
 secs="${1:-${FUZZ_SECONDS:-60}}"
-fuzzers=(fuzz_request fuzz_query fuzz_config)
+fuzzers=(fuzz_request fuzz_query fuzz_config fuzz_arenas)
 
 CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_FUZZ=ON \
   -DMEMTRIM_SANITIZE=address -DMEMTRIM_TESTS=OFF >/dev/null
