@@ -3,7 +3,8 @@
  * bytes, in use, free by kind: fastbins, bins, top chunk) and the process's
  * mmapped totals, from the instance's cached reading (advice.c), which
  * malloc_info refreshes only as the probe budget allows: 503 + Retry-After
- * otherwise. Under an allocator without a per-arena view: 200 with
+ * otherwise. `max_age` (a duration) accepts an older cached reading than
+ * StatsMaxAgeMs: the dashboard asks for 5 minutes. Under an allocator without a per-arena view: 200 with
  * "supported": false and the reason. Runs on HTTP workers; no locks here.
  */
 #include "api.h"
@@ -81,9 +82,12 @@ static cJSON *unsupported_json(struct memtrim *mt, const char *reason)
 int api_arenas_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_arenas a;
-    int64_t retry_ms = 1000;
-    char *err = NULL;
-    int rc = mt_arenas_get(req->app, &a, &retry_ms, &err);
+    int64_t retry_ms = 1000, max_age_ms = -1; /* StatsMaxAgeMs */
+    char why[QUERY_WHY_SIZE], *err = NULL;
+    if (query_duration_ms(req->query, "max_age", 0, (int64_t)7 * 86400 * 1000, &max_age_ms, why,
+                          sizeof(why)) < 0)
+        return server_reply_bad_param(rep, why);
+    int rc = mt_arenas_get(req->app, max_age_ms, &a, &retry_ms, &err);
 
     if (rc == 0) {
         rc = server_reply_json(rep, 200, arenas_json(req->app, &a));

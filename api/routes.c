@@ -11,6 +11,7 @@
 static const char *const trim_params[] = {"pad", NULL};
 static const char *const trims_params[] = {"since", "until", "limit", "trigger", NULL};
 static const char *const series_params[] = {"metric", "since", "until", "step", NULL};
+static const char *const arenas_params[] = {"max_age", NULL};
 
 static const struct server_route routes[] = {
     {"GET", "/", SERVER_AUTH_NONE, NULL, api_dashboard_get},
@@ -24,7 +25,7 @@ static const struct server_route routes[] = {
     {"GET", "/metrics", SERVER_AUTH_READ, NULL, api_metrics_get},
     {"GET", "/config", SERVER_AUTH_READ, NULL, api_config_get},
     {"PATCH", "/config", SERVER_AUTH_WRITE, NULL, api_config_patch},
-    {"GET", "/memory/arenas", SERVER_AUTH_READ, NULL, api_arenas_get},
+    {"GET", "/memory/arenas", SERVER_AUTH_READ, arenas_params, api_arenas_get},
     {"GET", "/memory/doctor", SERVER_AUTH_READ, NULL, api_doctor_get},
 };
 

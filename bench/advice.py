@@ -11,7 +11,9 @@ in five set-ups, one run each, in this order:
                  after the `memtrim` run (its first finding with a config key)
 
 RSS "after" is read AFTER_S seconds after the burst, the host idle.
-Usage: bench/advice.py [build-dir] [demo|orthanc|both]
+Usage: bench/advice.py [build-dir] [demo|orthanc|both|throughput]
+throughput: ROUNDS (default 5) alternating rounds of the demo and 3 of Orthanc,
+memtrim alone vs memtrim + MallocArenaMax 2, medians (the 2 % question).
 """
 import json
 import os
@@ -146,7 +148,62 @@ def orthanc_run(name, section, want_doctor=False):
         p.stop(grace=60)
 
 
+def throughput():
+    import statistics
+    global AFTER_S
+    AFTER_S = 1
+    rounds = int(os.environ.get("ROUNDS", "5"))
+    sets = [("memtrim", {}), ("doctor", {"MallocArenaMax": 2})]
+    got = {n: [] for n, _ in sets}
+    for i in range(rounds):
+        for n, c in (sets if i % 2 == 0 else sets[::-1]):
+            got[n].append(demo_tp(n, c))
+    for n, v in got.items():
+        print(f"demo     {n:8} median {statistics.median(v):.3f} studies/s of {rounds}: "
+              f"{', '.join(f'{x:.2f}' for x in v)}; load {loadavg()}", flush=True)
+    if not Path("/usr/sbin/Orthanc").exists():
+        return
+    got = {n: [] for n, _ in sets}
+    for i in range(3):
+        for n, c in (sets if i % 2 == 0 else sets[::-1]):
+            got[n].append(orthanc_tp(n, c))
+    for n, v in got.items():
+        print(f"orthanc  {n:8} median {statistics.median(v):.3f} uploads/s of 3: "
+              f"{', '.join(f'{x:.2f}' for x in v)}; load {loadavg()}", flush=True)
+
+
+def demo_tp(name, config):
+    d = Path(tempfile.mkdtemp(prefix="memtrim-bench-"))
+    args = [BUILD / "memtrim-demo", "--workers", DEMO["workers"], "--study-mb", DEMO["study_mb"],
+            "--concurrency", DEMO["concurrency"], "--pause-ms", DEMO["pause_ms"],
+            "--studies", DEMO["studies"], "--quiet", "--config",
+            json.dumps({"HttpPort": 0, "Database": "", **config})]
+    p = Proc(args, d / "demo.log")
+    assert p.wait(900) == 0, p.output()[-2000:]
+    return float(p.output().split("throughput: ")[1].split("= ")[1].split()[0])
+
+
+def orthanc_tp(name, section):
+    import test_orthanc as to
+    tmp = Path(tempfile.mkdtemp(prefix="memtrim-bench-orthanc-"))
+    base = to.write_config(tmp / "config", {"HttpPort": 0, "Database": "", **section})
+    p = Proc([to.ORTHANC, "--verbose", tmp / "config"], tmp / "orthanc.log")
+    try:
+        to.wait_ready(p, base)
+        t0 = time.time()
+        studies = to.upload_studies(base, ORTHANC_STUDIES, ORTHANC_PER_STUDY)
+        to.anonymize_all(base, studies, rounds=ORTHANC_ROUNDS)
+        return ORTHANC_STUDIES * ORTHANC_PER_STUDY / (time.time() - t0)
+    finally:
+        p.stop(grace=60)
+
+
 def main():
+    if WHICH == "throughput":
+        print(f"# advice throughput {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
+              f"load average {loadavg()}")
+        throughput()
+        return
     print(f"# advice benchmark {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
           f"load average {loadavg()}")
     if WHICH in ("demo", "both"):

@@ -65,13 +65,15 @@ static int arenas_get_locked(struct memtrim *mt, int64_t max_age_ms, struct mt_a
     return arenas_copy(out, &c->last);
 }
 
-int mt_arenas_get(struct memtrim *mt, struct mt_arenas *out, int64_t *retry_after_ms, char **err)
+int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
+                  int64_t *retry_after_ms, char **err)
 {
     struct mt_config cfg;
     mt_config_get(mt, &cfg);
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&mt->arenas.lock);
-    int rc = arenas_get_locked(mt, cfg.stats_max_age_ms, out, retry_after_ms, err);
+    int rc = arenas_get_locked(mt, max_age_ms < 0 ? cfg.stats_max_age_ms : max_age_ms, out,
+                               retry_after_ms, err);
     pthread_mutex_unlock(&mt->arenas.lock);
     if (rc == -ENOMEM && !*err)
         *err = strdup("out of memory");

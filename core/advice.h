@@ -14,15 +14,15 @@
 struct memtrim;
 
 /*
- * The per-arena view: the cached reading when it is at most StatsMaxAgeMs
- * old, else a new malloc_info call if the probe budget allows. Returns 0
+ * The per-arena view: the cached reading when it is at most max_age_ms old
+ * (< 0: StatsMaxAgeMs), else a new malloc_info call if the probe budget allows. Returns 0
  * with *out (caller calls arenas_free; out->timestamp_ms says its age),
  * -EAGAIN when the budget says no (*retry_after_ms), -ENOTSUP when the
  * allocator serving malloc has no per-arena view (*err names it), or another
  * negative errno with *err (caller frees).
  */
-int mt_arenas_get(struct memtrim *mt, struct mt_arenas *out, int64_t *retry_after_ms,
-                  char **err);
+int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
+                  int64_t *retry_after_ms, char **err);
 
 /* The doctor's findings now, most severe first; returns how many (<= max). */
 int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max);

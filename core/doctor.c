@@ -356,7 +356,9 @@ static void rule_probe_budget(struct ctx *c)
     double want = (double)in->cfg.stats_max_age_ms * 4;
     if (want < every_ms)
         want = every_ms;
-    want = ((uint64_t)want + 999) / 1000 * 1000.0;
+    want = ((uint64_t)want + 999) / 1000 * 1000.0; /* whole seconds, at least one */
+    if (want < 1000)
+        want = 1000;
     if (want > 3600000)
         want = 3600000;
     struct doctor_finding *f = add(c, "probe_budget_limited", DOCTOR_INFO, "config");

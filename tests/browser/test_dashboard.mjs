@@ -219,7 +219,8 @@ async function checkDesktop(demo, ctx) {
       ({ id: e.dataset.id, title: e.querySelector('b').textContent, rec: e.querySelector('.rec').textContent })));
     for (const f of shown) assert(ids.includes(f.id) && f.title && f.rec, 'finding ' + JSON.stringify(f));
     const doc = await getJson(demo, 'memory/doctor');
-    assert(doc.findings.length === 0 || shown.length > 0, 'the API has findings, the page none');
+    if (doc.findings.length > 0 && shown.length === 0) /* the page asked before there were any */
+      await page.waitForFunction(() => document.querySelector('#findings .finding'), null, { timeout: 20e3 });
     await page.waitForFunction(() => document.querySelectorAll('#arenas .arena').length > 0, null, { timeout: 20e3 });
     const bars = await page.$$eval('#arenas .arena .n', (es) => es.map((e) => e.textContent));
     assert(bars[0] === 'main', 'the first bar is ' + bars[0]);

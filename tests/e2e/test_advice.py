@@ -88,6 +88,13 @@ def test_arenas_share_the_probe_budget(start_demo, validate):
             assert int(r.headers["Retry-After"]) >= 1
             assert "ProbeBudgetPercent" in r.json()["error"]["message"]
     assert statuses.count(503) >= 13, statuses
+    # A poller that accepts an older reading gets the cached one instead (if there is one).
+    r = d.get("/memory/arenas", params={"max_age": "1h"})
+    validate("/memory/arenas", "GET", r)
+    if 200 in statuses:
+        assert r.status_code == 200 and r.json()["age_ms"] >= 0
+    r = d.get("/memory/arenas", params={"max_age": "soon"})
+    assert r.status_code == 400 and "max_age" in r.json()["error"]["message"]
     f = findings(d).get("probe_budget_limited")
     assert f, findings(d)
     assert f["recommendation"]["key"] == "StatsMaxAgeMs" and f["recommendation"]["value"] >= 1000
@@ -173,3 +180,22 @@ def test_exit_summary_and_doctor_in_orthanc(procs, tmp_path):
     assert len(lines) == 1, p.output()[-4000:]
     m = SUMMARY.search(lines[0])
     assert m and int(m.group(2)) >= 1, lines[0]
+
+
+def test_under_jemalloc_no_arena_view_and_no_tunables(start_demo, validate):
+    """Under another allocator glibc's tunables are not applied (a warning says
+    so, /memory/stats says glibc: false) and /memory/arenas says it has no
+    per-arena view, and why."""
+    from test_allocators import env_with, lib_path
+    d = start_demo({"MallocArenaMax": 2}, workers=2, study_mb=8,
+                   env=env_with(lib_path("jemalloc")))
+    assert "glibc does not serve malloc in this process: not applied" in d.output()
+    t = d.get("/memory/stats").json()["malloc_tunables"]
+    assert t["glibc"] is False and t["arena_max"] is None
+    r = d.get("/memory/arenas")
+    body = validate("/memory/arenas", "GET", r)
+    assert body["supported"] is False and body["allocator"] == "jemalloc"
+    assert "jemalloc" in body["reason"] and body["arenas"] == []
+    doc = validate("/memory/doctor", "GET", d.get("/memory/doctor"))
+    assert doc["allocator"] == "jemalloc"
+    assert "many_arenas" not in [f["id"] for f in doc["findings"]]

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "advice.h"
+#include "api.h"
 #include "core.h"
 #include "harness.h"
 
@@ -35,7 +36,7 @@ static void *reader(void *arg)
         struct mt_arenas a;
         int64_t retry = 0;
         char *err = NULL;
-        int rc = mt_arenas_get(mt, &a, &retry, &err);
+        int rc = mt_arenas_get(mt, -1, &a, &retry, &err);
         if (rc == 0)
             arenas_free(&a);
         else if (rc != -EAGAIN && rc != -ENOTSUP)
@@ -53,7 +54,7 @@ static void test_concurrent_readers(void)
     pthread_t t[4];
     int rc = mt_create("{\"HttpPort\": 0, \"Database\": null, \"StatsMaxAgeMs\": 0, "
                        "\"ProbeBudgetPercent\": 10}",
-                       &mt, &err);
+                       &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, 0);
     free(err);
     if (rc)
@@ -73,20 +74,20 @@ static void test_budget_and_cache(void)
     int64_t retry = 0;
     SKIP_IF_SANITIZER_ALLOCATOR();
     /* A cache an hour long: the second call shares the first reading. */
-    int rc = mt_create("{\"HttpPort\": 0, \"Database\": null, \"StatsMaxAgeMs\": 3600000}", &mt,
-                       &err);
+    int rc = mt_create("{\"HttpPort\": 0, \"Database\": null, \"StatsMaxAgeMs\": 3600000}",
+                       &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, 0);
     free(err);
     if (rc)
         return;
     double until = harness_now_s() + 30; /* the housekeeper's first probe may hold the budget */
-    while ((rc = mt_arenas_get(mt, &a, &retry, &err)) == -EAGAIN && harness_now_s() < until)
+    while ((rc = mt_arenas_get(mt, -1, &a, &retry, &err)) == -EAGAIN && harness_now_s() < until)
         usleep(20000);
     CHECK_EQ_INT(rc, 0);
     free(err);
-    CHECK_EQ_INT(mt_arenas_get(mt, &b, &retry, &err), 0);
+    CHECK_EQ_INT(mt_arenas_get(mt, -1, &b, &retry, &err), 0);
     CHECK(a.count >= 1 && a.timestamp_ms == b.timestamp_ms); /* the same reading */
-    CHECK(a.arena != b.arena);                                /* each its own copy */
+    CHECK(a.arena != b.arena);                               /* each its own copy */
     arenas_free(&a);
     arenas_free(&b);
     mt_destroy(mt);
@@ -94,13 +95,13 @@ static void test_budget_and_cache(void)
     /* No cache, a tiny budget: a reading, then refusals that say when to come back. */
     rc = mt_create("{\"HttpPort\": 0, \"Database\": null, \"StatsMaxAgeMs\": 0, "
                    "\"ProbeBudgetPercent\": 0.001}",
-                   &mt, &err);
+                   &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, 0);
     if (rc)
         return;
     int refused = 0;
     for (int i = 0; i < 3; i++) {
-        rc = mt_arenas_get(mt, &a, &retry, &err);
+        rc = mt_arenas_get(mt, -1, &a, &retry, &err);
         if (rc == 0)
             arenas_free(&a);
         if (rc == -EAGAIN) {
@@ -121,7 +122,7 @@ static void test_exit_summary(void)
     struct mt_trim_result r;
     int64_t retry = 0;
     mt_set_log_sink(sink, NULL);
-    int rc = mt_create("{\"HttpPort\": 0, \"Database\": null}", &mt, &err);
+    int rc = mt_create("{\"HttpPort\": 0, \"Database\": null}", &api_routes, &mt, &err);
     CHECK_EQ_INT(rc, 0);
     free(err);
     if (rc)

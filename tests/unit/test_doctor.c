@@ -298,6 +298,11 @@ static void test_probe_budget(void)
         CHECK(b->value == 5000);
         CHECK(evidence(b, "refused") == 180);
     }
+    /* No cache and a cheap probe: still at least a second. */
+    in.cfg.stats_max_age_ms = 0;
+    in.counters.heap_probe_last_seconds = 0.00001;
+    b = find(f, run(&in, f), "probe_budget_limited");
+    CHECK(b && b->value == 1000);
     in.reader_heap_refused = 5;
     CHECK(find(f, run(&in, f), "probe_budget_limited") == NULL);
     in.reader_heap_refused = 50; /* a quarter of the time: the budget mostly keeps up */
