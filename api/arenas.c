@@ -4,8 +4,8 @@
  * mmapped totals, from the instance's cached reading (advice.c), which
  * malloc_info refreshes only as the probe budget allows: 503 + Retry-After
  * otherwise. `max_age` (a duration) accepts an older cached reading than
- * StatsMaxAgeMs: the dashboard asks for 5 minutes. Under an allocator without a per-arena view: 200 with
- * "supported": false and the reason. Runs on HTTP workers; no locks here.
+ * StatsMaxAgeMs: the dashboard asks for 5 minutes. Under an allocator without a per-arena view: 200
+ * with "supported": false and the reason. Runs on HTTP workers; no locks here.
  */
 #include "api.h"
 
@@ -95,7 +95,8 @@ int api_arenas_get(const struct server_request *req, struct server_reply *rep)
         return rc;
     }
     if (rc == -ENOTSUP) {
-        rc = server_reply_json(rep, 200, unsupported_json(req->app, err ? err : "no per-arena view"));
+        rc = server_reply_json(rep, 200,
+                               unsupported_json(req->app, err ? err : "no per-arena view"));
     } else if (rc == -EAGAIN) {
         int64_t s = (retry_ms + 999) / 1000;
         server_reply_header(rep, "Retry-After", "%lld", (long long)(s > 0 ? s : 1));

@@ -38,8 +38,10 @@ static int arenas_get_locked(struct memtrim *mt, int64_t max_age_ms, struct mt_a
         return arenas_copy(out, &c->last);
     if (!serves_glibc(mt)) {
         char buf[160];
-        snprintf(buf, sizeof(buf), "%s serves malloc in this process: it has no per-arena view "
-                 "that memtrim reads", mt_allocator_name(mt));
+        snprintf(buf, sizeof(buf),
+                 "%s serves malloc in this process: it has no per-arena view "
+                 "that memtrim reads",
+                 mt_allocator_name(mt));
         *err = strdup(buf);
         return -ENOTSUP;
     }
@@ -142,7 +144,8 @@ static void gather(struct memtrim *mt, int at_exit, struct doctor_input *in,
     in->glibc = serves_glibc(mt);
     mt_config_get(mt, &in->cfg);
     if (at_exit) {
-        struct snapshot_want want = {.cheap_max_age_ns = 0, .heap_max_age_ns = INT64_MAX,
+        struct snapshot_want want = {.cheap_max_age_ns = 0,
+                                     .heap_max_age_ns = INT64_MAX,
                                      .budget_percent = in->cfg.probe_budget_percent,
                                      .memory_limit_cfg = in->cfg.memory_limit_bytes};
         snapshot_get(&mt->cache, &want, &in->snap);

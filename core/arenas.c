@@ -179,7 +179,7 @@ static uint64_t entry_flags(uint64_t from, uint64_t to, uint64_t total, uint64_t
     uint64_t size = to & ~(uint64_t)15;
     if ((from & ~(uint64_t)15) == size) /* one size class */
         return size && count <= total / size ? total - count * size : 0;
-    uint64_t r = total % 16, mid = 3 * count; /* count <= total / 16: no overflow */
+    uint64_t r = total % 16, mid = 3 * count;         /* count <= total / 16: no overflow */
     uint64_t f = mid >= r ? mid - (mid - r) % 16 : r; /* the largest <= mid that fits */
     if (f < count || (f + 16 <= 5 * count && f + 16 - mid < mid - f))
         f += 16;

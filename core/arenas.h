@@ -24,9 +24,9 @@ struct mt_arena {
     uint64_t fastbin_bytes, fastbin_chunks; /* <total type="fast"> */
     uint64_t bins_bytes, bins_chunks;       /* free chunks in the bins (rest less top,
                                              * less the flag bits glibc sums in) */
-    uint64_t top_bytes;        /* the top chunk (rest less what <sizes> lists) */
-    uint64_t free_bytes;       /* fastbins + bins + top */
-    uint64_t subheaps;         /* <aspace type="subheaps">; 0 for the main arena */
+    uint64_t top_bytes;                     /* the top chunk (rest less what <sizes> lists) */
+    uint64_t free_bytes;                    /* fastbins + bins + top */
+    uint64_t subheaps;                      /* <aspace type="subheaps">; 0 for the main arena */
 };
 
 struct mt_arenas {
@@ -58,8 +58,8 @@ int arenas_read(struct mt_arenas *out, char **err);
 /* The instance's cached reading (lives in struct memtrim). */
 struct arenas_cache {
     pthread_mutex_t lock;
-    struct mt_arenas last; /* count 0 and timestamp 0 until the first reading */
-    int64_t mono_ns;       /* when taken; 0 = never */
+    struct mt_arenas last;   /* count 0 and timestamp 0 until the first reading */
+    int64_t mono_ns;         /* when taken; 0 = never */
     uint64_t reads, refused; /* malloc_info calls, and requests the budget refused */
     double seconds;          /* their total duration */
 };

@@ -149,13 +149,14 @@ static void rule_many_arenas(struct ctx *c)
     int ntr;
     double mean = mean_released(in, &ntr);
     double rss = (double)in->snap.cheap.rss_bytes;
-    struct doctor_finding *f =
-        add(c, "many_arenas", rss > 0 && other >= 0.25 * rss ? DOCTOR_WARNING : DOCTOR_INFO,
-            "config");
+    struct doctor_finding *f = add(
+        c, "many_arenas", rss > 0 && other >= 0.25 * rss ? DOCTOR_WARNING : DOCTOR_INFO, "config");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "%d malloc arenas; those beyond the main one hold %.0f%% of "
-        "the free heap (%.1f MiB)", a->count, 100.0 * other / total, mib(other));
+    set(f->title, sizeof(f->title),
+        "%d malloc arenas; those beyond the main one hold %.0f%% of "
+        "the free heap (%.1f MiB)",
+        a->count, 100.0 * other / total, mib(other));
     set(f->detail, sizeof(f->detail),
         "Each thread that meets a locked arena gets its own, and glibc never merges them: freed "
         "memory in one arena is not reused by threads of another. Expected with %d arenas: up "
@@ -173,7 +174,8 @@ static void rule_many_arenas(struct ctx *c)
     set(f->action, sizeof(f->action),
         "Set \"MallocArenaMax\": %d (applied before main() under LD_PRELOAD; a host that starts "
         "memtrim after its threads can set MALLOC_ARENA_MAX=%d in its environment instead), "
-        "then compare peak RSS.", rec, rec);
+        "then compare peak RSS.",
+        rec, rec);
 }
 
 static void rule_pressure(struct ctx *c)
@@ -195,8 +197,10 @@ static void rule_pressure(struct ctx *c)
     struct doctor_finding *f = add(c, "pressure_repeats", DOCTOR_WARNING, "host");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "%d pressure trims in the last %d minutes: the host is sized "
-        "too close to its memory limit", recent, PRESSURE_WINDOW_MS / 60000);
+    set(f->title, sizeof(f->title),
+        "%d pressure trims in the last %d minutes: the host is sized "
+        "too close to its memory limit",
+        recent, PRESSURE_WINDOW_MS / 60000);
     set(f->detail, sizeof(f->detail),
         "RSS keeps reaching %.0f%% of the limit (%.1f MiB); each pressure trim released a mean "
         "%.1f MiB. Trimming keeps the host alive but costs it CPU and page faults each time; the "
@@ -252,19 +256,24 @@ static void rule_release_little(struct ctx *c)
     struct doctor_finding *f = add(c, "trims_release_little", DOCTOR_WARNING, "config");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "Trims release little: median %.2f MiB over the last %d "
-        "periodic and burst trims", mib((double)med), n);
+    set(f->title, sizeof(f->title),
+        "Trims release little: median %.2f MiB over the last %d "
+        "periodic and burst trims",
+        mib((double)med), n);
     set(f->detail, sizeof(f->detail),
         "Each trim locks every arena and walks its free chunks; these find almost nothing "
         "resident to give back (below half of TrimMinReleasableBytes, %.1f MiB). Trimming less "
-        "often costs nothing here.", mib((double)in->cfg.trim_min_releasable_bytes));
+        "often costs nothing here.",
+        mib((double)in->cfg.trim_min_releasable_bytes));
     evidence(f, "trims", n);
     evidence(f, "median_released_bytes", (double)med);
     evidence(f, "trim_seconds_total", in->counters.trim_seconds_sum);
     evidence(f, "trim_interval_seconds", interval);
     recommend(f, "TrimIntervalSeconds", want);
-    set(f->action, sizeof(f->action), "Set \"TrimIntervalSeconds\": %.0f (now %.0f), or raise "
-        "\"TrimMinReleasableBytes\" so that such trims are skipped.", want, interval);
+    set(f->action, sizeof(f->action),
+        "Set \"TrimIntervalSeconds\": %.0f (now %.0f), or raise "
+        "\"TrimMinReleasableBytes\" so that such trims are skipped.",
+        want, interval);
 }
 
 static void rule_memory_returns(struct ctx *c)
@@ -296,20 +305,24 @@ static void rule_memory_returns(struct ctx *c)
     struct doctor_finding *f = add(c, "released_memory_returns", DOCTOR_WARNING, "config");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "Released memory comes straight back: %d of %d trims were "
-        "followed by RSS regrowing at least %.0f%% of what they released", returned, eligible,
-        RETURN_SHARE * 100);
+    set(f->title, sizeof(f->title),
+        "Released memory comes straight back: %d of %d trims were "
+        "followed by RSS regrowing at least %.0f%% of what they released",
+        returned, eligible, RETURN_SHARE * 100);
     set(f->detail, sizeof(f->detail),
         "The host reuses the memory within a median %.1f s of each trim, so each trim costs it "
         "page faults to take the same memory back. Trimming less often keeps that memory "
-        "resident between bursts (RSS stays higher, CPU lower).", (double)gap / 1000.0);
+        "resident between bursts (RSS stays higher, CPU lower).",
+        (double)gap / 1000.0);
     evidence(f, "trims_followed_by_regrowth", returned);
     evidence(f, "trims_eligible", eligible);
     evidence(f, "median_gap_seconds", (double)gap / 1000.0);
     evidence(f, "minor_faults", (double)in->snap.cheap.minor_faults);
     recommend(f, burst ? "TrimMinGapSeconds" : "TrimIntervalSeconds", want);
-    set(f->action, sizeof(f->action), "Set \"%s\": %.0f (4 x the median time to regrow), so a "
-        "trim waits for the host's working set to settle.", f->key, want);
+    set(f->action, sizeof(f->action),
+        "Set \"%s\": %.0f (4 x the median time to regrow), so a "
+        "trim waits for the host's working set to settle.",
+        f->key, want);
 }
 
 static void rule_never_frees(struct ctx *c)
@@ -329,13 +342,15 @@ static void rule_never_frees(struct ctx *c)
     struct doctor_finding *f = add(c, "heap_never_frees", DOCTOR_INFO, "none");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "The heap holds live data: %.1f MiB in use, %.2f MiB free; "
-        "nothing to trim", mib(in_use), mib(free_b));
+    set(f->title, sizeof(f->title),
+        "The heap holds live data: %.1f MiB in use, %.2f MiB free; "
+        "nothing to trim",
+        mib(in_use), mib(free_b));
     set(f->detail, sizeof(f->detail),
         "This host keeps what it allocates; trims released %.2f MiB in total since start. "
         "Nothing to change: memtrim's periodic trims are skipped (%llu so far) and cost "
-        "%.3f s of probing.", mib(released),
-        (unsigned long long)in->counters.skips[MT_SKIP_BELOW_MIN_RELEASABLE],
+        "%.3f s of probing.",
+        mib(released), (unsigned long long)in->counters.skips[MT_SKIP_BELOW_MIN_RELEASABLE],
         in->counters.heap_probe_seconds + in->counters.cheap_probe_seconds);
     evidence(f, "heap_in_use_bytes", in_use);
     evidence(f, "heap_free_bytes", free_b);
@@ -364,21 +379,25 @@ static void rule_probe_budget(struct ctx *c)
     struct doctor_finding *f = add(c, "probe_budget_limited", DOCTOR_INFO, "config");
     if (!f)
         return;
-    set(f->title, sizeof(f->title), "The probe budget refused %llu of %llu fresh heap readings: "
-        "clients poll faster than the budget allows", (unsigned long long)refused,
-        (unsigned long long)wanted);
+    set(f->title, sizeof(f->title),
+        "The probe budget refused %llu of %llu fresh heap readings: "
+        "clients poll faster than the budget allows",
+        (unsigned long long)refused, (unsigned long long)wanted);
     set(f->detail, sizeof(f->detail),
         "A heap reading costs %.2f ms here (it locks every arena); at ProbeBudgetPercent %.3g "
         "one may run every %.0f ms. Readers got older readings (their age is in each "
-        "response) or 503 from /memory/arenas.", cost * 1000, budget, every_ms);
+        "response) or 503 from /memory/arenas.",
+        cost * 1000, budget, every_ms);
     evidence(f, "refused", (double)refused);
     evidence(f, "wanted", (double)wanted);
     evidence(f, "heap_probe_seconds", cost);
     evidence(f, "stats_max_age_ms", in->cfg.stats_max_age_ms);
     evidence(f, "probe_budget_percent", budget);
     recommend(f, "StatsMaxAgeMs", want);
-    set(f->action, sizeof(f->action), "Poll less often, or set \"StatsMaxAgeMs\": %.0f so "
-        "readers share one reading as long as the budget wants.", want);
+    set(f->action, sizeof(f->action),
+        "Poll less often, or set \"StatsMaxAgeMs\": %.0f so "
+        "readers share one reading as long as the budget wants.",
+        want);
 }
 
 static void rule_no_limit(struct ctx *c)
@@ -402,14 +421,16 @@ static void rule_no_limit(struct ctx *c)
     evidence(f, "peak_rss_bytes", (double)peak);
     evidence(f, "rss_bytes", (double)in->snap.cheap.rss_bytes);
     recommend(f, "MemoryLimitBytes", want);
-    set(f->action, sizeof(f->action), "Set \"MemoryLimitBytes\" to the memory this host may use "
-        "(e.g. %.0f, 1.5 x peak RSS), or run it in a cgroup with memory.max.", want);
+    set(f->action, sizeof(f->action),
+        "Set \"MemoryLimitBytes\" to the memory this host may use "
+        "(e.g. %.0f, 1.5 x peak RSS), or run it in a cgroup with memory.max.",
+        want);
 }
 
 /* ---- running them ------------------------------------------------------- */
 
 typedef void (*rule_fn)(struct ctx *c);
-static const rule_fn rules[] = {rule_pressure,       rule_many_arenas, rule_memory_returns,
+static const rule_fn rules[] = {rule_pressure,       rule_many_arenas,  rule_memory_returns,
                                 rule_release_little, rule_probe_budget, rule_no_limit,
                                 rule_never_frees};
 
@@ -449,11 +470,10 @@ char *doctor_text(const struct doctor_finding *f, int n)
     else
         fprintf(m, "memtrim doctor: %d finding%s, most severe first.\n", n, n > 1 ? "s" : "");
     for (int i = 0; i < n; i++) {
-        fprintf(m, "\n[%s] %s\n  %s\n  evidence:", doctor_severity_name(f[i].severity),
-                f[i].title, f[i].detail);
+        fprintf(m, "\n[%s] %s\n  %s\n  evidence:", doctor_severity_name(f[i].severity), f[i].title,
+                f[i].detail);
         for (int e = 0; e < f[i].nevidence; e++)
-            fprintf(m, "%s %s=%.15g", e ? "," : "", f[i].evidence[e].name,
-                    f[i].evidence[e].value);
+            fprintf(m, "%s %s=%.15g", e ? "," : "", f[i].evidence[e].name, f[i].evidence[e].value);
         fprintf(m, "\n  recommendation: %s\n", f[i].action);
     }
     if (fclose(m) != 0) {

@@ -71,8 +71,7 @@ static char *errf(const char *key, const char *why, long long v)
     return strdup(buf);
 }
 
-int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int glibc,
-                   char **err)
+int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int glibc, char **err)
 {
     int rc = 0;
 
@@ -81,9 +80,10 @@ int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int
     in_force.glibc = glibc;
     for (int t = 0; old && t < MT_TUNABLE_COUNT && rc == 0; t++) /* validate first */
         if (tunables_value(cfg, t) < 0 && tunables_value(old, t) >= 0) {
-            *err = errf(table[t].key, "cannot be unset at run time: glibc's own (dynamic) "
-                                      "behaviour does not come back; restart without it or "
-                                      "give a value; in force",
+            *err = errf(table[t].key,
+                        "cannot be unset at run time: glibc's own (dynamic) "
+                        "behaviour does not come back; restart without it or "
+                        "give a value; in force",
                         (long long)tunables_value(old, t));
             rc = -EINVAL;
         }

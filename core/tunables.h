@@ -39,8 +39,7 @@ int64_t tunables_value(const struct mt_config *cfg, int t);
  * returns -EINVAL with *err (caller frees) naming the key; tunables applied
  * before it stay in force (the one glibc can refuse is applied first).
  */
-int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int glibc,
-                   char **err);
+int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int glibc, char **err);
 
 /* What is in force now. */
 void tunables_get(struct mt_tunables *out);

@@ -195,7 +195,8 @@ static void child_real(int nthreads, int64_t *vals)
         chunks += a.arena[i].nr ? a.arena[i].bins_chunks : 0;
     vals[3] = a.free_bytes <= mi.fordblks + 2 * chunks && a.free_bytes + 2 * chunks >= mi.fordblks;
     if (!vals[3])
-        fprintf(stderr, "child: free %llu fordblks %zu\n", (unsigned long long)a.free_bytes, mi.fordblks);
+        fprintf(stderr, "child: free %llu fordblks %zu\n", (unsigned long long)a.free_bytes,
+                mi.fordblks);
     uint64_t fast = 0, sys = 0;
     for (int i = 0; i < a.count; i++) {
         fast += a.arena[i].fastbin_bytes;

@@ -238,7 +238,8 @@ static void test_memory_returns(void)
     /* Silent: RSS stays down after each trim. */
     healthy(&in);
     for (int i = 0; i < 5; i++)
-        add_trim(&in, MT_TRIGGER_BURST, 60000 - i * 10000, 100 * MIB, 300 * MIB - (uint64_t)i * 100 * MIB / 4);
+        add_trim(&in, MT_TRIGGER_BURST, 60000 - i * 10000, 100 * MIB,
+                 300 * MIB - (uint64_t)i * 100 * MIB / 4);
     for (int i = 0; i + 1 < in.ntrims; i++)
         trims[i + 1].rss_before_bytes = trims[i].rss_after_bytes + 1 * MIB;
     CHECK(find(f, run(&in, f), "released_memory_returns") == NULL);
@@ -331,8 +332,8 @@ static void test_order_and_text(void)
     struct doctor_input in;
     struct doctor_finding f[DOCTOR_MAX_FINDINGS];
     healthy(&in);
-    in.snap.memory_limit_bytes = -1;                /* info */
-    set_arenas(&in, 5, 1 * MIB, 20 * MIB);         /* warning */
+    in.snap.memory_limit_bytes = -1;       /* info */
+    set_arenas(&in, 5, 1 * MIB, 20 * MIB); /* warning */
     int n = run(&in, f);
     CHECK_EQ_INT(n, 2);
     CHECK(strcmp(f[0].id, "many_arenas") == 0);

@@ -45,8 +45,7 @@ static int in_child(child_fn fn, const char *json, int64_t *vals)
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    return n == (ssize_t)(sizeof(int64_t) * NVALS) && WIFEXITED(status) &&
-                   WEXITSTATUS(status) == 0
+    return n == (ssize_t)(sizeof(int64_t) * NVALS) && WIFEXITED(status) && WEXITSTATUS(status) == 0
                ? 0
                : -1;
 }
@@ -233,10 +232,10 @@ static void test_runtime_change(void)
      * thread exists, and then the heap grows by the block plus a 16 MiB top pad. */
     CHECK_EQ_INT(in_child(child_runtime, "{\"TrimPadBytes\": 0}", v), 0);
     CHECK_EQ_INT(v[2], 1);
-    CHECK_EQ_INT(in_child(child_runtime,
-                          "{\"MallocMmapThresholdBytes\": 8388608, \"MallocTopPadBytes\": 16777216}",
-                          v),
-                 0);
+    CHECK_EQ_INT(
+        in_child(child_runtime,
+                 "{\"MallocMmapThresholdBytes\": 8388608, \"MallocTopPadBytes\": 16777216}", v),
+        0);
     CHECK_EQ_INT(v[0], 0);
     CHECK_EQ_INT(v[2], 0);
     CHECK_MSG(v[1] >= 18 * 1024 * 1024, "heap grew %lld bytes", (long long)v[1]);
@@ -291,9 +290,8 @@ static void test_config_rows(void)
     CHECK_EQ_INT(config_parse(NULL, &cfg, &err), 0);
     for (int t = 0; t < MT_TUNABLE_COUNT; t++)
         CHECK_EQ_INT(tunables_value(&cfg, t), -1); /* unset by default */
-    CHECK_EQ_INT(config_parse("{\"MallocArenaMax\": 3, \"MallocTrimThresholdBytes\": null}", &cfg,
-                              &err),
-                 0);
+    CHECK_EQ_INT(
+        config_parse("{\"MallocArenaMax\": 3, \"MallocTrimThresholdBytes\": null}", &cfg, &err), 0);
     CHECK_EQ_INT(cfg.malloc_arena_max, 3);
     CHECK_EQ_INT(cfg.malloc_trim_threshold_bytes, -1);
     struct cJSON *j = config_to_json(&cfg);
