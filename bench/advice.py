@@ -112,9 +112,10 @@ def demo_run(name, config, want_doctor=False):
 ORTHANC_STUDIES, ORTHANC_PER_STUDY, ORTHANC_ROUNDS = 4, 24, 2
 
 
-def orthanc_run(name, section, want_doctor=False):
-    """Debian's Orthanc; section None = without the plugin. The burst: 96 uploads
-    (8 threads) then 2 anonymizations of each study, as tests/e2e/test_orthanc.py."""
+def orthanc_burst(section):
+    """Start Debian's Orthanc (section None = without the plugin) and run the burst:
+    96 uploads (8 threads), then 2 anonymizations of each study, as
+    tests/e2e/test_orthanc.py. Returns the running Proc and the burst's seconds."""
     import test_orthanc as to
     tmp = Path(tempfile.mkdtemp(prefix="memtrim-bench-orthanc-"))
     extra_cfg = {"Plugins": []} if section is None else None
@@ -126,7 +127,15 @@ def orthanc_run(name, section, want_doctor=False):
         t0 = time.time()
         studies = to.upload_studies(base, ORTHANC_STUDIES, ORTHANC_PER_STUDY)
         to.anonymize_all(base, studies, rounds=ORTHANC_ROUNDS)
-        elapsed = time.time() - t0
+        return p, time.time() - t0
+    except BaseException:
+        p.stop(grace=60)
+        raise
+
+
+def orthanc_run(name, section, want_doctor=False):
+    p, elapsed = orthanc_burst(section)
+    try:
         time.sleep(AFTER_S)  # the host idle, memtrim (if any) on its own
         after, peak = status(p.pid, "VmRSS:"), status(p.pid, "VmHWM:")
         pick, extra = None, ""
@@ -134,8 +143,7 @@ def orthanc_run(name, section, want_doctor=False):
             extra = f"MallocArenaMax {section['MallocArenaMax']}"
         if section is not None:
             api = f"http://127.0.0.1:{p.api_port()}"
-            n = arenas(api)
-            extra += f"; arenas {n}"
+            extra += f"; arenas {arenas(api)}"
             if want_doctor:
                 pick, ids = doctor(api)
                 extra += f"; doctor: {ids}"
@@ -184,18 +192,9 @@ def demo_tp(name, config):
 
 
 def orthanc_tp(name, section):
-    import test_orthanc as to
-    tmp = Path(tempfile.mkdtemp(prefix="memtrim-bench-orthanc-"))
-    base = to.write_config(tmp / "config", {"HttpPort": 0, "Database": "", **section})
-    p = Proc([to.ORTHANC, "--verbose", tmp / "config"], tmp / "orthanc.log")
-    try:
-        to.wait_ready(p, base)
-        t0 = time.time()
-        studies = to.upload_studies(base, ORTHANC_STUDIES, ORTHANC_PER_STUDY)
-        to.anonymize_all(base, studies, rounds=ORTHANC_ROUNDS)
-        return ORTHANC_STUDIES * ORTHANC_PER_STUDY / (time.time() - t0)
-    finally:
-        p.stop(grace=60)
+    p, elapsed = orthanc_burst(section)
+    p.stop(grace=60)
+    return ORTHANC_STUDIES * ORTHANC_PER_STUDY / elapsed
 
 
 def main():
