@@ -126,10 +126,10 @@ double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c)
 }
 
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
-                 int64_t now)
+                 int mostly_free, int64_t now)
 {
     h->gated = 1;
-    if (!cost_budget_allows(&h->budget, now)) {
+    if (!mostly_free && !cost_budget_allows(&h->budget, now)) {
         /* A periodic trim skipped is counted each time; a burst once per budget period. */
         if (trigger == MT_TRIGGER_PERIODIC || !h->budget.skip_counted)
             trim_count_skip(&mt->trims, MT_SKIP_BUDGET);

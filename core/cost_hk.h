@@ -41,9 +41,11 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 /* The factor on TrimIntervalSeconds and TrimMinGapSeconds now (1 = none). */
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c);
 
-/* A periodic or burst trim wants to run now: may it? Counts the skips. */
+/* A periodic or burst trim wants to run now: may it? Counts the skips. With
+ * mostly_free (policy.c: more than half of RSS is releasable) the budget does not
+ * hold it back (it is still charged); a busy host still defers it, bounded. */
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
-                 int64_t now);
+                 int mostly_free, int64_t now);
 
 /* A periodic or burst trim that took duration_ns has just ended: charge the budget. */
 void cost_hk_charge(struct cost_hk *h, const struct mt_config *c, int64_t duration_ns);

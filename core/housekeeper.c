@@ -158,7 +158,7 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     if (d.want == POLICY_SKIP)
         trim_count_skip(&mt->trims, d.skip_reason);
     else if (d.want == POLICY_TRIM &&
-             (out.gate = cost_hk_gate(mt, &st->cost, c, d.trigger, now)) == COST_GATE_RUN)
+             (out.gate = cost_hk_gate(mt, &st->cost, c, d.trigger, d.mostly_free, now)) == COST_GATE_RUN)
         out.ran = do_trim(mt, st, d.trigger);
     policy_update(c, &st->policy, &d, &out, &r, now);
 }

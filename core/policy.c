@@ -22,14 +22,32 @@ int policy_periodic_due(const struct mt_config *c, const struct policy_state *s,
     return c->trim_interval_seconds > 0 && now >= s->next_periodic;
 }
 
+/*
+ * The adaptive gap and the trim budget trade RSS for the host's time: memory
+ * that comes straight back is left resident. They may hold back at most half
+ * of RSS. A host whose RSS is mostly free heap is the host memtrim exists for
+ * (glibc's arenas each keeping a past burst): there giving the memory back
+ * wins, and the gap factor counts as 1 (a busy host still defers, bounded).
+ */
+static int mostly_free(const struct policy_readings *r)
+{
+    return r->heap_known && r->releasable > r->rss / 2;
+}
+
+static double gap_factor(const struct policy_readings *r)
+{
+    return mostly_free(r) ? 1.0 : r->gap_factor;
+}
+
 struct policy_decision policy_decide(const struct mt_config *c, const struct policy_state *s,
                                      const struct policy_readings *r, int64_t now)
 {
-    struct policy_decision d = {.want = POLICY_NOTHING, .trigger = MT_TRIGGER_PERIODIC};
+    struct policy_decision d = {.want = POLICY_NOTHING, .trigger = MT_TRIGGER_PERIODIC,
+                                .mostly_free = mostly_free(r)};
 
     /* 1. Burst: much releasable memory; trim now rather than at the next interval. */
     if (c->trim_releasable_trigger_bytes > 0 && r->heap_known && !r->suspended &&
-        now - s->last_burst >= (int64_t)(c->trim_min_gap_seconds * r->gap_factor * MT_SEC)) {
+        now - s->last_burst >= (int64_t)(c->trim_min_gap_seconds * gap_factor(r) * MT_SEC)) {
         uint64_t trigger = (uint64_t)c->trim_releasable_trigger_bytes;
         if (trigger < r->rss / 10) /* or 10 % of RSS, whichever is larger */
             trigger = r->rss / 10;
@@ -67,10 +85,10 @@ void policy_update(const struct mt_config *c, struct policy_state *s,
             return;
         if (out && out->ran)
             s->last_burst = now;
-        s->next_periodic = now + interval_ns(c, r->gap_factor);
+        s->next_periodic = now + interval_ns(c, gap_factor(r));
         return;
     }
     /* A busy host keeps the periodic trim due: it is asked again next tick. */
     if (gate != COST_GATE_WAIT)
-        s->next_periodic = now + interval_ns(c, r->gap_factor);
+        s->next_periodic = now + interval_ns(c, gap_factor(r));
 }

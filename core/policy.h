@@ -40,6 +40,8 @@ struct policy_decision {
     int want;        /* enum policy_want */
     int trigger;     /* MT_TRIGGER_BURST or MT_TRIGGER_PERIODIC */
     int skip_reason; /* POLICY_SKIP: enum mt_skip_reason */
+    int mostly_free; /* more than half of RSS is releasable: the adaptive gap and the trim
+                      * budget do not hold this trim back (see policy.c) */
 };
 
 /* What became of a POLICY_TRIM: the cost gate's answer, and whether the trim ran. */

@@ -57,6 +57,12 @@ static const struct step script[] = {
     /* the gap factor lengthens TrimMinGapSeconds too: 205 - 2 >= 5 x 2 */
     {205, 0, 1, MB(100), MB(200), 2, RUN, 1, TRIM, BURST, 0, 265, 205},
     {214, 0, 1, MB(100), MB(200), 2, RUN, 1, NOTHING, 0, 0, 265, 205},
+    /* more than half of RSS releasable: the gap factor (4: 20 s) does not hold it back,
+     * TrimMinGapSeconds (5 s) does, and the periodic interval is not lengthened */
+    {220, 0, 1, MB(150), MB(200), 4, RUN, 1, TRIM, BURST, 0, 250, 220},
+    {222, 0, 1, MB(150), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220},
+    /* exactly half is not more than half: the factor holds again (225 - 220 < 5 x 4) */
+    {225, 0, 1, MB(100), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220},
 };
 
 static struct mt_config config(void)
