@@ -25,48 +25,6 @@ static int serves_glibc(struct memtrim *mt)
     return strcmp(mt_allocator_name(mt), "glibc") == 0;
 }
 
-/* Cached within max_age_ms, else refreshed on the budget. Called with c->lock held. */
-static int arenas_get_locked(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
-                             int64_t *retry_after_ms, char **err)
-{
-    struct arenas_cache *c = &mt->arenas;
-    struct mt_arenas fresh;
-    int64_t now = mt_mono_ns(), wait;
-
-    *err = NULL;
-    if (c->mono_ns && now - c->mono_ns <= max_age_ms * 1000000)
-        return arenas_copy(out, &c->last);
-    if (!serves_glibc(mt)) {
-        char buf[160];
-        snprintf(buf, sizeof(buf),
-                 "%s serves malloc in this process: it has no per-arena view "
-                 "that memtrim reads",
-                 mt_allocator_name(mt));
-        *err = strdup(buf);
-        return -ENOTSUP;
-    }
-    if (snapshot_budget_check(&mt->cache, &wait)) {
-        c->refused++;
-        snapshot_count_refused(&mt->cache);
-        if (retry_after_ms)
-            *retry_after_ms = (wait + 999999) / 1000000;
-        return -EAGAIN;
-    }
-    struct mt_config cfg;
-    mt_config_get(mt, &cfg);
-    int rc = arenas_read(&fresh, err);
-    snapshot_budget_charge(&mt->cache, fresh.cpu_ns > 0 ? fresh.cpu_ns : fresh.duration_ns,
-                           cfg.probe_budget_percent);
-    c->reads++;
-    c->seconds += (double)fresh.duration_ns / 1e9;
-    if (rc)
-        return rc;
-    arenas_free(&c->last);
-    c->last = fresh;
-    c->mono_ns = mt_mono_ns();
-    return arenas_copy(out, &c->last);
-}
-
 int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
                   int64_t *retry_after_ms, char **err)
 {
@@ -74,32 +32,13 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
     mt_config_get(mt, &cfg);
     memset(out, 0, sizeof(*out));
     pthread_mutex_lock(&mt->arenas.lock);
-    int rc = arenas_get_locked(mt, max_age_ms < 0 ? cfg.stats_max_age_ms : max_age_ms, out,
-                               retry_after_ms, err);
+    int rc = arenas_cache_get_locked(&mt->arenas, &mt->cache, cfg.probe_budget_percent,
+                                     max_age_ms < 0 ? cfg.stats_max_age_ms : max_age_ms, out,
+                                     retry_after_ms, err);
     pthread_mutex_unlock(&mt->arenas.lock);
     if (rc == -ENOMEM && !*err)
         *err = strdup("out of memory");
     return rc;
-}
-
-#define ARENAS_EVERY_MS 30000 /* the housekeeper's arena view, at most this often */
-
-void advice_tick(struct memtrim *mt, int64_t heap_timestamp_ms)
-{
-    struct mt_arenas a;
-    char *err = NULL;
-    if (!serves_glibc(mt) || pthread_mutex_trylock(&mt->arenas.lock) != 0)
-        return; /* an HTTP reader is refreshing it now */
-    int64_t age_ms = mt->arenas.mono_ns ? (mt_mono_ns() - mt->arenas.mono_ns) / 1000000 : -1;
-    int64_t wait;
-    /* The budget is asked first: a refusal here is not a reader's (the doctor counts those). */
-    if ((age_ms < 0 || age_ms >= ARENAS_EVERY_MS) &&
-        heap_timestamp_ms > mt->arenas.last.timestamp_ms &&
-        snapshot_budget_check(&mt->cache, &wait) == 0 &&
-        arenas_get_locked(mt, ARENAS_EVERY_MS, &a, NULL, &err) == 0)
-        arenas_free(&a);
-    pthread_mutex_unlock(&mt->arenas.lock);
-    free(err);
 }
 
 /* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
@@ -159,7 +98,8 @@ static void gather(struct memtrim *mt, int at_exit, struct doctor_input *in,
     memset(arenas, 0, sizeof(*arenas));
     pthread_mutex_lock(&mt->arenas.lock);
     int rc = at_exit ? (mt->arenas.mono_ns ? arenas_copy(arenas, &mt->arenas.last) : -ENOENT)
-                     : arenas_get_locked(mt, in->cfg.stats_max_age_ms, arenas, NULL, &err);
+                     : arenas_cache_get_locked(&mt->arenas, &mt->cache, in->cfg.probe_budget_percent,
+                                               in->cfg.stats_max_age_ms, arenas, NULL, &err);
     if (rc == -EAGAIN && mt->arenas.mono_ns) /* the budget says no: the last one, if any */
         rc = arenas_copy(arenas, &mt->arenas.last);
     pthread_mutex_unlock(&mt->arenas.lock);

@@ -4,7 +4,7 @@
  * <system>, <aspace>), tolerant of elements it does not know, strict about
  * structure and numbers (malformed input is an error that says where). The
  * parser is pure; arenas_read is the glibc-only caller (malloc_info locks
- * every arena: only arenas_cache_get in advice.c calls it, on the budget).
+ * every arena: only arenas_cache_get_locked calls it, on the budget).
  * The cache's lock is described in arenas.h.
  */
 #include <errno.h>
@@ -17,6 +17,7 @@
 
 #include "arenas.h"
 #include "core.h"
+#include "snapshot.h"
 
 #define NAME_MAX_LEN 16
 #define ATTRS_MAX 6
@@ -400,4 +401,65 @@ void arenas_cache_destroy(struct arenas_cache *c)
 {
     arenas_free(&c->last);
     pthread_mutex_destroy(&c->lock);
+}
+
+/* Cached within max_age_ms, else refreshed on the probe budget. Called with c->lock held. */
+int arenas_cache_get_locked(struct arenas_cache *c, struct snapshot_cache *sc,
+                            double budget_percent, int64_t max_age_ms, struct mt_arenas *out,
+                            int64_t *retry_after_ms, char **err)
+{
+    struct mt_arenas fresh;
+    int64_t now = mt_mono_ns(), wait;
+    const char *allocator = snapshot_alloc_name(sc);
+
+    *err = NULL;
+    if (c->mono_ns && now - c->mono_ns <= max_age_ms * 1000000)
+        return arenas_copy(out, &c->last);
+    if (strcmp(allocator, "glibc") != 0) {
+        char buf[160];
+        snprintf(buf, sizeof(buf),
+                 "%s serves malloc in this process: it has no per-arena view "
+                 "that memtrim reads",
+                 allocator);
+        *err = strdup(buf);
+        return -ENOTSUP;
+    }
+    if (snapshot_budget_check(sc, &wait)) {
+        c->refused++;
+        snapshot_count_refused(sc);
+        if (retry_after_ms)
+            *retry_after_ms = (wait + 999999) / 1000000;
+        return -EAGAIN;
+    }
+    int rc = arenas_read(&fresh, err);
+    snapshot_budget_charge(sc, fresh.cpu_ns > 0 ? fresh.cpu_ns : fresh.duration_ns,
+                           budget_percent);
+    c->reads++;
+    c->seconds += (double)fresh.duration_ns / 1e9;
+    if (rc)
+        return rc;
+    arenas_free(&c->last);
+    c->last = fresh;
+    c->mono_ns = mt_mono_ns();
+    return arenas_copy(out, &c->last);
+}
+
+#define ARENAS_EVERY_MS 30000 /* the housekeeper's arena view, at most this often */
+
+void arenas_cache_tick(struct arenas_cache *c, struct snapshot_cache *sc, double budget_percent,
+                       int64_t heap_timestamp_ms)
+{
+    struct mt_arenas a;
+    char *err = NULL;
+    if (strcmp(snapshot_alloc_name(sc), "glibc") != 0 || pthread_mutex_trylock(&c->lock) != 0)
+        return; /* an HTTP reader is refreshing it now */
+    int64_t age_ms = c->mono_ns ? (mt_mono_ns() - c->mono_ns) / 1000000 : -1;
+    int64_t wait;
+    /* The budget is asked first: a refusal here is not a reader's (the doctor counts those). */
+    if ((age_ms < 0 || age_ms >= ARENAS_EVERY_MS) && heap_timestamp_ms > c->last.timestamp_ms &&
+        snapshot_budget_check(sc, &wait) == 0 &&
+        arenas_cache_get_locked(c, sc, budget_percent, ARENAS_EVERY_MS, &a, NULL, &err) == 0)
+        arenas_free(&a);
+    pthread_mutex_unlock(&c->lock);
+    free(err);
 }

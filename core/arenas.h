@@ -1,7 +1,7 @@
 /*
  * arenas.h - the per-arena view of glibc's heap: malloc_info(3)'s XML parsed
  * into plain numbers (a pure parser any thread may call), and the instance's
- * cached reading of it (arenas_get), rationed by the same budget as
+ * cached reading of it (arenas_cache_get_locked, refreshed by the housekeeper with arenas_cache_tick), rationed by the same budget as
  * mallinfo2 because malloc_info locks every arena too. The cache's mutex
  * (cache->lock) is held across the one malloc_info call that refreshes it,
  * so concurrent readers share that call; it is taken before the snapshot
@@ -66,5 +66,19 @@ struct arenas_cache {
 
 int arenas_cache_init(struct arenas_cache *c);
 void arenas_cache_destroy(struct arenas_cache *c);
+
+struct snapshot_cache;
+
+/* The cached reading if younger than max_age_ms, else a fresh malloc_info on the
+ * probe budget shared with the snapshot cache (-EAGAIN and *retry_after_ms when
+ * it says no; -ENOTSUP under another allocator). Called with c->lock held. */
+int arenas_cache_get_locked(struct arenas_cache *c, struct snapshot_cache *sc,
+                            double budget_percent, int64_t max_age_ms, struct mt_arenas *out,
+                            int64_t *retry_after_ms, char **err);
+
+/* The housekeeper's refresh, at most every 30 s and only after a newer heap reading
+ * (heap_timestamp_ms), so the doctor always has a view; skipped while a reader holds it. */
+void arenas_cache_tick(struct arenas_cache *c, struct snapshot_cache *sc, double budget_percent,
+                       int64_t heap_timestamp_ms);
 
 #endif /* MEMTRIM_ARENAS_H */

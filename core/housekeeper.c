@@ -171,7 +171,8 @@ static void tick(struct memtrim *mt, struct hk_state *st)
     reload_config(mt, st, now);
     cost_hk_tick(mt, &st->cost, &st->cfg, now);
     policy_tick(mt, st, now, &snap);
-    advice_tick(mt, snap.heap.timestamp_ms); /* the per-arena view, now and then, on the budget */
+    /* the per-arena view, now and then, on the budget */
+    arenas_cache_tick(&mt->arenas, &mt->cache, st->cfg.probe_budget_percent, snap.heap.timestamp_ms);
     if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && store_enabled(&mt->store)) {
         struct snapshot_want want = {
             .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MT_MS,

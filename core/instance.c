@@ -18,7 +18,7 @@
 
 const char *mt_allocator_name(struct memtrim *mt)
 {
-    return mt->cache.alloc ? mt->cache.alloc->name : "glibc"; /* set at start, then fixed */
+    return snapshot_alloc_name(&mt->cache);
 }
 
 int mt_suspend(struct memtrim *mt)

@@ -45,13 +45,10 @@ struct memtrim {
     int64_t started_ms;
     pid_t pid; /* the process that started it (a forked child must not stop it) */
 
-    struct arenas_cache arenas; /* /memory/arenas (advice.c); its own lock */
+    struct arenas_cache arenas; /* /memory/arenas (arenas.c; read by advice.c); its own lock */
 };
 
 /* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */
 void advice_exit_summary(struct memtrim *mt);
-/* advice.c: from the housekeeper: refresh the per-arena view (for the doctor) at most
- * every 30 s, only when the heap was read since (the host was active), on the budget. */
-void advice_tick(struct memtrim *mt, int64_t heap_timestamp_ms);
 
 #endif /* MEMTRIM_INSTANCE_H */

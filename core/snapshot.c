@@ -36,6 +36,11 @@ int snapshot_init(struct snapshot_cache *c)
     return 0;
 }
 
+const char *snapshot_alloc_name(const struct snapshot_cache *c)
+{
+    return c->alloc ? c->alloc->name : "glibc";
+}
+
 void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a)
 {
     c->alloc = a;

@@ -52,6 +52,9 @@ void snapshot_destroy(struct snapshot_cache *c);
 /* Use back end a (before any thread reads the cache: at start). */
 void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a);
 
+/* The allocator back end's name ("glibc" until one is set): set at start, then fixed. */
+const char *snapshot_alloc_name(const struct snapshot_cache *c);
+
 /* Refresh what is older than asked (the heap part only as the budget allows) and copy out. */
 void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
                   struct mt_snapshot *out);
