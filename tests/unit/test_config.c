@@ -320,8 +320,60 @@ static void test_to_json_redacts(void)
     cJSON_Delete(o);
 }
 
+/* The README's configuration table and the key table move together: every key has a
+ * row (a row may name several keys, "A / B"), every row names only keys. */
+static void test_readme_table(void)
+{
+    FILE *f = fopen(MEMTRIM_SOURCE_DIR "/README.md", "re");
+    CHECK_MSG(f != NULL, "cannot open README.md");
+    if (!f)
+        return;
+    char line[2048], names[8192] = "|";
+    int in_table = 0, rows = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "## ", 3) == 0) {
+            in_table = strncmp(line, "## Configuration", 16) == 0;
+            continue;
+        }
+        if (!in_table || strncmp(line, "| ", 2) != 0 || strncmp(line, "| key |", 7) == 0)
+            continue;
+        char *end = strchr(line + 2, '|');
+        if (!end)
+            continue;
+        *end = '\0';
+        char *save = NULL;
+        for (char *k = strtok_r(line + 2, "/", &save); k; k = strtok_r(NULL, "/", &save)) {
+            while (*k == ' ')
+                k++;
+            size_t n = strlen(k);
+            while (n && k[n - 1] == ' ')
+                k[--n] = '\0';
+            CHECK_MSG(config_key_exists(k), "README's configuration table names \"%s\", "
+                      "which is no key", k);
+            if (strlen(names) + n + 2 < sizeof(names)) {
+                strcat(names, k);
+                strcat(names, "|");
+            }
+        }
+        rows++;
+    }
+    fclose(f);
+    CHECK_MSG(rows > 0, "no configuration table found in README.md");
+    const char *name;
+    char type;
+    double min, max;
+    int runtime;
+    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++) {
+        char want[96];
+        snprintf(want, sizeof(want), "|%s|", name);
+        CHECK_MSG(strstr(names, want) != NULL, "key %s has no row in README's configuration "
+                  "table", name);
+    }
+}
+
 int main(void)
 {
+    RUN(test_readme_table);
     RUN(test_defaults);
     RUN(test_section_or_root);
     RUN(test_every_key);
