@@ -213,8 +213,10 @@ static void arm(struct pressure *p, int64_t limit, int64_t cgroup_limit, double 
                                    "filesystem?): polling /proc/self/statm";
     } else if (p->cg_version == 2) {
         int s = arm_v2(p, limit);
-        if (s)
+        if (s) {
             source = s;
+            p->armed_ratio = ratio; /* else step() sees a ratio change and re-arms every wake */
+        }
         else
             why = "cgroup v2 PSI and memory.events unavailable: polling /proc/self/statm";
     }

@@ -178,9 +178,11 @@ static int holds_socket(pid_t pid, const unsigned long *inodes, size_t n)
         return 0; /* another user's process: not ours to look at, and not our memtrim */
     while (!found && (e = readdir(d)) != NULL) {
         ssize_t len = readlinkat(dirfd(d), e->d_name, link, sizeof(link) - 1);
-        if (len <= 0 || strncmp(link, "socket:[", 8) != 0)
+        if (len <= 0)
             continue;
-        link[len] = '\0';
+        link[len] = '\0'; /* before the compare: readlinkat does not terminate */
+        if (strncmp(link, "socket:[", 8) != 0)
+            continue;
         for (size_t i = 0; i < n && !found; i++) {
             snprintf(want, sizeof(want), "socket:[%lu]", inodes[i]);
             found = strcmp(link, want) == 0;
