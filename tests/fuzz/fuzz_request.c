@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api.h"
 #include "core.h"
 #include "http.h"
 #include "instance.h"
@@ -37,7 +38,7 @@ static int fuzz_start(void)
     const char *cfg = "{\"HttpPort\": 0, \"Database\": \":memory:\", \"TrimIntervalSeconds\": 0,"
                       " \"SampleIntervalSeconds\": 1, \"ManualTrimMinIntervalMs\": 3600000,"
                       " \"PressureRatio\": 0}";
-    if (mt_create(cfg, &fuzz_mt, &err) != 0 || fuzz_mt == NULL) {
+    if (mt_create(cfg, &api_routes, &fuzz_mt, &err) != 0 || fuzz_mt == NULL) {
         fprintf(stderr, "fuzz_request: memtrim did not start: %s\n", err ? err : "?");
         return -1;
     }
@@ -45,7 +46,9 @@ static int fuzz_start(void)
     struct server *t = calloc(1, sizeof(*t));
     if (t == NULL)
         return -1;
-    t->mt = fuzz_mt;
+    t->app = fuzz_mt;
+    t->routes = fuzz_mt->server->routes;
+    t->store = fuzz_mt->server->store;
     t->loopback = 1;
     t->read_requires_auth = 1;
     snprintf(t->token, sizeof(t->token), "%s", "fuzz-token");
