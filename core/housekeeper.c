@@ -1,6 +1,7 @@
 /*
  * housekeeper.c - DESIGN. One thread per instance wakes every 250 ms (or at
- * once when stopped or woken) and, in this order: probes the heap when the
+ * once when stopped or woken; unit tests alone shorten the interval with
+ * housekeeper_test_tick, the product never does) and, in this order: probes the heap when the
  * host has been busy and the budget allows (more often inside the pressure
  * zone), decides on a trim (burst, then periodic), and hands samples to the
  * store thread (store.c): it never waits on the disk. Pressure trims are not
@@ -213,7 +214,7 @@ static void *housekeeper_main(void *arg)
         if (hk->stop)
             break;
         struct timespec deadline;
-        mt_deadline(&deadline, TICK_NS);
+        mt_deadline(&deadline, hk->test_tick_ns > 0 ? hk->test_tick_ns : TICK_NS);
         if (!hk->kicked) /* a wake during the tick is not lost */
             pthread_cond_timedwait(&hk->cond, &hk->lock, &deadline);
         hk->kicked = 0;
@@ -221,6 +222,15 @@ static void *housekeeper_main(void *arg)
     pthread_mutex_unlock(&hk->lock);
     free(st);
     return NULL;
+}
+
+void housekeeper_test_tick(struct housekeeper *hk, int64_t ns)
+{
+    pthread_mutex_lock(&hk->lock);
+    hk->test_tick_ns = ns;
+    hk->kicked = 1; /* the current wait was for the old interval */
+    pthread_cond_signal(&hk->cond);
+    pthread_mutex_unlock(&hk->lock);
 }
 
 void housekeeper_init(struct housekeeper *hk)

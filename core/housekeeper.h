@@ -24,6 +24,8 @@ struct housekeeper {
     /* published by cost_hk.c */
     double gap_factor, host_cpu_share, deferred_seconds;
     int deferring;
+    /* Tests only (housekeeper_test_tick): the wake interval, 0 = the product's 250 ms. */
+    int64_t test_tick_ns;
 };
 
 void housekeeper_init(struct housekeeper *hk);
@@ -32,6 +34,9 @@ void housekeeper_destroy(struct housekeeper *hk);
 int housekeeper_start(struct memtrim *mt, char **err);
 void housekeeper_stop(struct housekeeper *hk);
 void housekeeper_wake(struct housekeeper *hk);
+/* Tests only, never set by the product: wake every `ns` instead of every
+ * 250 ms (0 restores it), so unit tests run their rules in fewer seconds. */
+void housekeeper_test_tick(struct housekeeper *hk, int64_t ns);
 /* Fill the housekeeper's counters of *out. */
 void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out);
 

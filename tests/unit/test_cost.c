@@ -18,6 +18,7 @@
 #include "api.h"
 #include "core.h"
 #include "cost.h"
+#include "housekeeper.h"
 #include "harness.h"
 #include "instance.h"
 #include "probe.h"
@@ -257,12 +258,13 @@ static void test_gap_grows_and_resets(void)
     static void *blocks[BLOCKS];
     static size_t sizes[BLOCKS];
     struct memtrim *mt = start(
-        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.25,"
+        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.1,"
         " \"TrimReleasableTriggerBytes\": 0, \"TrimMinReleasableBytes\": 4194304,"
         " \"TrimGapMaxFactor\": 4, \"RefaultWindowSeconds\": 30, \"TrimBusyCpuPercent\": 0,"
         " \"TrimBudgetPercent\": 100, \"ProbeBudgetPercent\": 10}");
     if (!mt)
         return;
+    housekeeper_test_tick(&mt->hk, 25 * 1000000LL); /* gaps of 0.1, 0.2, 0.4 s */
     /* A host that allocates the same again right after every trim. */
     fragment(blocks, sizes, 1);
     uint64_t n = next_trim(mt, MT_TRIGGER_PERIODIC, 0);
@@ -291,7 +293,7 @@ static void test_gap_grows_and_resets(void)
     fragment(blocks, sizes, 0);
     n = next_trim(mt, MT_TRIGGER_PERIODIC, counters(mt).trims[MT_TRIGGER_PERIODIC]);
     /* ...and now nothing is re-touched: when its window closes, the gap resets. */
-    patch(mt, "{\"RefaultWindowSeconds\": 0.5}");
+    patch(mt, "{\"RefaultWindowSeconds\": 0.1}");
     WAIT_FOR(counters(mt).gap_factor == 1, 20);
     CHECK_MSG(counters(mt).gap_factor == 1, "gap factor %g after the re-faults stopped",
               counters(mt).gap_factor);
@@ -314,15 +316,25 @@ static void test_deferral_and_bound(void)
 {
     pthread_t t;
     struct memtrim *mt = start(
-        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.25,"
+        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.1,"
         " \"TrimMinReleasableBytes\": 0, \"TrimReleasableTriggerBytes\": 0,"
-        " \"TrimBusyCpuPercent\": 0, \"TrimMaxDeferSeconds\": 1.5, \"TrimBudgetPercent\": 100}");
+        " \"TrimBusyCpuPercent\": 0, \"TrimMaxDeferSeconds\": 0.5, \"TrimBudgetPercent\": 100}");
     if (!mt)
         return;
+    /* Ticks of 125 ms: the CPU share is over the last 2 (250 ms); at 50 ms the calm
+     * phase below saw a stray 1 % of the machine on a loaded host. */
+    housekeeper_test_tick(&mt->hk, 125 * 1000000LL);
     /* TrimBusyCpuPercent 0: trims never wait. Then any spinning thread is busy enough. */
     next_trim(mt, MT_TRIGGER_PERIODIC, 0);
     CHECK_EQ_INT(counters(mt).skips[MT_SKIP_HOST_BUSY], 0);
-    patch(mt, "{\"TrimBusyCpuPercent\": 1}");
+    /* Half of what a spinning thread takes (25 % of 2 CPUs), not 1 %: the process's
+     * CPU comes from /proc/self/stat in 10 ms steps, and one step in a 250 ms window
+     * of 2 CPUs is 2 %, which made the calm phase below see a busy host. */
+    double cpus = probe_cpus();
+    double level = cpus > 0 ? 50.0 / cpus : 1;
+    char json[64];
+    snprintf(json, sizeof(json), "{\"TrimBusyCpuPercent\": %.3f}", level < 1 ? 1 : level);
+    patch(mt, json);
 
     atomic_store(&spin_stop, 0);
     pthread_create(&t, NULL, spin, NULL);
@@ -349,7 +361,7 @@ static void test_deferral_and_bound(void)
     pthread_join(t, NULL);
 
     /* Calm again: the waiting ends and trims run without more deferrals. */
-    WAIT_FOR(counters(mt).host_cpu_share < 0.01 && !counters(mt).deferring, 20);
+    WAIT_FOR(counters(mt).host_cpu_share * 100 < level && !counters(mt).deferring, 20);
     uint64_t busy = counters(mt).skips[MT_SKIP_HOST_BUSY];
     n = next_trim(mt, MT_TRIGGER_PERIODIC, counters(mt).trims[MT_TRIGGER_PERIODIC]);
     n = next_trim(mt, MT_TRIGGER_PERIODIC, n);
@@ -363,12 +375,14 @@ static void test_deferral_and_bound(void)
 static void test_budget(void)
 {
     struct memtrim *mt = start(
-        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.1,"
+        "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.02,"
         " \"TrimMinReleasableBytes\": 0, \"TrimReleasableTriggerBytes\": 0,"
-        " \"TrimBusyCpuPercent\": 0, \"TrimBudgetPercent\": 0.001,"
+        " \"TrimBusyCpuPercent\": 0, \"TrimBudgetPercent\": 0.01,"
         " \"ManualTrimMinIntervalMs\": 0}");
     if (!mt)
         return;
+    /* Ticks of 20 ms: a trim of ~20 us pauses the next for ~0.2 s, ten ticks that skip. */
+    housekeeper_test_tick(&mt->hk, 20 * 1000000LL);
     /* The store is off: record the results here instead (the sink runs under the lock). */
     pthread_mutex_lock(&mt->trims.lock);
     mt->trims.sink = record;
@@ -391,7 +405,7 @@ static void test_budget(void)
     CHECK(c.trims[MT_TRIGGER_MANUAL] == 3);
     CHECK(c.trim_seconds[MT_TRIGGER_MANUAL] > 0);
     /* The rule, trim by trim: after a charged trim of d, the next starts no
-     * sooner than d * 100000 later. */
+     * sooner than d * 10000 later (100 / 0.01 %). */
     pthread_mutex_lock(&mt->trims.lock);
     unsigned nq = nrecorded, checked = 0;
     pthread_mutex_unlock(&mt->trims.lock);
@@ -401,7 +415,7 @@ static void test_budget(void)
         if (q[i].trigger != MT_TRIGGER_PERIODIC && q[i].trigger != MT_TRIGGER_BURST)
             continue;
         if (prev) {
-            int64_t pause_ms = prev->duration_ns * 100000 / 1000000;
+            int64_t pause_ms = prev->duration_ns * 10000 / 1000000;
             CHECK_MSG(q[i].start_ms - prev->start_ms >= pause_ms - 1,
                       "a %lld ns trim, the next %lld ms later", (long long)prev->duration_ns,
                       (long long)(q[i].start_ms - prev->start_ms));
