@@ -1,6 +1,7 @@
 /*
  * store.c - DESIGN. The store thread owns the SQLite writer. It wakes every
- * 250 ms, or at once when woken (a trim result, a stop), takes what waits in
+ * 250 ms (unit tests alone shorten it, and the first retry, with
+ * store_test_tick), or at once when woken (a trim result, a stop), takes what waits in
  * its one queue (trim results and their re-fault figures from the trim
  * service, samples from the housekeeper), writes them in one transaction, applies retention in small
  * batches, and reports the store's health. It runs apart from the
@@ -59,6 +60,7 @@ static void store_failed(struct store *st, struct store_state *ss, int64_t now,
     snprintf(ss->error, sizeof(ss->error), "%s", reason);
     pthread_mutex_lock(&st->lock);
     st->errors++;
+    int64_t retry_min = st->test_retry_min_ns > 0 ? st->test_retry_min_ns : DB_RETRY_MIN_NS;
     pthread_mutex_unlock(&st->lock);
     atomic_store(&st->available, 0);
     set_health(st, "retrying", reason);
@@ -66,7 +68,7 @@ static void store_failed(struct store *st, struct store_state *ss, int64_t now,
         db_writer_close(ss->db);
         ss->db = NULL;
     }
-    ss->retry_delay = ss->retry_delay ? ss->retry_delay * 2 : DB_RETRY_MIN_NS;
+    ss->retry_delay = ss->retry_delay ? ss->retry_delay * 2 : retry_min;
     if (ss->retry_delay > DB_RETRY_MAX_NS)
         ss->retry_delay = DB_RETRY_MAX_NS;
     ss->retry_at = now + ss->retry_delay;
@@ -214,7 +216,7 @@ static void *store_main(void *arg)
         if (st->stop)
             break;
         struct timespec deadline;
-        mt_deadline(&deadline, STORE_TICK_NS);
+        mt_deadline(&deadline, st->test_tick_ns > 0 ? st->test_tick_ns : STORE_TICK_NS);
         if (!st->kicked)
             pthread_cond_timedwait(&st->cond, &st->lock, &deadline);
         st->kicked = 0;
@@ -402,6 +404,16 @@ void store_counters(struct store *st, struct mt_counters *out)
     out->samples_dropped = st->samples_dropped;
     out->store_errors = st->errors;
     out->trims_dropped = st->trims_dropped;
+    pthread_mutex_unlock(&st->lock);
+}
+
+void store_test_tick(struct store *st, int64_t tick_ns, int64_t retry_min_ns)
+{
+    pthread_mutex_lock(&st->lock);
+    st->test_tick_ns = tick_ns;
+    st->test_retry_min_ns = retry_min_ns;
+    st->kicked = 1;
+    pthread_cond_broadcast(&st->cond);
     pthread_mutex_unlock(&st->lock);
 }
 

@@ -53,6 +53,8 @@ struct store {
     atomic_uint_fast64_t generation;  /* bumped when the store (re)opens */
     struct server_store readers;      /* for the HTTP server */
     struct trim_service *trims;       /* told the store's largest trim id at each opening */
+    /* Tests only (store_test_tick), guarded by lock: 0 = the product's 250 ms tick, 1 s first retry. */
+    int64_t test_tick_ns, test_retry_min_ns;
 };
 
 /* database: the Database key ("" = none; ":memory:" becomes a URI private to st). */
@@ -60,6 +62,9 @@ int store_init(struct store *st, const char *database, double retention_hours);
 void store_destroy(struct store *st);
 int store_start(struct store *st, char **err);
 int store_stop(struct store *st); /* -ETIMEDOUT: the thread was left behind */
+/* Tests only, never called by the product: wake every tick_ns and retry a failed
+ * database first after retry_min_ns (doubling as usual); 0 restores the defaults. */
+void store_test_tick(struct store *st, int64_t tick_ns, int64_t retry_min_ns);
 
 void store_push_trim(struct store *st, const struct mt_trim_result *r);
 void store_push_refault(struct store *st, const struct mt_refault *rf);

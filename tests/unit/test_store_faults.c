@@ -19,6 +19,7 @@
 #include "api.h"
 #include "core.h"
 #include "harness.h"
+#include "instance.h"
 
 
 /* The store is open and writing: /healthz would say "ok". */
@@ -68,12 +69,18 @@ static struct memtrim *start_with(const char *db)
     struct memtrim *mt = NULL;
     char *err = NULL;
     snprintf(json, sizeof(json),
-             "{\"HttpPort\": 0, \"Database\": \"%s\", \"SampleIntervalSeconds\": 0.25,"
+             "{\"HttpPort\": 0, \"Database\": \"%s\", \"SampleIntervalSeconds\": 0.05,"
              " \"TrimIntervalSeconds\": 0}",
              db);
     int rc = mt_create(json, &api_routes, &mt, &err);
     CHECK_MSG(rc == 0 && mt, "start with %s: %d %s", db, rc, err ? err : "");
     free(err);
+    /* Test-only hooks: both threads wake every 20 ms (not 250 ms) and a failed
+     * store retries first after 0.1 s (not 1 s), doubling as in the product. */
+    if (mt) {
+        housekeeper_test_tick(&mt->hk, 20 * 1000000LL);
+        store_test_tick(&mt->store, 20 * 1000000LL, 100 * 1000000LL);
+    }
     return mt;
 }
 
@@ -140,7 +147,7 @@ static void test_locked_then_released(void)
     check_serving_degraded(mt, "write failed");
     sqlite3_exec(other, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(other);
-    WAIT_FOR(!degraded(mt), 5); /* back-off is 1 s, then 2 s ... */
+    WAIT_FOR(!degraded(mt), 5); /* back-off is 0.1 s here, then 0.2 s ... */
     CHECK_MSG(!degraded(mt), "still degraded after the lock was released");
     struct mt_counters k;
     mt_counters_get(mt, &k);
