@@ -40,6 +40,7 @@ struct hk_state {
     int64_t last_heap_ms;                /* timestamp of the last heap reading seen */
     int64_t limit;                       /* effective memory limit at the last tick */
     struct cost_hk cost;                 /* re-faults, adaptive gap, busy host, budget */
+    int64_t tick_ns;                     /* TICK_NS, or a test's (housekeeper_test_tick) */
 };
 
 static int64_t thread_cpu_ns(void)
@@ -114,7 +115,9 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
     if (need_estimate && (active || st->last_heap_ms == 0))
         want.heap_max_age_ns = 0;
     else if (active)
-        want.heap_max_age_ns = zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS;
+        /* (A test's shorter tick shortens these in proportion.) */
+        want.heap_max_age_ns = (zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS) / TICK_NS *
+                               st->tick_ns;
     snapshot_get(&mt->cache, &want, snap);
     /* The pressure thread reads the same cache: tell it of a new limit, and of a
      * new releasable estimate inside the zone (it may make a trim due). */
@@ -204,6 +207,7 @@ static void *housekeeper_main(void *arg)
     }
     st->policy.last_burst = -(int64_t)3600 * MT_SEC;
     st->last_proc_cpu = -1;
+    st->tick_ns = TICK_NS;
     cost_hk_init(&st->cost);
 
     pthread_mutex_lock(&hk->lock);
@@ -214,7 +218,8 @@ static void *housekeeper_main(void *arg)
         if (hk->stop)
             break;
         struct timespec deadline;
-        mt_deadline(&deadline, hk->test_tick_ns > 0 ? hk->test_tick_ns : TICK_NS);
+        st->tick_ns = hk->test_tick_ns > 0 ? hk->test_tick_ns : TICK_NS;
+        mt_deadline(&deadline, st->tick_ns);
         if (!hk->kicked) /* a wake during the tick is not lost */
             pthread_cond_timedwait(&hk->cond, &hk->lock, &deadline);
         hk->kicked = 0;

@@ -35,7 +35,8 @@ int housekeeper_start(struct memtrim *mt, char **err);
 void housekeeper_stop(struct housekeeper *hk);
 void housekeeper_wake(struct housekeeper *hk);
 /* Tests only, never set by the product: wake every `ns` instead of every
- * 250 ms (0 restores it), so unit tests run their rules in fewer seconds. */
+ * 250 ms (0 restores it), the heap probes' age limits (1 s calm, 250 ms near
+ * the limit) shortened in proportion, so unit tests run in fewer seconds. */
 void housekeeper_test_tick(struct housekeeper *hk, int64_t ns);
 /* Fill the housekeeper's counters of *out. */
 void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out);
