@@ -318,18 +318,17 @@ static void test_deferral_and_bound(void)
     struct memtrim *mt = start(
         "{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.1,"
         " \"TrimMinReleasableBytes\": 0, \"TrimReleasableTriggerBytes\": 0,"
-        " \"TrimBusyCpuPercent\": 0, \"TrimMaxDeferSeconds\": 0.5, \"TrimBudgetPercent\": 100}");
+        " \"TrimBusyCpuPercent\": 0, \"TrimMaxDeferSeconds\": 0.3, \"TrimBudgetPercent\": 100}");
     if (!mt)
         return;
-    /* Ticks of 125 ms: the CPU share is over the last 2 (250 ms); at 50 ms the calm
-     * phase below saw a stray 1 % of the machine on a loaded host. */
-    housekeeper_test_tick(&mt->hk, 125 * 1000000LL);
+    /* Ticks of 50 ms: the CPU share is over the last 2 (100 ms); see the busy level below. */
+    housekeeper_test_tick(&mt->hk, 50 * 1000000LL);
     /* TrimBusyCpuPercent 0: trims never wait. Then any spinning thread is busy enough. */
     next_trim(mt, MT_TRIGGER_PERIODIC, 0);
     CHECK_EQ_INT(counters(mt).skips[MT_SKIP_HOST_BUSY], 0);
     /* Half of what a spinning thread takes (25 % of 2 CPUs), not 1 %: the process's
-     * CPU comes from /proc/self/stat in 10 ms steps, and one step in a 250 ms window
-     * of 2 CPUs is 2 %, which made the calm phase below see a busy host. */
+     * CPU comes from /proc/self/stat in 10 ms steps, and one step in a 100 ms window
+     * of 2 CPUs is 5 %, which would make the calm phase below see a busy host. */
     double cpus = probe_cpus();
     double level = cpus > 0 ? 50.0 / cpus : 1;
     char json[64];
