@@ -272,6 +272,19 @@ def cgroups(prefix):
         cg.remove()
 
 
+# The demo's last line with --studies: studies completed and its peak RSS.
+DEMO_SUMMARY = re.compile(r"memtrim-demo: (\d+) studies done, peak RSS (\d+) MB")
+
+
+def assert_oom_killed(rc, out, cg):
+    """The control of a cgroup test: the kernel's OOM killer ended the demo before
+    its summary (if it did not, the test that memtrim keeps it alive is void)."""
+    assert rc == -signal.SIGKILL, f"expected the OOM killer (exit 137), got {rc}:\n{out[-2000:]}"
+    assert not DEMO_SUMMARY.search(out), out[-2000:]
+    kills = cg.oom_kills()
+    assert kills is None or kills >= 1
+
+
 @pytest.fixture
 def cgroup():
     """Factory: cgroup(limit_bytes) -> Cgroup (memtrim-test-*), removed at the end."""
