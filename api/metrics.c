@@ -166,6 +166,11 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
             "Multiplier on the periodic and burst gaps while released memory comes back "
             "(1 = none; at most TrimGapMaxFactor).",
             c->gap_factor > 0 ? c->gap_factor : 1);
+    api_f64(t, "memtrim_trim_release_back_at_once", "gauge",
+            "1 when more than half of the last periodic or burst trim's release came back "
+            "within about 0.5 s: the gap factor and the budget then apply even to a mostly "
+            "free heap.",
+            c->release_back_at_once ? 1 : 0);
     if (c->host_cpu_share >= 0)
         api_f64(t, "memtrim_host_cpu_share", "gauge",
                 "The host's CPU time over the last 0.5 s as a share of the CPUs it may use (0-1).",

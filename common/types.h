@@ -178,6 +178,7 @@ struct mt_counters {
     uint64_t refaulted_bytes[MT_TRIGGER_COUNT]; /* upper bound of released bytes that came back */
     uint64_t refault_windows[MT_TRIGGER_COUNT]; /* trims whose re-fault window closed */
     double gap_factor;            /* the adaptive gap's multiplier now (1 = none) */
+    int release_back_at_once;     /* the last periodic/burst release came back within ~0.5 s */
     double host_cpu_share;        /* the host's CPU share over the last ticks, 0..1; -1 unknown */
     double deferred_seconds;      /* time periodic/burst trims waited for a busy host */
     int deferring;                /* a trim waits for the host now */

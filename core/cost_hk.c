@@ -48,12 +48,13 @@ static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt
     mt->hk.host_cpu_share = share;
     mt->hk.deferred_seconds = h->deferred_seconds;
     mt->hk.deferring = h->defer.since != 0;
+    mt->hk.back_at_once = h->back_at_once;
     pthread_mutex_unlock(&mt->hk.lock);
 }
 
 /* A periodic or burst trim tells the adaptive gap what came back of its release. */
 static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
-                      int64_t refaulted)
+                      int64_t refaulted, int64_t now)
 {
     struct cost_refault *w = &h->window;
     if (w->gap_decided || (w->trigger != MT_TRIGGER_PERIODIC && w->trigger != MT_TRIGGER_BURST))
@@ -62,15 +63,20 @@ static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_con
                                                                   : GAP_MIN_EVIDENCE;
     double before = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
     double after = cost_gap_update(&h->gap, w->released, refaulted, min, c->trim_gap_max_factor);
+    int at_once = h->back_at_once;
     w->gap_decided = 1;
-    if (after != before)
-        mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back after a %s trim: trim gaps x%g",
-               (long long)refaulted, (long long)w->released, mt_trigger_name(w->trigger), after);
+    if (w->released >= min)
+        h->back_at_once = refaulted > w->released / 2 && now - w->opened_ns <= COST_AT_ONCE_NS;
+    if (after != before || at_once != h->back_at_once)
+        mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back %s a %s trim: trim gaps x%g%s",
+               (long long)refaulted, (long long)w->released,
+               h->back_at_once ? "at once after" : "after", mt_trigger_name(w->trigger), after,
+               h->back_at_once ? ", even while the heap is mostly free" : "");
 }
 
 /* The open window ends (its time is up, or another trim began): report its figure. */
 static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
-                         uint64_t minflt)
+                         uint64_t minflt, int64_t now)
 {
     struct cost_refault *w = &h->window;
     struct mt_refault rf = {
@@ -80,7 +86,7 @@ static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_
         .refaulted_bytes = cost_refault_bytes(w, minflt, own_minflt(), sysconf(_SC_PAGESIZE)),
     };
     trim_refault_done(&mt->trims, &rf);
-    gap_learn(mt, h, c, rf.refaulted_bytes);
+    gap_learn(mt, h, c, rf.refaulted_bytes, now);
     w->open = 0;
 }
 
@@ -103,18 +109,18 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 
     if (trim_last(&mt->trims, &h->trim_generation, &r)) {
         if (h->window.open) /* the next trim ends the last one's window */
-            close_window(mt, h, c, r.minflt_after);
+            close_window(mt, h, c, r.minflt_after, now);
         cost_refault_open(&h->window, &r, own_minflt(), now);
     } else if (have && h->window.open) {
         cost_refault_observe(&h->window, ps.rss_bytes);
         if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * MT_SEC))) {
-            close_window(mt, h, c, ps.minflt);
+            close_window(mt, h, c, ps.minflt, now);
         } else if (!h->window.gap_decided) {
             /* More than half back already: the gap need not wait for the window's end. */
             int64_t back = cost_refault_bytes(&h->window, ps.minflt, own_minflt(),
                                               sysconf(_SC_PAGESIZE));
             if (back > h->window.released / 2)
-                gap_learn(mt, h, c, back);
+                gap_learn(mt, h, c, back, now);
         }
     }
     publish(mt, h, c);
@@ -123,6 +129,11 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c)
 {
     return cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+}
+
+int cost_hk_back_at_once(const struct cost_hk *h)
+{
+    return h->back_at_once;
 }
 
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,

@@ -24,8 +24,14 @@ struct cost_hk {
     double cpus;                /* processors the host may use */
     unsigned ticks;
     int gated;                  /* a periodic/burst trim asked to run since the last tick */
+    int back_at_once;           /* more than half of the last periodic/burst release came back
+                                 * within COST_AT_ONCE_NS of its window opening */
     double deferred_seconds;
 };
+
+/* Memory that comes back this soon after a trim was never worth returning: the
+ * adaptive gap and the budget then hold trims back however free the heap is. */
+#define COST_AT_ONCE_NS (500 * MT_MS)
 
 enum cost_gate {
     COST_GATE_RUN = 0, /* run the trim now */
@@ -40,10 +46,13 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 
 /* The factor on TrimIntervalSeconds and TrimMinGapSeconds now (1 = none). */
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c);
+/* Whether the last periodic or burst trim's release came back at once (see back_at_once). */
+int cost_hk_back_at_once(const struct cost_hk *h);
 
 /* A periodic or burst trim wants to run now: may it? Counts the skips. With
- * mostly_free (policy.c: more than half of RSS is releasable) the budget does not
- * hold it back (it is still charged); a busy host still defers it, bounded. */
+ * mostly_free (policy.c: more than half of RSS is releasable, and the last release
+ * did not come back at once) the budget does not hold it back (it is still
+ * charged); a busy host still defers it, bounded. */
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
                  int mostly_free, int64_t now);
 

@@ -147,6 +147,7 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         .suspended = atomic_load(&mt->suspend_depth) > 0,
         /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
         .gap_factor = cost_hk_gap_factor(&st->cost, c),
+        .back_at_once = cost_hk_back_at_once(&st->cost),
     };
 
     /* A trim held back for a busy host needs no fresh estimate each tick. */
@@ -292,6 +293,7 @@ void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out)
     out->housekeeper_cpu_seconds = hk->cpu_seconds;
     out->housekeeper_ticks = hk->ticks;
     out->gap_factor = hk->gap_factor;
+    out->release_back_at_once = hk->back_at_once;
     out->host_cpu_share = hk->host_cpu_share;
     out->deferred_seconds = hk->deferred_seconds;
     out->deferring = hk->deferring;

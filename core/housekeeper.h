@@ -23,7 +23,7 @@ struct housekeeper {
     double cpu_seconds;
     /* published by cost_hk.c */
     double gap_factor, host_cpu_share, deferred_seconds;
-    int deferring;
+    int deferring, back_at_once;
     /* Tests only (housekeeper_test_tick): the wake interval, 0 = the product's 250 ms. */
     int64_t test_tick_ns;
 };

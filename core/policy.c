@@ -27,11 +27,14 @@ int policy_periodic_due(const struct mt_config *c, const struct policy_state *s,
  * that comes straight back is left resident. They may hold back at most half
  * of RSS. A host whose RSS is mostly free heap is the host memtrim exists for
  * (glibc's arenas each keeping a past burst): there giving the memory back
- * wins, and the gap factor counts as 1 (a busy host still defers, bounded).
+ * wins, and the gap factor counts as 1 (a busy host still defers, bounded) --
+ * unless what the last trim released came back at once (more than half within
+ * about half a second, cost_hk.c): memory the host re-uses that fast was never
+ * free for anyone else, and returning it only costs the host page faults.
  */
 static int mostly_free(const struct policy_readings *r)
 {
-    return r->heap_known && r->releasable > r->rss / 2;
+    return r->heap_known && r->releasable > r->rss / 2 && !r->back_at_once;
 }
 
 static double gap_factor(const struct policy_readings *r)

@@ -28,6 +28,7 @@ struct policy_readings {
     uint64_t releasable;    /* the releasable estimate, bytes */
     uint64_t rss;           /* RSS with that reading, bytes */
     double gap_factor;      /* cost_hk.c: TrimIntervalSeconds and TrimMinGapSeconds times this */
+    int back_at_once;       /* cost_hk.c: the last periodic/burst release came back at once */
 };
 
 enum policy_want {
@@ -40,8 +41,9 @@ struct policy_decision {
     int want;        /* enum policy_want */
     int trigger;     /* MT_TRIGGER_BURST or MT_TRIGGER_PERIODIC */
     int skip_reason; /* POLICY_SKIP: enum mt_skip_reason */
-    int mostly_free; /* more than half of RSS is releasable: the adaptive gap and the trim
-                      * budget do not hold this trim back (see policy.c) */
+    int mostly_free; /* more than half of RSS is releasable and the last release did not come
+                      * back at once: the adaptive gap and the trim budget do not hold this
+                      * trim back (see policy.c) */
 };
 
 /* What became of a POLICY_TRIM: the cost gate's answer, and whether the trim ran. */

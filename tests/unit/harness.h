@@ -71,8 +71,9 @@ static inline int harness_under_valgrind(void)
 
 #define RUN(test)                                                                                  \
     do {                                                                                           \
-        fprintf(stderr, "-- %s\n", #test);                                                         \
+        double t0_ = harness_now_s();                                                              \
         test();                                                                                    \
+        fprintf(stderr, "-- %s (%.3f s)\n", #test, harness_now_s() - t0_);                         \
     } while (0)
 
 #define SKIP(why)                                                                                  \
@@ -95,7 +96,7 @@ static inline double harness_now_s(void)
     do {                                                                                           \
         double until_ = harness_now_s() + (seconds);                                               \
         while (!(cond) && harness_now_s() < until_)                                                \
-            usleep(20000);                                                                         \
+            usleep(2000);                                                                          \
     } while (0)
 
 /* A fresh directory /tmp/memtrim-<name>-XXXXXX into buf; 0 or -1. */

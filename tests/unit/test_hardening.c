@@ -226,6 +226,10 @@ static void test_watchdog_cuts(void)
     CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, slow), 0);
     CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, busy), 0);
     CHECK_EQ_INT(server_watchdog_start(&w, 1), 0);
+    /* The configured floor is 1 s; the rule is the same at 100 ms (before anything is armed). */
+    pthread_mutex_lock(&w.lock);
+    w.timeout_ns = 100 * 1000000LL;
+    pthread_mutex_unlock(&w.lock);
     struct server_conn *a = server_watchdog_add(&w, slow[0]);
     struct server_conn *b = server_watchdog_add(&w, busy[0]);
     server_watchdog_arm(&w, b, 0); /* its request arrived: a handler runs */

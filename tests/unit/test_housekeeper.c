@@ -23,7 +23,7 @@
  * decisions in fewer seconds. */
 static void fast_ticks(struct memtrim *mt)
 {
-    housekeeper_test_tick(&mt->hk, 20 * 1000000LL);
+    housekeeper_test_tick(&mt->hk, 5 * 1000000LL);
 }
 
 static uint64_t trims(struct memtrim *mt, int trigger)
@@ -57,7 +57,7 @@ static void wait_ticks(struct memtrim *mt, uint64_t n)
 
 static void test_periodic_trims(void)
 {
-    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.04,"
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.01,"
                                " \"TrimMinReleasableBytes\": 0}");
     if (!mt)
         return;
@@ -70,7 +70,7 @@ static void test_periodic_trims(void)
 
 static void test_idle_heap_is_skipped(void)
 {
-    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.04,"
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.01,"
                                " \"TrimMinReleasableBytes\": 1073741824}");
     if (!mt)
         return;
@@ -170,7 +170,7 @@ static void test_burst_right_after_a_trim(void)
 
 static void test_suspend(void)
 {
-    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.04,"
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\", \"TrimIntervalSeconds\": 0.01,"
                                " \"TrimMinReleasableBytes\": 0}");
     if (!mt)
         return;

@@ -25,44 +25,51 @@ struct step {
     /* expected */
     int want, trigger, skip;
     double next_periodic, last_burst; /* s, after policy_update */
+    int at_once; /* reading: the last release came back at once (last, mostly 0) */
 };
 
 /* TrimIntervalSeconds 30, TrimMinReleasableBytes 8 MiB, TrimReleasableTriggerBytes
  * 64 MiB, TrimMinGapSeconds 5: the defaults but for the interval. */
 static const struct step script[] = {
     /* idle, nothing due */
-    {1, 0, 1, MB(1), MB(200), 1, RUN, 1, NOTHING, 0, 0, 30, -3600},
+    {1, 0, 1, MB(1), MB(200), 1, RUN, 1, NOTHING, 0, 0, 30, -3600, 0},
     /* a burst: 100 MB releasable >= max(64 MB, RSS / 10); the periodic schedule restarts */
-    {2, 0, 1, MB(100), MB(200), 1, RUN, 1, TRIM, BURST, 0, 32, 2},
+    {2, 0, 1, MB(100), MB(200), 1, RUN, 1, TRIM, BURST, 0, 32, 2, 0},
     /* within TrimMinGapSeconds of it: no second burst */
-    {4, 0, 1, MB(100), MB(200), 1, RUN, 1, NOTHING, 0, 0, 32, 2},
+    {4, 0, 1, MB(100), MB(200), 1, RUN, 1, NOTHING, 0, 0, 32, 2, 0},
     /* after the gap, but the host is busy: held back, nothing moves */
-    {7.5, 0, 1, MB(100), MB(200), 1, WAIT, 0, TRIM, BURST, 0, 32, 2},
+    {7.5, 0, 1, MB(100), MB(200), 1, WAIT, 0, TRIM, BURST, 0, 32, 2, 0},
     /* a large host: the trigger is 10 % of RSS (200 MB) */
-    {7.75, 0, 1, MB(100), MB(2000), 1, RUN, 1, NOTHING, 0, 0, 32, 2},
+    {7.75, 0, 1, MB(100), MB(2000), 1, RUN, 1, NOTHING, 0, 0, 32, 2, 0},
     /* periodic due, too little to release: skipped with its reason, rescheduled */
-    {32, 0, 1, MB(1), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_BELOW_MIN_RELEASABLE, 62, 2},
+    {32, 0, 1, MB(1), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_BELOW_MIN_RELEASABLE, 62, 2, 0},
     /* suspended: no burst, the periodic one skipped as suspended */
-    {62, 1, 1, MB(100), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_SUSPENDED, 92, 2},
+    {62, 1, 1, MB(100), MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_SUSPENDED, 92, 2, 0},
     /* no heap reading yet (probe budget): skipped as no_heap_stats */
-    {92, 0, 0, 0, MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_NO_HEAP_STATS, 122, 2},
+    {92, 0, 0, 0, MB(200), 1, RUN, 1, SKIP, PERIODIC, MT_SKIP_NO_HEAP_STATS, 122, 2, 0},
     /* worth it, but the host is busy: it stays due */
-    {122, 0, 1, MB(10), MB(200), 1, WAIT, 0, TRIM, PERIODIC, 0, 122, 2},
+    {122, 0, 1, MB(10), MB(200), 1, WAIT, 0, TRIM, PERIODIC, 0, 122, 2, 0},
     /* the next tick it runs: rescheduled from now */
-    {122.25, 0, 1, MB(10), MB(200), 1, RUN, 1, TRIM, PERIODIC, 0, 152.25, 2},
+    {122.25, 0, 1, MB(10), MB(200), 1, RUN, 1, TRIM, PERIODIC, 0, 152.25, 2, 0},
     /* the budget is spent: skipped (the gate counts it); the gap factor doubles the interval */
-    {152.25, 0, 1, MB(10), MB(200), 2, BUDGET, 0, TRIM, PERIODIC, 0, 212.25, 2},
+    {152.25, 0, 1, MB(10), MB(200), 2, BUDGET, 0, TRIM, PERIODIC, 0, 212.25, 2, 0},
     /* a burst that found another trim running: the schedule moves, its gap does not start */
-    {200, 0, 1, MB(100), MB(200), 2, RUN, 0, TRIM, BURST, 0, 260, 2},
+    {200, 0, 1, MB(100), MB(200), 2, RUN, 0, TRIM, BURST, 0, 260, 2, 0},
     /* the gap factor lengthens TrimMinGapSeconds too: 205 - 2 >= 5 x 2 */
-    {205, 0, 1, MB(100), MB(200), 2, RUN, 1, TRIM, BURST, 0, 265, 205},
-    {214, 0, 1, MB(100), MB(200), 2, RUN, 1, NOTHING, 0, 0, 265, 205},
+    {205, 0, 1, MB(100), MB(200), 2, RUN, 1, TRIM, BURST, 0, 265, 205, 0},
+    {214, 0, 1, MB(100), MB(200), 2, RUN, 1, NOTHING, 0, 0, 265, 205, 0},
     /* more than half of RSS releasable: the gap factor (4: 20 s) does not hold it back,
      * TrimMinGapSeconds (5 s) does, and the periodic interval is not lengthened */
-    {220, 0, 1, MB(150), MB(200), 4, RUN, 1, TRIM, BURST, 0, 250, 220},
-    {222, 0, 1, MB(150), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220},
+    {220, 0, 1, MB(150), MB(200), 4, RUN, 1, TRIM, BURST, 0, 250, 220, 0},
+    {222, 0, 1, MB(150), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220, 0},
     /* exactly half is not more than half: the factor holds again (225 - 220 < 5 x 4) */
-    {225, 0, 1, MB(100), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220},
+    {225, 0, 1, MB(100), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220, 0},
+    /* mostly free, but the last release came back at once: the factor holds (230 - 220 < 20) */
+    {230, 0, 1, MB(150), MB(200), 4, RUN, 1, NOTHING, 0, 0, 250, 220, 1},
+    /* ...until its lengthened gap has passed; the periodic interval is lengthened too (x4) */
+    {240, 0, 1, MB(150), MB(200), 4, RUN, 1, TRIM, BURST, 0, 360, 240, 1},
+    /* that release stayed out: mostly free wins again, at the base gaps (245 - 240 >= 5) */
+    {245, 0, 1, MB(150), MB(200), 4, RUN, 1, TRIM, BURST, 0, 275, 245, 0},
 };
 
 static struct mt_config config(void)
@@ -86,7 +93,7 @@ static void test_script(void)
         const struct step *t = &script[i];
         struct policy_readings r = {.suspended = t->suspended, .heap_known = t->known,
                                     .releasable = t->releasable, .rss = t->rss,
-                                    .gap_factor = t->gap};
+                                    .gap_factor = t->gap, .back_at_once = t->at_once};
         int64_t now = S(t->now);
         struct policy_decision d = policy_decide(&c, &s, &r, now);
         struct policy_outcome out = {.gate = t->gate, .ran = t->ran};
@@ -103,6 +110,33 @@ static void test_script(void)
                   "expected %.3f s", i, s.next_periodic / 1e9, t->next_periodic);
         CHECK_MSG(s.last_burst == S(t->last_burst), "step %zu: last burst %.3f s, expected %.3f s",
                   i, s.last_burst / 1e9, t->last_burst);
+    }
+}
+
+/* What the decision tells the cost gate: the budget may hold a trim back unless
+ * more than half of RSS is releasable and the last release did not come back at once. */
+static void test_mostly_free(void)
+{
+    struct mt_config c = config();
+    struct policy_state s = {.last_burst = S(-3600)};
+    policy_reset(&c, &s, 0);
+    struct { uint64_t releasable, rss; int known, at_once, want_trigger, mostly_free; } t[] = {
+        {MB(150), MB(200), 1, 0, BURST, 1},
+        {MB(150), MB(200), 1, 1, BURST, 0}, /* it came back at once: the budget holds it */
+        {MB(100), MB(200), 1, 0, BURST, 0}, /* half is not more than half */
+        {MB(150), MB(200), 0, 0, -1, 0},    /* no heap reading: nothing known */
+    };
+    for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+        struct policy_readings r = {.heap_known = t[i].known, .releasable = t[i].releasable,
+                                    .rss = t[i].rss, .gap_factor = 1,
+                                    .back_at_once = t[i].at_once};
+        struct policy_decision d = policy_decide(&c, &s, &r, S(1));
+        CHECK_MSG(d.mostly_free == t[i].mostly_free, "case %zu: mostly_free %d", i, d.mostly_free);
+        if (t[i].want_trigger >= 0)
+            CHECK_MSG(d.want == TRIM && d.trigger == t[i].want_trigger, "case %zu: want %d", i,
+                      d.want);
+        else
+            CHECK_EQ_INT(d.want, NOTHING);
     }
 }
 
@@ -135,6 +169,7 @@ static void test_due_edge(void)
 int main(void)
 {
     RUN(test_script);
+    RUN(test_mostly_free);
     RUN(test_off);
     RUN(test_due_edge);
     return harness_end();

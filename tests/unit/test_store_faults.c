@@ -76,10 +76,10 @@ static struct memtrim *start_with(const char *db)
     CHECK_MSG(rc == 0 && mt, "start with %s: %d %s", db, rc, err ? err : "");
     free(err);
     /* Test-only hooks: both threads wake every 20 ms (not 250 ms) and a failed
-     * store retries first after 0.1 s (not 1 s), doubling as in the product. */
+     * store retries first after 40 ms (not 1 s), doubling as in the product. */
     if (mt) {
         housekeeper_test_tick(&mt->hk, 20 * 1000000LL);
-        store_test_tick(&mt->store, 20 * 1000000LL, 100 * 1000000LL);
+        store_test_tick(&mt->store, 20 * 1000000LL, 40 * 1000000LL);
     }
     return mt;
 }
@@ -147,7 +147,7 @@ static void test_locked_then_released(void)
     check_serving_degraded(mt, "write failed");
     sqlite3_exec(other, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(other);
-    WAIT_FOR(!degraded(mt), 5); /* back-off is 0.1 s here, then 0.2 s ... */
+    WAIT_FOR(!degraded(mt), 5); /* back-off is 40 ms here, then 80 ms ... */
     CHECK_MSG(!degraded(mt), "still degraded after the lock was released");
     struct mt_counters k;
     mt_counters_get(mt, &k);
