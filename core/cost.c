@@ -87,6 +87,12 @@ double cost_gap_update(struct cost_gap *g, int64_t released, int64_t refaulted, 
     return cost_gap_factor(g, max_factor);
 }
 
+double cost_gap_saturate(struct cost_gap *g, double max_factor)
+{
+    g->shift = max_shift(max_factor);
+    return cost_gap_factor(g, max_factor);
+}
+
 /* ---- the host's CPU share ------------------------------------------------------ */
 
 void cost_cpu_push(struct cost_cpu *c, int64_t wall_ns, int64_t host_cpu_ns)

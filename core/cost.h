@@ -68,6 +68,8 @@ struct cost_gap {
 double cost_gap_update(struct cost_gap *g, int64_t released, int64_t refaulted, int64_t min_bytes,
                        double max_factor);
 double cost_gap_factor(const struct cost_gap *g, double max_factor);
+/* Memory that came back at once: the gap goes straight to max_factor. Returns it. */
+double cost_gap_saturate(struct cost_gap *g, double max_factor);
 
 /* ---- the host's CPU share -------------------------------------------------- */
 

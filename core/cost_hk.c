@@ -67,11 +67,13 @@ static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_con
     w->gap_decided = 1;
     if (w->released >= min)
         h->back_at_once = refaulted > w->released / 2 && now - w->opened_ns <= COST_AT_ONCE_NS;
+    if (h->back_at_once) /* no point in finding the gap step by step */
+        after = cost_gap_saturate(&h->gap, c->trim_gap_max_factor);
     if (after != before || at_once != h->back_at_once)
         mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back %s a %s trim: trim gaps x%g%s",
                (long long)refaulted, (long long)w->released,
                h->back_at_once ? "at once after" : "after", mt_trigger_name(w->trigger), after,
-               h->back_at_once ? ", even while the heap is mostly free" : "");
+               h->back_at_once ? ", even while the heap is mostly free, until the host is quiet" : "");
 }
 
 /* The open window ends (its time is up, or another trim began): report its figure. */
@@ -134,6 +136,12 @@ double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c)
 int cost_hk_back_at_once(const struct cost_hk *h)
 {
     return h->back_at_once;
+}
+
+int cost_hk_host_quiet(const struct cost_hk *h)
+{
+    double share = cost_cpu_share(&h->cpu, h->cpus);
+    return share >= 0 && share * h->cpus < COST_QUIET_CPUS;
 }
 
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,

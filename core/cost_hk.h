@@ -30,8 +30,10 @@ struct cost_hk {
 };
 
 /* Memory that comes back this soon after a trim was never worth returning: the
- * adaptive gap and the budget then hold trims back however free the heap is. */
+ * adaptive gap goes to its bound, and it and the budget hold trims back however
+ * free the heap is -- until the host is quiet (below COST_QUIET_CPUS). */
 #define COST_AT_ONCE_NS (500 * MT_MS)
+#define COST_QUIET_CPUS 0.25 /* the host used less than a quarter of one CPU lately */
 
 enum cost_gate {
     COST_GATE_RUN = 0, /* run the trim now */
@@ -48,6 +50,8 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c);
 /* Whether the last periodic or burst trim's release came back at once (see back_at_once). */
 int cost_hk_back_at_once(const struct cost_hk *h);
+/* Whether the host used less than COST_QUIET_CPUS over the CPU-share window (0 when unknown). */
+int cost_hk_host_quiet(const struct cost_hk *h);
 
 /* A periodic or burst trim wants to run now: may it? Counts the skips. With
  * mostly_free (policy.c: more than half of RSS is releasable, and the last release

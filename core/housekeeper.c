@@ -148,6 +148,7 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
         /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
         .gap_factor = cost_hk_gap_factor(&st->cost, c),
         .back_at_once = cost_hk_back_at_once(&st->cost),
+        .host_quiet = cost_hk_host_quiet(&st->cost),
     };
 
     /* A trim held back for a busy host needs no fresh estimate each tick. */

@@ -29,12 +29,14 @@ int policy_periodic_due(const struct mt_config *c, const struct policy_state *s,
  * (glibc's arenas each keeping a past burst): there giving the memory back
  * wins, and the gap factor counts as 1 (a busy host still defers, bounded) --
  * unless what the last trim released came back at once (more than half within
- * about half a second, cost_hk.c): memory the host re-uses that fast was never
- * free for anyone else, and returning it only costs the host page faults.
+ * about half a second, cost_hk.c) and the host is still at work: memory a
+ * working host re-uses that fast was never free for anyone else, and returning
+ * it only costs the host page faults. Once the host is quiet (under a quarter
+ * of a CPU), its free memory is idle again and the rule holds as before.
  */
 static int mostly_free(const struct policy_readings *r)
 {
-    return r->heap_known && r->releasable > r->rss / 2 && !r->back_at_once;
+    return r->heap_known && r->releasable > r->rss / 2 && (!r->back_at_once || r->host_quiet);
 }
 
 static double gap_factor(const struct policy_readings *r)

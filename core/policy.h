@@ -29,6 +29,7 @@ struct policy_readings {
     uint64_t rss;           /* RSS with that reading, bytes */
     double gap_factor;      /* cost_hk.c: TrimIntervalSeconds and TrimMinGapSeconds times this */
     int back_at_once;       /* cost_hk.c: the last periodic/burst release came back at once */
+    int host_quiet;         /* cost_hk.c: the host used under a quarter of a CPU lately */
 };
 
 enum policy_want {
@@ -41,9 +42,9 @@ struct policy_decision {
     int want;        /* enum policy_want */
     int trigger;     /* MT_TRIGGER_BURST or MT_TRIGGER_PERIODIC */
     int skip_reason; /* POLICY_SKIP: enum mt_skip_reason */
-    int mostly_free; /* more than half of RSS is releasable and the last release did not come
-                      * back at once: the adaptive gap and the trim budget do not hold this
-                      * trim back (see policy.c) */
+    int mostly_free; /* more than half of RSS is releasable, and the last release did not come
+                      * back at once or the host is quiet: the adaptive gap and the trim
+                      * budget do not hold this trim back (see policy.c) */
 };
 
 /* What became of a POLICY_TRIM: the cost gate's answer, and whether the trim ran. */

@@ -65,13 +65,10 @@ void probe_proc_open(void)
         proc_get(i);
 }
 
-/* Read one of the kept files whole into buf; a negative errno on failure. */
-static ssize_t read_proc(int which, char *buf, size_t size)
+/* Read a kept descriptor's file whole into buf from offset 0; a negative errno on failure. */
+static ssize_t read_kept(int fd, char *buf, size_t size)
 {
     ssize_t n, total = 0;
-    int fd = proc_get(which);
-    if (fd < 0)
-        return fd;
     while ((size_t)total < size - 1) {
         n = pread(fd, buf + total, size - 1 - (size_t)total, total);
         if (n < 0 && errno == EINTR)
@@ -84,6 +81,12 @@ static ssize_t read_proc(int which, char *buf, size_t size)
     }
     buf[total] = '\0';
     return total;
+}
+
+static ssize_t read_proc(int which, char *buf, size_t size)
+{
+    int fd = proc_get(which);
+    return fd < 0 ? fd : read_kept(fd, buf, size);
 }
 
 /* Read a small file into buf (NUL-terminated) with plain syscalls, no allocation. */
@@ -230,10 +233,11 @@ static uint64_t status_kb(const char *buf, const char *key)
     return p ? strtoull(p + strlen(key), NULL, 10) * 1024 : 0;
 }
 
-static int64_t read_int_file(const char *path)
+/* A cgroup figure: from its kept descriptor, else (none was to be had at start) opened now. */
+static int64_t read_int_file(int fd, const char *path)
 {
     char buf[64];
-    if (!path[0] || read_small(path, buf, sizeof(buf)) <= 0)
+    if (!path[0] || (fd >= 0 ? read_kept(fd, buf, sizeof(buf)) : read_small(path, buf, sizeof(buf))) <= 0)
         return -1;
     if (strncmp(buf, "max", 3) == 0)
         return -1;
@@ -265,6 +269,12 @@ static int cgroup_dir(char *out, size_t size, const char *root, const char *rel,
     return -ENOENT;
 }
 
+static void cgroup_open(struct probe_cgroup *cg)
+{
+    cg->usage_fd = open(cg->usage_path, O_RDONLY | O_CLOEXEC);
+    cg->limit_fd = open(cg->limit_path, O_RDONLY | O_CLOEXEC);
+}
+
 int probe_cgroup_init(struct probe_cgroup *cg)
 {
     char buf[4096], dir[PATH_MAX], v1root[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
@@ -277,6 +287,7 @@ int probe_cgroup_init(struct probe_cgroup *cg)
     snprintf(v1root, sizeof(v1root), "%.4000s/memory", root);
 
     memset(cg, 0, sizeof(*cg));
+    cg->usage_fd = cg->limit_fd = -1;
     if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
         return -ENOENT;
     char *save = NULL;
@@ -302,15 +313,26 @@ int probe_cgroup_init(struct probe_cgroup *cg)
         cg->version = 1;
         snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.usage_in_bytes", dir);
         snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.limit_in_bytes", dir);
+        cgroup_open(cg);
         return 0;
     }
     if (have_v2 && cgroup_dir(dir, sizeof(dir), root, v2rel, "memory.max") == 0) {
         cg->version = 2;
         snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.current", dir);
         snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.max", dir);
+        cgroup_open(cg);
         return 0;
     }
     return -ENOENT;
+}
+
+void probe_cgroup_close(struct probe_cgroup *cg)
+{
+    if (cg->version && cg->usage_fd >= 0)
+        close(cg->usage_fd);
+    if (cg->version && cg->limit_fd >= 0)
+        close(cg->limit_fd);
+    cg->usage_fd = cg->limit_fd = -1;
 }
 
 int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
@@ -344,8 +366,8 @@ int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
         rc = out->read_errno = st;
     if (cg && cg->version) {
         out->cgroup_version = cg->version;
-        out->cgroup_usage_bytes = read_int_file(cg->usage_path);
-        out->cgroup_limit_bytes = read_int_file(cg->limit_path);
+        out->cgroup_usage_bytes = read_int_file(cg->usage_fd, cg->usage_path);
+        out->cgroup_limit_bytes = read_int_file(cg->limit_fd, cg->limit_path);
     }
     out->duration_ns = mt_mono_ns() - t0;
     return rc;

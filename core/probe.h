@@ -18,10 +18,14 @@ struct probe_cgroup {
     int version;             /* 0 none, 1, 2 */
     char usage_path[PATH_MAX];
     char limit_path[PATH_MAX];
+    int usage_fd, limit_fd;  /* kept open (close-on-exec) and read with pread; -1 = not open */
 };
 
-/* Find this process's memory cgroup files (v1 or v2). Returns 0 or -ENOENT. */
+/* Find this process's memory cgroup files (v1 or v2) and open them, so that a
+ * host at its descriptor limit still has its cgroup read. Returns 0 or -ENOENT. */
 int probe_cgroup_init(struct probe_cgroup *cg);
+/* Close what probe_cgroup_init opened (harmless on a zeroed or closed one). */
+void probe_cgroup_close(struct probe_cgroup *cg);
 
 /* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
 uint64_t probe_rss(void);

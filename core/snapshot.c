@@ -50,6 +50,7 @@ void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a)
 
 void snapshot_destroy(struct snapshot_cache *c)
 {
+    probe_cgroup_close(&c->cg);
     pthread_cond_destroy(&c->cond);
     pthread_mutex_destroy(&c->lock);
 }

@@ -9,10 +9,10 @@
 #  2. re-faults: a host that frees and re-allocates the same 128 MB every
 #     3 s beside a 1 GB live set: a fixed 1 s gap vs the adaptive gap;
 #  3. a host at full CPU: trims deferred while it is busy, or not;
-#  4. the long run: off vs defaults at 8 arenas over LONG_S seconds, where
+#  4. the long run: off vs defaults at LONG_ARENAS arenas (8 and 32) over LONG_S seconds, where
 #     the adaptive gap and the budget have reached their steady state.
 # Usage: bench/cost/run.sh [build-dir] > results.md
-#   ROUNDS=3 RUN_S=30 REFAULT_S=240 BUSY_S=60 BUSY_LEVEL=10 LONG_S=300 PARTS=1234
+#   ROUNDS=3 RUN_S=30 REFAULT_S=240 BUSY_S=60 BUSY_LEVEL=10 LONG_S=300 LONG_ARENAS="8 32" PARTS=1234
 # BUSY_LEVEL is TrimBusyCpuPercent for the deferring run (the default is 90):
 # on a shared machine the demo at full speed gets well under 90 % of the
 # CPUs (12-37 % of 2 on the machine of docs/benchmarks.md). Parts 2 and 3 run
@@ -25,6 +25,7 @@ demo=$b/memtrim-demo
 drive="python3 bench/cost/drive.py"
 rounds=${ROUNDS:-3} run_s=${RUN_S:-30} refault_s=${REFAULT_S:-240} busy_s=${BUSY_S:-60}
 busy_level=${BUSY_LEVEL:-10} long_s=${LONG_S:-300} parts=${PARTS:-1234}
+long_arenas=${LONG_ARENAS:-8 32}
 part() { [[ $parts == *$1* ]]; }
 out=${OUT:-/tmp/memtrim-cost-$$.jsonl}
 : > "$out"
@@ -81,10 +82,12 @@ part 3 && for r in 1 2; do
     --config '{"HttpPort":0,"TrimBudgetPercent":100,"TrimBusyCpuPercent":0}' >> "$out"
 done
 echo "load average after part 3: $(cat /proc/loadavg)"
-part 4 && for m in off defaults; do
-  # shellcheck disable=SC2046
-  $drive "long-$m/8" "$demo" "$long_s" -- --canary --workers 8 --concurrency 1 --pause-ms 0 \
-    --study-mb 32 $(mode_args "$m") >> "$out"
+part 4 && for arenas in $long_arenas; do
+  for m in off defaults; do
+    # shellcheck disable=SC2046
+    $drive "long-$m/$arenas" "$demo" "$long_s" -- --canary --workers "$arenas" --concurrency 1 \
+      --pause-ms 0 --study-mb 32 $(mode_args "$m") >> "$out"
+  done
 done
 echo "load average after part 4: $(cat /proc/loadavg)"
 python3 bench/cost/summary.py "$out"

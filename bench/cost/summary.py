@@ -91,14 +91,15 @@ d, nd = med("busy/defer", "studies_per_s"), med("busy/nodefer", "studies_per_s")
 if d and nd:
     print(f"\nmedian throughput with deferral / without: {100 * d / nd:.1f} %")
 
-print("\n## 4. The long run: 8 arenas, off vs defaults\n")
-print("| memtrim | studies/s | worker malloc p50 / p99 / p99.9 / max (µs) | canary p99 / max (µs) "
+print("\n## 4. The long run: off vs defaults\n")
+print("| arenas | memtrim | studies/s | worker malloc p50 / p99 / p99.9 / max (µs) | canary p99 / max (µs) "
       "| trims | skips | gap factor | mean RSS (MB) |")
-print("|---|---|---|---|---|---|---|---|")
-for n in ("long-off/8", "long-defaults/8"):
+print("|---|---|---|---|---|---|---|---|---|")
+long_arenas = sorted({int(k.split("/")[1]) for k in by if k.startswith("long-")})
+for n in [f"long-{m}/{a}" for a in long_arenas for m in ("off", "defaults")]:
     for r in by.get(n, []):
         w, c = r.get("workers", {}), r.get("canary", {})
-        print(f"| {n[5:].split('/')[0]} | {r.get('studies_per_s', 0):.2f} | {us(w.get('p50_ns'))} / "
+        print(f"| {n.split('/')[1]} | {n[5:].split('/')[0]} | {r.get('studies_per_s', 0):.2f} | {us(w.get('p50_ns'))} / "
               f"{us(w.get('p99_ns'))} / {us(w.get('p999_ns'))} / {us(w.get('max_ns'))} | "
               f"{us(c.get('p99_ns'))} / {us(c.get('max_ns'))} | {ntrims(r) if 'trims' in r else '–'} | "
               f"{r.get('skips', '–')} | {r.get('gap_factor', '–')} | {mb(r.get('rss_mean'))} |")

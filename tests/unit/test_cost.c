@@ -83,6 +83,12 @@ static void test_gap_rule(void)
     /* Factor 1 = fixed gaps. */
     CHECK(cost_gap_update(&g, 64 * MIB, 64 * MIB, MIB, 1) == 1);
     CHECK(cost_gap_update(&g, 64 * MIB, 64 * MIB, MIB, 1.5) == 1);
+    /* Back at once: straight to the bound, and down again like any other. */
+    CHECK(cost_gap_saturate(&g, 32) == 32);
+    CHECK(cost_gap_factor(&g, 32) == 32);
+    CHECK(cost_gap_saturate(&g, 1) == 1);
+    CHECK(cost_gap_saturate(&g, 16) == 16);
+    CHECK(cost_gap_update(&g, 64 * MIB, 0, MIB, 16) == 1);
 }
 
 static void test_cpu_share(void)
@@ -269,7 +275,10 @@ static void test_gap_grows_and_resets(void)
     fragment(blocks, sizes, 1);
     uint64_t n = next_trim(mt, MT_TRIGGER_PERIODIC, 0);
     double top = 1;
-    for (int round = 0; round < 12 && n && top < 4; round++) {
+    /* (Until the gap is at its bound and two windows have closed.) */
+    for (int round = 0;
+         round < 12 && n && (top < 4 || counters(mt).refault_windows[MT_TRIGGER_PERIODIC] < 2);
+         round++) {
         fragment(blocks, sizes, 0);
         n = next_trim(mt, MT_TRIGGER_PERIODIC, n);
         WAIT_FOR(counters(mt).refault_windows[MT_TRIGGER_PERIODIC] >= n - 1, 5);

@@ -305,11 +305,42 @@ static void test_store_paths(void)
     db_writer_close(w);
 }
 
+/* A fake cgroup tree (MEMTRIM_CGROUP_ROOT) with a 1 GiB limit, v1 and v2 files both. */
+static void fake_cgroup(const char *root)
+{
+    char path[256];
+    const char *files[][2] = {{"memory/memory.limit_in_bytes", "1073741824\n"},
+                              {"memory/memory.usage_in_bytes", "123456789\n"},
+                              {"memory.max", "1073741824\n"},
+                              {"memory.current", "123456789\n"}};
+    mkdir(root, 0700);
+    snprintf(path, sizeof(path), "%s/memory", root);
+    mkdir(path, 0700);
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(path, sizeof(path), "%s/%s", root, files[i][0]);
+        FILE *f = fopen(path, "w");
+        CHECK(f != NULL);
+        if (f) {
+            fputs(files[i][1], f);
+            fclose(f);
+        }
+    }
+}
+
 static void test_proc_at_fd_limit(void)
 {
     struct rlimit saved, low;
     struct mt_cheap cheap;
+    struct probe_cgroup cg;
+    char root[160];
     probe_proc_open();
+    /* The cgroup files are opened once too (here a fake tree: the test needs none). */
+    snprintf(root, sizeof(root), "%s/cgroup", dir);
+    fake_cgroup(root);
+    setenv("MEMTRIM_CGROUP_ROOT", root, 1);
+    int cg_rc = probe_cgroup_init(&cg);
+    unsetenv("MEMTRIM_CGROUP_ROOT");
+    CHECK_MSG(cg_rc == 0 && cg.version > 0, "the fake cgroup under %s was not found", root);
     CHECK_EQ_INT(getrlimit(RLIMIT_NOFILE, &saved), 0);
     /* No descriptor left to open: the kept /proc files still read. */
     int fd = open("/dev/null", O_RDONLY);
@@ -318,11 +349,15 @@ static void test_proc_at_fd_limit(void)
     close(fd);
     CHECK_EQ_INT(setrlimit(RLIMIT_NOFILE, &low), 0);
     CHECK(open("/dev/null", O_RDONLY) < 0 && errno == EMFILE);
-    int rc = probe_cheap(NULL, &cheap);
+    int rc = probe_cheap(&cg, &cheap);
     setrlimit(RLIMIT_NOFILE, &saved);
     CHECK_EQ_INT(rc, 0);
     CHECK_EQ_INT(cheap.read_errno, 0);
     CHECK(cheap.rss_bytes > 0 && cheap.rss_anon_bytes > 0 && cheap.minor_faults > 0);
+    /* ...and so did the cgroup's limit and usage (not -1, "unknown"). */
+    CHECK_EQ_INT(cheap.cgroup_limit_bytes, 1073741824);
+    CHECK_EQ_INT(cheap.cgroup_usage_bytes, 123456789);
+    probe_cgroup_close(&cg);
 }
 
 int main(void)

@@ -120,16 +120,17 @@ static void test_mostly_free(void)
     struct mt_config c = config();
     struct policy_state s = {.last_burst = S(-3600)};
     policy_reset(&c, &s, 0);
-    struct { uint64_t releasable, rss; int known, at_once, want_trigger, mostly_free; } t[] = {
-        {MB(150), MB(200), 1, 0, BURST, 1},
-        {MB(150), MB(200), 1, 1, BURST, 0}, /* it came back at once: the budget holds it */
-        {MB(100), MB(200), 1, 0, BURST, 0}, /* half is not more than half */
-        {MB(150), MB(200), 0, 0, -1, 0},    /* no heap reading: nothing known */
+    struct { uint64_t releasable, rss; int known, at_once, quiet, want_trigger, mostly_free; } t[] = {
+        {MB(150), MB(200), 1, 0, 0, BURST, 1},
+        {MB(150), MB(200), 1, 1, 0, BURST, 0}, /* it came back at once: the budget holds it */
+        {MB(150), MB(200), 1, 1, 1, BURST, 1}, /* ...while the host works; now it is quiet */
+        {MB(100), MB(200), 1, 0, 1, BURST, 0}, /* half is not more than half */
+        {MB(150), MB(200), 0, 0, 1, -1, 0},    /* no heap reading: nothing known */
     };
     for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
         struct policy_readings r = {.heap_known = t[i].known, .releasable = t[i].releasable,
                                     .rss = t[i].rss, .gap_factor = 1,
-                                    .back_at_once = t[i].at_once};
+                                    .back_at_once = t[i].at_once, .host_quiet = t[i].quiet};
         struct policy_decision d = policy_decide(&c, &s, &r, S(1));
         CHECK_MSG(d.mostly_free == t[i].mostly_free, "case %zu: mostly_free %d", i, d.mostly_free);
         if (t[i].want_trigger >= 0)

@@ -27,6 +27,7 @@ static void test_cheap(void)
     CHECK(c.timestamp_ms > 1700000000000LL);
     CHECK(probe_rss() > 0);
     CHECK(probe_process_cpu_ns() >= 0);
+    probe_cgroup_close(&cg);
 }
 
 static void test_heap_follows_allocation(void)
@@ -90,6 +91,7 @@ static void test_cgroup_limit(void)
             _exit(12);
         if (c.cgroup_usage_bytes <= 0)
             _exit(13);
+        probe_cgroup_close(&cg);
         _exit(0);
     }
     int status = 0;
@@ -103,6 +105,7 @@ static void test_cgroup_limit(void)
         probe_cheap(&cg, &c);
         CHECK(c.cgroup_version == 1 || c.cgroup_version == 2);
         CHECK(c.cgroup_limit_bytes == -1 || c.cgroup_limit_bytes > 0);
+        probe_cgroup_close(&cg);
     }
 }
 
