@@ -23,13 +23,23 @@ void cost_refault_open(struct cost_refault *w, const struct mt_trim_result *r,
     w->minflt0 = r->minflt_after;
     w->own_minflt0 = own_minflt;
     w->rss0 = w->rss_peak = r->rss_after_bytes;
-    w->opened_ns = now_ns;
+    w->opened_ns = w->ended_ns = now_ns;
 }
 
 void cost_refault_observe(struct cost_refault *w, uint64_t rss)
 {
     if (w->open && rss > w->rss_peak)
         w->rss_peak = rss;
+}
+
+int cost_back_at_once(const struct cost_refault *w, int64_t refaulted, int64_t now_ns,
+                      int64_t at_once_ns)
+{
+    if (w->released <= 0)
+        return 0;
+    int64_t half = w->released / 2;
+    int64_t grown = w->rss_peak > w->rss0 ? (int64_t)(w->rss_peak - w->rss0) : 0;
+    return refaulted > half && grown > half && now_ns - w->ended_ns <= at_once_ns;
 }
 
 int cost_refault_due(const struct cost_refault *w, int64_t now_ns, int64_t window_ns)
@@ -119,6 +129,11 @@ double cost_cpu_share(const struct cost_cpu *c, double ncpu)
         cpu = 0;
     double share = (double)cpu / ((double)wall * ncpu);
     return share > 1 ? 1 : share;
+}
+
+int cost_host_quiet(double share, double ncpu, double quiet_cpus)
+{
+    return share >= 0 && ncpu > 0 && share * ncpu < quiet_cpus && share < quiet_cpus;
 }
 
 /* ---- deferral --------------------------------------------------------------------- */

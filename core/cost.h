@@ -31,6 +31,7 @@ struct cost_refault {
     uint64_t own_minflt0; /* the caller's own thread's, to leave out */
     uint64_t rss0, rss_peak;
     int64_t opened_ns;
+    int64_t ended_ns; /* the trim's end on the same clock (the caller sets it; <= opened_ns) */
     int gap_decided; /* the adaptive gap has already taken this trim into account */
 };
 
@@ -52,6 +53,15 @@ int cost_refault_due(const struct cost_refault *w, int64_t now_ns, int64_t windo
  */
 int64_t cost_refault_bytes(const struct cost_refault *w, uint64_t minflt, uint64_t own_minflt,
                            long page_size);
+
+/*
+ * Whether the release came back "at once": refaulted (cost_refault_bytes) and
+ * the RSS growth seen since the trim (cost_refault_observe) are each more than
+ * half of it, by at_once_ns after the trim's end. Memory a host re-uses that fast
+ * was never free for anyone else.
+ */
+int cost_back_at_once(const struct cost_refault *w, int64_t refaulted, int64_t now_ns,
+                      int64_t at_once_ns);
 
 /* ---- the adaptive gap ----------------------------------------------------- */
 
@@ -86,6 +96,10 @@ void cost_cpu_push(struct cost_cpu *c, int64_t wall_ns, int64_t host_cpu_ns);
 
 /* The host's CPU time over the window as a share of ncpu processors, 0..1; -1 unknown. */
 double cost_cpu_share(const struct cost_cpu *c, double ncpu);
+
+/* A quiet host (share of ncpu, as above): under quiet_cpus processors' worth and under
+ * the same share of what it may use (a host capped at 0.2 CPU is not quiet at 0.2). */
+int cost_host_quiet(double share, double ncpu, double quiet_cpus);
 
 /* ---- deferral while the host is busy --------------------------------------- */
 

@@ -52,23 +52,39 @@ static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt
     pthread_mutex_unlock(&mt->hk.lock);
 }
 
+/* How long ago trim r ended (its wall-clock start and duration; 0..1 s): the window opens
+ * at the tick after it. */
+static int64_t trim_ended_ago_ns(const struct mt_trim_result *r)
+{
+    int64_t ago = (mt_now_ms() - r->start_ms) * MT_MS - r->duration_ns;
+    return ago < 0 ? 0 : ago > MT_SEC ? MT_SEC : ago;
+}
+
 /* A periodic or burst trim tells the adaptive gap what came back of its release. */
 static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
-                      int64_t refaulted, int64_t now)
+                      int64_t refaulted, int64_t now, int cut_short)
 {
     struct cost_refault *w = &h->window;
     if (w->gap_decided || (w->trigger != MT_TRIGGER_PERIODIC && w->trigger != MT_TRIGGER_BURST))
         return;
+    /* A window a pressure or manual trim cut short may say "it came back", not "it stayed out". */
+    if (cut_short && refaulted <= w->released / 2) {
+        w->gap_decided = 1;
+        return;
+    }
     int64_t min = c->trim_min_releasable_bytes > GAP_MIN_EVIDENCE ? c->trim_min_releasable_bytes
                                                                   : GAP_MIN_EVIDENCE;
     double before = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
     double after = cost_gap_update(&h->gap, w->released, refaulted, min, c->trim_gap_max_factor);
     int at_once = h->back_at_once;
     w->gap_decided = 1;
-    if (w->released >= min)
-        h->back_at_once = refaulted > w->released / 2 && now - w->opened_ns <= COST_AT_ONCE_NS;
-    if (h->back_at_once) /* no point in finding the gap step by step */
-        after = cost_gap_saturate(&h->gap, c->trim_gap_max_factor);
+    if (w->released >= min) {
+        /* Only with an adaptive gap: TrimGapMaxFactor 1 turns all of this off. */
+        h->back_at_once = c->trim_gap_max_factor >= 2 &&
+                          cost_back_at_once(w, refaulted, now, COST_AT_ONCE_NS);
+        if (h->back_at_once) /* no point in finding the gap step by step */
+            after = cost_gap_saturate(&h->gap, c->trim_gap_max_factor);
+    }
     if (after != before || at_once != h->back_at_once)
         mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back %s a %s trim: trim gaps x%g%s",
                (long long)refaulted, (long long)w->released,
@@ -78,7 +94,7 @@ static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_con
 
 /* The open window ends (its time is up, or another trim began): report its figure. */
 static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
-                         uint64_t minflt, int64_t now)
+                         uint64_t minflt, int64_t now, int cut_short)
 {
     struct cost_refault *w = &h->window;
     struct mt_refault rf = {
@@ -88,7 +104,7 @@ static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_
         .refaulted_bytes = cost_refault_bytes(w, minflt, own_minflt(), sysconf(_SC_PAGESIZE)),
     };
     trim_refault_done(&mt->trims, &rf);
-    gap_learn(mt, h, c, rf.refaulted_bytes, now);
+    gap_learn(mt, h, c, rf.refaulted_bytes, now, cut_short);
     w->open = 0;
 }
 
@@ -109,20 +125,24 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
     }
     h->gated = 0;
 
+    if (h->back_at_once && c->trim_gap_max_factor < 2) /* the adaptive gap was turned off */
+        h->back_at_once = 0;
     if (trim_last(&mt->trims, &h->trim_generation, &r)) {
         if (h->window.open) /* the next trim ends the last one's window */
-            close_window(mt, h, c, r.minflt_after, now);
+            close_window(mt, h, c, r.minflt_after, now,
+                         r.trigger == MT_TRIGGER_PRESSURE || r.trigger == MT_TRIGGER_MANUAL);
         cost_refault_open(&h->window, &r, own_minflt(), now);
+        h->window.ended_ns = now - trim_ended_ago_ns(&r);
     } else if (have && h->window.open) {
         cost_refault_observe(&h->window, ps.rss_bytes);
         if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * MT_SEC))) {
-            close_window(mt, h, c, ps.minflt, now);
+            close_window(mt, h, c, ps.minflt, now, 0);
         } else if (!h->window.gap_decided) {
             /* More than half back already: the gap need not wait for the window's end. */
             int64_t back = cost_refault_bytes(&h->window, ps.minflt, own_minflt(),
                                               sysconf(_SC_PAGESIZE));
             if (back > h->window.released / 2)
-                gap_learn(mt, h, c, back, now);
+                gap_learn(mt, h, c, back, now, 0);
         }
     }
     publish(mt, h, c);
@@ -140,8 +160,7 @@ int cost_hk_back_at_once(const struct cost_hk *h)
 
 int cost_hk_host_quiet(const struct cost_hk *h)
 {
-    double share = cost_cpu_share(&h->cpu, h->cpus);
-    return share >= 0 && share * h->cpus < COST_QUIET_CPUS;
+    return cost_host_quiet(cost_cpu_share(&h->cpu, h->cpus), h->cpus, COST_QUIET_CPUS);
 }
 
 int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,

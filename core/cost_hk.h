@@ -29,11 +29,12 @@ struct cost_hk {
     double deferred_seconds;
 };
 
-/* Memory that comes back this soon after a trim was never worth returning: the
- * adaptive gap goes to its bound, and it and the budget hold trims back however
- * free the heap is -- until the host is quiet (below COST_QUIET_CPUS). */
-#define COST_AT_ONCE_NS (500 * MT_MS)
-#define COST_QUIET_CPUS 0.25 /* the host used less than a quarter of one CPU lately */
+/* Memory that comes back this soon after a trim ends was never worth returning:
+ * the adaptive gap goes to its bound, and it and the budget hold trims back
+ * however free the heap is -- until the host is quiet (below COST_QUIET_CPUS).
+ * With 250 ms ticks, the reading two ticks after the trim is the one that can tell. */
+#define COST_AT_ONCE_NS (600 * MT_MS)
+#define COST_QUIET_CPUS 0.25 /* under a quarter of one CPU (and of its allowance) lately */
 
 enum cost_gate {
     COST_GATE_RUN = 0, /* run the trim now */

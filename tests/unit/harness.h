@@ -72,8 +72,9 @@ static inline int harness_under_valgrind(void)
 #define RUN(test)                                                                                  \
     do {                                                                                           \
         double t0_ = harness_now_s();                                                              \
+        fprintf(stderr, "-- %s\n", #test);                                                         \
         test();                                                                                    \
-        fprintf(stderr, "-- %s (%.3f s)\n", #test, harness_now_s() - t0_);                         \
+        fprintf(stderr, "   %s: %.3f s\n", #test, harness_now_s() - t0_);                          \
     } while (0)
 
 #define SKIP(why)                                                                                  \

@@ -91,6 +91,45 @@ static void test_gap_rule(void)
     CHECK(cost_gap_update(&g, 64 * MIB, 0, MIB, 16) == 1);
 }
 
+static void test_at_once_rule(void)
+{
+    struct cost_refault w;
+    struct mt_trim_result r = {.id = 1, .trigger = MT_TRIGGER_BURST, .released_bytes = 64 * MIB,
+                               .rss_after_bytes = 100 * MIB, .minflt_after = 1000};
+    cost_refault_open(&w, &r, 0, 2 * SEC);
+    w.ended_ns = SEC + SEC / 2; /* the trim ended 0.5 s before the window opened */
+    int64_t at_once = SEC * 6 / 10;
+    /* More than half back by faults and by RSS, 0.55 s after the trim: at once. */
+    cost_refault_observe(&w, 140 * MIB);
+    CHECK(cost_back_at_once(&w, 40 * MIB, SEC + SEC / 2 + SEC * 55 / 100, at_once));
+    /* ...but not 0.7 s after it, */
+    CHECK(!cost_back_at_once(&w, 40 * MIB, SEC + SEC / 2 + SEC * 7 / 10, at_once));
+    /* nor when only half came back by faults, */
+    CHECK(!cost_back_at_once(&w, 32 * MIB, SEC + SEC / 2 + SEC / 10, at_once));
+    /* nor when RSS did not grow by more than half (faults elsewhere: file pages, stacks). */
+    struct cost_refault v;
+    cost_refault_open(&v, &r, 0, 2 * SEC);
+    v.ended_ns = SEC + SEC / 2;
+    cost_refault_observe(&v, 120 * MIB);
+    CHECK(!cost_back_at_once(&v, 60 * MIB, SEC + SEC / 2 + SEC / 10, at_once));
+    /* A trim that released nothing never came back. */
+    r.released_bytes = 0;
+    cost_refault_open(&v, &r, 0, 2 * SEC);
+    cost_refault_observe(&v, 500 * MIB);
+    CHECK(!cost_back_at_once(&v, 60 * MIB, 2 * SEC, at_once));
+}
+
+static void test_host_quiet(void)
+{
+    CHECK(cost_host_quiet(0.1, 2, 0.25));   /* 0.2 CPU of 2 */
+    CHECK(!cost_host_quiet(0.5, 2, 0.25));  /* one CPU of 2 */
+    CHECK(cost_host_quiet(0.2, 1, 0.25));   /* 0.2 CPU of 1 */
+    CHECK(!cost_host_quiet(0.5, 0.2, 0.25)); /* 0.1 CPU, but half of a 0.2 CPU quota */
+    CHECK(!cost_host_quiet(0.02, 16, 0.25)); /* 0.32 CPU of 16 */
+    CHECK(!cost_host_quiet(-1, 2, 0.25));   /* unknown */
+    CHECK(!cost_host_quiet(0.1, 0, 0.25));
+}
+
 static void test_cpu_share(void)
 {
     struct cost_cpu c;
@@ -350,8 +389,8 @@ static void test_deferral_and_bound(void)
 
     atomic_store(&spin_stop, 0);
     pthread_create(&t, NULL, spin, NULL);
-    WAIT_FOR(counters(mt).deferring, 20);
-    struct mt_counters c = counters(mt);
+    struct mt_counters c;
+    WAIT_FOR((c = counters(mt)).deferring, 20); /* (the bound ends it soon: keep what was seen) */
     CHECK_MSG(c.deferring && c.skips[MT_SKIP_HOST_BUSY] >= 1, "no deferral (CPU share %g)",
               c.host_cpu_share);
     CHECK_MSG(c.host_cpu_share >= 0.01, "CPU share %g", c.host_cpu_share);
@@ -449,6 +488,8 @@ int main(void)
     mt_set_log_sink(NULL, NULL);
     RUN(test_refault_bound);
     RUN(test_gap_rule);
+    RUN(test_at_once_rule);
+    RUN(test_host_quiet);
     RUN(test_cpu_share);
     RUN(test_defer_rule);
     RUN(test_budget_rule);
