@@ -168,8 +168,8 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
             c->gap_factor > 0 ? c->gap_factor : 1);
     api_f64(t, "memtrim_trim_release_back_at_once", "gauge",
             "1 when more than half of the last periodic or burst trim's release came back "
-            "within about 0.5 s: the gap factor and the budget then apply even to a mostly "
-            "free heap.",
+            "within about 0.5 s: while the host works, the gap factor and the budget then "
+            "apply even to a mostly free heap.",
             c->release_back_at_once ? 1 : 0);
     if (c->host_cpu_share >= 0)
         api_f64(t, "memtrim_host_cpu_share", "gauge",

@@ -24,8 +24,8 @@ struct cost_hk {
     double cpus;                /* processors the host may use */
     unsigned ticks;
     int gated;                  /* a periodic/burst trim asked to run since the last tick */
-    int back_at_once;           /* more than half of the last periodic/burst release came back
-                                 * within COST_AT_ONCE_NS of its window opening */
+    int back_at_once;           /* the last periodic/burst release came back at once
+                                 * (cost_back_at_once, within COST_AT_ONCE_NS of the trim's end) */
     double deferred_seconds;
 };
 

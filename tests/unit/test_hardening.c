@@ -318,12 +318,7 @@ static void fake_cgroup(const char *root)
     mkdir(path, 0700);
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(path, sizeof(path), "%s/%s", root, files[i][0]);
-        FILE *f = fopen(path, "w");
-        CHECK(f != NULL);
-        if (f) {
-            fputs(files[i][1], f);
-            fclose(f);
-        }
+        write_file(path, files[i][1], 0600);
     }
 }
 
