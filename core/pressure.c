@@ -11,6 +11,12 @@
  *    cgroup.event_control on memory.usage_in_bytes at a ladder of lines from
  *    the zone's floor up to the limit; the kernel signals each crossing, so
  *    growth inside the zone wakes it at once and a steady host costs nothing.
+ *    Each registration waits out an RCU grace period in the kernel (8-30 ms
+ *    measured here), so the 25 lines of a ladder take about half a second:
+ *    they are drawn one per step, the line above the current usage first, and
+ *    the thread polls at the fast pace until the ladder is whole (a ladder
+ *    drawn in one go left the host unwatched for 0.4 s at start, and two
+ *    150 MB studies back to back in 300 MB got it killed in that time).
  *  - cgroup v2: a PSI trigger on memory.pressure and memory.events changes
  *    wake it at the limit; v2 has no usage thresholds, so the zone is polled.
  *  - poll: /proc/self/statm on an adaptive timer: 2 ms while RSS moves inside
@@ -75,6 +81,12 @@ struct pressure {
     int kfd[2];          /* v1: threshold eventfd; v2: PSI trigger, memory.events */
     int usage_fd;        /* v1: memory.usage_in_bytes, kept open while registered */
     int64_t armed_limit; /* the limit the v1 ladder was drawn for */
+    /* v1: the ladder being drawn, one line per step (see the top) */
+    int control_fd;        /* cgroup.event_control, open until the ladder is whole */
+    uint64_t ladder_floor; /* line i is ladder_floor + i * ladder_spacing */
+    uint64_t ladder_spacing;
+    int ladder_lines, ladder_drawn, ladder_first; /* first: the first line drawn */
+    int64_t ladder_started_ns;
     double armed_ratio;
     int kernel_tried;   /* 1 once arming was tried (and its outcome logged) */
     char dir[PATH_MAX]; /* the cgroup's directory, "" none */
@@ -100,15 +112,55 @@ static void disarm(struct pressure *p)
     }
     if (p->usage_fd >= 0)
         close(p->usage_fd);
-    p->usage_fd = -1;
+    if (p->control_fd >= 0)
+        close(p->control_fd);
+    p->usage_fd = p->control_fd = -1;
+    p->ladder_lines = p->ladder_drawn = 0;
     p->armed_limit = 0;
 }
 
-/* v1: one eventfd, a threshold at every line of the ladder. 0 or -errno. */
+static int64_t read_usage(struct pressure *p);
+
+/* v1: the ladder is still being drawn (the thread polls meanwhile). */
+static int drawing(const struct pressure *p)
+{
+    return p->control_fd >= 0;
+}
+
+/* v1: register the ladder's next line: those from the current usage up
+ * first, then the ones below it downwards. 0, or -errno (the caller
+ * disarms: a partial ladder would leave gaps unwatched). */
+static int draw_line(struct pressure *p)
+{
+    char cmd[96];
+    int k = p->ladder_drawn, up = p->ladder_lines - p->ladder_first;
+    int i = k < up ? p->ladder_first + k : p->ladder_first - 1 - (k - up);
+    uint64_t line = p->ladder_floor + (uint64_t)i * p->ladder_spacing;
+    int n = snprintf(cmd, sizeof(cmd), "%d %d %llu", p->kfd[0], p->usage_fd,
+                     (unsigned long long)line);
+    errno = 0;
+    if (write(p->control_fd, cmd, (size_t)n) != n)
+        return errno ? -errno : -EIO;
+    if (++p->ladder_drawn == p->ladder_lines) {
+        close(p->control_fd);
+        p->control_fd = -1;
+        mt_log(MT_LOG_INFO, "pressure",
+               "cgroup v1 threshold ladder drawn: %d lines from %llu to %llu bytes in %.0f ms "
+               "(polled meanwhile)",
+               p->ladder_lines, (unsigned long long)p->ladder_floor,
+               (unsigned long long)(p->ladder_floor +
+                                    (uint64_t)(p->ladder_lines - 1) * p->ladder_spacing),
+               (double)(mt_mono_ns() - p->ladder_started_ns) / 1e6);
+    }
+    return 0;
+}
+
+/* v1: one eventfd for a threshold at every line of the ladder; draws its
+ * first line (the rest come one per step). 0 or -errno. */
 static int arm_v1(struct pressure *p, int64_t limit, double ratio)
 {
-    char path[PATH_MAX + 32], cmd[96];
-    int efd = -1, cfd = -1, rc = 0;
+    char path[PATH_MAX + 32];
+    int rc = 0;
 
     snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", p->dir);
     p->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -119,37 +171,37 @@ static int arm_v1(struct pressure *p, int64_t limit, double ratio)
         goto fail;
     }
     snprintf(path, sizeof(path), "%s/cgroup.event_control", p->dir);
-    cfd = open(path, O_WRONLY | O_CLOEXEC);
-    efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (cfd < 0 || efd < 0) {
+    p->control_fd = open(path, O_WRONLY | O_CLOEXEC);
+    p->kfd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (p->control_fd < 0 || p->kfd[0] < 0) {
         rc = -errno;
         goto fail;
     }
     uint64_t floor = pressure_zone_floor(limit, ratio), spacing = (uint64_t)limit / LADDER_LINES;
-    for (uint64_t line = floor; line < (uint64_t)limit; line += spacing) {
-        int n =
-            snprintf(cmd, sizeof(cmd), "%d %d %llu", efd, p->usage_fd, (unsigned long long)line);
-        if (write(cfd, cmd, (size_t)n) != n) {
-            rc = -errno;
-            goto fail;
-        }
-        if (spacing == 0)
-            break;
+    if (spacing == 0)
+        spacing = (uint64_t)limit;
+    p->ladder_floor = floor;
+    p->ladder_spacing = spacing;
+    p->ladder_lines = (int)(((uint64_t)limit - floor + spacing - 1) / spacing);
+    if (p->ladder_lines < 1)
+        p->ladder_lines = 1;
+    p->ladder_drawn = 0;
+    int64_t usage = read_usage(p);
+    p->ladder_first = 0;
+    if (usage > 0 && (uint64_t)usage > floor) {
+        uint64_t above = ((uint64_t)usage - floor + spacing - 1) / spacing;
+        p->ladder_first = above < (uint64_t)p->ladder_lines ? (int)above : p->ladder_lines - 1;
     }
-    close(cfd);
-    p->kfd[0] = efd;
+    p->ladder_started_ns = mt_mono_ns();
+    if ((rc = draw_line(p)) != 0)
+        goto fail;
     p->armed_limit = limit;
     p->armed_ratio = ratio;
     return 0;
 fail:
     if (rc == 0)
         rc = -EIO;
-    if (cfd >= 0)
-        close(cfd);
-    if (efd >= 0)
-        close(efd);
-    close(p->usage_fd);
-    p->usage_fd = -1;
+    disarm(p);
     return rc;
 }
 
@@ -380,6 +432,8 @@ static int64_t next_interval(struct pressure *p, struct loop *l, const struct pr
 
     if (source == PRESSURE_SOURCE_NONE)
         return IDLE_NS;
+    if (drawing(p))
+        return POLL_FAST_NS; /* each line drawn blocks a grace period: about every 20 ms */
     if (source == PRESSURE_SOURCE_V1_THRESHOLD) {
         /* The ladder signals growth; but a cgroup filled by page cache or other
          * processes may sit above our lines while RSS climbs under them: poll then. */
@@ -467,6 +521,19 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         l->calm_ns = in.now_ns;
         l->busy = 0;
     }
+    /* The ladder's next line, after the reading it would have delayed. */
+    if (drawing(p)) {
+        int rc = draw_line(p);
+        if (rc) {
+            mt_log(MT_LOG_WARNING, "pressure",
+                   "cgroup v1 threshold ladder: line %d of %d refused (%s): polling /proc/self/statm",
+                   p->ladder_drawn + 1, p->ladder_lines, strerror(-rc));
+            disarm(p);
+            pthread_mutex_lock(&p->lock);
+            p->stats.source = PRESSURE_SOURCE_POLL;
+            pthread_mutex_unlock(&p->lock);
+        }
+    }
     /* A trim that found another running looks again soon. */
     int64_t t = busy ? POLL_FAST_NS : next_interval(p, l, &in, moved);
     l->interval_ns = t;
@@ -513,7 +580,7 @@ int pressure_create(struct memtrim *mt)
     if (!p)
         return -ENOMEM;
     p->mt = mt;
-    p->kfd[0] = p->kfd[1] = p->usage_fd = -1;
+    p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = -1;
     p->stats.reaction_last_seconds = -1;
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);

@@ -117,3 +117,29 @@ def test_fast_work_completes_with_memtrim(procs, cgroup, tmp_path, limit_mb, pau
     assert pressure and len(pressure) == len(reactions), (rows, len(reactions))
     assert all(r[1] is not None and r[1] >= 0 for r in pressure), pressure
     assert all(r[1] is None for r in rows if r[0] != 2), rows
+
+
+def test_the_pressure_path_alone_keeps_up_from_the_start(procs, cgroup, tmp_path):
+    """The first cell again with periodic and burst trims off, so only the
+    pressure thread can save the host, from its first millisecond: the first
+    study ends 0.15 s after the start and the second one climbs at once. The
+    v1 ladder takes the kernel an RCU grace period per line (about 0.4 s for
+    all of them here); a ladder drawn before the first reading left the host
+    unwatched that long, and CI saw it killed after its first study."""
+    cg = cgroup(300 << 20)
+    cfg = {"HttpPort": 0, "Database": str(tmp_path / "memtrim.sqlite"),
+           "TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0}
+    env = preload_env(cfg)
+    prefix = [f"LD_PRELOAD={env['LD_PRELOAD']}", f"MEMTRIM_CONFIG={env['MEMTRIM_CONFIG']}"]
+    rc, out = run_fast(procs, cg, tmp_path, "alone", prefix, 0)
+    m = SUMMARY.search(out)
+    reactions = [float(x) for x in re.findall(r"([0-9.]+) ms after the crossing", out)]
+    print(f"\npressure path alone, 300 MB, pause 0: exit {rc}, "
+          f"{m.group(0) if m else 'no summary'}, peak {(cg.peak_bytes() or 0) >> 20} MB, "
+          f"{len(reactions)} pressure trims, reaction max {max(reactions) if reactions else '-'} ms")
+    assert rc == 0, out[-3000:]
+    assert m and int(m.group(1)) == FAST_STUDIES, out[-3000:]
+    assert "housekeeper: burst trim" not in out and "housekeeper: periodic trim" not in out, out
+    assert reactions, out[-3000:]
+    if cg.version == 1:  # the whole ladder ends up drawn, while the thread already watched
+        assert re.search(r"threshold ladder drawn: \d+ lines", out), out[-3000:]
