@@ -19,6 +19,13 @@ import pytest
 import requests
 import yaml
 
+# A runner started in the background of a non-interactive shell (`.ci/run &`)
+# ignores SIGINT and SIGQUIT, and every child inherits an ignored signal:
+# the hosts these tests stop with SIGINT would not stop (CI saw python3's
+# http.server killed after the grace period). Their default, for every child.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
 SPEC_PATH = ROOT / "openapi.yaml"
