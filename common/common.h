@@ -8,6 +8,7 @@
 #define MEMTRIM_COMMON_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "types.h"
 
@@ -34,6 +35,9 @@ void mt_log_fork_child(void);
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);
+
+/* strerror(err) that is safe on any thread (the text in buf, or glibc's own). */
+const char *mt_strerror(int err, char *buf, size_t len);
 
 /* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
 struct timespec;

@@ -128,6 +128,11 @@ int64_t mt_mono_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+const char *mt_strerror(int err, char *buf, size_t len)
+{
+    return strerror_r(err, buf, len); /* the GNU variant (_GNU_SOURCE): a string, always */
+}
+
 int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg)
 {
     sigset_t all, saved;

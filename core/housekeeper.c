@@ -77,6 +77,12 @@ static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
 static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
 {
     struct mt_trim_result r;
+    /* A host that suspended trims while this tick probed and decided is obeyed:
+     * the tick read suspend_depth at its start, and the probe takes a while. */
+    if (atomic_load(&mt->suspend_depth) > 0) {
+        trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
+        return 0;
+    }
     int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
                       &r, NULL);
     if (rc == -EBUSY) {

@@ -12,11 +12,12 @@
  *    the zone's floor up to the limit; the kernel signals each crossing, so
  *    growth inside the zone wakes it at once and a steady host costs nothing.
  *    Each registration waits out an RCU grace period in the kernel (8-30 ms
- *    measured here), so the 25 lines of a ladder take about half a second:
- *    they are drawn one per step, the line above the current usage first, and
- *    the thread polls at the fast pace until the ladder is whole (a ladder
- *    drawn in one go left the host unwatched for 0.4 s at start, and two
- *    150 MB studies back to back in 300 MB got it killed in that time).
+ *    measured here), so a ladder (25 lines at the default ratio, up to 50 at
+ *    low ones) takes 0.25-1 s: it is drawn one line per step, after that
+ *    step's reading, the line above the current usage first, so until it is
+ *    whole the thread reads about once per grace period (a ladder drawn in
+ *    one go before the first reading left the host unwatched for 0.4 s at
+ *    start, and two 150 MB studies back to back in 300 MB got it killed).
  *  - cgroup v2: a PSI trigger on memory.pressure and memory.events changes
  *    wake it at the limit; v2 has no usage thresholds, so the zone is polled.
  *  - poll: /proc/self/statm on an adaptive timer: 2 ms while RSS moves inside
@@ -155,8 +156,8 @@ static int draw_line(struct pressure *p)
     return 0;
 }
 
-/* v1: one eventfd for a threshold at every line of the ladder; draws its
- * first line (the rest come one per step). 0 or -errno. */
+/* v1: one eventfd for a threshold at every line of the ladder, and the
+ * ladder's plan; step() draws the lines, one per step. 0 or -errno. */
 static int arm_v1(struct pressure *p, int64_t limit, double ratio)
 {
     char path[PATH_MAX + 32];
@@ -193,8 +194,6 @@ static int arm_v1(struct pressure *p, int64_t limit, double ratio)
         p->ladder_first = above < (uint64_t)p->ladder_lines ? (int)above : p->ladder_lines - 1;
     }
     p->ladder_started_ns = mt_mono_ns();
-    if ((rc = draw_line(p)) != 0)
-        goto fail;
     p->armed_limit = limit;
     p->armed_ratio = ratio;
     return 0;
@@ -525,9 +524,10 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     if (drawing(p)) {
         int rc = draw_line(p);
         if (rc) {
+            char why[128];
             mt_log(MT_LOG_WARNING, "pressure",
                    "cgroup v1 threshold ladder: line %d of %d refused (%s): polling /proc/self/statm",
-                   p->ladder_drawn + 1, p->ladder_lines, strerror(-rc));
+                   p->ladder_drawn + 1, p->ladder_lines, mt_strerror(-rc, why, sizeof(why)));
             disarm(p);
             pthread_mutex_lock(&p->lock);
             p->stats.source = PRESSURE_SOURCE_POLL;
