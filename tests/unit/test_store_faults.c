@@ -143,6 +143,9 @@ static void test_locked_then_released(void)
     WAIT_FOR(db_ok(mt), 3);
     CHECK(db_ok(mt));
     CHECK_EQ_INT(sqlite3_open(db, &other), SQLITE_OK);
+    /* The store may be writing just then (a loaded machine): wait for its
+     * transaction to end, then hold the lock. */
+    sqlite3_busy_timeout(other, 10000);
     CHECK_EQ_INT(sqlite3_exec(other, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
     check_serving_degraded(mt, "write failed");
     sqlite3_exec(other, "COMMIT", NULL, NULL, NULL);
