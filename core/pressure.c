@@ -560,12 +560,16 @@ static void *pressure_main(void *arg)
         struct timespec ts = {(time_t)(sleep_ns / MT_SEC), (long)(sleep_ns % MT_SEC)};
         int n = ppoll(fds, 3, &ts, NULL);
         int64_t woke = mt_mono_ns();
+        /* Drain before reading stop: pressure_stop sets stop, then wakes. Read
+         * the other way round, a stop whose wake was drained with an earlier one
+         * (the housekeeper's) was lost, and the thread slept its hour while
+         * mt_destroy waited in pthread_join (seen under valgrind in CI). */
+        int kernel = n > 0 ? drain(p, fds) : 0;
         pthread_mutex_lock(&p->lock);
         int stop = p->stop;
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
-        int kernel = n > 0 ? drain(p, fds) : 0;
         sleep_ns = step(p, &l, kernel, woke);
     }
     disarm(p);
