@@ -127,6 +127,18 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     if (trigger < 0 || trigger >= MT_TRIGGER_COUNT)
         return -EINVAL;
     pthread_mutex_lock(&ts->lock);
+    /* The interval holds between requests, whether they ran a trim or shared
+     * one: checked before coalescing, and a shared trim starts it too. */
+    int64_t now = mt_mono_ns();
+    if (min_interval_ms >= 0 && ts->last_manual_mono_ns &&
+        now - ts->last_manual_mono_ns < min_interval_ms * 1000000) {
+        int64_t wait_ns = ts->last_manual_mono_ns + min_interval_ms * 1000000 - now;
+        if (retry_after_ms)
+            *retry_after_ms = (wait_ns + 999999) / 1000000;
+        ts->rate_limited++;
+        pthread_mutex_unlock(&ts->lock);
+        return -EAGAIN;
+    }
     if (ts->running) {
         if (!(flags & TRIM_WAIT_IF_BUSY)) {
             pthread_mutex_unlock(&ts->lock);
@@ -140,18 +152,10 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
         *out = ts->last;
         out->coalesced = 1;
         ts->coalesced++;
+        if (min_interval_ms >= 0)
+            ts->last_manual_mono_ns = mt_mono_ns();
         pthread_mutex_unlock(&ts->lock);
         return 0;
-    }
-    int64_t now = mt_mono_ns();
-    if (min_interval_ms >= 0 && ts->last_manual_mono_ns &&
-        now - ts->last_manual_mono_ns < min_interval_ms * 1000000) {
-        int64_t wait_ns = ts->last_manual_mono_ns + min_interval_ms * 1000000 - now;
-        if (retry_after_ms)
-            *retry_after_ms = (wait_ns + 999999) / 1000000;
-        ts->rate_limited++;
-        pthread_mutex_unlock(&ts->lock);
-        return -EAGAIN;
     }
     ts->running = 1;
     pthread_mutex_unlock(&ts->lock);

@@ -57,7 +57,9 @@ enum trim_mode {
 };
 
 /*
- * Trim now. min_interval_ms >= 0 applies the manual rate limit. Returns 0
+ * Trim now. min_interval_ms >= 0 applies the manual rate limit: between
+ * requests, whether they ran a trim or shared one (a request refused 429 does
+ * not move it). Returns 0
  * with *out filled (out->coalesced when another trim's result was shared),
  * -EAGAIN when rate-limited (*retry_after_ms set), or -EBUSY when a trim is
  * running and flags lacks TRIM_WAIT_IF_BUSY.

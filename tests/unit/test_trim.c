@@ -103,28 +103,39 @@ static unsigned waiting(void)
     return n;
 }
 
+/* Play a trim that runs, deterministically: hold the service as running, then
+ * end it with a result of the given id, waking whoever waits on it. */
+static void hold_running(int on)
+{
+    pthread_mutex_lock(&ts.lock);
+    ts.running = on;
+    pthread_mutex_unlock(&ts.lock);
+}
+
+static void end_running(int64_t id, int64_t released)
+{
+    pthread_mutex_lock(&ts.lock);
+    memset(&ts.last, 0, sizeof(ts.last));
+    ts.last.id = id;
+    ts.last.released_bytes = released;
+    ts.running = 0;
+    ts.generation++;
+    pthread_cond_broadcast(&ts.done);
+    pthread_mutex_unlock(&ts.lock);
+}
+
 /* A request that arrives while a trim runs gets that trim's result. */
 static void test_coalesce(void)
 {
     pthread_t t;
     struct mt_trim_result r;
-    /* Hold the service as a running trim would, deterministically. */
-    pthread_mutex_lock(&ts.lock);
-    ts.running = 1;
-    pthread_mutex_unlock(&ts.lock);
+    hold_running(1);
     CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), -EBUSY);
     pthread_create(&t, NULL, waiter, NULL);
     WAIT_FOR(waiting(), 10);
     CHECK_EQ_INT(waiting(), 1);  /* it waits for the running trim... */
     CHECK_EQ_INT(waiter_rc, -1); /* ...and has not returned */
-    pthread_mutex_lock(&ts.lock);
-    memset(&ts.last, 0, sizeof(ts.last));
-    ts.last.id = 4242;
-    ts.last.released_bytes = 77;
-    ts.running = 0;
-    ts.generation++;
-    pthread_cond_broadcast(&ts.done);
-    pthread_mutex_unlock(&ts.lock);
+    end_running(4242, 77);
     pthread_join(t, NULL);
     CHECK_EQ_INT(waiter_rc, 0);
     CHECK_EQ_INT(waiter_result.id, 4242);
@@ -134,6 +145,47 @@ static void test_coalesce(void)
     memset(&k, 0, sizeof(k));
     trim_counters(&ts, &k);
     CHECK_EQ_INT(k.manual_coalesced, 1);
+}
+
+/* A manual request that shared a running trim counts for the manual interval
+ * (the dashboard's second "Trim now" within it gets 429 even when the first one
+ * met a periodic trim), and a request inside the interval is refused at once,
+ * not queued behind a running trim. */
+static void *manual_waiter(void *arg)
+{
+    (void)arg;
+    waiter_rc = trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 60000, TRIM_WAIT_IF_BUSY,
+                         &waiter_result, NULL);
+    return NULL;
+}
+
+static void test_coalesced_counts_for_the_interval(void)
+{
+    pthread_t t;
+    struct mt_trim_result r;
+    int64_t retry = 0;
+    pthread_mutex_lock(&ts.lock);
+    ts.last_manual_mono_ns = 0; /* no manual trim yet */
+    pthread_mutex_unlock(&ts.lock);
+    hold_running(1);
+    waiter_rc = -1;
+    pthread_create(&t, NULL, manual_waiter, NULL);
+    WAIT_FOR(waiting(), 10);
+    CHECK_EQ_INT(waiting(), 1);
+    end_running(4243, 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(waiter_rc, 0);
+    CHECK_EQ_INT(waiter_result.coalesced, 1);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 60000, TRIM_WAIT_IF_BUSY, &r, &retry),
+                 -EAGAIN);
+    CHECK_MSG(retry > 59000 && retry <= 60000, "retry after %lld", (long long)retry);
+    /* Inside the interval while a trim runs: refused, without waiting for it. */
+    hold_running(1);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, 60000, TRIM_WAIT_IF_BUSY, &r, &retry),
+                 -EAGAIN);
+    hold_running(0);
+    /* Without the limit (-1, the C ABI's own callers) nothing changes. */
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
 }
 
 /* Ids never repeat over the life of a store: a second service (a restart)
@@ -204,6 +256,7 @@ int main(void)
     RUN(test_trim_returns_churn);
     RUN(test_rate_limit);
     RUN(test_coalesce);
+    RUN(test_coalesced_counts_for_the_interval);
     RUN(test_sink);
     RUN(test_ids_unique_across_restarts);
     trim_service_destroy(&ts);
