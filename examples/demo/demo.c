@@ -490,7 +490,8 @@ int main(int argc, char **argv)
     double t_start = now_s();
     for (int i = 0; i < opt.workers; i++) {
         workers[i].id = i;
-        pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
+        if (pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]) == 0)
+            pthread_setname_np(workers[i].thread, "demo-worker"); /* for top, perf, the soak */
     }
     pthread_create(&dispatcher, NULL, dispatcher_main, NULL);
 
