@@ -1,9 +1,10 @@
 /*
  * trim.c - POST /memory/trim and GET /memory/trim (both trim, so that a plain
  * `curl .../memory/trim` works): one manual malloc_trim through the core
- * (one trim at a time process-wide; a request that arrives during a trim
- * shares its result, "coalesced": true; closer than ManualTrimMinIntervalMs
- * to the last one gives 429 with Retry-After). The HTTP worker thread waits
+ * (one trim at a time process-wide; closer than ManualTrimMinIntervalMs to
+ * the last request that ran or shared a trim gives 429 with Retry-After;
+ * otherwise a request that arrives during a trim shares its result,
+ * "coalesced": true). The HTTP worker thread waits
  * for the trim; the core takes its own locks.
  */
 #include "api.h"

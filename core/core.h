@@ -46,7 +46,8 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
  * A manual trim. pad < 0 means TrimPadBytes. Returns 0 with *out filled
  * (out->coalesced set when another trim was running and its result is
  * shared), or -EAGAIN when closer than ManualTrimMinIntervalMs to the last
- * manual trim (*retry_after_ms says how long to wait).
+ * manual request that ran or shared a trim, checked first (*retry_after_ms
+ * says how long to wait).
  */
 int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
                    int64_t *retry_after_ms);

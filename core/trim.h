@@ -23,7 +23,8 @@ struct trim_service {
     uint64_t generation; /* bumped when a trim finishes */
     struct mt_trim_result last;
     int64_t next_id;
-    int64_t last_manual_mono_ns; /* end of the last manual trim; 0 = none */
+    int64_t last_manual_mono_ns; /* end of the last manual request that ran or
+                                  * shared a trim; 0 = none */
     unsigned waiting; /* callers waiting for the running trim's result */
     /* counters */
     uint64_t trims[MT_TRIGGER_COUNT];
