@@ -131,30 +131,60 @@ uint64_t probe_rss(void)
     return (uint64_t)resident * (uint64_t)page_size();
 }
 
-/* Fields of /proc/self/stat after the command name, which may hold spaces. */
-static int read_stat(uint64_t *minflt, uint64_t *majflt, int64_t *cpu_ns)
+/* /proc/self/stat's fields after the command name (which may hold spaces), by
+ * their index there: 0 state, 7 minflt, 9 majflt, 11 utime, 12 stime, 21 rss.
+ * Read by hand: the housekeeper reads this file twice a tick, and sscanf's
+ * format engine was the largest part of its tick (perf). */
+enum { STAT_MINFLT = 7, STAT_MAJFLT = 9, STAT_UTIME = 11, STAT_STIME = 12, STAT_RSS = 21,
+       STAT_FIELDS = 22 };
+
+static int read_stat_fields(uint64_t f[STAT_FIELDS])
 {
     char buf[1024];
-    unsigned long mi, ma, ut, st;
     ssize_t n = read_proc(PROC_STAT, buf, sizeof(buf));
     if (n <= 0)
         return n < 0 ? (int)n : -EIO;
     const char *p = strrchr(buf, ')');
-    if (!p)
+    if (!p || p[1] != ' ' || !p[2])
         return -EIO;
-    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-    if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %lu %*u %lu %*u %lu %lu", &mi, &ma, &ut,
-               &st) != 4)
-        return -EIO;
+    p += 2;
+    f[0] = (uint64_t)(unsigned char)*p++; /* the state, a letter */
+    for (int i = 1; i < STAT_FIELDS; i++) {
+        if (*p != ' ')
+            return -EIO;
+        p++;
+        int neg = *p == '-';
+        p += neg;
+        if (*p < '0' || *p > '9')
+            return -EIO;
+        uint64_t v = 0;
+        for (; *p >= '0' && *p <= '9'; p++)
+            v = v * 10 + (uint64_t)(*p - '0'); /* wraps only past 2^64, not for these fields */
+        f[i] = neg ? 0 : v; /* no field read here is negative; tty may be */
+    }
+    return 0;
+}
+
+static int64_t stat_cpu_ns(const uint64_t f[STAT_FIELDS])
+{
     long hz = sysconf(_SC_CLK_TCK);
     if (hz <= 0)
         hz = 100;
+    return (int64_t)(f[STAT_UTIME] + f[STAT_STIME]) * (1000000000 / hz);
+}
+
+static int read_stat(uint64_t *minflt, uint64_t *majflt, int64_t *cpu_ns)
+{
+    uint64_t f[STAT_FIELDS];
+    int rc = read_stat_fields(f);
+    if (rc)
+        return rc;
     if (minflt)
-        *minflt = mi;
+        *minflt = f[STAT_MINFLT];
     if (majflt)
-        *majflt = ma;
+        *majflt = f[STAT_MAJFLT];
     if (cpu_ns)
-        *cpu_ns = (int64_t)(ut + st) * (1000000000 / hz);
+        *cpu_ns = stat_cpu_ns(f);
     return 0;
 }
 
@@ -166,29 +196,14 @@ int64_t probe_process_cpu_ns(void)
 
 int probe_stat(struct probe_stat *out)
 {
-    char buf[1024];
-    unsigned long mi, ut, st;
-    long rss;
+    uint64_t f[STAT_FIELDS];
     memset(out, 0, sizeof(*out));
-    ssize_t n = read_proc(PROC_STAT, buf, sizeof(buf));
-    if (n <= 0)
-        return n < 0 ? (int)n : -EIO;
-    const char *p = strrchr(buf, ')');
-    if (!p)
-        return -EIO;
-    /* state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
-     * cutime cstime priority nice num_threads itrealvalue starttime vsize rss */
-    if (sscanf(p + 2,
-               "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu %*d %*d %*d %*d %*d %*d "
-               "%*u %*u %ld",
-               &mi, &ut, &st, &rss) != 4)
-        return -EIO;
-    long hz = sysconf(_SC_CLK_TCK);
-    if (hz <= 0)
-        hz = 100;
-    out->minflt = mi;
-    out->cpu_ns = (int64_t)(ut + st) * (1000000000 / hz);
-    out->rss_bytes = rss > 0 ? (uint64_t)rss * (uint64_t)page_size() : 0;
+    int rc = read_stat_fields(f);
+    if (rc)
+        return rc;
+    out->minflt = f[STAT_MINFLT];
+    out->cpu_ns = stat_cpu_ns(f);
+    out->rss_bytes = f[STAT_RSS] * (uint64_t)page_size();
     return 0;
 }
 

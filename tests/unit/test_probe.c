@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -28,6 +31,53 @@ static void test_cheap(void)
     CHECK(probe_rss() > 0);
     CHECK(probe_process_cpu_ns() >= 0);
     probe_cgroup_close(&cg);
+}
+
+/* /proc/self/stat read with sscanf, as the probe read it before its own parser. */
+static void stat_by_sscanf(unsigned long *mi, unsigned long *ticks, long *rss)
+{
+    char buf[1024] = "";
+    FILE *f = fopen("/proc/self/stat", "re");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    unsigned long ut = 0, st = 0;
+    CHECK(p != NULL);
+    if (p)
+        CHECK_EQ_INT(sscanf(p + 2,
+                            "%*c %*d %*d %*d %*d %*d %*u %lu %*u %*u %*u %lu %lu %*d %*d %*d %*d "
+                            "%*d %*d %*u %*u %ld",
+                            mi, &ut, &st, rss),
+                     4);
+    *ticks = ut + st;
+}
+
+/* The hand parser of /proc/self/stat reads what sscanf read, between two sscanf readings. */
+static void test_stat_fields(void)
+{
+    unsigned long mi0 = 0, mi1 = 0, t0 = 0, t1 = 0;
+    long rss0 = 0, rss1 = 0;
+    struct probe_stat ps;
+    long hz = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < 3; i++) {
+        stat_by_sscanf(&mi0, &t0, &rss0);
+        CHECK_EQ_INT(probe_stat(&ps), 0);
+        int64_t cpu = probe_process_cpu_ns();
+        stat_by_sscanf(&mi1, &t1, &rss1);
+        CHECK_MSG(ps.minflt >= mi0 && ps.minflt <= mi1, "minflt %llu not in [%lu, %lu]",
+                  (unsigned long long)ps.minflt, mi0, mi1);
+        CHECK(ps.cpu_ns >= (int64_t)t0 * (1000000000 / hz) && ps.cpu_ns <= (int64_t)t1 * (1000000000 / hz));
+        CHECK(cpu >= ps.cpu_ns && cpu <= (int64_t)t1 * (1000000000 / hz));
+        long lo = rss0 < rss1 ? rss0 : rss1, hi = rss0 < rss1 ? rss1 : rss0;
+        CHECK_MSG(ps.rss_bytes >= (uint64_t)lo * (uint64_t)page - (1 << 20) &&
+                      ps.rss_bytes <= (uint64_t)hi * (uint64_t)page + (1 << 20),
+                  "rss %llu, sscanf %ld-%ld pages", (unsigned long long)ps.rss_bytes, lo, hi);
+        CHECK(ps.minflt > 0 && ps.rss_bytes > 0);
+    }
 }
 
 static void test_heap_follows_allocation(void)
@@ -168,6 +218,7 @@ static void test_single_flight(void)
 int main(void)
 {
     RUN(test_cheap);
+    RUN(test_stat_fields);
     RUN(test_heap_follows_allocation);
     RUN(test_cgroup_limit);
     RUN(test_single_flight);
