@@ -37,6 +37,7 @@ static uint64_t own_minflt(void)
 void cost_hk_init(struct cost_hk *h)
 {
     memset(h, 0, sizeof(*h));
+    h->process_cpu_ns = -1;
     h->cpus = probe_cpus();
 }
 
@@ -116,6 +117,7 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 
     if (++h->ticks % CPUS_EVERY_TICKS == 0)
         h->cpus = probe_cpus();
+    h->process_cpu_ns = have ? ps.cpu_ns : -1; /* the policy's activity test reads it too */
     if (have)
         cost_cpu_push(&h->cpu, now, ps.cpu_ns - own_cpu_ns());
     /* A deferral nobody asked about since the last tick is over (the trim went away). */

@@ -23,6 +23,7 @@ struct cost_hk {
     uint64_t trim_generation;   /* of the trim service, at the last look */
     double cpus;                /* processors the host may use */
     unsigned ticks;
+    int64_t process_cpu_ns;     /* the process's CPU at this tick's /proc/self/stat, -1 unknown */
     int gated;                  /* a periodic/burst trim asked to run since the last tick */
     int back_at_once;           /* the last periodic/burst release came back at once
                                  * (cost_back_at_once, within COST_AT_ONCE_NS of the trim's end) */

@@ -106,7 +106,8 @@ static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
 static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_estimate,
                     struct mt_snapshot *snap)
 {
-    int64_t proc = probe_process_cpu_ns(), own = thread_cpu_ns();
+    /* This tick's /proc/self/stat, read once by cost_hk_tick. */
+    int64_t proc = st->cost.process_cpu_ns, own = thread_cpu_ns();
     /* CPU the host used since the last heap reading (ours aside): an idle host frees nothing. */
     int active = proc < 0 || st->last_proc_cpu < 0 ||
                  (proc - st->last_proc_cpu) - (own - st->last_own_cpu) >= ACTIVITY_NS;

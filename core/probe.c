@@ -133,7 +133,7 @@ uint64_t probe_rss(void)
 
 /* /proc/self/stat's fields after the command name (which may hold spaces), by
  * their index there: 0 state, 7 minflt, 9 majflt, 11 utime, 12 stime, 21 rss.
- * Read by hand: the housekeeper reads this file twice a tick, and sscanf's
+ * Read by hand: the housekeeper reads this file every tick, and sscanf's
  * format engine was the largest part of its tick (perf). */
 enum { STAT_MINFLT = 7, STAT_MAJFLT = 9, STAT_UTIME = 11, STAT_STIME = 12, STAT_RSS = 21,
        STAT_FIELDS = 22 };

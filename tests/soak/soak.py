@@ -45,7 +45,7 @@ CLIENTS = int(os.environ.get("SOAK_CLIENTS", 64))
 MIN_RATIO = float(os.environ.get("SOAK_MIN_RATIO", 0.98))
 ROUNDS = int(os.environ.get("SOAK_ROUNDS", 6))  # baseline and clients slices, interleaved
 SETTLE_S = 1.0  # not counted, after each switch between baseline and clients
-# memtrim's own threads under the clients, % of one core: 9.2 % measured here under
+# memtrim's own threads under the clients, % of one core: 5.8-6.3 % measured here under
 # ASan beside the control (3.7-4.7 % on a host alone, 2.6-2.9 % in a release build),
 # most of it the kernel's work for 65 new connections a second; the bound catches a
 # busy loop or a handler gone slow, not the noise
