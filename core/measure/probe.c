@@ -290,27 +290,21 @@ static void cgroup_open(struct probe_cgroup *cg)
     cg->limit_fd = open(cg->limit_path, O_RDONLY | O_CLOEXEC);
 }
 
-int probe_cgroup_init(struct probe_cgroup *cg)
+int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const char *root)
 {
     char buf[4096], dir[PATH_MAX], v1root[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
     int have_v1 = 0, have_v2 = 0;
-    /* Where the cgroup filesystem is mounted: a container may bind it elsewhere
-     * (and the tests point it at a directory without one). */
-    const char *root = getenv("MEMTRIM_CGROUP_ROOT");
-    if (!root || !root[0])
-        root = "/sys/fs/cgroup";
     snprintf(v1root, sizeof(v1root), "%.4000s/memory", root);
 
     memset(cg, 0, sizeof(*cg));
     cg->usage_fd = cg->limit_fd = -1;
-    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
-        return -ENOENT;
+    snprintf(buf, sizeof(buf), "%s", proc_cgroup);
     char *save = NULL;
     for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
-        *c2 = '\0';
+        *c1 = *c2 = '\0'; /* line: the hierarchy id alone ("0" is the unified one) */
         const char *controllers = c1 + 1, *rel = c2 + 1;
         if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
             snprintf(v2rel, sizeof(v2rel), "%s", strcmp(rel, "/") ? rel : "");
@@ -339,6 +333,22 @@ int probe_cgroup_init(struct probe_cgroup *cg)
         return 0;
     }
     return -ENOENT;
+}
+
+int probe_cgroup_init(struct probe_cgroup *cg)
+{
+    char buf[4096];
+    /* Where the cgroup filesystem is mounted: a container may bind it elsewhere
+     * (and the tests point it at a directory without one). */
+    const char *root = getenv("MEMTRIM_CGROUP_ROOT");
+    if (!root || !root[0])
+        root = "/sys/fs/cgroup";
+    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0) {
+        memset(cg, 0, sizeof(*cg));
+        cg->usage_fd = cg->limit_fd = -1;
+        return -ENOENT;
+    }
+    return probe_cgroup_find(cg, buf, root);
 }
 
 void probe_cgroup_close(struct probe_cgroup *cg)

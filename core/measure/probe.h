@@ -24,6 +24,9 @@ struct probe_cgroup {
 /* Find this process's memory cgroup files (v1 or v2) and open them, so that a
  * host at its descriptor limit still has its cgroup read. Returns 0 or -ENOENT. */
 int probe_cgroup_init(struct probe_cgroup *cg);
+/* The same from a /proc/self/cgroup text and the cgroup filesystem's mount
+ * point (v1's memory controller under root/memory, v2 at root). */
+int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const char *root);
 /* Close what probe_cgroup_init opened (harmless on a zeroed or closed one). */
 void probe_cgroup_close(struct probe_cgroup *cg);
 
