@@ -4,7 +4,7 @@
  * threshold, which any of M_MMAP_THRESHOLD, M_TRIM_THRESHOLD, M_TOP_PAD
  * switches off) stays untouched. MallocArenaMax is start-only: glibc fixes
  * its arena limit the first time it needs more arenas than arena_test and
- * never frees an arena, so a later change is not honoured (README, measured).
+ * never frees an arena, so a later change is not honoured (docs/advice.md, measured).
  * Locking: tun_lock guards `in_force` and serialises the mallopt calls;
  * it is a leaf lock, taken by the starting thread and by PATCH /config.
  */

@@ -3,7 +3,7 @@
 # from npm; no browser is downloaded) and checks of the Prometheus/Grafana kit in
 # examples/, against demo hosts from $MEMTRIM_BUILD_DIR (default: build/).
 # Screenshots land in tests/artifacts/; MEMTRIM_UPDATE_SCREENSHOT=1 also
-# refreshes docs/dashboard.png for the README.
+# refreshes docs/dashboard.png for docs/dashboard.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 export MEMTRIM_BUILD_DIR="${MEMTRIM_BUILD_DIR:-$(cd ../.. && pwd)/build}"

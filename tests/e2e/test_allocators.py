@@ -119,7 +119,7 @@ def test_manual_trim_after_churn(start_demo, name):
           f"{t['rss_after_bytes'] >> 20} MB)")
     if name == "mimalloc":
         print("mimalloc: its release (mi_collect) cannot purge other threads' pages; "
-              "the RSS fall is not asserted here (README, Other allocators)")
+              "the RSS fall is not asserted here (docs/allocators.md)")
         return
     assert t["released_bytes"] >= 16 * MB, t
     assert t["rss_after_bytes"] < t["rss_before_bytes"], t

@@ -6,7 +6,7 @@ memtrim.json the package put beside it, loads the plugin; its API answers;
 the store is created where Orthanc's user may write. A C program built with
 `pkg-config --cflags --libs memtrim` starts and stops memtrim through the ABI.
 Every place the version appears is compared with CMake's. lintian has nothing
-to say beyond the warnings the README explains. The packages are purged at
+to say beyond the warnings docs/packaging.md explains. The packages are purged at
 the end, whatever happened, and the machine is left as it was found.
 
 Needs root (apt, setpriv), Debian's orthanc, lintian, pkg-config and cc."""
@@ -28,8 +28,8 @@ from pkg_util import (ROOT, apt, build_debs, cmake_version, free_port_from, inst
 PACKAGES = ["libmemtrim0", "libmemtrim-dev", "orthanc-memtrim"]
 PLUGIN_LINK = Path("/usr/share/orthanc/plugins/libOrthancMemTrim.so")
 CONFIG = Path("/etc/orthanc/memtrim.json")
-# lintian errors or warnings the README would have to explain (section
-# "Installing"): none today; its informational notes are listed there.
+# lintian errors or warnings docs/packaging.md would have to explain (section
+# "lintian"): none today; its informational notes are listed there.
 LINTIAN_EXPLAINED = set()
 
 
@@ -64,7 +64,7 @@ def install(debs):
     a test failed, and checked gone."""
     before = set(Path("/etc/orthanc").iterdir())
     try:
-        # apt-get install ./x.deb: a path, as the README shows
+        # apt-get install ./x.deb: a path, as docs/packaging.md shows
         r = apt("install", *[str(debs[p]) for p in PACKAGES])
         assert r.returncode == 0, f"apt-get install failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
         yield debs
@@ -121,7 +121,7 @@ def test_lintian(debs):
     errors = [line for level, _, line in tags if level == "E"]
     assert not errors, "lintian errors:\n" + "\n".join(errors)
     unexplained = [line for _, tag, line in tags if tag not in LINTIAN_EXPLAINED]
-    assert not unexplained, "lintian warnings the README does not explain:\n" + "\n".join(unexplained)
+    assert not unexplained, "lintian warnings docs/packaging.md does not explain:\n" + "\n".join(unexplained)
 
 
 def test_installed_files(install):
@@ -147,7 +147,7 @@ def test_stock_orthanc_loads_the_installed_plugin(install):
         http, dicom = free_port_from(20), free_port_from(21)
         cfg = top / "orthanc"
         stock_orthanc_config(cfg, storage, http, dicom)
-        # The package's memtrim.json as the README says, its port moved into this test's range.
+        # The package's memtrim.json as docs/packaging.md says, its port moved into this test's range.
         api_port = free_port_from(22)
         section = json.loads((cfg / "memtrim.json").read_text())
         section["MemoryTrim"]["HttpPort"] = api_port

@@ -321,7 +321,8 @@ static void test_to_json_redacts(void)
 }
 
 /* The README's configuration table and the key table move together: every key has a
- * row (a row may name several keys, "A / B"), every row names only keys. */
+ * row (a row may name several keys, "A / B"), every row names only keys, and the row's
+ * PATCH column (the third) says "yes" exactly for the keys PATCH /config may change. */
 static void test_readme_table(void)
 {
     FILE *f = fopen(MEMTRIM_SOURCE_DIR "/README.md", "re");
@@ -338,9 +339,19 @@ static void test_readme_table(void)
         if (!in_table || strncmp(line, "| ", 2) != 0 || strncmp(line, "| key |", 7) == 0)
             continue;
         char *end = strchr(line + 2, '|');
-        if (!end)
+        char *def_end = end ? strchr(end + 1, '|') : NULL;
+        char *patch_end = def_end ? strchr(def_end + 1, '|') : NULL;
+        CHECK_MSG(patch_end != NULL, "README's configuration row \"%.60s\" has no PATCH column",
+                  line);
+        if (!patch_end)
             continue;
-        *end = '\0';
+        *end = *patch_end = '\0';
+        char *patch = def_end + 1;
+        while (*patch == ' ')
+            patch++;
+        int want_runtime = strncmp(patch, "yes", 3) == 0;
+        CHECK_MSG(want_runtime || strncmp(patch, "no", 2) == 0,
+                  "README's PATCH column says \"%s\", not yes or no", patch);
         char *save = NULL;
         for (char *k = strtok_r(line + 2, "/", &save); k; k = strtok_r(NULL, "/", &save)) {
             while (*k == ' ')
@@ -350,6 +361,9 @@ static void test_readme_table(void)
                 k[--n] = '\0';
             CHECK_MSG(config_key_exists(k), "README's configuration table names \"%s\", "
                       "which is no key", k);
+            CHECK_MSG(!config_key_exists(k) || config_key_is_runtime(k) == want_runtime,
+                      "README says %s %s be changed by PATCH /config; the key table says "
+                      "otherwise", k, want_runtime ? "can" : "cannot");
             if (strlen(names) + n + 2 < sizeof(names)) {
                 strcat(names, k);
                 strcat(names, "|");
