@@ -97,6 +97,14 @@ e2e() { # -rs: every skipped test is listed with its reason
   MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/e2e
 }
 
+# The cgroup v2 tests (tests/vm) on Debian's own kernel booted under qemu (TCG) with this
+# machine's / shared: each memtrim case beside its control, which must be OOM-killed.
+vm_cgroup2() {
+  [ -x tests/vm/run.sh ] || { echo "vm-cgroup2: tests/vm/run.sh is missing"; return 1; }
+  MEMTRIM_BUILD_DIR="$root/build" tests/vm/run.sh -- /usr/bin/python3 -m pytest -q -rs \
+    -p no:cacheprovider tests/vm
+}
+
 browser() {
   [ -x tests/browser/run.sh ] || { echo "browser: tests/browser/run.sh is missing"; return 1; }
   MEMTRIM_BUILD_DIR="$root/build" tests/browser/run.sh
@@ -117,6 +125,7 @@ if [ -z "${MEMTRIM_QUICK:-}" ]; then
   stage soak tests/soak/run.sh "$root/build-asan"
 fi
 stage e2e e2e
+stage vm-cgroup2 vm_cgroup2
 stage browser browser
 
 echo

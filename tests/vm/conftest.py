@@ -1,0 +1,34 @@
+"""Fixtures of the tests that run on a real cgroup v2 kernel (tests/vm/run.sh boots
+Debian's kernel under qemu with this machine's / shared, then runs pytest there):
+the e2e helpers (tests/e2e/hosts_util.py: processes always stopped, memory cgroups
+removed at the end). These tests are only meaningful on that kernel: anywhere else
+(a v1 or hybrid host) the session stops with a usage error instead of testing the
+wrong hierarchy.
+
+Run: tests/vm/run.sh -- /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/vm
+"""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from hosts_util import cgroup, procs  # noqa: E402,F401  (fixtures)
+
+
+def pure_v2_host():
+    """None on a pure cgroup v2 host (the VM), else what is wrong."""
+    mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
+    kinds = {m[2] for m in mounts if m[2] in ("cgroup", "cgroup2")}
+    if kinds != {"cgroup2"}:
+        return f"cgroup filesystems mounted: {sorted(kinds) or 'none'} (want cgroup2 alone)"
+    if not any(m[1] == "/sys/fs/cgroup" and m[2] == "cgroup2" for m in mounts):
+        return "cgroup2 is not mounted at /sys/fs/cgroup"
+    return None
+
+
+def pytest_configure(config):
+    why = pure_v2_host()
+    if why:
+        raise pytest.UsageError(f"tests/vm needs the cgroup v2 VM ({why}); run them with "
+                                "tests/vm/run.sh -- /usr/bin/python3 -m pytest -q tests/vm")
