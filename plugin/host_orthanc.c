@@ -41,6 +41,7 @@ static pthread_rwlock_t host_lock = PTHREAD_RWLOCK_INITIALIZER;
 static struct memtrim *host_mt; /* guarded by host_lock */
 static char host_token[256];    /* written before the callbacks are registered */
 static int host_read_requires_auth;
+static char host_read_token[256]; /* ReadToken; as host_token */
 
 static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t metrics_trims;   /* trims counted at the last refresh */
@@ -252,8 +253,13 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
                                             host_header(r, "sec-fetch-site"), cross,
                                             sizeof(cross)),
         };
-        server_dispatch(api_routes.table, api_routes.count, &req, host_header(r, "authorization"),
-                        host_token, host_read_requires_auth, &rep);
+        struct server_caller who = {
+            .authorization = host_header(r, "authorization"),
+            .token = host_token,
+            .read_token = host_read_token,
+            .read_requires_auth = host_read_requires_auth || host_read_token[0] != '\0',
+        };
+        server_dispatch_as(api_routes.table, api_routes.count, &req, &who, &rep);
     }
     pthread_rwlock_unlock(&host_lock);
     host_answer(out, &rep);
@@ -361,6 +367,7 @@ ORTHANC_EXPORT int32_t OrthancPluginInitialize(OrthancPluginContext *context)
     }
     snprintf(host_token, sizeof(host_token), "%s", cfg.auth_token);
     host_read_requires_auth = cfg.read_requires_auth;
+    snprintf(host_read_token, sizeof(host_read_token), "%s", cfg.read_token);
 
     /* Anything else that fails (a port in use, ...) is memtrim's problem, not Orthanc's. */
     rc = mt_create(doc, &api_routes, &mt, &err);

@@ -1,6 +1,7 @@
 /*
  * dispatch.c - generic dispatch over a route table: find the path (404), the
- * method (405 + Allow), check the token (401 + WWW-Authenticate), refuse
+ * method (405 + Allow), check the caller's scope (401 + WWW-Authenticate; 403
+ * for a read token or a unix peer on a write), refuse
  * cross-site writes (403), unknown or repeated query parameters (400), run the handler, and turn a
  * handler that failed without a reply into a 500. Knows nothing of MHD, so
  * unit tests drive it with their own tables. Runs on HTTP worker threads;
@@ -12,25 +13,81 @@
 #include <stdio.h>
 #include <string.h>
 
-static int server_route_needs_token(const struct server_route *r, const char *token,
-                                    int read_requires_auth)
+/* The scope the caller holds: 2 admin, 1 read, 0 none; *given: a credential was sent. */
+static int server_scope(const struct server_caller *who, int *given)
 {
-    if (token == NULL || token[0] == '\0')
-        return 0;
-    switch (r->auth) {
-    case SERVER_AUTH_WRITE:
-        return 1;
-    case SERVER_AUTH_READ:
-        return read_requires_auth;
-    default:
-        return 0;
+    *given = who->authorization != NULL && who->authorization[0] != '\0';
+    /* Both compared every time, in constant time, so the timing says nothing of which. */
+    int admin = server_auth_ok(who->authorization, who->token);
+    int read = server_auth_ok(who->authorization, who->read_token);
+    if (admin || who->peer_admin)
+        return 2;
+    return read ? 1 : 0;
+}
+
+static void server_unauthorized(struct server_reply *rep, const struct server_route *r, int given)
+{
+    server_reply_error(rep, 401, "unauthorized", "%s %s needs 'Authorization: Bearer <token>'%s",
+                       r->method, r->path,
+                       given ? "; the credentials given are not valid" : "");
+    server_reply_header(rep, "WWW-Authenticate", "Bearer realm=\"memtrim\"%s",
+                        given ? ", error=\"invalid_token\"" : "");
+}
+
+/* 0 when the caller may use the route, else fills *rep (401/403) and returns -EACCES. */
+static int server_authorize(const struct server_route *r, const struct server_caller *who,
+                            struct server_reply *rep)
+{
+    int given, scope = server_scope(who, &given);
+    int has_token = who->token != NULL && who->token[0] != '\0';
+    int has_read = who->read_token != NULL && who->read_token[0] != '\0';
+    if (r->auth == SERVER_AUTH_READ) {
+        if (!(has_read || (has_token && who->read_requires_auth)) || scope >= 1)
+            return 0;
+        server_unauthorized(rep, r, given);
+        return -EACCES;
     }
+    if (r->auth != SERVER_AUTH_WRITE || scope == 2)
+        return 0;
+    if (!has_token && !who->unix_peer)
+        return 0; /* no token: writes are open (loopback; the cross-site check still applies) */
+    if (scope == 1) {
+        server_reply_error(rep, 403, "insufficient_scope",
+                           "%s %s needs the admin token (AuthToken); the read token (ReadToken) "
+                           "given may only read",
+                           r->method, r->path);
+        server_reply_header(rep, "WWW-Authenticate",
+                            "Bearer realm=\"memtrim\", error=\"insufficient_scope\"");
+        return -EACCES;
+    }
+    if (who->unix_peer && (!has_token || !given)) {
+        server_reply_error(rep, 403, "forbidden_peer",
+                           "%s %s over the unix socket is for the host's own user and root; uid "
+                           "%ld may write only with the admin token%s",
+                           r->method, r->path, who->peer_uid,
+                           has_token ? "" : ", and none is configured");
+        return -EACCES;
+    }
+    server_unauthorized(rep, r, given);
+    return -EACCES;
 }
 
 void server_dispatch(const struct server_route *routes, size_t nroutes,
                      const struct server_request *req, const char *authorization, const char *token,
                      int read_requires_auth, struct server_reply *rep)
 {
+    struct server_caller who = {.authorization = authorization,
+                                .token = token ? token : "",
+                                .read_token = "",
+                                .read_requires_auth = read_requires_auth};
+    server_dispatch_as(routes, nroutes, req, &who, rep);
+}
+
+void server_dispatch_as(const struct server_route *routes, size_t nroutes,
+                        const struct server_request *req, const struct server_caller *who,
+                        struct server_reply *rep)
+{
+    const char *token = who->token;
     const struct server_route *match = NULL;
     char allow[128] = "";
     size_t off = 0;
@@ -56,16 +113,8 @@ void server_dispatch(const struct server_route *routes, size_t nroutes,
         server_reply_header(rep, "Allow", "%s", allow);
         return;
     }
-    if (server_route_needs_token(match, token, read_requires_auth) &&
-        !server_auth_ok(authorization, token)) {
-        int given = authorization != NULL && authorization[0] != '\0';
-        server_reply_error(rep, 401, "unauthorized",
-                           "%s %s needs 'Authorization: Bearer <token>'%s", match->method,
-                           match->path, given ? "; the credentials given are not valid" : "");
-        server_reply_header(rep, "WWW-Authenticate", "Bearer realm=\"memtrim\"%s",
-                            given ? ", error=\"invalid_token\"" : "");
+    if (server_authorize(match, who, rep) != 0)
         return;
-    }
     /* A browser page must not change state here: without a token nothing else would stop it
      * (with one, the page cannot send it: browsers never add Authorization on their own). */
     if (match->auth == SERVER_AUTH_WRITE && req->cross_site != NULL &&

@@ -79,12 +79,35 @@ const char *server_cross_site(const char *host, const char *origin, const char *
                               char *why, size_t whylen);
 
 /*
- * Generic dispatch over a route table: 404, 405 + Allow, 401, a cross-site
- * request to a state-changing (SERVER_AUTH_WRITE) route without a token
- * configured (403, whatever the method), unknown query parameters (400),
- * then the handler; a handler that fails without a reply
- * gives 500. `token` is "" when no token is configured. Always fills *rep.
+ * Who is calling and what the server accepts (auth.c, dispatch.c). Two scopes:
+ * the admin token (AuthToken) may do everything, the read token (ReadToken)
+ * only SERVER_AUTH_READ routes; a read token on a write gets 403. A peer on
+ * the unix socket that runs as the host's user or root (SO_PEERCRED) is an
+ * admin without a token; any other peer there writes only with the admin token.
  */
+struct server_caller {
+    const char *authorization; /* the Authorization header, NULL when absent */
+    const char *token;         /* AuthToken, "" = none */
+    const char *read_token;    /* ReadToken, "" = none (needs a token beside it) */
+    int read_requires_auth;    /* reads need a token (set too when read_token is) */
+    int unix_peer;             /* came over the unix socket listener */
+    int peer_admin;            /* ... as the host's uid or root */
+    long peer_uid;             /* when unix_peer, for the messages */
+};
+
+/*
+ * Generic dispatch over a route table: 404, 405 + Allow, 401, 403 for a read
+ * token on a write (insufficient_scope) or a unix peer that may not write,
+ * a cross-site request to a state-changing (SERVER_AUTH_WRITE) route without
+ * a token configured (403, whatever the method), unknown query parameters
+ * (400), then the handler; a handler that fails without a reply gives 500.
+ * Always fills *rep.
+ */
+void server_dispatch_as(const struct server_route *routes, size_t nroutes,
+                        const struct server_request *req, const struct server_caller *who,
+                        struct server_reply *rep);
+
+/* The same for a TCP caller with the admin token only (`token` "" when none). */
 void server_dispatch(const struct server_route *routes, size_t nroutes,
                      const struct server_request *req, const char *authorization, const char *token,
                      int read_requires_auth, struct server_reply *rep);

@@ -72,6 +72,7 @@ struct server {
     const struct server_store *store; /* NULL: no store */
     int port;
     char token[256]; /* "" = no token; never logged, never sent */
+    char read_token[256]; /* the read scope; "" = none */
     int read_requires_auth;
     int loopback;   /* bound to a loopback address: only local names may be the Host */
     struct server_readers readers;

@@ -169,6 +169,11 @@ void server_process(struct server *s, const struct server_input *in, struct serv
         .accept = in->accept,
         .cross_site = server_cross_site(in->host, in->origin, in->fetch_site, cross, sizeof(cross)),
     };
-    server_dispatch(s->routes->table, s->routes->count, &req, in->authorization, s->token,
-                    s->read_requires_auth, rep);
+    struct server_caller who = {
+        .authorization = in->authorization,
+        .token = s->token,
+        .read_token = s->read_token,
+        .read_requires_auth = s->read_requires_auth || s->read_token[0] != '\0',
+    };
+    server_dispatch_as(s->routes->table, s->routes->count, &req, &who, rep);
 }

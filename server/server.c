@@ -363,6 +363,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     s->routes = routes;
     s->store = store;
     snprintf(s->token, sizeof(s->token), "%s", cfg->token);
+    snprintf(s->read_token, sizeof(s->read_token), "%s", cfg->read_token);
     s->read_requires_auth = cfg->read_requires_auth;
     s->loopback = server_addr_is_loopback(&addr);
     if (!s->loopback && s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {

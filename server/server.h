@@ -22,13 +22,14 @@ struct server_routes {
 
 /* The listening side: address, threads, limits and who may call. */
 struct server_options {
-    char bind[64];              /* "" = every address */
+    char bind[128];             /* "" = every address; "unix:/path" = a unix socket */
     int port;                   /* 0 = ephemeral */
     int threads;                /* MHD's thread pool; < 1 = 1 */
     int max_connections;        /* <= 0: 256 */
     int max_connections_per_ip; /* <= 0: no limit */
     int connection_timeout_seconds; /* <= 0: none */
-    char token[256];            /* "" = no token; never logged, never sent */
+    char token[256];            /* the admin token; "" = none; never logged, never sent */
+    char read_token[256];       /* the read scope's token; "" = none */
     int read_requires_auth;
     int allow_unauthenticated_remote; /* else a non-loopback bind needs a token */
     int request_timeout_seconds;      /* a request must arrive whole within this */

@@ -126,6 +126,23 @@ static const struct config_key keys[] = {
      .def_str = "", .nullable = 1},
     {.name = "PortFile", .type = KEY_STRING, .offset = OFF(port_file), .size = SZ(port_file),
      .def_str = "", .nullable = 1},
+    /* Transport (docs/security.md): the read scope, TLS, the unix socket. */
+    {.name = "ReadToken", .type = KEY_STRING, .offset = OFF(read_token), .size = SZ(read_token),
+     .def_str = "", .secret = 1, .nullable = 1},
+    {.name = "ReadTokenFile", .type = KEY_STRING, .offset = OFF(read_token_file),
+     .size = SZ(read_token_file), .def_str = "", .nullable = 1},
+#if MEMTRIM_TRANSPORT_NEXT /* the next step: TLS and the unix socket */
+    {.name = "HttpsCertificate", .type = KEY_STRING, .offset = OFF(https_certificate),
+     .size = SZ(https_certificate), .def_str = "", .nullable = 1},
+    {.name = "HttpsPrivateKey", .type = KEY_STRING, .offset = OFF(https_private_key),
+     .size = SZ(https_private_key), .def_str = "", .nullable = 1},
+    {.name = "HttpsClientCA", .type = KEY_STRING, .offset = OFF(https_client_ca),
+     .size = SZ(https_client_ca), .def_str = "", .nullable = 1},
+    {.name = "HttpSocketMode", .type = KEY_STRING, .offset = OFF(http_socket_mode),
+     .size = SZ(http_socket_mode), .def_str = "0660"},
+    {.name = "HttpSocketGroup", .type = KEY_STRING, .offset = OFF(http_socket_group),
+     .size = SZ(http_socket_group), .def_str = "", .nullable = 1},
+#endif
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -401,17 +418,18 @@ wrong_type:
     return -EINVAL;
 }
 
-/* Relations between keys that no single bound expresses. */
-static int check_relations(const struct mt_config *cfg, char **err)
+/* Relations between keys that no single bound expresses. The start-only ones are not checked
+ * again at run time (PATCH): by then the token files have filled the tokens beside them. */
+static int check_start_relations(const struct mt_config *cfg, char **err);
+
+static int check_relations(const struct mt_config *cfg, int runtime_only, char **err)
 {
     if (cfg->enabled && cfg->http_bind[0] == '\0') {
         *err = errf("configuration key HttpBind: must not be empty");
         return -EINVAL;
     }
-    if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
-        *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
+    if (!runtime_only && check_start_relations(cfg, err) != 0)
         return -EINVAL;
-    }
     for (const char *pc = strchr(cfg->port_file, '%'); pc; pc = strchr(pc + 2, '%')) {
         if (pc[1] != 'p' && pc[1] != '%') {
             *err = errf("configuration key PortFile: \"%%%.1s\" is not known (%%p is the "
@@ -425,6 +443,72 @@ static int check_relations(const struct mt_config *cfg, char **err)
                     cfg->pressure_ratio);
         return -EINVAL;
     }
+    return 0;
+}
+
+/* The tokens, TLS and the unix socket. */
+static int check_start_relations(const struct mt_config *cfg, char **err)
+{
+    if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
+        *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
+        return -EINVAL;
+    }
+    if (cfg->read_token[0] && cfg->read_token_file[0]) {
+        *err = errf("configuration keys ReadToken and ReadTokenFile: give one, not both");
+        return -EINVAL;
+    }
+    if ((cfg->read_token[0] || cfg->read_token_file[0]) && !cfg->auth_token[0] &&
+        !cfg->auth_token_file[0]) {
+        *err = errf("configuration key ReadToken: needs an AuthToken (or AuthTokenFile) beside "
+                    "it, else reads would need a token and trims would not");
+        return -EINVAL;
+    }
+    if ((cfg->https_certificate[0] != '\0') != (cfg->https_private_key[0] != '\0')) {
+        *err = errf("configuration keys HttpsCertificate and HttpsPrivateKey: give both or "
+                    "neither");
+        return -EINVAL;
+    }
+    if (cfg->https_client_ca[0] && !cfg->https_certificate[0]) {
+        *err = errf("configuration key HttpsClientCA: needs HttpsCertificate and "
+                    "HttpsPrivateKey (client certificates are a part of TLS)");
+        return -EINVAL;
+    }
+    if (strncmp(cfg->http_bind, "unix:", 5) == 0) {
+        const char *path = cfg->http_bind + 5;
+        if (path[0] != '/') {
+            *err = errf("configuration key HttpBind: \"%s\": a unix socket needs an absolute "
+                        "path (\"unix:/run/memtrim/host.sock\")", cfg->http_bind);
+            return -EINVAL;
+        }
+        if (strlen(path) >= 108) {
+            *err = errf("configuration key HttpBind: the unix socket path is %zu bytes long; "
+                        "at most 107 fit a socket address", strlen(path));
+            return -EINVAL;
+        }
+        if (cfg->https_certificate[0]) {
+            *err = errf("configuration key HttpsCertificate: not with a unix socket HttpBind "
+                        "(file permissions guard it; TLS serves TCP binds)");
+            return -EINVAL;
+        }
+    }
+#if MEMTRIM_TRANSPORT_NEXT
+    {
+        const char *m = cfg->http_socket_mode;
+        char *end = NULL;
+        long mode = strtol(m, &end, 8);
+        if (m[0] == '\0' || *end != '\0' || mode < 0 || mode > 0777 || m[0] == '-' ||
+            m[0] == '+' || m[0] == ' ') {
+            *err = errf("configuration key HttpSocketMode: \"%s\" is not an octal file mode "
+                        "such as \"0660\" (at most 0777)", m);
+            return -EINVAL;
+        }
+        if ((mode & 0600) != 0600) {
+            *err = errf("configuration key HttpSocketMode: \"%s\" leaves the host's own user "
+                        "without read and write on its socket (use 0600, 0660 or 0666)", m);
+            return -EINVAL;
+        }
+    }
+#endif
     return 0;
 }
 
@@ -465,7 +549,7 @@ int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, 
         if (rc)
             return rc;
     }
-    int rc = check_relations(&tmp, err);
+    int rc = check_relations(&tmp, runtime_only, err);
     if (rc)
         return rc;
     *cfg = tmp;

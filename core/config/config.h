@@ -15,7 +15,7 @@ struct cJSON;
 
 struct mt_config {
     int enabled;
-    char http_bind[64];
+    char http_bind[128]; /* an address, a name, or "unix:/absolute/path" */
     int http_port;     /* 0 = ephemeral */
     int http_threads;
     char auth_token[256]; /* "" = none */
@@ -57,6 +57,14 @@ struct mt_config {
     char program[MT_CONFIG_STR_MAX];
     /* LD_PRELOAD: where to publish the port bound ("%p" = the pid); "" = nowhere */
     char port_file[MT_CONFIG_STR_MAX];
+    /* transport (docs/security.md) */
+    char read_token[256];                    /* "" = none: the read scope (server/auth.c) */
+    char read_token_file[MT_CONFIG_STR_MAX]; /* "" = none; read at start (token.c) */
+    char https_certificate[MT_CONFIG_STR_MAX]; /* PEM; "" = plain HTTP */
+    char https_private_key[MT_CONFIG_STR_MAX];
+    char https_client_ca[MT_CONFIG_STR_MAX]; /* "" = no client certificates asked */
+    char http_socket_mode[8];                /* octal, for a unix socket HttpBind */
+    char http_socket_group[64];              /* "" = the host's own group */
 };
 
 /* Fill *cfg with the defaults. */
@@ -83,8 +91,8 @@ int config_patch(struct mt_config *cfg, const char *json, char **err);
 struct cJSON *config_to_json(const struct mt_config *cfg);
 
 /*
- * AuthTokenFile (token.c): when set, read the token from that file into
- * cfg->auth_token. Refuses a file its group or others may use (as ssh does),
+ * AuthTokenFile and ReadTokenFile (token.c): when set, read each token from
+ * its file into cfg->auth_token / cfg->read_token. Refuses a file its group or others may use (as ssh does),
  * one of another user, an empty or malformed token. 0, or a negative errno
  * with *err (caller frees).
  */

@@ -147,6 +147,7 @@ static void server_options_from(const struct mt_config *cfg, struct server_optio
     o->max_connections_per_ip = cfg->max_connections_per_ip;
     o->connection_timeout_seconds = cfg->connection_timeout_seconds;
     snprintf(o->token, sizeof(o->token), "%s", cfg->auth_token);
+    snprintf(o->read_token, sizeof(o->read_token), "%s", cfg->read_token);
     o->read_requires_auth = cfg->read_requires_auth;
     o->allow_unauthenticated_remote = cfg->allow_unauthenticated_remote;
     o->request_timeout_seconds = cfg->request_timeout_seconds;

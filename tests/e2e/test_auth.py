@@ -43,3 +43,49 @@ def test_read_requires_auth(start_demo):
         assert d.get(path, headers=AUTH).status_code == 200, path
     for path in ("/healthz", "/openapi.yaml", "/"):
         assert d.get(path).status_code == 200, path
+
+
+READ = "e2e-Read-only-91d2"
+
+
+def test_read_token_scope(start_demo, validate, tmp_path):
+    """ReadToken (here from ReadTokenFile): reads with it, 403 insufficient_scope on writes;
+    the admin token does both; neither token in a response or the log."""
+    f = tmp_path / "read.token"
+    f.write_text(READ + "\n")
+    f.chmod(0o600)
+    d = start_demo({"AuthToken": TOKEN, "ReadTokenFile": str(f), "ManualTrimMinIntervalMs": 0},
+                   study_mb=8)
+    rd = {"Authorization": f"Bearer {READ}"}
+    for path in ("/memory/stats", "/metrics", "/config", "/memory/trims", "/memory/series?metric=rss_bytes"):
+        assert d.get(path).status_code == 401, path  # a read token makes reads need one
+        assert d.get(path, headers=rd).status_code == 200, path
+        assert d.get(path, headers=AUTH).status_code == 200, path
+    for method, path, kw in (("POST", "/memory/trim", {}), ("GET", "/memory/trim", {}),
+                             ("PATCH", "/config", {"json": {"TrimIntervalSeconds": 45}})):
+        r = d.request(method, path, headers=rd, **kw)
+        assert r.status_code == 403, (method, path, r.text)
+        assert r.json()["error"]["code"] == "insufficient_scope"
+        assert "insufficient_scope" in r.headers["WWW-Authenticate"]
+        validate(path, method, r)
+        assert d.request(method, path, headers=AUTH, **kw).status_code == 200, (method, path)
+    cfg = d.get("/config", headers=rd).json()
+    assert cfg["ReadToken"] == "<redacted>" and cfg["ReadTokenFile"] == str(f)
+    d.stop()
+    assert READ not in d.output() and TOKEN not in d.output()
+
+
+def test_read_token_refused(start_demo, tmp_path):
+    """A read token without an admin token, or one equal to it, or a loose file: no start."""
+    import pytest
+    from conftest import Demo
+    f = tmp_path / "read.token"
+    f.write_text(READ)
+    f.chmod(0o644)
+    for cfg, why in (({"ReadToken": READ}, "needs an AuthToken"),
+                     ({"AuthToken": READ, "ReadToken": READ}, "the same"),
+                     ({"AuthToken": TOKEN, "ReadTokenFile": str(f)}, "chmod 600")):
+        with pytest.raises(RuntimeError) as e:
+            Demo(cfg, workers=1, study_mb=1)
+        assert why in str(e.value), str(e.value)[-500:]
+        assert READ not in str(e.value)

@@ -93,6 +93,19 @@ static void test_every_key(void)
             snprintf(json, sizeof(json), "{\"HttpBind\": \"127.0.0.2\"}");
         if (strcmp(name, "Allocator") == 0)
             snprintf(json, sizeof(json), "{\"Allocator\": \"jemalloc\"}");
+        /* keys that only make sense beside another one */
+        static const char *const pairs[][2] = {
+            {"ReadToken", "{\"ReadToken\": \"x\", \"AuthToken\": \"y\"}"},
+            {"ReadTokenFile", "{\"ReadTokenFile\": \"x\", \"AuthToken\": \"y\"}"},
+            {"HttpsCertificate", "{\"HttpsCertificate\": \"x\", \"HttpsPrivateKey\": \"y\"}"},
+            {"HttpsPrivateKey", "{\"HttpsCertificate\": \"x\", \"HttpsPrivateKey\": \"y\"}"},
+            {"HttpsClientCA", "{\"HttpsClientCA\": \"z\", \"HttpsCertificate\": \"x\", "
+                              "\"HttpsPrivateKey\": \"y\"}"},
+            {"HttpSocketMode", "{\"HttpSocketMode\": \"0600\"}"},
+        };
+        for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
+            if (strcmp(name, pairs[p][0]) == 0)
+                snprintf(json, sizeof(json), "%s", pairs[p][1]);
         CHECK_MSG(parse(json, &cfg, &err) == 0, "%s: %s", json, err ? err : "");
         free(err);
         /* wrong type: a string for others, a number for strings */
@@ -121,7 +134,7 @@ static void test_every_key(void)
             free(err);
         }
     }
-    CHECK_EQ_INT(nkeys, 38);
+    CHECK_EQ_INT(nkeys, 40);
     /* a key with a list of values names them when given another */
     CHECK_EQ_INT(parse("{\"Allocator\": \"tcmaloc\"}", &cfg, &err), -EINVAL);
     CHECK_CONTAINS(err, "Allocator");

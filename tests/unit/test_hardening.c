@@ -130,6 +130,37 @@ static void test_token_file(void)
     free(err);
 }
 
+/* ReadTokenFile follows AuthTokenFile's rules; the read token needs an admin token and differs. */
+static void test_read_token_file(void)
+{
+    struct mt_config cfg;
+    char *err = NULL;
+    const char *path = harness_path(dir, "read-token");
+    write_file(path, "read-only-token\n", 0600);
+    char json[1024];
+    snprintf(json, sizeof(json), "{\"AuthToken\": \"admin\", \"ReadTokenFile\": \"%s\"}", path);
+    CHECK_EQ_INT(config_parse(json, &cfg, &err), 0);
+    CHECK_EQ_INT(config_read_token_file(&cfg, &err), 0);
+    CHECK(strcmp(cfg.read_token, "read-only-token") == 0);
+    chmod(path, 0644);
+    cfg.read_token[0] = '\0';
+    CHECK_EQ_INT(config_read_token_file(&cfg, &err), -EACCES);
+    CHECK_CONTAINS(err, "ReadTokenFile");
+    CHECK_CONTAINS(err, "chmod 600");
+    free(err);
+    snprintf(json, sizeof(json), "{\"ReadTokenFile\": \"%s\"}", path);
+    CHECK_EQ_INT(config_parse(json, &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "needs an AuthToken");
+    free(err);
+    CHECK_EQ_INT(config_parse("{\"AuthToken\": \"same\", \"ReadToken\": \"same\"}", &cfg, &err), 0);
+    CHECK_EQ_INT(config_read_token_file(&cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "the same");
+    free(err);
+    CHECK_EQ_INT(config_parse("{\"AuthToken\": \"a\", \"ReadToken\": \"b\", \"ReadTokenFile\": \"/x\"}",
+                              &cfg, &err), -EINVAL);
+    free(err);
+}
+
 static void test_path_decoding(void)
 {
     char out[64];
@@ -362,6 +393,7 @@ int main(void)
     RUN(test_patch_floors);
     RUN(test_patch_duplicates_and_int64);
     RUN(test_token_file);
+    RUN(test_read_token_file);
     RUN(test_path_decoding);
     RUN(test_cross_site);
     RUN(test_dispatch_cross_site);

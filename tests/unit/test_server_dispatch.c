@@ -1,7 +1,8 @@
 /*
  * test_server_dispatch.c - generic dispatch over a table of fake routes:
  * 404, 405 with Allow, 401 with WWW-Authenticate (token never echoed), the
- * read/write auth levels, unknown parameters, a failing handler turned into
+ * read/write auth levels, the two scopes (read token, admin token), the unix
+ * socket peer rule, unknown parameters, a failing handler turned into
  * 500, and the bearer check itself.
  *
  * Threads: one. Files: none.
@@ -91,6 +92,65 @@ static void test_auth(void)
     server_reply_clear(&rep);
 }
 
+static unsigned run_as(const char *method, const char *path, const struct server_caller *who,
+                       struct server_reply *rep)
+{
+    struct query q;
+    query_init(&q);
+    struct server_request req = {.method = method, .path = path, .query = &q, .body = ""};
+    server_reply_clear(rep);
+    server_dispatch_as(routes, NROUTES, &req, who, rep);
+    return rep->status;
+}
+
+/* Two scopes: the read token reads and gets 403 (not 401) on a write; the admin token does both. */
+static void test_scopes(void)
+{
+    struct server_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    struct server_caller who = {.token = "admin-tok", .read_token = "read-tok",
+                                .read_requires_auth = 1};
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 401);
+    CHECK_EQ_INT(run_as("GET", "/open", &who, &rep), 200);
+    who.authorization = "Bearer read-tok";
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 200);
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 403);
+    CHECK_CONTAINS(rep.body, "insufficient_scope");
+    CHECK_CONTAINS(header(&rep, "WWW-Authenticate"), "error=\"insufficient_scope\"");
+    CHECK(strstr(rep.body, "read-tok") == NULL);
+    who.authorization = "Bearer admin-tok";
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 200);
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 200);
+    who.authorization = "Bearer read-tokx";
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 401);
+    CHECK_CONTAINS(header(&rep, "WWW-Authenticate"), "invalid_token");
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 401);
+    server_reply_clear(&rep);
+}
+
+/* The unix socket: the host's uid or root writes without a token, another uid does not. */
+static void test_unix_peer(void)
+{
+    struct server_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    struct server_caller who = {.token = "", .read_token = "", .unix_peer = 1, .peer_uid = 65534};
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 200);
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 403);
+    CHECK_CONTAINS(rep.body, "forbidden_peer");
+    CHECK_CONTAINS(rep.body, "uid 65534");
+    who.peer_admin = 1;
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 200);
+    /* With a token: another uid writes with it, not without it. */
+    who.peer_admin = 0;
+    who.token = "admin-tok";
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 403);
+    who.authorization = "Bearer admin-tok";
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 200);
+    who.authorization = "Bearer nope";
+    CHECK_EQ_INT(run_as("POST", "/write", &who, &rep), 401);
+    server_reply_clear(&rep);
+}
+
 static void test_bearer(void)
 {
     CHECK(server_auth_ok("Bearer abc", "abc"));
@@ -132,6 +192,8 @@ int main(void)
 {
     RUN(test_dispatch);
     RUN(test_auth);
+    RUN(test_scopes);
+    RUN(test_unix_peer);
     RUN(test_bearer);
     RUN(test_replies);
     return harness_end();
