@@ -32,6 +32,32 @@ void mt_log_fork_prepare(void);
 void mt_log_fork_parent(void);
 void mt_log_fork_child(void);
 
+/*
+ * Rate-limited logging (loglimit.c), for every line a client can cause: at
+ * most `burst` lines in each window of `interval_ns`; the lines past it are
+ * dropped and counted, and the next line written ends with how many were.
+ * mt_log_limit_take is the rule alone (1: write, with *dropped the count
+ * before it; 0: dropped and counted), with the time given. A limit owned by
+ * an instance is set up with mt_log_limit_init; a static one with
+ * MT_LOG_LIMIT_INIT. Any thread; the lock is held only for the arithmetic.
+ */
+struct mt_log_limit {
+    pthread_mutex_t lock;
+    int64_t interval_ns;
+    unsigned burst;
+    int started;
+    int64_t window_start_ns;
+    unsigned used;    /* lines written in this window */
+    uint64_t dropped; /* lines dropped since the last one written */
+};
+#define MT_LOG_LIMIT_INIT(interval_ns, burst)                                                          {PTHREAD_MUTEX_INITIALIZER, (interval_ns), (burst), 0, 0, 0, 0}
+void mt_log_limit_init(struct mt_log_limit *l, int64_t interval_ns, unsigned burst);
+int mt_log_limit_take(struct mt_log_limit *l, int64_t now_ns, uint64_t *dropped);
+/* The lines dropped and not yet reported (the count starts again at 0). */
+uint64_t mt_log_limit_flush(struct mt_log_limit *l);
+void mt_log_limited(struct mt_log_limit *l, int level, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common.h"
 #include "http.h"
 
 struct MHD_Daemon;
@@ -77,6 +78,7 @@ struct server {
     int loopback;   /* bound to a loopback address: only local names may be the Host */
     struct server_readers readers;
     struct server_watchdog watchdog;
+    struct mt_log_limit mhd_log; /* libmicrohttpd's messages (server.c) */
 };
 
 /* libmicrohttpd's process-wide panic handler: ours, unless another user of it is loaded (panic.c). */

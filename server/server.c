@@ -47,14 +47,23 @@ static char *server_strdupf(const char *fmt, ...)
     return s;
 }
 
+/*
+ * libmicrohttpd's messages: a client causes most of them (a connection closed
+ * mid-request, one over a limit), so they are rate-limited together
+ * (SERVER_MHD_LOG_BURST per SERVER_MHD_LOG_WINDOW_NS, the rest counted).
+ */
+#define SERVER_MHD_LOG_BURST 5
+#define SERVER_MHD_LOG_WINDOW_NS (10 * MT_SEC)
+
 static void server_mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    struct server *s = cls;
     char msg[512];
     vsnprintf(msg, sizeof(msg), fmt, ap);
     size_t n = strlen(msg);
     while (n > 0 && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
         msg[--n] = '\0';
-    mt_log(MT_LOG_WARNING, "server", "libmicrohttpd: %s", msg);
+    mt_log_limited(&s->mhd_log, MT_LOG_WARNING, "server", "libmicrohttpd: %s", msg);
 }
 
 /* Turn a reply into an MHD response and queue it. */
@@ -366,6 +375,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     snprintf(s->read_token, sizeof(s->read_token), "%s", cfg->read_token);
     s->read_requires_auth = cfg->read_requires_auth;
     s->loopback = server_addr_is_loopback(&addr);
+    mt_log_limit_init(&s->mhd_log, SERVER_MHD_LOG_WINDOW_NS, SERVER_MHD_LOG_BURST);
     if (!s->loopback && s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {
         rc = -EPERM;
         msg = server_strdupf(
@@ -453,5 +463,10 @@ void server_stop(struct server *s)
     MHD_stop_daemon(s->daemon);
     server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers, s->store);
+    uint64_t dropped = mt_log_limit_flush(&s->mhd_log);
+    if (dropped > 0)
+        mt_log(MT_LOG_WARNING, "server", "libmicrohttpd: %llu more message(s) dropped since the "
+               "last one logged", (unsigned long long)dropped);
+    pthread_mutex_destroy(&s->mhd_log.lock);
     free(s);
 }
