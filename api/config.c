@@ -31,6 +31,13 @@ int api_config_patch(const struct server_request *req, struct server_reply *rep)
                                   "PATCH /config: the body holds a NUL byte at offset %zu; "
                                   "send a JSON object and nothing else",
                                   (size_t)(nul - req->body));
+    char why[160];
+    int scan = mt_json_prescan(req->body, req->body_len, SERVER_BODY_MAX, MT_JSON_DEPTH_MAX, why,
+                               sizeof(why));
+    if (scan != 0)
+        return server_reply_error(rep, scan == -E2BIG ? 413 : 400,
+                                  scan == -E2BIG ? "body_too_large" : "bad_body",
+                                  "PATCH /config: %s", why);
     cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
     if (doc == NULL || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);

@@ -58,6 +58,19 @@ uint64_t mt_log_limit_flush(struct mt_log_limit *l);
 void mt_log_limited(struct mt_log_limit *l, int level, const char *module, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/*
+ * Every JSON document is checked by mt_json_prescan (jsonscan.c) before cJSON
+ * parses it: no larger than max_bytes, arrays and objects nested no deeper
+ * than max_depth, counted without recursion (strings skipped). 0, or -E2BIG /
+ * -ELOOP with why naming the limit. memtrim's own documents nest 3 deep
+ * ({"MemoryTrim": {"Program": [...]}}); a host's configuration a few more.
+ */
+#define MT_JSON_DEPTH_MAX 32
+#define MT_JSON_DOC_MAX (1024 * 1024) /* a configuration document (string, file, env) */
+#define MT_JSON_HOST_DOC_MAX (16 * 1024 * 1024) /* a host's whole configuration (Orthanc's) */
+int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_depth, char *why,
+                    size_t whylen);
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

@@ -120,7 +120,16 @@ static int host_read_config(const char *orthanc_json, struct mt_config *cfg, cha
     *doc = NULL;
     *err = NULL;
     config_defaults(cfg);
-    root = cJSON_Parse(orthanc_json ? orthanc_json : "{}");
+    const char *text = orthanc_json ? orthanc_json : "{}";
+    char why[160];
+    if (mt_json_prescan(text, strlen(text), MT_JSON_HOST_DOC_MAX, MT_JSON_DEPTH_MAX, why,
+                        sizeof(why)) != 0) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "Orthanc's configuration is refused: %s", why);
+        *err = strdup(msg);
+        return -EINVAL;
+    }
+    root = cJSON_Parse(text);
     if (!root) {
         *err = strdup("Orthanc's configuration is not valid JSON");
         return -EINVAL;
@@ -174,28 +183,73 @@ static const char *host_header(const OrthancPluginHttpRequest *r, const char *na
     return NULL;
 }
 
+/*
+ * Whether Orthanc 1.10's HttpOutput can send this status with
+ * OrthancPluginSendHttpStatus: its EnumerationToString(HttpStatus) knows these
+ * (anything else throws ParameterOutOfRange and the client gets an empty
+ * reply), and it refuses 301 and 405 there (they have calls of their own).
+ * 429 is not among them, in 1.10 nor since.
+ */
+static int host_status_sendable(unsigned status)
+{
+    static const unsigned known[] = {400, 401, 402, 403, 404, 406, 407, 408, 409, 410, 411, 412,
+                                     413, 414, 415, 416, 417, 422, 423, 424, 426, 500, 501, 502,
+                                     503, 504, 505, 506, 507, 509, 510};
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (known[i] == status)
+            return 1;
+    return 0;
+}
+
+/*
+ * The reply the embedded server would send, through Orthanc's output: the same
+ * status, headers (Content-Type on errors too, Cache-Control, Retry-After,
+ * WWW-Authenticate) and body, with two exceptions Orthanc 1.10's SDK imposes:
+ * - 405: only OrthancPluginSendMethodNotAllowed sends it, and it clears the
+ *   headers and sends no body; the status and Allow are kept.
+ * - 429: Orthanc cannot send it at all; it becomes 503 with the same
+ *   Retry-After and body (RFC 9110 gives Retry-After the same meaning there).
+ * 401 goes through OrthancPluginSendHttpStatus too (1.10 allows it there), so that
+ * the client gets memtrim's Bearer challenge and body, not Orthanc's Basic one.
+ */
+static unsigned host_orthanc_status(unsigned status)
+{
+    if (status >= 200 && status < 300)
+        return 200; /* OrthancPluginAnswerBuffer: the handlers only answer 200 */
+    if (status == 405)
+        return 405;
+    if (status == 429)
+        return 503;
+    return host_status_sendable(status) ? status : 500;
+}
+
 static void host_answer(OrthancPluginRestOutput *out, const struct server_reply *rep)
 {
     const char *body = rep->body ? rep->body : (const char *)rep->static_body;
     const char *ctype = rep->content_type ? rep->content_type : "application/octet-stream";
     const char *allow = NULL;
+    unsigned status = host_orthanc_status(rep->status);
 
-    for (int i = 0; i < rep->nheaders; i++) {
+    for (int i = 0; i < rep->nheaders; i++)
         if (strcmp(rep->headers[i].name, "Allow") == 0)
             allow = rep->headers[i].value;
-        else if (strcmp(rep->headers[i].name, "WWW-Authenticate") != 0)
-            OrthancPluginSetHttpHeader(host_ctx, out, rep->headers[i].name, rep->headers[i].value);
+    if (status == 405) {
+        OrthancPluginSendMethodNotAllowed(host_ctx, out, allow ? allow : "");
+        return;
     }
+    for (int i = 0; i < rep->nheaders; i++)
+        OrthancPluginSetHttpHeader(host_ctx, out, rep->headers[i].name, rep->headers[i].value);
     OrthancPluginSetHttpHeader(host_ctx, out, "Cache-Control", "no-store");
-    if (rep->status >= 200 && rep->status < 300)
+    if (status == 200) {
         OrthancPluginAnswerBuffer(host_ctx, out, body ? body : "", (uint32_t)rep->len, ctype);
-    else if (rep->status == 405 && allow)
-        OrthancPluginSendMethodNotAllowed(host_ctx, out, allow);
-    else if (rep->status == 401)
-        OrthancPluginSendUnauthorized(host_ctx, out, "memtrim");
+        return;
+    }
+    if (rep->content_type)
+        OrthancPluginSetHttpHeader(host_ctx, out, "Content-Type", rep->content_type);
+    if (body && rep->len > 0)
+        OrthancPluginSendHttpStatus(host_ctx, out, (uint16_t)status, body, (uint32_t)rep->len);
     else
-        OrthancPluginSendHttpStatus(host_ctx, out, (uint16_t)rep->status, body ? body : "",
-                                    (uint32_t)rep->len);
+        OrthancPluginSendHttpStatusCode(host_ctx, out, (uint16_t)status);
 }
 
 /*

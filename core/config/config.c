@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "common.h"
 #include "config.h"
 
 /* KEY_GLOBS: a string or a list of strings, stored '\n'-separated in a string buffer. */
@@ -559,6 +560,13 @@ int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, 
 static int parse_doc(const char *json, cJSON **out, char **err)
 {
     const char *end = NULL;
+    char why[160];
+    *out = NULL;
+    if (mt_json_prescan(json, strlen(json), MT_JSON_DOC_MAX, MT_JSON_DEPTH_MAX, why,
+                        sizeof(why)) != 0) {
+        *err = errf("configuration: %s", why);
+        return -EINVAL;
+    }
     *out = cJSON_ParseWithOpts(json, &end, 1);
     if (!*out) {
         size_t at = end ? (size_t)(end - json) : 0;

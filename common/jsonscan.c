@@ -1,0 +1,52 @@
+/*
+ * jsonscan.c - the check every JSON document memtrim parses passes first
+ * (request bodies, the configuration string, file and MEMTRIM_CONFIG, the
+ * host's own configuration): its size, and how deep its arrays and objects
+ * nest, counted in one loop without recursion. cJSON recurses once per
+ * level; a body of 999 nested '[' overflowed an Orthanc HTTP thread's stack
+ * in it. No state, no locks: any thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+
+#include "common.h"
+
+int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_depth, char *why,
+                    size_t whylen)
+{
+    int depth = 0, in_string = 0, escaped = 0;
+
+    if (why && whylen)
+        why[0] = '\0';
+    if (len > max_bytes) {
+        if (why)
+            snprintf(why, whylen, "the JSON document is %zu bytes, over the limit of %zu bytes",
+                     len, max_bytes);
+        return -E2BIG;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_string) {
+            if (escaped)
+                escaped = 0;
+            else if (c == '\\')
+                escaped = 1;
+            else if (c == '"')
+                in_string = 0;
+            continue;
+        }
+        if (c == '"') {
+            in_string = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > max_depth) {
+                if (why)
+                    snprintf(why, whylen, "the JSON document nests deeper than %d levels of "
+                             "arrays and objects (at byte %zu)", max_depth, i);
+                return -ELOOP;
+            }
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return 0;
+}
