@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "alloc.h"
-#include "core.h"
+#include "common.h"
 
 /* The allocators with an API of their own first: glibc's symbols are always there. */
 static const struct alloc_ops *const backends[] = {

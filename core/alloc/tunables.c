@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core.h"
+#include "common.h"
 #include "tunables.h"
 
 struct tunable {

@@ -19,6 +19,13 @@
 #include <stdint.h>
 #include "types.h"
 
+/* What the cost gate (cost_hk.c) answers a periodic or burst trim; policy.c reads it. */
+enum cost_gate {
+    COST_GATE_RUN = 0, /* run the trim now */
+    COST_GATE_WAIT,    /* the host is busy: keep the trim due, ask again next tick */
+    COST_GATE_SKIP,    /* the budget is spent: skip it (counted) */
+};
+
 /* ---- re-faults ----------------------------------------------------------- */
 
 /* The window open after one trim. */

@@ -10,7 +10,6 @@
 #define MEMTRIM_DOCTOR_H
 
 #include <stdint.h>
-#include "arenas.h"
 #include "config.h"
 #include "types.h"
 

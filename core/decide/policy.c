@@ -4,7 +4,7 @@
  */
 #include "policy.h"
 #include "common.h"
-#include "cost_hk.h"
+#include "cost.h"
 
 /* TrimIntervalSeconds, lengthened by the cost gap factor, in ns. */
 static int64_t interval_ns(const struct mt_config *c, double gap)

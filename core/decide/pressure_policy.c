@@ -6,7 +6,7 @@
  * find live memory do not hold off the estimate's). No locks, no clocks, no I/O.
  */
 #include "common.h"
-#include "pressure.h"
+#include "pressure_policy.h"
 
 #define HARD_REPEAT_NS (1 * MT_SEC)   /* at the line: again after 1 s, doubling per futile trim */
 #define EARLY_REPEAT_NS (500 * MT_MS) /* by the heap estimate: 500 ms, doubling likewise */

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "arenas.h"
-#include "core.h"
+#include "common.h"
 #include "snapshot.h"
 
 #define NAME_MAX_LEN 16

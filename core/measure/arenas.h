@@ -13,34 +13,9 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "types.h" /* struct mt_arenas, the reading */
 
 #define ARENAS_MAX 4096 /* more <heap> elements than this is refused as malformed */
-
-struct mt_arena {
-    int nr;                    /* glibc's arena number; 0 is the main arena */
-    uint64_t system_bytes;     /* <system type="current">: memory it holds from the system */
-    uint64_t system_max_bytes; /* <system type="max"> */
-    uint64_t in_use_bytes;     /* system - fastbins - bins - top */
-    uint64_t fastbin_bytes, fastbin_chunks; /* <total type="fast"> */
-    uint64_t bins_bytes, bins_chunks;       /* free chunks in the bins (rest less top,
-                                             * less the flag bits glibc sums in) */
-    uint64_t top_bytes;                     /* the top chunk (rest less what <sizes> lists) */
-    uint64_t free_bytes;                    /* fastbins + bins + top */
-    uint64_t subheaps;                      /* <aspace type="subheaps">; 0 for the main arena */
-};
-
-struct mt_arenas {
-    int count;
-    struct mt_arena *arena; /* count entries, malloc'd; arenas_free releases it */
-    /* process totals (the elements after the last </heap>) */
-    uint64_t system_bytes, system_max_bytes;
-    uint64_t fastbin_bytes, rest_bytes; /* rest = bins + top chunks */
-    uint64_t mmapped_bytes, mmapped_count;
-    uint64_t in_use_bytes, free_bytes, bins_bytes, top_bytes; /* sums over the arenas */
-    /* the reading */
-    int64_t timestamp_ms;
-    int64_t duration_ns, cpu_ns;
-};
 
 /*
  * Parse malloc_info's XML (len bytes, need not be NUL-terminated). Returns 0

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
+#include "common.h"
 #include "probe.h"
 
 #define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */

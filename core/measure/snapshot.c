@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core.h"
+#include "common.h"
 #include "snapshot.h"
 
 #define ARENA_COUNT_EVERY 10 /* malloc_info (arena count) on every 10th heap probe */

@@ -11,7 +11,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "core.h"
+#include "common.h"
 #include "trim.h"
 
 int trim_service_init(struct trim_service *ts)

@@ -37,12 +37,6 @@ struct cost_hk {
 #define COST_AT_ONCE_NS (600 * MT_MS)
 #define COST_QUIET_CPUS 0.25 /* under a quarter of one CPU (and of its allowance) lately */
 
-enum cost_gate {
-    COST_GATE_RUN = 0, /* run the trim now */
-    COST_GATE_WAIT,    /* the host is busy: keep the trim due, ask again next tick */
-    COST_GATE_SKIP,    /* the budget is spent: skip it (counted) */
-};
-
 void cost_hk_init(struct cost_hk *h);
 
 /* Every tick, before the policy: readings, re-fault windows, the gap. */

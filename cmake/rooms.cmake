@@ -1,0 +1,56 @@
+# The rooms of core/ (docs/architecture.md, "Rooms"), and the check that their walls hold.
+#
+# memtrim_room(NAME FACE <headers> PUBLIC <targets> PRIVATE <targets>)
+#   builds core/NAME/*.c as the static library memtrim_NAME. The folder core/NAME is that
+#   target's PRIVATE include directory: a room's own files include each other freely.
+#   The headers listed as FACE are linked into <build>/faces/NAME/, the target's one
+#   PUBLIC include directory: that is all another target sees of the room. PUBLIC lists
+#   the rooms (and folders) whose headers the face itself includes, PRIVATE those the
+#   room's .c files use. A target that does not link a room cannot include its face, and
+#   nothing outside a room can include one of its private headers.
+function(memtrim_face dir room)
+  set(face "${CMAKE_BINARY_DIR}/faces/${dir}")
+  file(REMOVE_RECURSE "${face}") # a header taken off the list must disappear
+  file(MAKE_DIRECTORY "${face}")
+  foreach(h ${ARGN})
+    if(NOT EXISTS "${CMAKE_SOURCE_DIR}/core/${room}/${h}")
+      message(FATAL_ERROR "room ${room}: its face names ${h}, which is not in core/${room}/")
+    endif()
+    file(CREATE_LINK "${CMAKE_SOURCE_DIR}/core/${room}/${h}" "${face}/${h}" SYMBOLIC)
+  endforeach()
+endfunction()
+
+function(memtrim_room room)
+  cmake_parse_arguments(R "" "" "FACE;PUBLIC;PRIVATE" ${ARGN})
+  memtrim_face(${room} ${room} ${R_FACE})
+  file(GLOB sources CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/core/${room}/*.c")
+  add_library(memtrim_${room} STATIC ${sources})
+  target_include_directories(memtrim_${room} PRIVATE "${CMAKE_SOURCE_DIR}/core/${room}"
+                             PUBLIC "${CMAKE_BINARY_DIR}/faces/${room}")
+  target_link_libraries(memtrim_${room} PUBLIC ${R_PUBLIC} PRIVATE ${R_PRIVATE})
+  set_property(GLOBAL APPEND PROPERTY memtrim_rooms ${room})
+endfunction()
+
+# memtrim_room_probe(TARGET HEADER refuse|allow): a file compiled the way TARGET's own
+# sources are (its include directories and what it links) that includes HEADER. test_rooms
+# builds every probe: a "refuse" probe must fail with "HEADER: No such file", an "allow"
+# probe (the control: the set-up itself works) must build.
+function(memtrim_room_probe target header expect)
+  string(MAKE_C_IDENTIFIER "${target}_${header}" id)
+  set(src "${CMAKE_BINARY_DIR}/room_probes/${id}.c")
+  file(CONFIGURE OUTPUT "${src}" CONTENT "#include \"${header}\"\nint room_probe_${id};\n")
+  add_library(room_probe_${id} OBJECT EXCLUDE_FROM_ALL "${src}")
+  target_include_directories(room_probe_${id} PRIVATE
+                             $<TARGET_PROPERTY:${target},INCLUDE_DIRECTORIES>)
+  target_link_libraries(room_probe_${id} PRIVATE $<TARGET_PROPERTY:${target},LINK_LIBRARIES>)
+  set_property(GLOBAL APPEND PROPERTY memtrim_room_probes "room_probe_${id}=${header}=${expect}")
+endfunction()
+
+function(memtrim_room_test)
+  get_property(probes GLOBAL PROPERTY memtrim_room_probes)
+  string(REPLACE ";" "," probes "${probes}")
+  add_test(NAME test_rooms
+           COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DPROBES=${probes}
+                   -P "${CMAKE_SOURCE_DIR}/cmake/rooms_check.cmake")
+  set_tests_properties(test_rooms PROPERTIES TIMEOUT 300 RUN_SERIAL ON)
+endfunction()

@@ -1,0 +1,61 @@
+/*
+ * pressure_policy.h - the pressure decision as pure functions of one reading
+ * (RSS, the limit, the last heap estimate, now) and a small state struct: no
+ * clock, no probe, no lock, so the unit tests drive it on synthetic readings
+ * (tests/unit/test_pressure.c). The pressure thread (threads/pressure.c)
+ * takes the readings, asks pressure_decide, runs the trim and reports its
+ * outcome to pressure_after_trim.
+ */
+#ifndef MEMTRIM_PRESSURE_POLICY_H
+#define MEMTRIM_PRESSURE_POLICY_H
+
+#include <stdint.h>
+
+struct pressure_input {
+    int64_t now_ns;          /* monotonic */
+    uint64_t rss;            /* bytes, from statm */
+    int64_t limit;           /* effective memory limit, <= 0 none */
+    double ratio;            /* PressureRatio */
+    uint64_t min_releasable; /* TrimMinReleasableBytes */
+    uint64_t estimate;       /* releasable estimate of the last heap reading */
+    int estimate_known;      /* a heap reading exists */
+    int64_t estimate_ns;     /* monotonic time of that reading */
+};
+
+enum pressure_rule {
+    PRESSURE_RULE_GROWTH = 0, /* RSS grew by a step inside the zone */
+    PRESSURE_RULE_LINE,       /* RSS at PressureRatio of the limit */
+    PRESSURE_RULE_ESTIMATE,   /* free-but-resident heap would take it there */
+};
+
+struct pressure_state {
+    uint64_t base_rss;    /* RSS low-water mark since the last pressure trim; 0 = unset */
+    int64_t last_trim_ns; /* monotonic start of the last pressure trim */
+    int futile;           /* growth trims in a row that released too little */
+    int futile_timed;     /* line and estimate trims in a row that released too little */
+    int rule;             /* with PRESSURE_TRIM: enum pressure_rule that fired */
+    int zone;             /* the last reading was inside the zone */
+    int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
+                           * by its timing (back-off ended, estimate read); 0 growth */
+};
+
+enum pressure_verdict {
+    PRESSURE_OUTSIDE = 0, /* below the zone: the slow pace */
+    PRESSURE_WATCH,       /* inside the zone, no trim due */
+    PRESSURE_TRIM,        /* trim now */
+};
+
+/* The zone's floor: half the limit, or the pressure line if that is lower. */
+uint64_t pressure_zone_floor(int64_t limit, double ratio);
+
+/* Decide on one reading; updates st (zone, base_rss). */
+int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
+
+/* When a rule that waits on time (the line, the estimate) will next allow a trim, or INT64_MAX. */
+int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
+
+/* Record a pressure trim's outcome in st (futile back-off, growth base). */
+void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
+                         int64_t released, uint64_t min_releasable);
+
+#endif /* MEMTRIM_PRESSURE_POLICY_H */
