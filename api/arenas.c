@@ -13,7 +13,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "advice.h"
 #include "core.h"
 
 static cJSON *arena_json(const struct mt_arena *a, int *failed)
@@ -91,7 +90,7 @@ int api_arenas_get(const struct server_request *req, struct server_reply *rep)
 
     if (rc == 0) {
         rc = server_reply_json(rep, 200, arenas_json(req->app, &a));
-        arenas_free(&a);
+        mt_arenas_free(&a);
         return rc;
     }
     if (rc == -ENOTSUP) {

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <strings.h>
 
-#include "advice.h"
 #include "core.h"
 
 /* The q of media type `type` in an Accept header (0 absent; any-type counts when wildcard). */
@@ -60,7 +59,7 @@ static cJSON *finding_json(const struct doctor_finding *f, int *failed)
 {
     cJSON *o = cJSON_CreateObject(), *ev = cJSON_CreateObject(), *rec = cJSON_CreateObject();
     api_json_str(o, "id", f->id, failed);
-    api_json_str(o, "severity", doctor_severity_name(f->severity), failed);
+    api_json_str(o, "severity", mt_doctor_severity_name(f->severity), failed);
     api_json_str(o, "title", f->title, failed);
     api_json_str(o, "detail", f->detail, failed);
     for (int i = 0; i < f->nevidence; i++)
@@ -88,7 +87,7 @@ int api_doctor_get(const struct server_request *req, struct server_reply *rep)
     int n = mt_doctor_run(req->app, f, DOCTOR_MAX_FINDINGS), rc;
 
     if (wants_text(req->accept)) {
-        char *text = doctor_text(f, n);
+        char *text = mt_doctor_text(f, n);
         rc = text ? server_reply_text(rep, 200, "text/plain; charset=utf-8", text, strlen(text))
                   : server_reply_error(rep, 500, "out_of_memory", "out of memory");
     } else {

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "core.h"
-#include "tunables.h"
 
 static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *failed)
 {
@@ -66,10 +65,10 @@ static void api_stats_tunables(cJSON *root, int *failed)
 {
     struct mt_tunables t;
     cJSON *o = cJSON_CreateObject();
-    tunables_get(&t);
+    mt_tunables_get(&t);
     api_json_bool(o, "glibc", t.glibc, failed);
     for (int i = 0; i < MT_TUNABLE_COUNT; i++)
-        api_json_int_or_null(o, tunables_field(i), t.value[i], t.value[i] >= 0, failed);
+        api_json_int_or_null(o, mt_tunable_field(i), t.value[i], t.value[i] >= 0, failed);
     api_json_item(root, "malloc_tunables", o, failed);
 }
 

@@ -36,7 +36,7 @@ endfunction()
 # builds every probe: a "refuse" probe must fail with "HEADER: No such file", an "allow"
 # probe (the control: the set-up itself works) must build.
 function(memtrim_room_probe target header expect)
-  string(MAKE_C_IDENTIFIER "${target}_${header}" id)
+  string(MAKE_C_IDENTIFIER "${target}__${header}" id)
   set(src "${CMAKE_BINARY_DIR}/room_probes/${id}.c")
   file(CONFIGURE OUTPUT "${src}" CONTENT "#include \"${header}\"\nint room_probe_${id};\n")
   add_library(room_probe_${id} OBJECT EXCLUDE_FROM_ALL "${src}")

@@ -215,4 +215,44 @@ struct mt_arenas {
     int64_t duration_ns, cpu_ns;
 };
 
+/* A finding of the doctor (core/decide/doctor.c): what to change, with its evidence. */
+enum doctor_severity { DOCTOR_INFO = 0, DOCTOR_WARNING, DOCTOR_CRITICAL };
+
+#define DOCTOR_EVIDENCE_MAX 8
+#define DOCTOR_MAX_FINDINGS 8
+
+struct doctor_finding {
+    const char *id; /* "many_arenas", ... (static) */
+    int severity;   /* enum doctor_severity */
+    char title[160];
+    char detail[512]; /* what it means, with the expected effect */
+    int nevidence;
+    struct {
+        const char *name; /* static, with its unit ("arena_count", "free_bytes") */
+        double value;
+    } evidence[DOCTOR_EVIDENCE_MAX];
+    /* The recommendation: kind "config" (a MemoryTrim key), "env" (an
+     * environment variable), "host" (outside memtrim, e.g. the cgroup's
+     * memory.max) or "none" (nothing to change). */
+    const char *kind;
+    char key[48]; /* "" for none */
+    double value; /* meaningful when has_value */
+    int has_value;
+    char action[320]; /* the recommendation as a sentence */
+};
+
+/* glibc's malloc tunables that memtrim sets with mallopt (core/alloc/tunables.c). */
+enum mt_tunable {
+    MT_TUNABLE_MMAP_THRESHOLD = 0, /* first: the one glibc may refuse */
+    MT_TUNABLE_ARENA_MAX,
+    MT_TUNABLE_TRIM_THRESHOLD,
+    MT_TUNABLE_TOP_PAD,
+    MT_TUNABLE_COUNT
+};
+
+struct mt_tunables {
+    int64_t value[MT_TUNABLE_COUNT]; /* in force through memtrim's mallopt; -1 = not set */
+    int glibc;                       /* 0: another allocator serves malloc, nothing applied */
+};
+
 #endif /* MEMTRIM_TYPES_H */

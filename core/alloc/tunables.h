@@ -10,19 +10,7 @@
 
 #include <stdint.h>
 #include "config.h"
-
-enum mt_tunable {
-    MT_TUNABLE_MMAP_THRESHOLD = 0, /* first: the one glibc may refuse */
-    MT_TUNABLE_ARENA_MAX,
-    MT_TUNABLE_TRIM_THRESHOLD,
-    MT_TUNABLE_TOP_PAD,
-    MT_TUNABLE_COUNT
-};
-
-struct mt_tunables {
-    int64_t value[MT_TUNABLE_COUNT]; /* in force through memtrim's mallopt; -1 = not set */
-    int glibc;                       /* 0: another allocator serves malloc, nothing applied */
-};
+#include "types.h" /* enum mt_tunable, struct mt_tunables */
 
 /* The configuration key ("MallocArenaMax"), the /memory/stats name
  * ("arena_max"), and glibc's environment variable for the same setting. */

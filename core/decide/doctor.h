@@ -13,8 +13,6 @@
 #include "config.h"
 #include "types.h"
 
-enum doctor_severity { DOCTOR_INFO = 0, DOCTOR_WARNING, DOCTOR_CRITICAL };
-
 /* One trim as the rules see it (oldest first in doctor_input.trims). */
 struct doctor_trim {
     int trigger; /* enum mt_trigger */
@@ -40,36 +38,14 @@ struct doctor_input {
     uint64_t reader_heap_refused; /* ...and were refused by the budget (incl. /memory/arenas) */
 };
 
-#define DOCTOR_EVIDENCE_MAX 8
-#define DOCTOR_MAX_FINDINGS 8
-
-struct doctor_finding {
-    const char *id; /* "many_arenas", ... (static) */
-    int severity;   /* enum doctor_severity */
-    char title[160];
-    char detail[512]; /* what it means, with the expected effect */
-    int nevidence;
-    struct {
-        const char *name; /* static, with its unit ("arena_count", "free_bytes") */
-        double value;
-    } evidence[DOCTOR_EVIDENCE_MAX];
-    /* The recommendation: kind "config" (a MemoryTrim key), "env" (an
-     * environment variable), "host" (outside memtrim, e.g. the cgroup's
-     * memory.max) or "none" (nothing to change). */
-    const char *kind;
-    char key[48]; /* "" for none */
-    double value; /* meaningful when has_value */
-    int has_value;
-    char action[320]; /* the recommendation as a sentence */
-};
-
 /*
  * Run every rule. Fills up to max findings, most severe first (rule order
  * breaks ties), and returns how many. Never fails.
  */
 int doctor_run(const struct doctor_input *in, struct doctor_finding *out, int max);
 
-const char *doctor_severity_name(int severity); /* "info", "warning", "critical" */
+/* "info", "warning", "critical" (enum doctor_severity, common/types.h) */
+const char *doctor_severity_name(int severity);
 
 /* The findings as plain text for a terminal (caller frees); NULL on OOM. */
 char *doctor_text(const struct doctor_finding *f, int n);

@@ -14,9 +14,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "advice.h"
 #include "alloc.h"
+#include "arenas.h"
 #include "core.h"
+#include "doctor.h"
 #include "instance.h"
 #include "tunables.h"
 
@@ -131,6 +132,21 @@ int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max)
     arenas_free(&arenas);
     free(trims);
     return n;
+}
+
+void mt_arenas_free(struct mt_arenas *a)
+{
+    arenas_free(a);
+}
+
+const char *mt_doctor_severity_name(int severity)
+{
+    return doctor_severity_name(severity);
+}
+
+char *mt_doctor_text(const struct doctor_finding *f, int n)
+{
+    return doctor_text(f, n);
 }
 
 void advice_exit_summary(struct memtrim *mt)

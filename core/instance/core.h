@@ -81,6 +81,31 @@ struct mt_health {
 };
 void mt_health_get(struct memtrim *mt, struct mt_health *out);
 
+/*
+ * Advice (advice.c). The per-arena view: the cached reading when it is at most
+ * max_age_ms old (< 0: StatsMaxAgeMs), else a new malloc_info call if the probe
+ * budget allows. Returns 0 with *out (caller calls mt_arenas_free;
+ * out->timestamp_ms says its age), -EAGAIN when the budget says no
+ * (*retry_after_ms), -ENOTSUP when the allocator serving malloc has no
+ * per-arena view (*err names it), or another negative errno with *err (caller frees).
+ */
+int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
+                  int64_t *retry_after_ms, char **err);
+void mt_arenas_free(struct mt_arenas *a);
+
+/* The doctor's findings now, most severe first; returns how many (<= max,
+ * DOCTOR_MAX_FINDINGS at most). */
+int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max);
+/* "info", "warning", "critical" */
+const char *mt_doctor_severity_name(int severity);
+/* The findings as plain text for a terminal (caller frees); NULL on OOM. */
+char *mt_doctor_text(const struct doctor_finding *f, int n);
+
+/* glibc's malloc tunables in force through memtrim (-1: not set), and each one's
+ * /memory/stats name ("arena_max", ...). */
+void mt_tunables_get(struct mt_tunables *out);
+const char *mt_tunable_field(int t);
+
 /* How a request served outside the embedded server (Orthanc's REST API)
  * reaches the store's readers; owned by the instance. */
 const struct server_store *mt_store_readers(struct memtrim *mt);

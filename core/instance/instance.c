@@ -21,6 +21,16 @@ const char *mt_allocator_name(struct memtrim *mt)
     return snapshot_alloc_name(&mt->cache);
 }
 
+void mt_tunables_get(struct mt_tunables *out)
+{
+    tunables_get(out);
+}
+
+const char *mt_tunable_field(int t)
+{
+    return tunables_field(t);
+}
+
 int mt_suspend(struct memtrim *mt)
 {
     if (!mt)

@@ -18,7 +18,6 @@
 #include "instance.h"
 #include "pressure.h"
 #include "server.h"
-#include "advice.h"
 #include "tunables.h"
 
 

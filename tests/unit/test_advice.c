@@ -8,7 +8,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "advice.h"
+#include "arenas.h"
+#include "doctor.h"
 #include "api.h"
 #include "core.h"
 #include "harness.h"
