@@ -1,6 +1,6 @@
 /*
  * dispatch.c - generic dispatch over a route table: find the path (404), the
- * method (405 + Allow), check the caller's scope (401 + WWW-Authenticate; 403
+ * method (405 + Allow; HEAD runs the GET route), check the caller's scope (401 + WWW-Authenticate; 403
  * for a read token or a unix peer on a write), refuse
  * cross-site writes (403), unknown or repeated query parameters (400), run the handler, and turn a
  * handler that failed without a reply into a 500. Knows nothing of MHD, so
@@ -91,15 +91,19 @@ void server_dispatch_as(const struct server_route *routes, size_t nroutes,
     const struct server_route *match = NULL;
     char allow[128] = "";
     size_t off = 0;
+    /* HEAD is GET without the body (RFC 9110 9.3.2): the GET route runs and the server
+     * sends its status and headers only; Allow names HEAD wherever GET is. */
+    int head = strcmp(req->method, "HEAD") == 0;
 
     for (size_t i = 0; i < nroutes; i++) {
         if (strcmp(routes[i].path, req->path) != 0)
             continue;
-        if (strcmp(routes[i].method, req->method) == 0)
+        int get = strcmp(routes[i].method, "GET") == 0;
+        if (strcmp(routes[i].method, req->method) == 0 || (head && get))
             match = &routes[i];
         if (off < sizeof(allow))
-            off += (size_t)snprintf(allow + off, sizeof(allow) - off, "%s%s", off ? ", " : "",
-                                    routes[i].method);
+            off += (size_t)snprintf(allow + off, sizeof(allow) - off, "%s%s%s", off ? ", " : "",
+                                    routes[i].method, get ? ", HEAD" : "");
     }
     if (off == 0) {
         server_reply_error(rep, 404, "not_found",
@@ -129,6 +133,12 @@ void server_dispatch_as(const struct server_route *routes, size_t nroutes,
     if (query_check(req->query, match->params, why, sizeof(why)) != 0) {
         server_reply_bad_param(rep, why);
         return;
+    }
+    struct server_request as_get;
+    if (head) {
+        as_get = *req;
+        as_get.method = "GET";
+        req = &as_get;
     }
     int rc = match->handler(req, rep);
     if (rep->status == 0)

@@ -61,6 +61,27 @@ struct server_input {
     size_t body_len;
 };
 
+/*
+ * What a request's head says about its framing, read before its body
+ * (server.c from MHD, or a test): the checks that must refuse it before any
+ * body is read, since the body's length is in question (request.c).
+ */
+#define SERVER_HEAD_LENGTHS 8
+struct server_head {
+    const char *version;  /* "HTTP/1.1", "HTTP/1.0", ... */
+    unsigned hosts;       /* Host fields */
+    unsigned lengths;     /* Content-Length fields (the first SERVER_HEAD_LENGTHS kept) */
+    const char *length[SERVER_HEAD_LENGTHS];
+};
+
+/*
+ * 0, or -EINVAL with a 400 in *rep: HTTP/1.1 without a Host field (so that
+ * the loopback Host check against DNS rebinding cannot be skipped), more
+ * than one Host, or Content-Length fields that are not one number each or
+ * disagree (RFC 9112 6.3: which one frames the body is unknowable).
+ */
+int server_check_head(const struct server_head *h, struct server_reply *rep);
+
 /* Run one request through the checks and the route table (request.c); always fills *rep. */
 void server_process(struct server *s, const struct server_input *in, struct server_reply *rep);
 

@@ -1,6 +1,7 @@
 /*
  * request.c - one request from its raw parts to a reply, without MHD: the
- * Host check (DNS rebinding), the cross-site check, the path and the query
+ * head's framing (Host present once on HTTP/1.1, Content-Length fields that
+ * agree), the Host check (DNS rebinding), the cross-site check, the path and the query
  * decoded strictly from the raw request target (a %00 or a bad escape is a
  * 400, never a truncated value), then the route table. server.c feeds it
  * from libmicrohttpd; the fuzzer (tests/fuzz/fuzz_request.c) feeds it
@@ -137,6 +138,41 @@ static const char *server_target(const char *uri, char *path, size_t pathlen, st
                    "parameter name";
     }
     return NULL; /* -E2BIG set q->overflow: query_check says so */
+}
+
+int server_check_head(const struct server_head *h, struct server_reply *rep)
+{
+    memset(rep, 0, sizeof(*rep));
+    int http11 = h->version != NULL && strcmp(h->version, "HTTP/1.1") == 0;
+    if (http11 && h->hosts == 0) {
+        server_reply_error(rep, 400, "bad_request",
+                           "an HTTP/1.1 request needs a Host header (RFC 9112 3.2)");
+        return -EINVAL;
+    }
+    if (h->hosts > 1) {
+        server_reply_error(rep, 400, "bad_request",
+                           "%u Host headers: a request has one (RFC 9112 3.2)", h->hosts);
+        return -EINVAL;
+    }
+    int64_t first = -1;
+    for (unsigned i = 0; i < h->lengths && i < SERVER_HEAD_LENGTHS; i++) {
+        int64_t v;
+        if (h->length[i] == NULL || query_parse_int(h->length[i], &v) != 0 || v < 0) {
+            server_reply_error(rep, 400, "bad_request",
+                               "Content-Length '%.40s' is not one number of bytes",
+                               h->length[i] ? h->length[i] : "");
+            return -EINVAL;
+        }
+        if (i > 0 && v != first) {
+            server_reply_error(rep, 400, "bad_request",
+                               "Content-Length headers disagree (%lld and %lld): which one "
+                               "frames the body cannot be known (RFC 9112 6.3)",
+                               (long long)first, (long long)v);
+            return -EINVAL;
+        }
+        first = v;
+    }
+    return 0;
 }
 
 void server_process(struct server *s, const struct server_input *in, struct server_reply *rep)

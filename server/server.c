@@ -173,11 +173,34 @@ static enum MHD_Result server_too_large(struct MHD_Connection *conn, struct serv
  * (MHD closes the connection after a reply queued this early), except 413
  * for a declared body over the cap: then closing is what we want.
  */
-static enum MHD_Result server_begin(struct MHD_Connection *conn, struct server_call *c)
+static enum MHD_Result server_head_field(void *cls, enum MHD_ValueKind kind, const char *key,
+                                         size_t key_size, const char *value, size_t value_size)
+{
+    struct server_head *h = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0) {
+        h->hosts++;
+    } else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) {
+        if (h->lengths < SERVER_HEAD_LENGTHS)
+            h->length[h->lengths] = value;
+        h->lengths++;
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result server_begin(struct MHD_Connection *conn, const char *version,
+                                    struct server_call *c)
 {
     const char *length = server_header(conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     int64_t declared = 0;
     c->begun = 1;
+    /* A head that cannot be framed or lacks its Host: 400 now, and the connection closes. */
+    struct server_head head = {.version = version};
+    MHD_get_connection_values_n(conn, MHD_HEADER_KIND, server_head_field, &head);
+    struct server_reply rep;
+    if (server_check_head(&head, &rep) != 0) {
+        c->replied = 1;
+        return server_send(conn, &rep);
+    }
     if (length != NULL && query_parse_int(length, &declared) != 0)
         declared = INT64_MAX;
     if (declared > SERVER_BODY_MAX) {
@@ -229,7 +252,11 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     if (c == NULL)
         return MHD_NO; /* no memory for the request's state: cut the connection */
     if (!c->begun)
-        return server_begin(conn, c);
+        return server_begin(conn, version, c);
+    if (c->replied && !c->too_large) { /* refused on its head: the body is not ours to read */
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
     if (*upload_data_size > 0)
         return server_upload(conn, c, upload_data, upload_data_size);
     if (c->replied)

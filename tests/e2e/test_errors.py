@@ -1,5 +1,7 @@
 """Every error status produced by a real request, with the JSON error body
 {"error": {"code", "message"}} that says what was wrong."""
+import json
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -55,11 +57,84 @@ def test_404(demo):
 def test_405_with_allow(demo):
     r = demo.request("DELETE", "/config")
     error(r, 405, "method_not_allowed")
-    assert r.headers["Allow"] == "GET, PATCH"
+    assert r.headers["Allow"] == "GET, HEAD, PATCH"
     r = demo.request("PUT", "/memory/trim")
-    assert r.headers["Allow"] == "POST, GET"
+    assert r.headers["Allow"] == "POST, GET, HEAD"
     r = demo.request("POST", "/metrics")
-    assert r.headers["Allow"] == "GET"
+    assert r.headers["Allow"] == "GET, HEAD"
+
+
+
+def test_head_on_every_get_route(demo, spec):
+    """HEAD is GET without the body: the same status and headers (Content-Length
+    included where the body is fixed), never 405."""
+    gets = sorted(p for p, item in spec["paths"].items() if "get" in item)
+    assert len(gets) >= 8, gets
+    for path in gets:
+        params = {"metric": "rss_bytes"} if path == "/memory/series" else {}
+        g = demo.get(path, params=params)
+        h = demo.request("HEAD", path, params=params)
+        assert h.status_code == g.status_code, (path, h.status_code, g.status_code)
+        assert h.status_code in (200, 429), (path, h.status_code, g.text[:300])
+        assert h.content == b"", path
+        for name in ("Content-Type", "Cache-Control"):
+            assert h.headers.get(name) == g.headers.get(name), (path, name, h.headers)
+        assert int(h.headers["Content-Length"]) > 0, (path, h.headers)
+        if path in ("/", "/openapi.yaml"):
+            assert h.headers["Content-Length"] == g.headers["Content-Length"], path
+
+
+def raw_exchange(port, data):
+    """Send raw bytes; the whole reply until the server closes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        s.sendall(data)
+        out = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        s.close()
+
+
+def raw_error(reply, status, needle):
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(f"HTTP/1.1 {status} ".encode()), reply[:200]
+    assert b"Connection: close" in head, head
+    message = json.loads(body)["error"]["message"]
+    assert needle in message, message
+    return message
+
+
+def test_400_http11_without_host(demo):
+    """Without Host an HTTP/1.1 request would skip the loopback Host check (DNS
+    rebinding): 400, like a second Host; HTTP/1.0 needs none."""
+    reply = raw_exchange(demo.port, b"GET /memory/stats HTTP/1.1\r\nConnection: close\r\n\r\n")
+    raw_error(reply, 400, "needs a Host header")
+    reply = raw_exchange(demo.port, b"POST /memory/trim HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+    raw_error(reply, 400, "needs a Host header")
+    reply = raw_exchange(demo.port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    b"Host: evil.example\r\nConnection: close\r\n\r\n")
+    raw_error(reply, 400, "2 Host headers")
+    reply = raw_exchange(demo.port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 200 ") or reply.startswith(b"HTTP/1.0 200 "), reply[:100]
+
+
+def test_400_content_lengths_that_disagree(demo):
+    before = demo.get("/config").json()["TrimIntervalSeconds"]
+    body = b'{"TrimIntervalSeconds": 77}'
+    data = (b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Length: %d\r\nContent-Length: 2\r\n\r\n" % len(body)) + body
+    raw_error(raw_exchange(demo.port, data), 400, "Content-Length headers disagree")
+    assert demo.get("/config").json()["TrimIntervalSeconds"] == before
+    # equal repeats frame the body unambiguously: accepted
+    data = (b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body))) + body
+    assert raw_exchange(demo.port, data).startswith(b"HTTP/1.1 200 ")
+    assert demo.get("/config").json()["TrimIntervalSeconds"] == 77
+    demo.request("PATCH", "/config", json={"TrimIntervalSeconds": before})
 
 
 def test_413_declared_body(demo, validate):

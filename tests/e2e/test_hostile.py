@@ -105,7 +105,7 @@ def req(demo, method, target, headers=None, body=b""):
     head += f"Host: {headers.pop('Host', f'127.0.0.1:{demo.port}')}\r\nConnection: close\r\n"
     for k, v in headers.items():
         head += f"{k}: {v}\r\n"
-    if body or method in ("POST", "PATCH"):
+    if (body or method in ("POST", "PATCH")) and "Content-Length" not in headers:
         head += f"Content-Length: {len(body)}\r\n"
     return head.encode("latin-1") + b"\r\n" + body
 
@@ -198,7 +198,7 @@ def cases(demo):
         ("PATCH, Origin null", req(demo, "PATCH", "/config", {"Origin": "null"},
                                    b'{"TrimIntervalSeconds": 60}'), {403}),
         ("HEAD trim, foreign Origin", req(demo, "HEAD", "/memory/trim",
-                                          {"Origin": "http://evil.example"}), {403, 405}),
+                                          {"Origin": "http://evil.example"}), {403}),
         ("foreign Host", req(demo, "GET", "/memory/stats", {"Host": "evil.example"}), {403}),
         ("GET trim like curl", req(demo, "GET", "/memory/trim"), {200, 429}),
         ("POST trim from the dashboard's own origin",
@@ -210,7 +210,15 @@ def cases(demo):
         ("unknown method", req(demo, "BREW", "/memory/trim"), {405, 400, 501, "cut"}),
         ("HTTP/0.9", b"GET /healthz\r\n\r\n", {400, 505, "cut"}),
         ("no Host on HTTP/1.1", b"GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n",
-         {400, 200}),
+         {400}),
+        ("no Host on an HTTP/1.1 trim", b"POST /memory/trim HTTP/1.1\r\nContent-Length: 0\r\n"
+         b"Connection: close\r\n\r\n", {400}),
+        ("two Host headers", b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example"
+         b"\r\nConnection: close\r\n\r\n", {400}),
+        ("two Content-Lengths that disagree",
+         b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n"
+         b"Content-Length: 27\r\n\r\n{}" + b' "TrimIntervalSeconds": 5}', {400}),
+        ("HEAD on a GET route", req(demo, "HEAD", "/memory/stats"), {200}),
         ("absolute-form target", req(demo, "GET", f"http://127.0.0.1:{port}/healthz"),
          {404, 400, 200}),
         ("binary garbage", bytes(range(256)) * 8 + b"\r\n\r\n", {400, "cut"}),

@@ -116,7 +116,7 @@ static void test_http(void)
 
     request(port, "DELETE /config HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
     CHECK_CONTAINS(buf, "HTTP/1.1 405");
-    CHECK_CONTAINS(buf, "Allow: GET, PATCH");
+    CHECK_CONTAINS(buf, "Allow: GET, HEAD, PATCH");
 
     request(port, "POST /memory/trim HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));
     CHECK_CONTAINS(buf, "HTTP/1.1 401");
@@ -151,6 +151,32 @@ static void test_http(void)
     exchange(fd, req, strlen(req), buf, sizeof(buf));
     CHECK_CONTAINS(buf, "HTTP/1.1 404");
     close(fd);
+
+    /* HEAD: the GET's status and headers (Content-Length too), no body. */
+    char get[8192];
+    request(port, "GET /openapi.yaml HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", get,
+            sizeof(get));
+    request(port, "HEAD /openapi.yaml HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", buf,
+            sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 200");
+    const char *cl = strstr(get, "Content-Length: ");
+    CHECK(cl != NULL && atoi(cl + 16) > 0);
+    if (cl != NULL) {
+        char want[64];
+        snprintf(want, sizeof(want), "Content-Length: %d\r\n", atoi(cl + 16));
+        CHECK_CONTAINS(buf, want);
+    }
+    const char *end = strstr(buf, "\r\n\r\n");
+    CHECK(end != NULL && end[4] == '\0');
+
+    /* HTTP/1.1 without Host, and two Content-Length fields that disagree: 400, closed. */
+    request(port, "GET /healthz HTTP/1.1\r\nConnection: close\r\n\r\n", buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 400");
+    CHECK_CONTAINS(buf, "needs a Host header");
+    request(port, "PATCH /config HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+            "Content-Length: 30\r\n\r\n{}", buf, sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 400");
+    CHECK_CONTAINS(buf, "Content-Length headers disagree");
 
     /* Query strings reach dispatch (unknown parameters come after auth and routing). */
     request(port, "GET /nowhere?a=%zz HTTP/1.1\r\nHost: x\r\n\r\n", buf, sizeof(buf));

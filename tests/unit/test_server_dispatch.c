@@ -19,6 +19,15 @@ static int h_ok(const struct server_request *req, struct server_reply *rep)
     return server_reply_json(rep, 200, cJSON_CreateObject());
 }
 
+/* The method the last handler saw. */
+static char seen_method[16];
+
+static int h_seen(const struct server_request *req, struct server_reply *rep)
+{
+    snprintf(seen_method, sizeof(seen_method), "%s", req->method);
+    return server_reply_json(rep, 200, cJSON_CreateObject());
+}
+
 static int h_fail(const struct server_request *req, struct server_reply *rep)
 {
     return -EIO; /* no reply: the dispatcher must answer 500 */
@@ -31,6 +40,8 @@ static const struct server_route routes[] = {
     {"POST", "/write", SERVER_AUTH_WRITE, NULL, h_ok},
     {"GET", "/write", SERVER_AUTH_WRITE, NULL, h_ok},
     {"GET", "/fail", SERVER_AUTH_NONE, NULL, h_fail},
+    {"GET", "/seen", SERVER_AUTH_READ, params, h_seen},
+    {"POST", "/post-only", SERVER_AUTH_WRITE, NULL, h_seen},
 };
 #define NROUTES (sizeof(routes) / sizeof(routes[0]))
 
@@ -151,6 +162,27 @@ static void test_unix_peer(void)
     server_reply_clear(&rep);
 }
 
+/* HEAD runs the GET route (its handler sees GET; the server drops the body), with the GET's
+ * checks; a path without GET gets 405, and Allow names HEAD wherever GET is. */
+static void test_head(void)
+{
+    struct server_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    seen_method[0] = '\0';
+    CHECK_EQ_INT(run("HEAD", "/seen", "since=1", NULL, "", 0, &rep), 200);
+    CHECK(strcmp(seen_method, "GET") == 0);
+    CHECK_EQ_INT(run("HEAD", "/seen", "until=1", NULL, "", 0, &rep), 400);
+    CHECK_EQ_INT(run("HEAD", "/seen", "", NULL, "tok", 1, &rep), 401);
+    CHECK_EQ_INT(run("HEAD", "/open", "", NULL, "", 0, &rep), 200);
+    CHECK_EQ_INT(run("HEAD", "/write", "", NULL, "tok", 0, &rep), 401);
+    CHECK_EQ_INT(run("HEAD", "/post-only", "", NULL, "", 0, &rep), 405);
+    CHECK(strcmp(header(&rep, "Allow"), "POST") == 0);
+    CHECK_EQ_INT(run("PUT", "/write", "", NULL, "", 0, &rep), 405);
+    CHECK(strcmp(header(&rep, "Allow"), "POST, GET, HEAD") == 0);
+    CHECK_CONTAINS(rep.body, "accepts POST, GET, HEAD");
+    server_reply_clear(&rep);
+}
+
 static void test_bearer(void)
 {
     CHECK(server_auth_ok("Bearer abc", "abc"));
@@ -194,6 +226,7 @@ int main(void)
     RUN(test_auth);
     RUN(test_scopes);
     RUN(test_unix_peer);
+    RUN(test_head);
     RUN(test_bearer);
     RUN(test_replies);
     return harness_end();
