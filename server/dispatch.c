@@ -117,6 +117,8 @@ void server_dispatch_as(const struct server_route *routes, size_t nroutes,
         server_reply_header(rep, "Allow", "%s", allow);
         return;
     }
+    if (who->is_write != NULL && match->auth == SERVER_AUTH_WRITE)
+        *who->is_write = 1;
     if (server_authorize(match, who, rep) != 0)
         return;
     /* A browser page must not change state here: without a token nothing else would stop it

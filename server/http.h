@@ -93,6 +93,7 @@ struct server_caller {
     int unix_peer;             /* came over the unix socket listener */
     int peer_admin;            /* ... as the host's uid or root */
     long peer_uid;             /* when unix_peer, for the messages */
+    int *is_write;             /* NULL, or set to 1 when the route matched changes state */
 };
 
 /*

@@ -9,11 +9,15 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "common.h"
 #include "http.h"
 
 struct MHD_Daemon;
+struct MHD_Connection;
+struct stat;
+struct sockaddr_storage;
 
 #define SERVER_READERS_MAX 16
 
@@ -59,6 +63,9 @@ struct server_input {
     const char *accept;
     const char *body; /* NUL-terminated */
     size_t body_len;
+    int unix_peer;  /* over the unix socket, with the peer's credentials: */
+    long peer_uid, peer_gid, peer_pid;
+    int *is_write; /* NULL, or set to 1 when the route matched changes state */
 };
 
 /*
@@ -87,8 +94,45 @@ void server_process(struct server *s, const struct server_input *in, struct serv
 
 int server_host_is_local(const char *host);
 
+/* A message in a new string (vasprintf), NULL without memory; the caller frees it. */
+char *server_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A file's identity, to see it replaced or rewritten (tls.c, listen.c). */
+struct server_file_id {
+    uint64_t ino, dev;
+    int64_t size, mtime_ns, ctime_ns;
+};
+void server_file_id_of(const struct stat *st, struct server_file_id *id);
+
+/* The listening socket (listen.c): TCP or unix, made here, handed to each daemon. */
+struct server_listener {
+    int fd;       /* -1 = none */
+    int port;     /* TCP: the bound port */
+    int loopback; /* TCP: bound to a loopback address */
+    int is_unix;
+    char unix_path[108];
+    struct server_file_id unix_id; /* the socket file we made: removed at stop if still ours */
+};
+int server_listen_open(const struct server_options *cfg, struct server_listener *l, char **err);
+void server_listen_close(struct server_listener *l);
+int server_addr_is_loopback(const struct sockaddr_storage *addr);
+
+/* The PEM files a TLS daemon serves, read and checked (tls.c); they live as long as it does. */
+struct server_pems {
+    char *cert, *key, *ca; /* NUL-terminated; ca NULL without HttpsClientCA */
+    size_t cert_len, key_len, ca_len;
+    struct server_file_id id[3]; /* cert, key, ca: what was read */
+};
+extern const char server_tls_priorities[];
+int server_tls_available(char **err);
+int server_tls_load(const struct server_options *o, struct server_pems **out, char **err);
+void server_pems_free(struct server_pems *p); /* accepts NULL; wipes the key */
+int server_tls_peer_ok(struct MHD_Connection *conn, char *why, size_t whylen);
+int server_tls_reload_start(struct server *s); /* the "memtrim-tls" thread; 0 or -errno */
+void server_tls_reload_stop(struct server *s);  /* joins it; stops a draining daemon */
+
 struct server {
-    struct MHD_Daemon *daemon;
+    struct MHD_Daemon *daemon; /* the current one; swapped by tls.c (read it atomically) */
     void *app;                        /* handed to every request */
     const struct server_routes *routes;
     const struct server_store *store; /* NULL: no store */
@@ -100,7 +144,25 @@ struct server {
     struct server_readers readers;
     struct server_watchdog watchdog;
     struct mt_log_limit mhd_log; /* libmicrohttpd's messages (server.c) */
+    struct server_options opt;   /* a copy: a daemon started later (tls.c) uses it */
+    struct server_listener listener;
+    uid_t uid;                   /* the host's: a unix peer of this uid (or root) is an admin */
+    struct mt_log_limit peer_log; /* writes over the unix socket, with the peer (server.c) */
+    /* TLS (tls.c): the current daemon's files, the one still draining after a renewal */
+    struct server_pems *pems; /* NULL: plain HTTP */
+    pthread_mutex_t tls_lock;
+    pthread_cond_t tls_cond;
+    pthread_t tls_thread;
+    int tls_started, tls_cond_init, tls_stop;
+    struct MHD_Daemon *draining;
+    struct server_pems *draining_pems;
+    int64_t draining_until_ns;
+    uint64_t tls_reloads;
+    char tls_last_error[512];
 };
+
+/* Start a daemon on s->listener with s->opt and pems (NULL: plain HTTP); NULL when MHD fails. */
+struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pems *pems);
 
 /* libmicrohttpd's process-wide panic handler: ours, unless another user of it is loaded (panic.c). */
 void server_panic_install(void);

@@ -180,6 +180,7 @@ void server_process(struct server *s, const struct server_input *in, struct serv
     struct query q;
     char path[SERVER_PATH_MAX], cross[256];
     memset(rep, 0, sizeof(*rep));
+    /* (A unix socket is never loopback here: no browser reaches it, any Host is fine.) */
     if (s->token[0] == '\0' && s->loopback && in->host != NULL && !server_host_is_local(in->host)) {
         server_reply_error(rep, 403, "forbidden_host",
                            "Host '%.100s' is not a loopback name; this server answers to "
@@ -210,6 +211,11 @@ void server_process(struct server *s, const struct server_input *in, struct serv
         .token = s->token,
         .read_token = s->read_token,
         .read_requires_auth = s->read_requires_auth || s->read_token[0] != '\0',
+        .unix_peer = in->unix_peer,
+        .peer_admin = in->unix_peer && in->peer_uid >= 0 &&
+                      (in->peer_uid == 0 || in->peer_uid == (long)s->uid),
+        .peer_uid = in->peer_uid,
+        .is_write = in->is_write,
     };
     server_dispatch_as(s->routes->table, s->routes->count, &req, &who, rep);
 }

@@ -35,8 +35,7 @@
 /* Body bytes read and dropped past SERVER_BODY_MAX before the connection is cut. */
 #define SERVER_DROP_MAX (1024 * 1024)
 
-static char *server_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *server_strdupf(const char *fmt, ...)
+char *server_strdupf(const char *fmt, ...)
 {
     char *s = NULL;
     va_list ap;
@@ -67,7 +66,22 @@ static void server_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* Turn a reply into an MHD response and queue it. */
-static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_reply *rep)
+static struct MHD_Daemon *server_current_daemon(const struct server *s)
+{
+    return __atomic_load_n(&s->daemon, __ATOMIC_ACQUIRE);
+}
+
+/* A connection of the daemon a renewed certificate replaced: its reply ends it (tls.c). */
+static int server_conn_draining(const struct server *s, struct MHD_Connection *conn)
+{
+    if (s == NULL || s->pems == NULL)
+        return 0;
+    const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
+    return i != NULL && i->daemon != server_current_daemon(s);
+}
+
+static enum MHD_Result server_send(const struct server *s, struct MHD_Connection *conn,
+                                   struct server_reply *rep)
 {
     struct MHD_Response *resp;
     if (rep->body != NULL) {
@@ -86,6 +100,8 @@ static enum MHD_Result server_send(struct MHD_Connection *conn, struct server_re
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     for (int i = 0; i < rep->nheaders; i++)
         MHD_add_response_header(resp, rep->headers[i].name, rep->headers[i].value);
+    if (server_conn_draining(s, conn))
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(conn, rep->status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -139,9 +155,28 @@ static const char *server_header(struct MHD_Connection *conn, const char *name)
     return MHD_lookup_connection_value(conn, MHD_HEADER_KIND, name);
 }
 
+/* The unix socket peer's credentials (SO_PEERCRED): 0, or -1 when they cannot be read. */
+static int server_peer(struct MHD_Connection *conn, struct server_input *in)
+{
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    in->unix_peer = 1;
+    in->peer_uid = in->peer_gid = in->peer_pid = -1;
+    if (i == NULL || getsockopt(i->connect_fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return -1;
+    in->peer_uid = (long)cred.uid;
+    in->peer_gid = (long)cred.gid;
+    in->peer_pid = (long)cred.pid;
+    return 0;
+}
+
 static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn,
                                      const char *method, const struct server_call *c)
 {
+    struct server_reply rep;
+    int is_write = 0;
     struct server_input in = {
         .method = method,
         .uri = c->uri,
@@ -152,10 +187,23 @@ static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *co
         .body = c->body ? c->body : "",
         .body_len = c->len,
         .accept = server_header(conn, MHD_HTTP_HEADER_ACCEPT),
+        .is_write = &is_write,
     };
-    struct server_reply rep;
+    char why[512];
+    if (s->pems != NULL && s->pems->ca != NULL && !server_tls_peer_ok(conn, why, sizeof(why))) {
+        memset(&rep, 0, sizeof(rep));
+        server_reply_error(&rep, 403, "client_certificate", "%s", why);
+        server_reply_header(&rep, MHD_HTTP_HEADER_CONNECTION, "close");
+        return server_send(s, conn, &rep);
+    }
+    if (s->listener.is_unix)
+        server_peer(conn, &in);
     server_process(s, &in, &rep);
-    return server_send(conn, &rep);
+    if (is_write && in.unix_peer)
+        mt_log_limited(&s->peer_log, MT_LOG_INFO, "server",
+                       "unix socket: %s %.100s by uid %ld gid %ld pid %ld: %u", method,
+                       c->uri, in.peer_uid, in.peer_gid, in.peer_pid, rep.status);
+    return server_send(s, conn, &rep);
 }
 
 static enum MHD_Result server_too_large(struct MHD_Connection *conn, struct server_call *c)
@@ -165,7 +213,7 @@ static enum MHD_Result server_too_large(struct MHD_Connection *conn, struct serv
     c->replied = 1;
     server_reply_error(&rep, 413, "body_too_large", "request bodies are limited to %d bytes",
                        SERVER_BODY_MAX);
-    return server_send(conn, &rep);
+    return server_send(NULL, conn, &rep);
 }
 
 /*
@@ -199,7 +247,7 @@ static enum MHD_Result server_begin(struct MHD_Connection *conn, const char *ver
     struct server_reply rep;
     if (server_check_head(&head, &rep) != 0) {
         c->replied = 1;
-        return server_send(conn, &rep);
+        return server_send(NULL, conn, &rep);
     }
     if (length != NULL && query_parse_int(length, &declared) != 0)
         declared = INT64_MAX;
@@ -283,56 +331,6 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **req_
     server_watchdog_arm(&s->watchdog, server_conn_of(conn), 1);
 }
 
-/* Resolve HttpBind:HttpPort (numeric addresses or names such as "localhost"). */
-static int server_resolve(const struct server_options *cfg, struct sockaddr_storage *addr,
-                          socklen_t *addrlen, char **err)
-{
-    struct addrinfo hints;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    char port[16];
-    snprintf(port, sizeof(port), "%d", cfg->port);
-    struct addrinfo *res = NULL;
-    const char *host = cfg->bind[0] ? cfg->bind : NULL;
-    int rc = getaddrinfo(host, port, &hints, &res);
-    if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(*addr)) {
-        *err = server_strdupf("HttpBind '%s': %s", cfg->bind,
-                              rc ? gai_strerror(rc) : "no address");
-        if (res)
-            freeaddrinfo(res);
-        return -EINVAL;
-    }
-    memcpy(addr, res->ai_addr, res->ai_addrlen);
-    *addrlen = res->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
-}
-
-/* MHD does not say why it failed: try the bind ourselves to find out. */
-static int server_bind_errno(const struct sockaddr_storage *addr, socklen_t addrlen)
-{
-    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return errno;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int e = bind(fd, (const struct sockaddr *)addr, addrlen) == 0 ? 0 : errno;
-    close(fd);
-    return e;
-}
-
-static int server_addr_is_loopback(const struct sockaddr_storage *addr)
-{
-    if (addr->ss_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
-    if (addr->ss_family != AF_INET6)
-        return 0;
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
-}
-
 /*
  * Connection limits. Every connection holds one of the host's descriptors,
  * and the host needs them more than we do: by default (MaxConnections 0) at
@@ -352,43 +350,100 @@ static void server_limits(const struct server_options *cfg, unsigned *conns, uns
                                                : (*conns + 1) / 2;
 }
 
-static struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_options *cfg,
-                                              const struct sockaddr_storage *addr)
+struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pems *pems)
 {
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
-    if (addr->ss_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
+    const struct server_options *cfg = &s->opt;
+    /* MHD_USE_ITC: MHD_quiesce_daemon hands the socket back (a renewal, and every stop). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG |
+                     MHD_USE_ITC;
+    if (pems != NULL)
+        flags |= MHD_USE_TLS;
     unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
     unsigned limit, per_ip;
     server_limits(cfg, &limit, &per_ip);
+    if (s->listener.is_unix)
+        per_ip = 0; /* one "address" for every local peer */
     unsigned timeout =
         cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
+    struct MHD_OptionItem tls[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, pems ? pems->cert : NULL},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, pems ? pems->key : NULL},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)server_tls_priorities},
+        {pems && pems->ca ? MHD_OPTION_HTTPS_MEM_TRUST : MHD_OPTION_END, 0,
+         pems ? pems->ca : NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
     server_panic_install(); /* once per process, and not over a host's own handler */
     return MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER,
-        server_mhd_log, (void *)s, MHD_OPTION_SOCK_ADDR, (const struct sockaddr *)addr,
-        MHD_OPTION_NOTIFY_COMPLETED, server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK,
-        server_uri_log, (void *)s, MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection,
-        (void *)s, MHD_OPTION_THREAD_POOL_SIZE,
-        threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_LIMIT, limit,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, timeout,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 256u, MHD_OPTION_END);
+        flags, 0, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
+        (void *)s, MHD_OPTION_LISTEN_SOCKET, s->listener.fd, MHD_OPTION_NOTIFY_COMPLETED,
+        server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK, server_uri_log, (void *)s,
+        MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection, (void *)s,
+        MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_LIMIT,
+        limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
+        timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
+        MHD_OPTION_ARRAY, pems ? tls : &tls[4], MHD_OPTION_END);
+}
+
+/* Stop a daemon without letting it close the listening socket, which is ours (listen.c). */
+static void server_daemon_stop(struct MHD_Daemon *d)
+{
+    if (d == NULL)
+        return;
+    MHD_quiesce_daemon(d);
+    MHD_stop_daemon(d);
+}
+
+/* Free what server_start made; the daemons are stopped already. */
+static void server_free(struct server *s)
+{
+    server_listen_close(&s->listener);
+    server_pems_free(s->pems);
+    pthread_mutex_destroy(&s->tls_lock);
+    pthread_mutex_destroy(&s->mhd_log.lock);
+    pthread_mutex_destroy(&s->peer_log.lock);
+    explicit_bzero(s->token, sizeof(s->token));
+    explicit_bzero(s->read_token, sizeof(s->read_token));
+    free(s);
+}
+
+/* Who may reach the listener, and whether the configuration allows it: 0 or -EPERM + *msg. */
+static int server_check_exposure(const struct server *s, const struct server_options *cfg,
+                                 char **msg)
+{
+    if (s->listener.is_unix || s->listener.loopback)
+        return 0;
+    if (s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {
+        *msg = server_strdupf(
+            "HttpBind '%s' is reachable from other machines and no AuthToken "
+            "is set, so anyone there could trim and change the configuration; set AuthToken "
+            "or AuthTokenFile, bind to 127.0.0.1, or set AllowUnauthenticatedRemote to true "
+            "to accept that",
+            cfg->bind);
+        return -EPERM;
+    }
+    if (s->token[0] == '\0')
+        mt_log(MT_LOG_WARNING, "server",
+               "HttpBind '%s' is reachable from other machines without a token "
+               "(AllowUnauthenticatedRemote): anyone there may trim and change the configuration",
+               cfg->bind);
+    if (s->pems == NULL)
+        mt_log(MT_LOG_WARNING, "server",
+               "HttpBind '%s' is reachable from other machines over plain HTTP: the token and "
+               "every reply cross the network in clear; set HttpsCertificate and "
+               "HttpsPrivateKey (docs/security.md)",
+               cfg->bind);
+    return 0;
 }
 
 int server_start(const struct server_options *cfg, const struct server_routes *routes,
                  const struct server_store *store, void *app, struct server **out, char **err)
 {
-    struct sockaddr_storage addr;
-    socklen_t addrlen = 0;
     *out = NULL;
     if (err)
         *err = NULL;
     char *msg = NULL;
-    int rc = server_resolve(cfg, &addr, &addrlen, &msg);
-    if (rc != 0)
-        goto fail;
-
+    int rc;
     struct server *s = calloc(1, sizeof(*s));
     if (s == NULL) {
         rc = -ENOMEM;
@@ -398,58 +453,77 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     s->app = app;
     s->routes = routes;
     s->store = store;
+    s->opt = *cfg;
+    s->uid = geteuid();
     snprintf(s->token, sizeof(s->token), "%s", cfg->token);
     snprintf(s->read_token, sizeof(s->read_token), "%s", cfg->read_token);
     s->read_requires_auth = cfg->read_requires_auth;
-    s->loopback = server_addr_is_loopback(&addr);
+    s->listener.fd = -1;
+    pthread_mutex_init(&s->tls_lock, NULL);
     mt_log_limit_init(&s->mhd_log, SERVER_MHD_LOG_WINDOW_NS, SERVER_MHD_LOG_BURST);
-    if (!s->loopback && s->token[0] == '\0' && !cfg->allow_unauthenticated_remote) {
-        rc = -EPERM;
-        msg = server_strdupf(
-            "HttpBind '%s' is reachable from other machines and no AuthToken "
-            "is set, so anyone there could trim and change the configuration; set AuthToken "
-            "or AuthTokenFile, bind to 127.0.0.1, or set AllowUnauthenticatedRemote to true "
-            "to accept that",
-            cfg->bind);
-        free(s);
+    mt_log_limit_init(&s->peer_log, SERVER_MHD_LOG_WINDOW_NS, SERVER_MHD_LOG_BURST);
+    /* The files first: a bad certificate must not leave a socket behind. */
+    if (cfg->tls_cert[0] && ((rc = server_tls_available(&msg)) != 0 ||
+                             (rc = server_tls_load(cfg, &s->pems, &msg)) != 0)) {
+        server_free(s);
         goto fail;
     }
-    if (!s->loopback && s->token[0] == '\0')
-        mt_log(MT_LOG_WARNING, "server",
-               "HttpBind '%s' is reachable from other machines without a token "
-               "(AllowUnauthenticatedRemote): anyone there may trim and change the configuration",
-               cfg->bind);
+    if ((rc = server_listen_open(cfg, &s->listener, &msg)) != 0) {
+        server_free(s);
+        goto fail;
+    }
+    s->port = s->listener.port;
+    s->loopback = s->listener.loopback;
+    if ((rc = server_check_exposure(s, cfg, &msg)) != 0) {
+        server_free(s);
+        goto fail;
+    }
     server_readers_init(&s->readers);
     rc = server_watchdog_start(&s->watchdog, cfg->request_timeout_seconds);
     if (rc != 0) {
-        msg = server_strdupf("cannot start the request watchdog: %s",
-                             strerror(-rc));
+        msg = server_strdupf("cannot start the request watchdog: %s", strerror(-rc));
         server_readers_free(&s->readers, s->store);
-        free(s);
+        server_free(s);
         goto fail;
     }
-
-    s->daemon = server_daemon_start(s, cfg, &addr);
+    s->daemon = server_daemon_start(s, s->pems);
     if (s->daemon == NULL) {
+        rc = -EIO;
+        msg = server_strdupf("cannot serve HTTP%s on %s (HttpBind, HttpPort): libmicrohttpd "
+                             "failed to start%s",
+                             s->pems ? "S" : "", cfg->bind,
+                             s->pems ? " with the certificate (see its message above)" : "");
         server_watchdog_stop(&s->watchdog);
-        int e = server_bind_errno(&addr, addrlen);
-        rc = e ? -e : -EIO;
-        msg = server_strdupf("cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s",
-                             cfg->bind, cfg->port,
-                             e ? strerror(e) : "libmicrohttpd failed to start");
         server_readers_free(&s->readers, s->store);
-        free(s);
+        server_free(s);
         goto fail;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : cfg->port;
+    if (s->pems != NULL && (rc = server_tls_reload_start(s)) != 0) {
+        msg = server_strdupf("cannot start the certificate reload thread: %s", strerror(-rc));
+        server_daemon_stop(s->daemon);
+        server_watchdog_stop(&s->watchdog);
+        server_readers_free(&s->readers, s->store);
+        server_tls_reload_stop(s);
+        server_free(s);
+        goto fail;
+    }
     unsigned limit, per_ip;
     server_limits(cfg, &limit, &per_ip);
+    if (s->listener.is_unix)
+        per_ip = limit; /* no per-address limit: every peer is local */
+    char where[256];
+    if (s->listener.is_unix)
+        snprintf(where, sizeof(where), "unix socket %s (mode %04o%s%s)", s->listener.unix_path,
+                 cfg->socket_mode > 0 ? (unsigned)cfg->socket_mode : 0660u,
+                 cfg->socket_group[0] ? ", group " : "", cfg->socket_group);
+    else
+        snprintf(where, sizeof(where), "%s:%d", cfg->bind, s->port);
     mt_log(MT_LOG_INFO, "server",
-           "serving HTTP on %s:%d with %d thread(s), at most %u connections (%u per address), "
-           "%d s for a request to arrive",
-           cfg->bind, s->port, cfg->threads > 0 ? cfg->threads : 1, limit, per_ip,
-           cfg->request_timeout_seconds);
+           "serving HTTP%s on %s with %d thread(s), at most %u connections (%u per address), "
+           "%d s for a request to arrive%s",
+           s->pems ? "S" : "", where, cfg->threads > 0 ? cfg->threads : 1, limit, per_ip,
+           cfg->request_timeout_seconds,
+           s->pems && s->pems->ca ? "; client certificates required (HttpsClientCA)" : "");
     *out = s;
     return 0;
 
@@ -466,18 +540,28 @@ int server_port(const struct server *s)
     return s ? s->port : -1;
 }
 
+uint64_t server_tls_reloads(const struct server *s)
+{
+    return s ? __atomic_load_n(&s->tls_reloads, __ATOMIC_RELAXED) : 0;
+}
+
 int server_address(const struct server *s, char *buf, size_t size)
 {
-    const union MHD_DaemonInfo *info =
-        s && s->daemon ? MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_LISTEN_FD) : NULL;
     struct sockaddr_storage addr;
     socklen_t len = sizeof(addr);
     char host[INET6_ADDRSTRLEN];
-    if (info == NULL || info->listen_fd < 0 ||
-        getsockname(info->listen_fd, (struct sockaddr *)&addr, &len) != 0 ||
-        getnameinfo((struct sockaddr *)&addr, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST))
+    int n;
+    if (s == NULL || s->listener.fd < 0)
         return -ENOENT;
-    int n = snprintf(buf, size, addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, s->port);
+    if (s->listener.is_unix) {
+        n = snprintf(buf, size, "unix:%s", s->listener.unix_path);
+    } else {
+        if (getsockname(s->listener.fd, (struct sockaddr *)&addr, &len) != 0 ||
+            getnameinfo((struct sockaddr *)&addr, len, host, sizeof(host), NULL, 0,
+                        NI_NUMERICHOST))
+            return -ENOENT;
+        n = snprintf(buf, size, addr.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", host, s->port);
+    }
     return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
 }
 
@@ -485,15 +569,15 @@ void server_stop(struct server *s)
 {
     if (s == NULL)
         return;
-    /* Reverse of start: the threads first (this waits for running handlers), then what they read.
-     */
-    MHD_stop_daemon(s->daemon);
+    /* Reverse of start: the threads first (this waits for running handlers), then what they
+     * read. The reload thread first, so that no daemon starts behind our back. */
+    server_tls_reload_stop(s);
+    server_daemon_stop(s->daemon);
     server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers, s->store);
     uint64_t dropped = mt_log_limit_flush(&s->mhd_log);
     if (dropped > 0)
         mt_log(MT_LOG_WARNING, "server", "libmicrohttpd: %llu more message(s) dropped since the "
                "last one logged", (unsigned long long)dropped);
-    pthread_mutex_destroy(&s->mhd_log.lock);
-    free(s);
+    server_free(s);
 }

@@ -33,6 +33,13 @@ struct server_options {
     int read_requires_auth;
     int allow_unauthenticated_remote; /* else a non-loopback bind needs a token */
     int request_timeout_seconds;      /* a request must arrive whole within this */
+    /* HTTPS (tls.c): PEM files; "" = plain HTTP. tls_ca: require client certificates. */
+    char tls_cert[512];
+    char tls_key[512];
+    char tls_ca[512];
+    /* A unix socket bind ("unix:/path", listen.c): its mode (0 = 0660) and group ("" = ours). */
+    int socket_mode;
+    char socket_group[64];
 };
 
 /*
@@ -65,8 +72,12 @@ int server_start(const struct server_options *opt, const struct server_routes *r
 int server_port(const struct server *s);
 
 /* The bound address, numeric, with its port ("127.0.0.1:8043", "[::1]:8043"),
- * read from the listening socket. 0, -ENOENT (no server or socket), -ENAMETOOLONG. */
+ * read from the listening socket, or "unix:/path". 0, -ENOENT (no server or
+ * socket), -ENAMETOOLONG. */
 int server_address(const struct server *s, char *buf, size_t size);
+
+/* The certificates served since start that replaced the first (tls.c); 0 without TLS. */
+uint64_t server_tls_reloads(const struct server *s);
 
 /* Stop the daemon (waits for running handlers) and free; accepts NULL. */
 void server_stop(struct server *s);

@@ -3,13 +3,13 @@
 #   tests/install-deps.sh build   what building memtrim and running the demo needs
 #   tests/install-deps.sh all     that plus what the whole test suite needs
 set -euo pipefail
-build_pkgs="build-essential cmake pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev curl"
+build_pkgs="build-essential cmake pkg-config libmicrohttpd-dev libgnutls28-dev libcjson-dev libsqlite3-dev curl"
 test_pkgs="sqlite3 libcurl4-openssl-dev python3-pytest python3-requests python3-jsonschema
  python3-yaml orthanc orthanc-dev dcmtk python3-pydicom prometheus chromium wrk valgrind
  iproute2 util-linux clang libclang-rt-14-dev
  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
  lintian dpkg-dev file systemd
- qemu-system-x86 busybox-static"
+ qemu-system-x86 busybox-static gnutls-bin"
 want=$build_pkgs
 [ "${1:-build}" = all ] && want="$build_pkgs $test_pkgs"
 command -v node >/dev/null 2>&1 || { [ "${1:-build}" = all ] && want="$want nodejs npm"; }

@@ -132,7 +132,6 @@ static const struct config_key keys[] = {
      .def_str = "", .secret = 1, .nullable = 1},
     {.name = "ReadTokenFile", .type = KEY_STRING, .offset = OFF(read_token_file),
      .size = SZ(read_token_file), .def_str = "", .nullable = 1},
-#if MEMTRIM_TRANSPORT_NEXT /* the next step: TLS and the unix socket */
     {.name = "HttpsCertificate", .type = KEY_STRING, .offset = OFF(https_certificate),
      .size = SZ(https_certificate), .def_str = "", .nullable = 1},
     {.name = "HttpsPrivateKey", .type = KEY_STRING, .offset = OFF(https_private_key),
@@ -143,7 +142,6 @@ static const struct config_key keys[] = {
      .size = SZ(http_socket_mode), .def_str = "0660"},
     {.name = "HttpSocketGroup", .type = KEY_STRING, .offset = OFF(http_socket_group),
      .size = SZ(http_socket_group), .def_str = "", .nullable = 1},
-#endif
 };
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
 
@@ -492,7 +490,6 @@ static int check_start_relations(const struct mt_config *cfg, char **err)
             return -EINVAL;
         }
     }
-#if MEMTRIM_TRANSPORT_NEXT
     {
         const char *m = cfg->http_socket_mode;
         char *end = NULL;
@@ -509,7 +506,6 @@ static int check_start_relations(const struct mt_config *cfg, char **err)
             return -EINVAL;
         }
     }
-#endif
     return 0;
 }
 

@@ -150,6 +150,11 @@ static void server_options_from(const struct mt_config *cfg, struct server_optio
     o->read_requires_auth = cfg->read_requires_auth;
     o->allow_unauthenticated_remote = cfg->allow_unauthenticated_remote;
     o->request_timeout_seconds = cfg->request_timeout_seconds;
+    snprintf(o->tls_cert, sizeof(o->tls_cert), "%s", cfg->https_certificate);
+    snprintf(o->tls_key, sizeof(o->tls_key), "%s", cfg->https_private_key);
+    snprintf(o->tls_ca, sizeof(o->tls_ca), "%s", cfg->https_client_ca);
+    o->socket_mode = (int)strtol(cfg->http_socket_mode, NULL, 8); /* checked by config.c */
+    snprintf(o->socket_group, sizeof(o->socket_group), "%s", cfg->http_socket_group);
 }
 
 int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
@@ -238,8 +243,12 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     if (rc)
         goto fail_free;
     mt->http_port = server_port(mt->server);
-    mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on http://%s:%d/", MEMTRIM_VERSION,
-           cfg.http_bind, mt->http_port);
+    if (strncmp(cfg.http_bind, "unix:", 5) == 0)
+        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s", MEMTRIM_VERSION,
+               cfg.http_bind);
+    else
+        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s://%s:%d/", MEMTRIM_VERSION,
+               cfg.https_certificate[0] ? "https" : "http", cfg.http_bind, mt->http_port);
     *out = mt;
     return 0;
 

@@ -43,7 +43,12 @@ class Demo:
     workload, stopped with SIGTERM (it must exit 0)."""
 
     def __init__(self, config, workers=2, study_mb=64, keep_percent=2, pause_ms=200,
-                 concurrency=1, studies=0, env=None, quiet=True, nofile=None, build=None):
+                 concurrency=1, studies=0, env=None, quiet=True, nofile=None, build=None,
+                 ca=None, cert=None):
+        # HTTPS (HttpsCertificate): requests trust `ca` (a PEM path) and send `cert`
+        # ((certificate, key) paths) when the server asks for a client certificate.
+        self.verify = str(ca) if ca else True
+        self.cert = (str(cert[0]), str(cert[1])) if cert else None
         self.dir = tempfile.mkdtemp(prefix="memtrim-e2e-")
         self.port_file = Path(self.dir) / "port"
         self.log_path = Path(self.dir) / "demo.log"
@@ -74,7 +79,8 @@ class Demo:
                 raise RuntimeError(f"memtrim-demo exited {self.proc.returncode}: {self.output()}")
             if self.port_file.exists() and self.port_file.read_text().strip():
                 self.port = int(self.port_file.read_text().strip())
-                self.base = f"http://127.0.0.1:{self.port}"
+                self.base = (f"https://localhost:{self.port}" if "HttpsCertificate" in config
+                             else f"http://127.0.0.1:{self.port}")
                 self.wait_store(deadline)
                 return
             time.sleep(0.05)
@@ -85,7 +91,7 @@ class Demo:
         """The store opens in the background after start: wait until it has
         (or failed), so that tests of the history do not race it."""
         while time.time() < deadline:
-            state = requests.get(self.base + "/healthz", timeout=10).json()["database"]
+            state = self.get("/healthz", timeout=10).json()["database"]
             if state != "opening":
                 return state
             time.sleep(0.05)
@@ -94,13 +100,20 @@ class Demo:
     def url(self, path):
         return self.base + path
 
+    def _tls(self, kw):
+        if self.base.startswith("https:"):
+            kw.setdefault("verify", self.verify)
+            if self.cert:
+                kw.setdefault("cert", self.cert)
+        return kw
+
     def get(self, path, **kw):
         kw.setdefault("timeout", 30)
-        return requests.get(self.url(path), **kw)
+        return requests.get(self.url(path), **self._tls(kw))
 
     def request(self, method, path, **kw):
         kw.setdefault("timeout", 30)
-        return requests.request(method, self.url(path), **kw)
+        return requests.request(method, self.url(path), **self._tls(kw))
 
     def output(self):
         if not self.log.closed:

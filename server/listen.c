@@ -1,0 +1,291 @@
+/*
+ * listen.c - the listening socket, made here and handed to libmicrohttpd
+ * (MHD_OPTION_LISTEN_SOCKET), so that a second daemon can take it over (a
+ * renewed certificate, tls.c) and so that it can be a unix socket:
+ *   TCP:  HttpBind:HttpPort resolved, bound, listening; bind's own errno is
+ *         the start error.
+ *   unix: "unix:/path". Its directory must not be writable by others unless
+ *         sticky, and must belong to the host's user or root; a file already
+ *         at the path must be a socket that nobody answers on (a stale one
+ *         from a crashed host is replaced; one that answers stops the start).
+ *         Bound, given HttpSocketMode and HttpSocketGroup before listen()
+ *         (nobody can connect before that), removed at stop if it is still ours.
+ * Runs on the thread that starts and stops the server; no shared state.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "internal.h"
+
+#define SERVER_BACKLOG 256
+
+int server_addr_is_loopback(const struct sockaddr_storage *addr)
+{
+    if (addr->ss_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+    if (addr->ss_family != AF_INET6)
+        return 0;
+    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a6) || (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+}
+
+/* Resolve HttpBind:HttpPort (numeric addresses or names such as "localhost"). */
+static int listen_resolve(const struct server_options *cfg, struct sockaddr_storage *addr,
+                          socklen_t *addrlen, char **err)
+{
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof(port), "%d", cfg->port);
+    struct addrinfo *res = NULL;
+    const char *host = cfg->bind[0] ? cfg->bind : NULL;
+    int rc = getaddrinfo(host, port, &hints, &res);
+    if (rc != 0 || res == NULL || res->ai_addrlen > sizeof(*addr)) {
+        *err = server_strdupf("HttpBind '%s': %s", cfg->bind, rc ? gai_strerror(rc) : "no address");
+        if (res)
+            freeaddrinfo(res);
+        return -EINVAL;
+    }
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    *addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static int listen_tcp(const struct server_options *cfg, struct server_listener *l, char **err)
+{
+    struct sockaddr_storage addr;
+    socklen_t addrlen = 0;
+    int rc = listen_resolve(cfg, &addr, &addrlen, err);
+    if (rc != 0)
+        return rc;
+    l->loopback = server_addr_is_loopback(&addr);
+    int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        rc = -errno;
+        *err = server_strdupf("cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s", cfg->bind,
+                           cfg->port, strerror(errno));
+        return rc;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (addr.ss_family == AF_INET6) /* as libmicrohttpd does: "::" is IPv6 only */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (const struct sockaddr *)&addr, addrlen) != 0 || listen(fd, SERVER_BACKLOG) != 0) {
+        rc = -errno;
+        *err = server_strdupf("cannot serve HTTP on %s:%d (HttpBind, HttpPort): %s", cfg->bind,
+                           cfg->port, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    struct sockaddr_storage got;
+    socklen_t len = sizeof(got);
+    if (getsockname(fd, (struct sockaddr *)&got, &len) == 0)
+        l->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                  : ((struct sockaddr_in *)&got)->sin_port);
+    l->fd = fd;
+    return 0;
+}
+
+/* The directory of the socket: not writable by others without the sticky bit, ours or root's. */
+static int listen_check_dir(const char *path, char **err)
+{
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        int e = errno;
+        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s': %s", path, dir,
+                           e == ENOENT ? "no such directory (create it, e.g. with systemd's "
+                                         "RuntimeDirectory=)"
+                                       : strerror(e));
+        return -e;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        *err = server_strdupf("HttpBind 'unix:%s': '%s' is not a directory", path, dir);
+        return -ENOTDIR;
+    }
+    if (st.st_uid != geteuid() && st.st_uid != 0) {
+        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s' belongs to uid %u, neither "
+                           "the host's user (uid %u) nor root: that user could replace the "
+                           "socket",
+                           path, dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return -EPERM;
+    }
+    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
+        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s' has mode %04o: anyone may "
+                           "replace the socket there (use a directory of the host's own, such "
+                           "as /run/memtrim, or one with the sticky bit)",
+                           path, dir, (unsigned)(st.st_mode & 07777));
+        return -EPERM;
+    }
+    return 0;
+}
+
+/* A file already at the path: a stale socket is removed, anything else stops the start. */
+static int listen_clear_stale(const char *path, const struct sockaddr_un *sun, char **err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) {
+        *err = server_strdupf("HttpBind 'unix:%s': a file that is not a socket is already there; "
+                           "remove it or choose another path",
+                           path);
+        return -EEXIST;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int c = connect(fd, (const struct sockaddr *)sun, sizeof(*sun));
+    int e = errno;
+    close(fd);
+    if (c == 0) {
+        *err = server_strdupf("HttpBind 'unix:%s': another process answers on that socket (a "
+                           "second host with the same configuration?); not replaced",
+                           path);
+        return -EADDRINUSE;
+    }
+    if (e != ECONNREFUSED) {
+        *err = server_strdupf("HttpBind 'unix:%s': a socket is there and cannot be tested: %s",
+                           path, strerror(e));
+        return -e;
+    }
+    if (unlink(path) != 0 && errno != ENOENT) {
+        e = errno;
+        *err = server_strdupf("HttpBind 'unix:%s': cannot remove the stale socket: %s", path,
+                           strerror(e));
+        return -e;
+    }
+    mt_log(MT_LOG_INFO, "server", "HttpBind 'unix:%s': a stale socket (nobody answered on it) "
+                                  "was replaced", path);
+    return 0;
+}
+
+static int listen_group(const char *name, gid_t *gid, char **err)
+{
+    char *end = NULL;
+    unsigned long n = strtoul(name, &end, 10);
+    if (name[0] >= '0' && name[0] <= '9' && *end == '\0') {
+        *gid = (gid_t)n;
+        return 0;
+    }
+    char buf[4096];
+    struct group gr, *found = NULL;
+    if (getgrnam_r(name, &gr, buf, sizeof(buf), &found) != 0 || found == NULL) {
+        *err = server_strdupf("HttpSocketGroup '%s': no such group", name);
+        return -EINVAL;
+    }
+    *gid = found->gr_gid;
+    return 0;
+}
+
+static int listen_unix(const struct server_options *cfg, struct server_listener *l, char **err)
+{
+    const char *path = cfg->bind + 5;
+    struct sockaddr_un sun;
+    memset(&sun, 0, sizeof(sun));
+    sun.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof(sun.sun_path)) {
+        *err = server_strdupf("HttpBind 'unix:%s': the path is too long for a socket", path);
+        return -ENAMETOOLONG;
+    }
+    memcpy(sun.sun_path, path, strlen(path) + 1);
+    gid_t gid = (gid_t)-1;
+    int rc = cfg->socket_group[0] ? listen_group(cfg->socket_group, &gid, err) : 0;
+    if (rc == 0)
+        rc = listen_check_dir(path, err);
+    if (rc == 0)
+        rc = listen_clear_stale(path, &sun, err);
+    if (rc != 0) {
+        if (*err == NULL)
+            *err = server_strdupf("HttpBind 'unix:%s': %s", path, strerror(-rc));
+        return rc;
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        rc = -errno;
+        *err = server_strdupf("HttpBind 'unix:%s': socket: %s", path, strerror(errno));
+        return rc;
+    }
+    mode_t mode = cfg->socket_mode > 0 ? (mode_t)cfg->socket_mode : 0660;
+    const char *step = "bind";
+    struct stat st;
+    if (bind(fd, (const struct sockaddr *)&sun, sizeof(sun)) != 0)
+        goto fail;
+    /* Nobody can connect before listen(): the mode and group are in place by then. */
+    step = "chmod";
+    if (chmod(path, mode) != 0)
+        goto fail_unlink;
+    step = "chown to HttpSocketGroup";
+    if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)
+        goto fail_unlink;
+    step = "listen";
+    if (lstat(path, &st) != 0 || listen(fd, SERVER_BACKLOG) != 0)
+        goto fail_unlink;
+    server_file_id_of(&st, &l->unix_id);
+    snprintf(l->unix_path, sizeof(l->unix_path), "%s", path);
+    l->is_unix = 1;
+    l->fd = fd;
+    return 0;
+
+fail_unlink:
+    rc = -errno;
+    unlink(path);
+    goto out;
+fail:
+    rc = -errno;
+out:
+    *err = server_strdupf("HttpBind 'unix:%s': %s: %s", path, step, strerror(-rc));
+    close(fd);
+    return rc;
+}
+
+int server_listen_open(const struct server_options *cfg, struct server_listener *l, char **err)
+{
+    memset(l, 0, sizeof(*l));
+    l->fd = -1;
+    *err = NULL;
+    if (strncmp(cfg->bind, "unix:", 5) == 0)
+        return listen_unix(cfg, l, err);
+    return listen_tcp(cfg, l, err);
+}
+
+void server_listen_close(struct server_listener *l)
+{
+    if (l->fd >= 0)
+        close(l->fd);
+    l->fd = -1;
+    if (!l->is_unix)
+        return;
+    /* Only the socket we made: a host started after us with the same path keeps its own. */
+    struct stat st;
+    struct server_file_id id;
+    if (lstat(l->unix_path, &st) == 0) {
+        server_file_id_of(&st, &id);
+        if (id.ino == l->unix_id.ino && id.dev == l->unix_id.dev)
+            unlink(l->unix_path);
+    }
+    l->is_unix = 0;
+}
