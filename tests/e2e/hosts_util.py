@@ -18,7 +18,7 @@ import requests
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
-API_LINE = re.compile(r"memtrim/core: memtrim \S+ started; API on http://[^:]+:(\d+)/")
+API_LINE = re.compile(r"memtrim/core: memtrim \S+ started; API on https?://[^:]+:(\d+)/")
 
 
 def build_file(name):

@@ -1,0 +1,200 @@
+"""The unix socket listener ("HttpBind": "unix:PATH") with curl --unix-socket: every route of
+openapi.yaml answers; the socket has HttpSocketMode; a peer of another uid (curl run as
+nobody through setpriv) reads, may not write without the admin token, and may not connect
+at all when the mode excludes it; writes are logged with the peer's uid and pid; a stale
+socket is replaced, a live one (another host) and a world-writable directory stop the start;
+the socket is gone after stop."""
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hosts_util import build_file, wait_for
+from pkg_util import ROOT
+
+TOKEN = "unix-admin-51aa"
+SETPRIV = shutil.which("setpriv")
+
+
+class UnixHost:
+    """memtrim-demo serving on a unix socket; stopped with SIGTERM (must exit 0)."""
+
+    def __init__(self, folder, config):
+        self.sock = folder / "memtrim.sock"
+        cfg = {"HttpBind": f"unix:{self.sock}", "Database": str(folder / "memtrim.sqlite"),
+               "ManualTrimMinIntervalMs": 0}
+        cfg.update(config)
+        self.log_path = folder / f"host-{time.monotonic_ns()}.log"
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [str(build_file("memtrim-demo")), "--lib", str(build_file("libmemtrim.so")),
+             "--config", json.dumps(cfg), "--workers", "1", "--study-mb", "4", "--quiet"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self):
+        def ready():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the host exited {self.proc.returncode}: {self.output()}")
+            rc, out, _ = curl(self.sock, "/healthz")
+            return rc == 0 and '"status"' in out
+        wait_for(ready, 20, "the unix socket to answer")
+        return self
+
+    def output(self):
+        if not self.log.closed:
+            self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def hosts():
+    started = []
+
+    def start(folder, config=None, ready=True):
+        h = UnixHost(folder, config or {})
+        started.append((h, ready))  # ready=False: a start that is expected to be refused
+        return h.wait_ready() if ready else h
+    yield start
+    for h, ready in started:
+        rc = h.stop()
+        assert rc == 0 or not ready, h.output()[-2000:]
+
+
+def curl(sock, path, *args, as_nobody=False):
+    cmd = ["curl", "-sS", "--max-time", "10", "--unix-socket", str(sock), *args,
+           f"http://localhost{path}"]
+    if as_nobody:
+        cmd = [SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *cmd]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    return r.returncode, r.stdout, r.stderr
+
+
+def status(sock, path, *args, as_nobody=False):
+    rc, out, err = curl(sock, path, "-o", "/dev/null", "-w", "%{http_code}", *args,
+                        as_nobody=as_nobody)
+    assert rc == 0, (path, rc, err)
+    return int(out)
+
+
+@pytest.fixture
+def folder():
+    # Not under pytest's tmp_path (0700): nobody must be able to reach the socket inside.
+    d = Path(tempfile.mkdtemp(prefix="memtrim-unix-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_every_route_over_the_unix_socket(hosts, folder):
+    h = hosts(folder)
+    mode = stat.S_IMODE(os.stat(h.sock).st_mode)
+    assert stat.S_ISSOCK(os.stat(h.sock).st_mode) and mode == 0o660, oct(mode)
+    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+    extra = {"/memory/series": "?metric=rss_bytes"}
+    seen = 0
+    for path, ops in spec["paths"].items():
+        for method in ops:
+            if method not in ("get", "post", "patch", "head"):
+                continue
+            args = ["-X", method.upper()]
+            if method == "patch":
+                args += ["-H", "Content-Type: application/json", "--data",
+                         '{"TrimIntervalSeconds": 30}']
+            code = status(h.sock, path + extra.get(path, ""), *args)
+            assert code == 200, (method, path, code)
+            seen += 1
+    assert seen >= 13, seen
+    # Any Host is fine (no browser reaches a unix socket): not the loopback Host rule.
+    assert status(h.sock, "/memory/stats", "-H", "Host: memtrim.example") == 200
+    assert "serving HTTP on unix socket" in h.output()
+    h.stop()
+    assert not h.sock.exists(), "the socket outlived its host"
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is needed")
+def test_another_uid_reads_and_may_not_write(hosts, folder):
+    h = hosts(folder, {"HttpSocketMode": "0666"})
+    assert status(h.sock, "/memory/stats", as_nobody=True) == 200
+    rc, out, err = curl(h.sock, "/memory/trim", "-X", "POST", as_nobody=True)
+    body = json.loads(out)
+    assert body["error"]["code"] == "forbidden_peer", out
+    assert "uid 65534" in body["error"]["message"]
+    assert status(h.sock, "/config", "-X", "PATCH", "--data", '{"TrimIntervalSeconds": 9}',
+                  as_nobody=True) == 403
+    # The host's own user (root here) writes without a token.
+    assert status(h.sock, "/memory/trim", "-X", "POST") == 200
+    log = h.output()
+    assert "unix socket: POST /memory/trim by uid 65534 gid 65534 pid " in log, log[-2000:]
+    assert "unix socket: POST /memory/trim by uid 0 gid 0 pid " in log
+    h.stop()
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is needed")
+def test_with_a_token_another_uid_writes_with_it(hosts, folder):
+    h = hosts(folder, {"HttpSocketMode": "0666", "AuthToken": TOKEN})
+    assert status(h.sock, "/memory/trim", "-X", "POST", as_nobody=True) == 403
+    assert status(h.sock, "/memory/trim", "-X", "POST", "-H", f"Authorization: Bearer {TOKEN}",
+                  as_nobody=True) == 200
+    assert status(h.sock, "/memory/trim", "-X", "POST", "-H", "Authorization: Bearer wrong",
+                  as_nobody=True) == 401
+    h.stop()
+    assert TOKEN not in h.output()
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is needed")
+def test_the_mode_keeps_another_uid_out(hosts, folder):
+    h = hosts(folder)  # 0660, root's group: nobody may not connect
+    rc, out, err = curl(h.sock, "/healthz", as_nobody=True)
+    assert rc == 7, (rc, out, err)  # curl cannot connect ...
+    probe = ("import socket\ntry:\n socket.socket(socket.AF_UNIX).connect(%r)\n"
+             "except OSError as e:\n print(type(e).__name__)" % str(h.sock))
+    r = subprocess.run([SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                        "/usr/bin/python3", "-c", probe], capture_output=True, text=True)
+    assert r.stdout.strip() == "PermissionError", (r.stdout, r.stderr)  # ... because of the mode
+    assert status(h.sock, "/healthz") == 200
+
+
+def test_stale_live_and_unsafe(hosts, folder, tmp_path):
+    sock = folder / "memtrim.sock"
+    # A stale socket (bound, nobody listening: a crashed host) is replaced.
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(sock))
+    s.close()
+    h = hosts(folder)
+    assert "stale socket (nobody answered on it) was replaced" in h.output()
+    # A second host on the same path: refused, the first keeps its socket.
+    second = hosts(folder, ready=False)
+    assert second.proc.wait(timeout=20) != 0
+    assert "another process answers on that socket" in second.output(), second.output()[-1500:]
+    assert status(h.sock, "/healthz") == 200
+    h.stop()
+    assert not sock.exists()
+    # A plain file at the path is not removed.
+    sock.write_text("not a socket")
+    third = hosts(folder, ready=False)
+    assert third.proc.wait(timeout=20) != 0
+    assert "a file that is not a socket is already there" in third.output()
+    assert sock.read_text() == "not a socket"
+    sock.unlink()
+    # A directory anyone may write to (no sticky bit): refused.
+    unsafe = tmp_path / "unsafe"
+    unsafe.mkdir()
+    unsafe.chmod(0o777)
+    fourth = hosts(unsafe, ready=False)
+    assert fourth.proc.wait(timeout=20) != 0
+    assert "has mode 0777: anyone may replace the socket" in fourth.output()
