@@ -1,10 +1,11 @@
 """A fleet as operators watch it: Debian's Prometheus (on loopback, a
 temporary data directory, 1 s scrapes) runs on a configuration made from
 examples/prometheus.yml (its rule file examples/alerts.yml included) and
-scrapes three real hosts at once: the demo host, Debian's Orthanc with
-libOrthancMemTrim.so (with AuthToken and ReadRequiresAuth; Prometheus gets the
-token the way the example's commented block shows), and an unmodified
-program (Debian's python3) under LD_PRELOAD. Prometheus's HTTP API must then
+scrapes three real hosts at once over HTTPS (a CA made in the test, the read
+token from a file, as the example does): the demo host, Debian's Orthanc with
+libOrthancMemTrim.so (which also requires a client certificate: HttpsClientCA,
+the example's commented cert_file/key_file uncommented), and an unmodified
+program (Debian's python3) under LD_PRELOAD. Trims go with the admin token. Prometheus's HTTP API must then
 return memtrim_rss_bytes, a rate() of released bytes and a histogram_quantile
 of trim durations for every host, with sane values and up == 1; every query of
 examples/grafana-dashboard.json must return data; the alert rules must
@@ -27,7 +28,8 @@ from pkg_util import ROOT, free_port_from
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 ORTHANC = Path("/usr/sbin/Orthanc")
-TOKEN = "fleet-test-token-7f3a"
+TOKEN = "fleet-test-token-7f3a"  # the admin token: trims
+READ = "fleet-read-token-2c09"     # the read token: Prometheus
 RATE_WINDOW = "30s"
 
 
@@ -47,20 +49,52 @@ def test_alert_rules_check_and_unit_tests():
     assert alerts == tested, f"alerts without a unit test: {alerts - tested}"
 
 
-def prometheus_config(folder, demo_and_preload, orthanc_target):
-    """examples/prometheus.yml with this test's targets and intervals, and the
-    token block of the orthanc-memtrim job uncommented (its file here)."""
-    token_file = folder / "memtrim.token"
-    token_file.write_text(TOKEN + "\n")
-    token_file.chmod(0o600)
+class Fleet:
+    """The test's PKI and token files: a CA, a server certificate for 127.0.0.1, a client
+    certificate for Prometheus, the admin and read tokens in owner-only files."""
+
+    def __init__(self, folder):
+        from tls_util import CA
+        self.ca = CA(folder / "pki")
+        self.cert, self.key = self.ca.issue("localhost")
+        self.client = self.ca.issue("prometheus", client=True)
+        self.read_file = folder / "read.token"
+        self.read_file.write_text(READ + "\n")
+        self.read_file.chmod(0o600)
+
+    def memtrim(self, port, **extra):
+        """A host's "MemoryTrim" keys: HTTPS, the admin token, the read token from its file."""
+        cfg = {"HttpPort": port, "HttpsCertificate": str(self.cert),
+               "HttpsPrivateKey": str(self.key), "AuthToken": TOKEN,
+               "ReadTokenFile": str(self.read_file)}
+        cfg.update(extra)
+        return cfg
+
+    def get(self, target, path, token=READ, client=False, method="GET"):
+        return requests.request(method, f"https://{target}{path}",
+                                headers={"Authorization": f"Bearer {token}"} if token else {},
+                                verify=str(self.ca.pem), cert=self.client if client else None,
+                                timeout=30)
+
+
+def prometheus_config(folder, fleet, demo_and_preload, orthanc_target):
+    """examples/prometheus.yml with this test's targets, intervals and files: the CA, the read
+    token, and for the orthanc-memtrim job the client certificate block uncommented."""
     text = (ROOT / "examples" / "prometheus.yml").read_text()
     head, sep, orthanc_job = text.partition("- job_name: orthanc-memtrim")
     assert sep, "examples/prometheus.yml has no orthanc-memtrim job"
-    orthanc_job, n = re.subn(r"^(\s*)# (authorization:|  type: Bearer|  credentials_file: )(.*)$",
-                             r"\1\2\3", orthanc_job, flags=re.M)
-    assert n == 3, "the example's commented authorization block changed"
-    orthanc_job = orthanc_job.replace("/etc/prometheus/memtrim.token", str(token_file))
-    cfg = yaml.safe_load(head + sep + orthanc_job)
+    orthanc_job, n = re.subn(r"^(\s*)# ((cert|key)_file: )(.*)$", r"\1\2\4", orthanc_job,
+                             flags=re.M)
+    assert n == 2, "the example's commented client certificate block changed"
+    text = head + sep + orthanc_job
+    files = {"/etc/prometheus/memtrim-ca.pem": fleet.ca.pem,
+             "/etc/prometheus/memtrim-read.token": fleet.read_file,
+             "/etc/prometheus/memtrim-client.pem": fleet.client[0],
+             "/etc/prometheus/memtrim-client.key": fleet.client[1]}
+    for example, ours in files.items():
+        assert example in text, f"examples/prometheus.yml no longer names {example}"
+        text = text.replace(example, str(ours))
+    cfg = yaml.safe_load(text)
     cfg["global"].update(scrape_interval="1s", evaluation_interval="1s")
     cfg["rule_files"] = [str(ROOT / "examples" / f) for f in cfg["rule_files"]]
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
@@ -68,7 +102,11 @@ def prometheus_config(folder, demo_and_preload, orthanc_target):
                                           "labels": {"env": "test", "service": "fleet"}}]
     jobs["orthanc-memtrim"]["static_configs"] = [{"targets": [orthanc_target],
                                                   "labels": {"env": "test", "service": "orthanc"}}]
-    assert jobs["orthanc-memtrim"]["authorization"]["credentials_file"] == str(token_file)
+    for job in jobs.values():
+        assert job["scheme"] == "https", job
+        assert job["authorization"]["credentials_file"] == str(fleet.read_file)
+    assert "cert_file" not in jobs["memtrim"]["tls_config"]
+    assert jobs["orthanc-memtrim"]["tls_config"]["cert_file"] == str(fleet.client[0])
     path = folder / "prometheus.yml"
     path.write_text(yaml.safe_dump(cfg))
     r = subprocess.run([PROMTOOL, "check", "config", str(path)], capture_output=True, text=True)
@@ -86,17 +124,17 @@ while True:
 """
 
 
-def start_hosts(procs, tmp_path):
+def start_hosts(procs, tmp_path, fleet):
     demo_port, preload_port = free_port_from(41), free_port_from(42)
     http, dicom, orthanc_api = free_port_from(43), free_port_from(44), free_port_from(45)
     demo = procs([build_file("memtrim-demo"), "--lib", build_file("libmemtrim.so"),
-                  "--config", json.dumps({"HttpPort": demo_port, "MemoryLimitBytes": 8 << 30,
-                                          "Database": str(tmp_path / "demo.sqlite")}),
+                  "--config", json.dumps(fleet.memtrim(demo_port, MemoryLimitBytes=8 << 30,
+                                                       Database=str(tmp_path / "demo.sqlite"))),
                   "--workers", "2", "--study-mb", "16", "--pause-ms", "200", "--quiet"],
                  tmp_path / "demo.log")
     env = dict(__import__("os").environ, LD_PRELOAD=str(build_file("libmemtrim.so")),
-               MEMTRIM_CONFIG=json.dumps({"HttpPort": preload_port,
-                                          "Database": str(tmp_path / "preload.sqlite")}))
+               MEMTRIM_CONFIG=json.dumps(fleet.memtrim(
+                   preload_port, Database=str(tmp_path / "preload.sqlite"))))
     preload = procs(["/usr/bin/python3", "-c", CHURN], tmp_path / "preload.log", env=env)
     cfg = tmp_path / "orthanc"
     cfg.mkdir()
@@ -105,24 +143,27 @@ def start_hosts(procs, tmp_path):
         "RemoteAccessAllowed": False, "AuthenticationEnabled": False,
         "StorageDirectory": str(tmp_path / "storage"), "IndexDirectory": str(tmp_path / "index"),
         "Plugins": [str(build_file("libOrthancMemTrim.so"))]}))
-    (cfg / "memtrim.json").write_text(json.dumps({"MemoryTrim": {
-        "HttpPort": orthanc_api, "AuthToken": TOKEN, "ReadRequiresAuth": True}}))
+    # The Orthanc plugin's own server over TLS, with client certificates required.
+    (cfg / "memtrim.json").write_text(json.dumps({"MemoryTrim": fleet.memtrim(
+        orthanc_api, HttpsClientCA=str(fleet.ca.pem))}))
     orthanc = procs([ORTHANC, cfg], tmp_path / "orthanc.log")
-    hosts = {f"127.0.0.1:{demo_port}": (demo, None), f"127.0.0.1:{preload_port}": (preload, None),
-             f"127.0.0.1:{orthanc_api}": (orthanc, TOKEN)}
-    for target, (p, token) in hosts.items():
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-
+    # target -> (process, needs a client certificate)
+    hosts = {f"127.0.0.1:{demo_port}": (demo, False), f"127.0.0.1:{preload_port}": (preload, False),
+             f"127.0.0.1:{orthanc_api}": (orthanc, True)}
+    for target, (p, client) in hosts.items():
         def ready():
             assert p.running(), p.output()[-3000:]
             try:
-                return requests.get(f"http://{target}/healthz", headers=headers,
-                                    timeout=5).status_code == 200
+                return fleet.get(target, "/healthz", client=client).status_code == 200
             except requests.RequestException:
                 return False
         wait_for(ready, 90, f"memtrim on {target}")
-    # ReadRequiresAuth really holds on the Orthanc host.
-    assert requests.get(f"http://127.0.0.1:{orthanc_api}/metrics", timeout=5).status_code == 401
+    # The read token is required, and the Orthanc host refuses a client without a certificate.
+    orthanc_target = f"127.0.0.1:{orthanc_api}"
+    assert fleet.get(f"127.0.0.1:{demo_port}", "/metrics", token=None).status_code == 401
+    assert fleet.get(orthanc_target, "/metrics", client=True, token=None).status_code == 401
+    r = fleet.get(orthanc_target, "/metrics")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "client_certificate", r.text
     return hosts
 
 
@@ -141,10 +182,11 @@ def by_instance(results):
 @pytest.mark.skipif(PROMETHEUS is None or not ORTHANC.exists(),
                     reason="needs Debian's prometheus and orthanc")
 def test_prometheus_scrapes_three_real_hosts(procs, tmp_path):  # noqa: F811
-    hosts = start_hosts(procs, tmp_path)
+    fleet = Fleet(tmp_path)
+    hosts = start_hosts(procs, tmp_path, fleet)
     targets = list(hosts)
     prom_port = free_port_from(40)
-    config = prometheus_config(tmp_path, targets[:2], targets[2])
+    config = prometheus_config(tmp_path, fleet, targets[:2], targets[2])
     prom = procs([PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                   f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"],
                  tmp_path / "prometheus.log")
@@ -165,27 +207,27 @@ def test_prometheus_scrapes_three_real_hosts(procs, tmp_path):  # noqa: F811
     up = wait_for(all_up, 90, "Prometheus to scrape the three hosts with up == 1")
     assert set(up) == set(targets), up  # IP targets keep their full instance label
 
-    # Trims on every host, manual ones through each API (the token where it is set),
+    # Trims on every host, manual ones through each API (the admin token; the read token
+    # Prometheus holds may not: 403),
     # spread over the rate window, while Prometheus scrapes.
     def trim_all():
-        for target, (p, token) in hosts.items():
+        for target, (p, client) in hosts.items():
             assert p.running(), p.output()[-3000:]
-            headers = {"Authorization": f"Bearer {token}"} if token else {}
-            r = requests.post(f"http://{target}/memory/trim", headers=headers, timeout=30)
+            r = fleet.get(target, "/memory/trim", token=TOKEN, client=client, method="POST")
             assert r.status_code in (200, 429), (target, r.status_code, r.text)
 
     def trimmed_everywhere():
         trim_all()
         counts = by_instance(query(base, f"sum by (instance) (increase(memtrim_trims_total[{RATE_WINDOW}]))"))
         return len(counts) == 3 and all(v > 0 for v in counts.values())
+    r = fleet.get(targets[0], "/memory/trim", method="POST")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_scope", r.text
     wait_for(trimmed_everywhere, 90, "trims on every host to reach Prometheus", interval=1.2)
 
     rss = by_instance(query(base, "memtrim_rss_bytes"))
     assert set(rss) == set(targets), rss
     for target, value in rss.items():
-        own = requests.get(f"http://{target}/memory/stats", timeout=5,
-                           headers={"Authorization": f"Bearer {hosts[target][1]}"}
-                           if hosts[target][1] else {}).json()["rss_bytes"]
+        own = fleet.get(target, "/memory/stats", client=hosts[target][1]).json()["rss_bytes"]
         assert 1 << 20 < value < 64 << 30, (target, value)
         assert own / 4 < value < own * 4, f"{target}: Prometheus has {value}, the host says {own}"
 
