@@ -15,8 +15,10 @@
 #include <locale.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core.h"
+#include "fields.h"
 #include "memtrim.h"
 
 #define API_METRICS_INITIAL (16 * 1024)
@@ -212,65 +214,32 @@ static void api_metrics_pressure(struct api_text *t, const struct mt_counters *c
                 "Reaction time of the last pressure trim.", c->pressure_reaction_last_seconds);
 }
 
+/* The snapshot's fields that common/fields.h gives a metric: gauges in base units (a
+ * millisecond field in seconds), counters; a field not known now is left out. */
 static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
 {
-    const struct mt_cheap *c = &s->cheap;
-    const struct mt_heap *h = &s->heap;
-    api_u64(t, "memtrim_rss_bytes", "gauge", "Resident set size.", c->rss_bytes);
-    api_u64(t, "memtrim_rss_anon_bytes", "gauge", "Anonymous resident memory.", c->rss_anon_bytes);
-    api_u64(t, "memtrim_rss_file_bytes", "gauge", "File-backed resident memory.",
-            c->rss_file_bytes);
-    api_u64(t, "memtrim_rss_shmem_bytes", "gauge", "Shared resident memory.", c->rss_shmem_bytes);
-    api_u64(t, "memtrim_swap_bytes", "gauge", "Swapped-out memory.", c->swap_bytes);
-    api_u64(t, "memtrim_vm_size_bytes", "gauge", "Virtual memory size.", c->vm_size_bytes);
-    api_head(t, "memtrim_page_faults_total", "counter", "Page faults of the process, by type.");
-    api_text_printf(t, "memtrim_page_faults_total{type=\"minor\"} %llu\n",
-                    (unsigned long long)c->minor_faults);
-    api_text_printf(t, "memtrim_page_faults_total{type=\"major\"} %llu\n",
-                    (unsigned long long)c->major_faults);
-    if (c->cgroup_usage_bytes >= 0)
-        api_u64(t, "memtrim_cgroup_usage_bytes", "gauge", "Memory usage of the cgroup.",
-                (uint64_t)c->cgroup_usage_bytes);
-    if (s->memory_limit_bytes >= 0)
-        api_u64(t, "memtrim_memory_limit_bytes", "gauge",
-                "Effective memory limit (MemoryLimitBytes or the cgroup's).",
-                (uint64_t)s->memory_limit_bytes);
-    if (h->timestamp_ms == 0)
-        return;
-    if (h->known & MT_HEAP_HAS_IN_USE)
-        api_u64(t, "memtrim_heap_in_use_bytes", "gauge",
-                "Heap allocated to the program (glibc uordblks + hblkhd, jemalloc "
-                "stats.allocated, ...).", h->heap_in_use_bytes);
-    if (h->known & MT_HEAP_HAS_FREE)
-        api_u64(t, "memtrim_heap_free_bytes", "gauge",
-                "Free heap held by the allocator (glibc fordblks, ...).", h->heap_free_bytes);
-    if (h->known & MT_HEAP_HAS_MAPPED)
-        api_u64(t, "memtrim_heap_mapped_bytes", "gauge",
-                "Memory the allocator holds from the system.", h->heap_mapped_bytes);
-    if (h->known & MT_HEAP_HAS_RESIDENT)
-        api_u64(t, "memtrim_heap_resident_bytes", "gauge",
-                "Of the allocator's memory, what is resident.", h->heap_resident_bytes);
-    if (h->known & MT_HEAP_HAS_RETAINED)
-        api_u64(t, "memtrim_heap_retained_bytes", "gauge",
-                "Address space the allocator keeps but gave back to the kernel.",
-                h->heap_retained_bytes);
-    if (h->known & MT_HEAP_HAS_MALLINFO) {
-        api_u64(t, "memtrim_heap_mmapped_bytes", "gauge", "Heap in mmapped regions (hblkhd).",
-                h->heap_mmapped_bytes);
-        api_u64(t, "memtrim_heap_arena_bytes", "gauge", "Non-mmapped heap (mallinfo2 arena).",
-                h->arena_bytes);
-        api_u64(t, "memtrim_heap_free_chunks", "gauge", "Free heap chunks (mallinfo2 ordblks).",
-                h->ordblks);
+    const char *family = "";
+    size_t family_len = 0;
+    for (int i = 0; i < MT_FIELD_COUNT; i++) {
+        const struct mt_field *f = &mt_fields[i];
+        struct mt_field_value v;
+        if (f->metric == MT_METRIC_NONE || !mt_field_get(f, s, &v))
+            continue;
+        size_t len = strcspn(f->sample, "{");
+        if (len != family_len || strncmp(f->sample, family, len) != 0) {
+            char name[128];
+            snprintf(name, sizeof(name), "%.*s", (int)len, f->sample);
+            api_head(t, name, f->metric == MT_METRIC_COUNTER ? "counter" : "gauge", f->help);
+            family = f->sample;
+            family_len = len;
+        }
+        if (f->type == MT_FIELD_MS)
+            api_text_printf(t, "%s %.15g\n", f->sample, (double)v.i / 1e3);
+        else if (v.real)
+            api_text_printf(t, "%s %.15g\n", f->sample, v.d);
+        else
+            api_text_printf(t, "%s %llu\n", f->sample, (unsigned long long)v.i);
     }
-    if (h->arena_count >= 0)
-        api_u64(t, "memtrim_heap_arenas", "gauge", "malloc arenas.", (uint64_t)h->arena_count);
-    api_u64(t, "memtrim_releasable_estimate_bytes", "gauge",
-            "Free heap that a trim could give back (estimate).", s->releasable_estimate_bytes);
-    if (s->fragmentation_ratio > 0)
-        api_f64(t, "memtrim_fragmentation_ratio", "gauge", "RSS divided by heap in use.",
-                s->fragmentation_ratio);
-    api_f64(t, "memtrim_heap_stats_age_seconds", "gauge",
-            "Age of the heap statistics when this page was made.", (double)s->heap_age_ms / 1e3);
 }
 
 /* The "C" numeric locale: the host may have set one that writes 0,25 for 0.25. */

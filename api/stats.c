@@ -1,10 +1,10 @@
 /*
  * stats.c - GET /memory/stats: the shared probe snapshot (mt_snapshot_get:
  * one refresh per StatsMaxAgeMs however many clients poll) as one flat JSON
- * object whose numeric field names are also the metrics /memory/series
- * takes (db_series_metrics), plus the raw mallinfo2 fields. Heap fields are
- * null until mallinfo2 has run once. Runs on HTTP worker threads; the core
- * takes its own locks.
+ * object: the fields of common/fields.h in its order (the stored ones are
+ * also the metrics /memory/series takes), then the raw mallinfo2 fields, the
+ * allocator and the tunables. Heap fields are null until the heap was read.
+ * Runs on HTTP worker threads; the core takes its own locks.
  */
 #include "api.h"
 
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "fields.h"
 
 static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *failed)
 {
@@ -72,70 +73,38 @@ static void api_stats_tunables(cJSON *root, int *failed)
     api_json_item(root, "malloc_tunables", o, failed);
 }
 
-cJSON *api_stats_to_json(const struct mt_snapshot *s)
+/* probe_error: why the cheap reading could not be believed, or null. */
+static void api_stats_probe_error(cJSON *root, const struct mt_cheap *c, int *failed)
 {
-    const struct mt_cheap *c = &s->cheap;
-    const struct mt_heap *h = &s->heap;
-    int heap = h->timestamp_ms != 0;
-    int failed = 0;
-    cJSON *root = cJSON_CreateObject();
-
-    api_json_int(root, "timestamp_ms", c->timestamp_ms, &failed);
-    api_json_int(root, "cheap_age_ms", s->cheap_age_ms, &failed);
-    api_json_int(root, "rss_bytes", (int64_t)c->rss_bytes, &failed);
-    api_json_int(root, "rss_anon_bytes", (int64_t)c->rss_anon_bytes, &failed);
-    api_json_int(root, "rss_file_bytes", (int64_t)c->rss_file_bytes, &failed);
-    api_json_int(root, "rss_shmem_bytes", (int64_t)c->rss_shmem_bytes, &failed);
-    api_json_int(root, "swap_bytes", (int64_t)c->swap_bytes, &failed);
-    api_json_int(root, "vm_size_bytes", (int64_t)c->vm_size_bytes, &failed);
-    api_json_int(root, "minor_faults", (int64_t)c->minor_faults, &failed);
-    api_json_int(root, "major_faults", (int64_t)c->major_faults, &failed);
-    api_json_int(root, "cgroup_version", c->cgroup_version, &failed);
-    api_json_int_or_null(root, "cgroup_usage_bytes", c->cgroup_usage_bytes,
-                         c->cgroup_usage_bytes >= 0, &failed);
-    api_json_int_or_null(root, "cgroup_limit_bytes", c->cgroup_limit_bytes,
-                         c->cgroup_limit_bytes >= 0, &failed);
-    api_json_int_or_null(root, "memory_limit_bytes", s->memory_limit_bytes,
-                         s->memory_limit_bytes >= 0, &failed);
-    api_json_num(root, "cheap_probe_duration_seconds", (double)c->duration_ns / 1e9, &failed);
     if (c->read_errno != 0) {
         char why[160];
         snprintf(why, sizeof(why), "reading /proc/self failed: %s", strerror(-c->read_errno));
-        api_json_str(root, "probe_error", why, &failed);
+        api_json_str(root, "probe_error", why, failed);
     } else {
-        api_json_null(root, "probe_error", &failed);
+        api_json_null(root, "probe_error", failed);
     }
+}
 
-    api_json_int_or_null(root, "heap_timestamp_ms", h->timestamp_ms, heap, &failed);
-    api_json_int_or_null(root, "heap_age_ms", s->heap_age_ms, heap, &failed);
-    unsigned k = heap ? h->known : 0;
-    int mallinfo = (k & MT_HEAP_HAS_MALLINFO) != 0;
-    api_json_int_or_null(root, "heap_in_use_bytes", (int64_t)h->heap_in_use_bytes,
-                         (k & MT_HEAP_HAS_IN_USE) != 0, &failed);
-    api_json_int_or_null(root, "heap_free_bytes", (int64_t)h->heap_free_bytes,
-                         (k & MT_HEAP_HAS_FREE) != 0, &failed);
-    api_json_int_or_null(root, "heap_mapped_bytes", (int64_t)h->heap_mapped_bytes,
-                         (k & MT_HEAP_HAS_MAPPED) != 0, &failed);
-    api_json_int_or_null(root, "heap_resident_bytes", (int64_t)h->heap_resident_bytes,
-                         (k & MT_HEAP_HAS_RESIDENT) != 0, &failed);
-    api_json_int_or_null(root, "heap_retained_bytes", (int64_t)h->heap_retained_bytes,
-                         (k & MT_HEAP_HAS_RETAINED) != 0, &failed);
-    api_json_int_or_null(root, "heap_mmapped_bytes", (int64_t)h->heap_mmapped_bytes, mallinfo,
-                         &failed);
-    api_json_int_or_null(root, "arena_bytes", (int64_t)h->arena_bytes, mallinfo, &failed);
-    api_json_int_or_null(root, "heap_free_chunks", (int64_t)h->ordblks, mallinfo, &failed);
-    api_json_int_or_null(root, "arena_count", h->arena_count, heap && h->arena_count >= 0, &failed);
-    api_json_int_or_null(root, "releasable_estimate_bytes", (int64_t)s->releasable_estimate_bytes,
-                         heap, &failed);
-    if (heap && s->fragmentation_ratio > 0)
-        api_json_num(root, "fragmentation_ratio", s->fragmentation_ratio, &failed);
-    else
-        api_json_null(root, "fragmentation_ratio", &failed);
-    if (heap)
-        api_json_num(root, "heap_probe_duration_seconds", (double)h->duration_ns / 1e9, &failed);
-    else
-        api_json_null(root, "heap_probe_duration_seconds", &failed);
-    api_stats_mallinfo2(root, h, &failed);
+cJSON *api_stats_to_json(const struct mt_snapshot *s)
+{
+    int failed = 0, heap_part = 0;
+    cJSON *root = cJSON_CreateObject();
+
+    for (int i = 0; i < MT_FIELD_COUNT; i++) {
+        const struct mt_field *f = &mt_fields[i];
+        struct mt_field_value v;
+        if (!heap_part && (f->known & MT_KNOWN_HEAP)) {
+            api_stats_probe_error(root, &s->cheap, &failed); /* between the two readings */
+            heap_part = 1;
+        }
+        if (!mt_field_get(f, s, &v))
+            api_json_null(root, f->name, &failed);
+        else if (v.real)
+            api_json_num(root, f->name, v.d, &failed);
+        else
+            api_json_int(root, f->name, v.i, &failed);
+    }
+    api_stats_mallinfo2(root, &s->heap, &failed);
     api_stats_allocator(root, s, &failed);
     api_stats_tunables(root, &failed);
     return api_json_done(root, failed);

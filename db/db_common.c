@@ -16,9 +16,15 @@
 
 #include "db_internal.h"
 
-/* Exactly the sample columns a series can name, which are the /memory/stats fields. */
-#define DB_METRIC_NAME(name, src, field) #name,
-const char *const db_series_metrics[] = {DB_SAMPLE_COLUMNS(DB_METRIC_NAME) NULL};
+/*
+ * Exactly the sample columns a series can name: the stored fields of common/fields.h,
+ * in their columns' order, then NULL. A field that is not stored takes a slot of its
+ * own past that NULL (and leaves it NULL), so that no two initializers share one.
+ */
+#define DB_METRIC_NAME(name, type, member, known, column, metric, sample, help)                \
+    [(column) ? (column) - 1 : MT_FIELD_COLUMNS + 1 + MT_FIELD_##name] = (column) ? #name : NULL,
+const char *const db_series_metrics[MT_FIELD_COLUMNS + 1 + MT_FIELD_COUNT] = {
+    MT_SNAPSHOT_FIELDS(DB_METRIC_NAME)};
 #undef DB_METRIC_NAME
 
 int db_series_metric_count(void)

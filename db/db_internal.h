@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "db.h"
+#include "fields.h" /* common/: the samples columns are its stored fields */
 
 /* PRAGMA application_id of a memtrim store: "mtrm". */
 #define DB_APPLICATION_ID 0x6d74726d
@@ -21,36 +22,6 @@
 
 /* Rows in one batch transaction before add_* commits it without waiting for a flush. */
 #define DB_BATCH_MAX 10000
-
-/*
- * The sample columns after timestamp_ms, in order: name (a column, and the
- * /memory/stats field it stores), where the value comes from in struct
- * mt_snapshot, and when it is NULL. db_series_metrics[] and the INSERT are
- * generated from this one list.
- */
-enum db_src {
-    DB_SRC_U64,      /* uint64_t, always known */
-    DB_SRC_HEAP_U64, /* uint64_t, NULL until mallinfo2 has run (heap.timestamp_ms == 0) */
-    DB_SRC_HEAP_INT, /* int, NULL until mallinfo2 has run or when < 0 */
-    DB_SRC_HEAP_NS,  /* int64_t ns stored as seconds, NULL until mallinfo2 has run */
-    DB_SRC_I64,      /* int64_t, NULL when < 0 (unknown / none) */
-    DB_SRC_RATIO,    /* double, NULL when 0 (unknown) */
-};
-#define DB_SAMPLE_COLUMNS(X)                                        \
-    X(rss_bytes, DB_SRC_U64, cheap.rss_bytes)                       \
-    X(rss_anon_bytes, DB_SRC_U64, cheap.rss_anon_bytes)             \
-    X(rss_file_bytes, DB_SRC_U64, cheap.rss_file_bytes)             \
-    X(swap_bytes, DB_SRC_U64, cheap.swap_bytes)                     \
-    X(heap_in_use_bytes, DB_SRC_HEAP_U64, heap.heap_in_use_bytes)   \
-    X(heap_free_bytes, DB_SRC_HEAP_U64, heap.heap_free_bytes)       \
-    X(heap_mmapped_bytes, DB_SRC_HEAP_U64, heap.heap_mmapped_bytes) \
-    X(arena_bytes, DB_SRC_HEAP_U64, heap.arena_bytes)               \
-    X(arena_count, DB_SRC_HEAP_INT, heap.arena_count)               \
-    X(fragmentation_ratio, DB_SRC_RATIO, fragmentation_ratio)       \
-    X(releasable_estimate_bytes, DB_SRC_HEAP_U64, releasable_estimate_bytes) \
-    X(cgroup_usage_bytes, DB_SRC_I64, cheap.cgroup_usage_bytes)     \
-    X(memory_limit_bytes, DB_SRC_I64, memory_limit_bytes)           \
-    X(heap_probe_duration_seconds, DB_SRC_HEAP_NS, heap.duration_ns)
 
 /* Writer statements, prepared once at open and reused. */
 enum db_wstmt {

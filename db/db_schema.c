@@ -2,6 +2,10 @@
  * db_schema.c - the store's schema: recognising a memtrim database, refusing
  * a newer or foreign one, and migrating forward one version at a time.
  *
+ * The samples table's columns are the stored fields of common/fields.h: a field
+ * added there becomes a column at the writer's next opening (db_schema_migrate),
+ * without a version step; the steps below are the history, never edited.
+ *
  * Threads: the writer's thread, at db_writer_open (readers only check). The
  * migration runs in one BEGIN IMMEDIATE transaction, so two writers racing
  * to migrate the same file cannot both apply a step.
@@ -171,14 +175,65 @@ static int db_schema_apply(sqlite3 *db, int64_t from, char **err)
     return 0;
 }
 
-/* Bring the store at db to DB_SCHEMA_VERSION (creating it when empty). */
+/*
+ * The stored fields of common/fields.h that the samples table of a store at
+ * DB_SCHEMA_VERSION lacks: 1 when column i is missing in missing[i]. A field
+ * added to the table after version 5 needs no step of its own: it is a column
+ * the store gains (ALTER TABLE ADD COLUMN does not rewrite the table; NULL in
+ * older rows). *n says how many are missing.
+ */
+static int db_missing_columns(sqlite3 *db, unsigned char *missing, int *n, char **err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = db_prepare(db, "SELECT count(*) FROM pragma_table_info('samples') WHERE name = ?1",
+                        &st, err);
+    *n = 0;
+    for (int i = 0; rc == 0 && i < MT_FIELD_COUNT; i++) {
+        missing[i] = 0;
+        if (!mt_fields[i].column)
+            continue;
+        sqlite3_bind_text(st, 1, mt_fields[i].name, -1, SQLITE_STATIC);
+        int step = sqlite3_step(st);
+        if (step != SQLITE_ROW)
+            rc = db_fail_sql(err, db, step, "read the samples columns");
+        else if (sqlite3_column_int(st, 0) == 0)
+            missing[i] = 1, (*n)++;
+        sqlite3_reset(st);
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Add the missing columns, in the order of their places. */
+static int db_add_columns(sqlite3 *db, const unsigned char *missing, char **err)
+{
+    char sql[160];
+    int rc = 0;
+    for (int c = 0; rc == 0 && db_series_metrics[c] != NULL; c++) {
+        const struct mt_field *f = mt_field_find(db_series_metrics[c]);
+        int i = (int)(f - mt_fields);
+        if (!missing[i])
+            continue;
+        int real = f->type == MT_FIELD_NS || f->type == MT_FIELD_F64;
+        snprintf(sql, sizeof(sql), "ALTER TABLE samples ADD COLUMN %s %s", f->name,
+                 real ? "REAL" : "INTEGER");
+        rc = db_exec(db, sql, "add a samples column", err);
+    }
+    return rc;
+}
+
+/* Bring the store at db to DB_SCHEMA_VERSION (creating it when empty), with a
+ * column for every stored field. */
 int db_schema_migrate(sqlite3 *db, char **err)
 {
+    unsigned char missing[MT_FIELD_COUNT];
     int64_t version = 0;
-    int rc;
+    int rc, nmissing = 0;
 
     rc = db_schema_check(db, 0, &version, err);
-    if (rc < 0 || version == DB_SCHEMA_VERSION)
+    if (rc == 0 && version == DB_SCHEMA_VERSION)
+        rc = db_missing_columns(db, missing, &nmissing, err);
+    if (rc < 0 || (version == DB_SCHEMA_VERSION && nmissing == 0))
         return rc;
     rc = db_exec(db, "BEGIN IMMEDIATE", "begin migration", err);
     if (rc < 0)
@@ -187,6 +242,10 @@ int db_schema_migrate(sqlite3 *db, char **err)
     rc = db_schema_check(db, 0, &version, err);
     if (rc == 0)
         rc = db_schema_apply(db, version, err);
+    if (rc == 0)
+        rc = db_missing_columns(db, missing, &nmissing, err);
+    if (rc == 0)
+        rc = db_add_columns(db, missing, err);
     if (rc == 0)
         rc = db_exec(db, "COMMIT", "commit migration", err);
     if (rc < 0)

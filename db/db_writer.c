@@ -17,22 +17,11 @@
 
 #include "db_internal.h"
 
-struct db_sample_col {
-    const char *name;
-    enum db_src src;
-    size_t offset; /* in struct mt_snapshot */
-};
-
-#define DB_SAMPLE_COL(name, src, field) {#name, src, offsetof(struct mt_snapshot, field)},
-static const struct db_sample_col db_sample_cols[] = {DB_SAMPLE_COLUMNS(DB_SAMPLE_COL)};
-#undef DB_SAMPLE_COL
-#define DB_NSAMPLE_COLS (sizeof(db_sample_cols) / sizeof(db_sample_cols[0]))
-
 static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_BEGIN] = "BEGIN IMMEDIATE",
     [DB_W_COMMIT] = "COMMIT",
     [DB_W_ROLLBACK] = "ROLLBACK",
-    [DB_W_INSERT_SAMPLE] = NULL, /* built from db_sample_cols */
+    [DB_W_INSERT_SAMPLE] = NULL, /* built from the field table (common/fields.h) */
     [DB_W_INSERT_TRIM] =
         "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
         " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
@@ -46,24 +35,26 @@ static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_SET_REFAULT] = "UPDATE trims SET refaulted_bytes = ?3 WHERE start_ms = ?1 AND seq = ?2",
 };
 
-/* "INSERT OR REPLACE INTO samples (timestamp_ms, <columns>) VALUES (?, ...)": malloc'd. */
+/* "INSERT OR REPLACE INTO samples (timestamp_ms, <stored fields>) VALUES (?, ...)": malloc'd. */
 static char *db_sample_insert_sql(void)
 {
     size_t cap = 128;
     char *sql;
     size_t len;
 
-    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
-        cap += strlen(db_sample_cols[i].name) + 5;
+    for (int i = 0; i < MT_FIELD_COUNT; i++)
+        cap += strlen(mt_fields[i].name) + 5;
     sql = malloc(cap);
     if (sql == NULL)
         return NULL;
     len = (size_t)snprintf(sql, cap, "INSERT OR REPLACE INTO samples (timestamp_ms");
-    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
-        len += (size_t)snprintf(sql + len, cap - len, ", %s", db_sample_cols[i].name);
+    for (int i = 0; i < MT_FIELD_COUNT; i++)
+        if (mt_fields[i].column)
+            len += (size_t)snprintf(sql + len, cap - len, ", %s", mt_fields[i].name);
     len += (size_t)snprintf(sql + len, cap - len, ") VALUES (?");
-    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
-        len += (size_t)snprintf(sql + len, cap - len, ", ?");
+    for (int i = 0; i < MT_FIELD_COUNT; i++)
+        if (mt_fields[i].column)
+            len += (size_t)snprintf(sql + len, cap - len, ", ?");
     snprintf(sql + len, cap - len, ")");
     return sql;
 }
@@ -261,74 +252,17 @@ static int db_writer_begin(struct db_writer *w, char **err)
     return db_step_done(w->stmt[DB_W_BEGIN], "begin batch", err);
 }
 
-/* Whether a heap column means something under the allocator that took the
- * reading (mimalloc reports no heap in use, only glibc has mallinfo2 fields). */
-static int db_heap_col_known(size_t offset, const struct mt_heap *h)
+/* Bind a stored field: its value, or NULL when the field is not known (fields.h's rule). */
+static void db_bind_field(sqlite3_stmt *st, int i, const struct mt_field *f,
+                          const struct mt_snapshot *s)
 {
-    static const struct {
-        size_t offset;
-        unsigned bit;
-    } bits[] = {
-        {offsetof(struct mt_snapshot, heap.heap_in_use_bytes), MT_HEAP_HAS_IN_USE},
-        {offsetof(struct mt_snapshot, heap.heap_free_bytes), MT_HEAP_HAS_FREE},
-        {offsetof(struct mt_snapshot, heap.heap_mmapped_bytes), MT_HEAP_HAS_MALLINFO},
-        {offsetof(struct mt_snapshot, heap.arena_bytes), MT_HEAP_HAS_MALLINFO},
-    };
-    if (h->timestamp_ms == 0)
-        return 0;
-    for (size_t i = 0; i < sizeof(bits) / sizeof(bits[0]); i++)
-        if (bits[i].offset == offset)
-            return (h->known & bits[i].bit) != 0;
-    return 1;
-}
-
-static void db_bind_sample_col(sqlite3_stmt *st, int i, const struct db_sample_col *c,
-                               const struct mt_snapshot *s)
-{
-    const char *p = (const char *)s + c->offset;
-    int heap_known = db_heap_col_known(c->offset, &s->heap);
-    int64_t i64;
-    int iv;
-    double d;
-
-    switch (c->src) {
-    case DB_SRC_U64:
-    case DB_SRC_HEAP_U64:
-        memcpy(&i64, p, sizeof(i64));
-        if (c->src == DB_SRC_HEAP_U64 && !heap_known)
-            sqlite3_bind_null(st, i);
-        else
-            sqlite3_bind_int64(st, i, i64);
-        break;
-    case DB_SRC_HEAP_INT:
-        memcpy(&iv, p, sizeof(iv));
-        if (heap_known && iv >= 0)
-            sqlite3_bind_int(st, i, iv);
-        else
-            sqlite3_bind_null(st, i);
-        break;
-    case DB_SRC_HEAP_NS:
-        memcpy(&i64, p, sizeof(i64));
-        if (heap_known)
-            sqlite3_bind_double(st, i, (double)i64 / 1e9);
-        else
-            sqlite3_bind_null(st, i);
-        break;
-    case DB_SRC_I64:
-        memcpy(&i64, p, sizeof(i64));
-        if (i64 >= 0)
-            sqlite3_bind_int64(st, i, i64);
-        else
-            sqlite3_bind_null(st, i);
-        break;
-    case DB_SRC_RATIO:
-        memcpy(&d, p, sizeof(d));
-        if (d != 0)
-            sqlite3_bind_double(st, i, d);
-        else
-            sqlite3_bind_null(st, i);
-        break;
-    }
+    struct mt_field_value v;
+    if (!mt_field_get(f, s, &v))
+        sqlite3_bind_null(st, i);
+    else if (v.real)
+        sqlite3_bind_double(st, i, v.d);
+    else
+        sqlite3_bind_int64(st, i, v.i);
 }
 
 /* Run an insert in the batch; on failure the whole batch is rolled back and says so. */
@@ -364,8 +298,9 @@ int db_writer_add_sample(struct db_writer *w, const struct mt_snapshot *s, char 
         return rc;
     st = w->stmt[DB_W_INSERT_SAMPLE];
     sqlite3_bind_int64(st, 1, ts);
-    for (size_t i = 0; i < DB_NSAMPLE_COLS; i++)
-        db_bind_sample_col(st, (int)i + 2, &db_sample_cols[i], s);
+    for (int i = 0, col = 2; i < MT_FIELD_COUNT; i++)
+        if (mt_fields[i].column)
+            db_bind_field(st, col++, &mt_fields[i], s);
     return db_writer_insert(w, st, "insert sample", err);
 }
 

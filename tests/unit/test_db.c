@@ -1,7 +1,7 @@
 /*
  * test_db.c - the store on a temporary directory: schema creation, migration
  * from a version-1 file written here with raw SQL, refusal of newer and
- * foreign files, exact round trips, bucketing, percentiles, retention and
+ * foreign files, a column for a field added later (common/fields.h), exact round trips, bucketing, percentiles, retention and
  * the in-memory store. Faults are in test_db_faults.c.
  *
  * Threads: one. Files: a mkdtemp directory under /tmp, removed at the end.
@@ -251,6 +251,45 @@ static void test_migration_v1(void)
     free(b);
     /* Columns added by version 2 are unknown in old rows: no buckets. */
     CHECK_EQ_INT(series(r, "releasable_estimate_bytes", 0, 5000, 5000, &b), 0);
+    free(b);
+    db_reader_close(r);
+    db_writer_close(w);
+}
+
+/* A store from before a stored field of common/fields.h existed (its column dropped
+ * here): the writer adds the column at its next opening and keeps the rows. */
+static void test_new_field_column(void)
+{
+    const char *p = tpath("newfield.sqlite");
+    struct db_writer *w = NULL;
+    struct db_reader *r = NULL;
+    struct db_bucket *b = NULL;
+    struct mt_snapshot s = snap(1700000000000, 0);
+    const char *has = "SELECT count(*) FROM pragma_table_info('samples') WHERE "
+                      "name = 'heap_probe_duration_seconds' AND type = 'REAL'";
+
+    CHECK_OK(db_writer_open(p, &w, E));
+    CHECK_OK(db_writer_add_sample(w, &s, E));
+    CHECK_OK(db_writer_flush(w, E));
+    db_writer_close(w);
+    raw_exec(p, "ALTER TABLE samples DROP COLUMN heap_probe_duration_seconds");
+    CHECK_EQ_INT(raw_int(p, has), 0);
+    CHECK_OK(db_writer_open(p, &w, E));
+    CHECK_EQ_INT(raw_int(p, has), 1);
+    CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
+    s.cheap.timestamp_ms += 1000;
+    CHECK_OK(db_writer_add_sample(w, &s, E));
+    CHECK_OK(db_writer_flush(w, E));
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM samples"), 2);
+    CHECK_OK(db_reader_open(p, &r, E));
+    /* The older row's value is gone with its column (NULL); the new one is kept. */
+    CHECK_EQ_INT(series(r, "heap_probe_duration_seconds", 1700000000000, 1700000002000, 2000, &b), 1);
+    if (b)
+        CHECK_EQ_INT(b[0].count, 1);
+    free(b);
+    CHECK_EQ_INT(series(r, "rss_bytes", 1700000000000, 1700000002000, 2000, &b), 1);
+    if (b)
+        CHECK_EQ_INT(b[0].count, 2);
     free(b);
     db_reader_close(r);
     db_writer_close(w);
@@ -623,6 +662,7 @@ int main(void)
     RUN(test_schema_fresh);
     RUN(test_migration_v1);
     RUN(test_migration_v5_unique_ids);
+    RUN(test_new_field_column);
     RUN(test_refused);
     RUN(test_roundtrip);
     RUN(test_bucketing);
