@@ -19,6 +19,8 @@ const artifacts = path.join(root, 'tests/artifacts');
 const OVERALL_TIMEOUT_MS = 240e3;
 const TOKEN = 's3cret-token';
 const GiB = 1024 ** 3;
+const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 let passed = 0;
 let failed = 0;
@@ -431,6 +433,71 @@ async function checkReadAuth() {
   }
 }
 
+/* ---------- HTTPS ---------- */
+// A self-signed certificate for localhost (openssl), and the base64 SHA-256 of its public key:
+// chromium trusts exactly that key (--ignore-certificate-errors-spki-list) and nothing else,
+// with the context's ignoreHTTPSErrors off.
+function makeCert(dir, name) {
+  const key = path.join(dir, `${name}.key`);
+  const crt = path.join(dir, `${name}.pem`);
+  const r = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256',
+    '-nodes', '-keyout', key, '-out', crt, '-days', '2', '-subj', '/CN=localhost',
+    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1'], { encoding: 'utf8' });
+  assert(r.status === 0, 'openssl req: ' + r.stderr);
+  fs.chmodSync(key, 0o600);
+  const spki = spawnSync('sh', ['-c', 'openssl x509 -in "$1" -pubkey -noout | openssl pkey -pubin ' +
+    '-outform der | openssl dgst -sha256 -binary | base64', 'sh', crt], { encoding: 'utf8' });
+  assert(spki.status === 0 && spki.stdout.trim(), 'spki: ' + spki.stderr);
+  return { key, crt, spki: spki.stdout.trim() };
+}
+
+async function checkHttps() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'memtrim-browser-pki-'));
+  const good = makeCert(dir, 'trusted');
+  const other = makeCert(dir, 'unknown');
+  const READ = 'read-only-' + TOKEN;
+  const demo = await startDemo('https', { HttpsCertificate: good.crt, HttpsPrivateKey: good.key,
+    AuthToken: TOKEN, ReadToken: READ });
+  const stranger = await startDemo('https-unknown', { HttpsCertificate: other.crt, HttpsPrivateKey: other.key });
+  const httpsBase = (d) => d.base.replace('http://127.0.0.1', 'https://localhost');
+  const b = await chromium.launch({
+    executablePath: process.env.MEMTRIM_CHROMIUM || '/usr/bin/chromium',
+    args: [...CHROMIUM_ARGS, `--ignore-certificate-errors-spki-list=${good.spki}`],
+    timeout: 30e3,
+  });
+  try {
+    const ctx = await b.newContext({ viewport: { width: 1280, height: 900 }, ignoreHTTPSErrors: false });
+    const page = await ctx.newPage();
+    const errors = watchConsole(page, [401]);
+    await check('over HTTPS the page loads, asks for a token, and shows the stats with the read token', async () => {
+      const resp = await page.goto(httpsBase(demo));
+      assert(resp && resp.ok() && resp.url().startsWith('https://localhost:'), 'page: ' + (resp && resp.url()));
+      await page.waitForSelector('#token-form:not([hidden])', { timeout: 10e3 });
+      await page.fill('#token-input', READ);
+      await page.press('#token-input', 'Enter');
+      await page.waitForSelector('#cards[data-timestamp]', { timeout: 10e3 });
+      assert(Number(await cardValue(page, 'rss_bytes')) > 0, 'no RSS over HTTPS');
+      assert(errors.length === 0, errors.join(' | '));
+    });
+    await check('a certificate chromium was not told to trust is refused (ignoreHTTPSErrors off)', async () => {
+      const p2 = await ctx.newPage();
+      let refused = '';
+      try {
+        await p2.goto(httpsBase(stranger), { timeout: 10e3 });
+      } catch (e) {
+        refused = String(e.message);
+      }
+      assert(/ERR_CERT/.test(refused), 'the unknown certificate was accepted: ' + refused.split('\n')[0]);
+      await p2.close();
+    });
+    await ctx.close();
+  } finally {
+    await b.close().catch(() => {});
+    await stopDemo(demo);
+    await stopDemo(stranger);
+  }
+}
+
 async function checkUnreachable(demo, page) {
   await check('stopping the host shows the "unreachable" banner', async () => {
     await stopDemo(demo);
@@ -501,8 +568,7 @@ async function main() {
   const demo = await startDemo('main', { MemoryLimitBytes: 2 * GiB, TrimMinGapSeconds: 10 });
   browser = await chromium.launch({
     executablePath: process.env.MEMTRIM_CHROMIUM || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    args: CHROMIUM_ARGS,
     timeout: 30e3,
   });
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
@@ -513,6 +579,7 @@ async function main() {
   await checkAuthAndDegraded();
   await checkReadAuth();
   await checkPressure();
+  await checkHttps();
   await checkUnreachable(demo, page);
 }
 
