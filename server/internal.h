@@ -28,12 +28,67 @@ struct server_readers {
     uint64_t generation; /* the store opening the idle readers belong to */
 };
 
-/* The request deadline (watchdog.c): one entry per open connection. */
+/*
+ * A client's address as the connection limits count it (conns.c): every
+ * loopback address (127.0.0.0/8, ::1, ::ffff:127.x) is one, an IPv4-mapped
+ * IPv6 address is its IPv4 address, an IPv6 address counts by its /64 (one
+ * host has a whole /64 to pick from), and the unix socket is one.
+ */
+enum server_addr_kind {
+    SERVER_ADDR_OTHER = 0,
+    SERVER_ADDR_LOOPBACK,
+    SERVER_ADDR_V4,
+    SERVER_ADDR_V6_64,
+    SERVER_ADDR_UNIX
+};
+struct server_addr_key {
+    uint8_t kind;     /* enum server_addr_kind */
+    uint8_t bytes[8]; /* V4: 4 bytes; V6_64: the first 8; else zeros */
+};
+struct sockaddr;
+void server_addr_key_of(const struct sockaddr *sa, struct server_addr_key *key);
+int server_addr_key_eq(const struct server_addr_key *a, const struct server_addr_key *b);
+void server_addr_key_text(const struct server_addr_key *key, char *buf, size_t size);
+
+/* One entry per open connection (watchdog.c keeps the list, conns.c admits). */
 struct server_conn {
     struct server_conn *prev, *next;
     int fd;
-    int64_t deadline_ns; /* 0 = not waiting for a request (handler or reply running) */
+    struct server_addr_key key;
+    int64_t deadline_ns; /* 0 = not waiting for a request (handler or reply running), or gone */
+    int gone;            /* cut or evicted: shut down, MHD has yet to close it */
+    int served;          /* has completed a request: waiting now means idle kept-alive */
 };
+
+/*
+ * The connection limits (conns.c; DESIGN in docs/architecture.md). A
+ * connection is "waiting" while the server waits for its client: no request
+ * yet, one not arrived whole, or idle between kept-alive requests. Busy ones
+ * (a handler or a reply running) are never evicted.
+ * Of the waiting ones, those that never completed a request give way first,
+ * the longest-waiting of them first; then idle kept-alive ones, the longest
+ * idle first.
+ *   cap:      open connections (MaxConnections); a new one past it evicts a
+ *             waiting connection of any address, and is refused only when
+ *             none waits;
+ *   per_addr: waiting connections of one address (MaxConnectionsPerIp); a
+ *             new one past it evicts one of that address's;
+ *   hard:     open plus evicted-but-not-yet-closed connections: past it new
+ *             ones are refused (evictions are not closing fast enough).
+ */
+struct server_limits {
+    unsigned cap, per_addr, hard;
+};
+
+/* What to do with a new connection from `key`, given the open ones (pure, under the lock). */
+struct server_admit {
+    int refuse;                 /* 1: close the new connection at once */
+    struct server_conn *victim; /* else: NULL, or the waiting connection to evict first */
+    unsigned open;              /* open connections that are not gone */
+    unsigned waiting_here;      /* waiting connections of the new one's address */
+};
+void server_admit_decide(const struct server_conn *head, const struct server_addr_key *key,
+                         const struct server_limits *lim, struct server_admit *out);
 
 struct server_watchdog {
     pthread_mutex_t lock;
@@ -43,14 +98,24 @@ struct server_watchdog {
     int64_t timeout_ns;
     struct server_conn head; /* the list's sentinel */
     uint64_t cut;            /* connections cut at their deadline */
+    struct server_limits limits;
+    uint64_t evicted, refused; /* by the limits (conns.c) */
+    struct mt_log_limit evict_log, refuse_log;
 };
 
 int server_watchdog_start(struct server_watchdog *w, int timeout_seconds);
 void server_watchdog_stop(struct server_watchdog *w); /* after MHD has stopped */
-struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd); /* armed */
+/* A new connection, listed with its request deadline armed. */
+struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd,
+                                        const struct server_addr_key *key);
 void server_watchdog_remove(struct server_watchdog *w, struct server_conn *c);
 void server_watchdog_arm(struct server_watchdog *w, struct server_conn *c, int on);
 uint64_t server_watchdog_cut(struct server_watchdog *w);
+/* MHD's accept policy: 1 to take a connection from `key` (evicting one first if the
+ * limits say so), 0 to refuse it (counted, and logged rate-limited). */
+int server_conns_admit(struct server_watchdog *w, const struct server_addr_key *key);
+/* Counters of the limits, for tests and the log. */
+void server_conns_counts(struct server_watchdog *w, uint64_t *evicted, uint64_t *refused);
 
 /* A request as received (server.c from MHD, or the fuzzer): header values NULL when absent. */
 struct server_input {

@@ -143,7 +143,11 @@ static void server_notify_connection(void *cls, struct MHD_Connection *conn, voi
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *i =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        *socket_context = i ? server_watchdog_add(&s->watchdog, i->connect_fd) : NULL;
+        const union MHD_ConnectionInfo *a =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        struct server_addr_key key;
+        server_addr_key_of(a ? a->client_addr : NULL, &key);
+        *socket_context = i ? server_watchdog_add(&s->watchdog, i->connect_fd, &key) : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         server_watchdog_remove(&s->watchdog, *socket_context);
         *socket_context = NULL;
@@ -332,22 +336,39 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **req_
 }
 
 /*
- * Connection limits. Every connection holds one of the host's descriptors,
- * and the host needs them more than we do: by default (MaxConnections 0) at
- * most 1/16 of the soft RLIMIT_NOFILE, never more than 64 (two dashboards,
- * Prometheus and a few curls use fewer than 10), at least 4; at 1024, the
- * common default, that is 64. One address may hold half of them
- * (MaxConnectionsPerIp 0), so that no single client takes them all.
+ * Connection limits (conns.c says how they act). Every connection holds one
+ * of the host's descriptors, and the host needs them more than we do: by
+ * default (MaxConnections 0) at most 1/8 of the soft RLIMIT_NOFILE, never
+ * more than 128 (64 kept-alive clients behind one address and room beside
+ * them), at least 8; at 1024, the common default, that is 128. One address
+ * may have 3/4 of them waiting (MaxConnectionsPerIp 0): 64 idle kept-alive
+ * connections and a flood beside them from the same address leave the 64
+ * alone (the flood displaces its own). On the unix socket every peer is
+ * local: only the cap applies. Evicted connections close within MHD's next
+ * round; `hard` leaves them an eighth more (at least 4) before new ones are
+ * refused.
  */
-static void server_limits(const struct server_options *cfg, unsigned *conns, unsigned *per_ip)
+static void server_limits(const struct server_options *cfg, int is_unix, struct server_limits *lim)
 {
     struct rlimit rl;
-    rlim_t share = 64;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 16 < share)
-        share = rl.rlim_cur / 16 < 4 ? 4 : rl.rlim_cur / 16;
-    *conns = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : (unsigned)share;
-    *per_ip = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip
-                                               : (*conns + 1) / 2;
+    rlim_t share = 128;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 8 < share)
+        share = rl.rlim_cur / 8 < 8 ? 8 : rl.rlim_cur / 8;
+    lim->cap = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : (unsigned)share;
+    lim->per_addr = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip
+                                                    : (lim->cap * 3 + 3) / 4;
+    if (is_unix)
+        lim->per_addr = lim->cap;
+    lim->hard = lim->cap + (lim->cap / 8 > 4 ? lim->cap / 8 : 4);
+}
+
+/* MHD's accept policy: the limits above, before MHD allocates anything (a refusal is silent). */
+static enum MHD_Result server_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    struct server *s = cls;
+    struct server_addr_key key;
+    server_addr_key_of(addrlen > 0 ? addr : NULL, &key);
+    return server_conns_admit(&s->watchdog, &key) ? MHD_YES : MHD_NO;
 }
 
 struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pems *pems)
@@ -359,10 +380,9 @@ struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pem
     if (pems != NULL)
         flags |= MHD_USE_TLS;
     unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
-    unsigned limit, per_ip;
-    server_limits(cfg, &limit, &per_ip);
-    if (s->listener.is_unix)
-        per_ip = 0; /* one "address" for every local peer */
+    /* MHD splits its own limit among its threads, and one thread may take every connection:
+     * each gets room for all of ours, so that only server_accept ever refuses. */
+    unsigned limit = (s->watchdog.limits.hard + threads) * threads;
     unsigned timeout =
         cfg->connection_timeout_seconds > 0 ? (unsigned)cfg->connection_timeout_seconds : 0;
     struct MHD_OptionItem tls[] = {
@@ -375,13 +395,12 @@ struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pem
     };
     server_panic_install(); /* once per process, and not over a host's own handler */
     return MHD_start_daemon(
-        flags, 0, NULL, NULL, server_access, s, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
+        flags, 0, server_accept, s, server_access, s, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
         (void *)s, MHD_OPTION_LISTEN_SOCKET, s->listener.fd, MHD_OPTION_NOTIFY_COMPLETED,
         server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK, server_uri_log, (void *)s,
         MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection, (void *)s,
         MHD_OPTION_THREAD_POOL_SIZE, threads > 1 ? threads : 0u, MHD_OPTION_CONNECTION_LIMIT,
-        limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT,
-        timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
+        limit, MHD_OPTION_CONNECTION_TIMEOUT, timeout, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SERVER_CONN_MEMORY,
         MHD_OPTION_ARRAY, pems ? tls : &tls[4], MHD_OPTION_END);
 }
 
@@ -480,6 +499,8 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     }
     server_readers_init(&s->readers);
     rc = server_watchdog_start(&s->watchdog, cfg->request_timeout_seconds);
+    if (rc == 0) /* before any connection */
+        server_limits(cfg, s->listener.is_unix, &s->watchdog.limits);
     if (rc != 0) {
         msg = server_strdupf("cannot start the request watchdog: %s", strerror(-rc));
         server_readers_free(&s->readers, s->store);
@@ -507,10 +528,6 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         server_free(s);
         goto fail;
     }
-    unsigned limit, per_ip;
-    server_limits(cfg, &limit, &per_ip);
-    if (s->listener.is_unix)
-        per_ip = limit; /* no per-address limit: every peer is local */
     char where[256];
     if (s->listener.is_unix)
         snprintf(where, sizeof(where), "unix socket %s (mode %04o%s%s)", s->listener.unix_path,
@@ -519,10 +536,10 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     else
         snprintf(where, sizeof(where), "%s:%d", cfg->bind, s->port);
     mt_log(MT_LOG_INFO, "server",
-           "serving HTTP%s on %s with %d thread(s), at most %u connections (%u per address), "
-           "%d s for a request to arrive%s",
-           s->pems ? "S" : "", where, cfg->threads > 0 ? cfg->threads : 1, limit, per_ip,
-           cfg->request_timeout_seconds,
+           "serving HTTP%s on %s with %d thread(s), at most %u connections (%u waiting per "
+           "address; past either, a waiting one gives way), %d s for a request to arrive%s",
+           s->pems ? "S" : "", where, cfg->threads > 0 ? cfg->threads : 1,
+           s->watchdog.limits.cap, s->watchdog.limits.per_addr, cfg->request_timeout_seconds,
            s->pems && s->pems->ca ? "; client certificates required (HttpsClientCA)" : "");
     *out = s;
     return 0;

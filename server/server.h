@@ -25,8 +25,8 @@ struct server_options {
     char bind[128];             /* "" = every address; "unix:/path" = a unix socket */
     int port;                   /* 0 = ephemeral */
     int threads;                /* MHD's thread pool; < 1 = 1 */
-    int max_connections;        /* <= 0: 256 */
-    int max_connections_per_ip; /* <= 0: no limit */
+    int max_connections;        /* <= 0: auto, a share of RLIMIT_NOFILE (server.c) */
+    int max_connections_per_ip; /* waiting ones per address; <= 0: 3/4 of the above */
     int connection_timeout_seconds; /* <= 0: none */
     char token[256];            /* the admin token; "" = none; never logged, never sent */
     char read_token[256];       /* the read scope's token; "" = none */

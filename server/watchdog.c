@@ -11,6 +11,9 @@
  * connection past it; MHD then closes that connection as one whose client
  * went away.
  *
+ * The same list is what the connection limits count (conns.c): a connection
+ * whose deadline is armed is one the server waits on.
+ *
  * Locks: w->lock guards the list and the counters. MHD's close notification
  * removes a connection under it before MHD closes the descriptor, so a
  * shutdown never reaches a descriptor the host has reused.
@@ -44,6 +47,7 @@ static int64_t watchdog_sweep(struct server_watchdog *w, int64_t now)
         if (c->deadline_ns <= now) {
             shutdown(c->fd, SHUT_RDWR);
             c->deadline_ns = 0;
+            c->gone = 1;
             w->cut++;
         } else if (next == 0 || c->deadline_ns < next) {
             next = c->deadline_ns;
@@ -89,6 +93,9 @@ int server_watchdog_start(struct server_watchdog *w, int timeout_seconds)
     memset(w, 0, sizeof(*w));
     w->head.next = w->head.prev = &w->head;
     w->timeout_ns = (int64_t)(timeout_seconds > 0 ? timeout_seconds : 10) * MT_SEC;
+    w->limits.cap = w->limits.per_addr = w->limits.hard = ~0u; /* server.c sets them */
+    mt_log_limit_init(&w->evict_log, WATCHDOG_LOG_EVERY_NS, 1);
+    mt_log_limit_init(&w->refuse_log, WATCHDOG_LOG_EVERY_NS, 1);
     if (pthread_mutex_init(&w->lock, NULL))
         return -ENOMEM;
     pthread_condattr_init(&attr);
@@ -123,17 +130,22 @@ void server_watchdog_stop(struct server_watchdog *w)
 /* Arm (on) or stop a connection's deadline. Locked. */
 static void watchdog_arm_locked(struct server_watchdog *w, struct server_conn *c, int on)
 {
+    if (c->gone)
+        return; /* shut down already: neither waiting nor busy */
     c->deadline_ns = on ? watchdog_now() + w->timeout_ns : 0;
     if (on && w->idle) /* later deadlines than those armed need no wake */
         pthread_cond_signal(&w->cond);
 }
 
-struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd)
+struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd,
+                                        const struct server_addr_key *key)
 {
     struct server_conn *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
     c->fd = fd;
+    if (key != NULL)
+        c->key = *key;
     pthread_mutex_lock(&w->lock);
     c->next = &w->head;
     c->prev = w->head.prev;
@@ -160,6 +172,8 @@ void server_watchdog_arm(struct server_watchdog *w, struct server_conn *c, int o
     if (c == NULL)
         return;
     pthread_mutex_lock(&w->lock);
+    if (on)
+        c->served = 1; /* re-armed after a request: idle kept-alive from now */
     watchdog_arm_locked(w, c, on);
     pthread_mutex_unlock(&w->lock);
 }

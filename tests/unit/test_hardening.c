@@ -261,8 +261,8 @@ static void test_watchdog_cuts(void)
     pthread_mutex_lock(&w.lock);
     w.timeout_ns = 100 * 1000000LL;
     pthread_mutex_unlock(&w.lock);
-    struct server_conn *a = server_watchdog_add(&w, slow[0]);
-    struct server_conn *b = server_watchdog_add(&w, busy[0]);
+    struct server_conn *a = server_watchdog_add(&w, slow[0], NULL);
+    struct server_conn *b = server_watchdog_add(&w, busy[0], NULL);
     server_watchdog_arm(&w, b, 0); /* its request arrived: a handler runs */
     WAIT_FOR(peer_closed(slow[1]), 10);
     CHECK(peer_closed(slow[1]));
