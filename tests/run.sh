@@ -28,7 +28,8 @@ build() { # build DIR [cmake args]
 }
 
 # ctest over every tests/unit/test_*.c: fails when it finds fewer tests than there are
-# files (or none), prints each skipped case with its reason.
+# files (or none), prints each skipped case with its reason. A skip that tests/skips.txt
+# does not list for the build fails its binary (tests/unit/harness.h), so ctest fails.
 unit() { # unit DIR [ctest args]
   local dir=$1; shift
   local want have rc=0
@@ -67,7 +68,8 @@ fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz
   fi
 }
 
-# Each of these must exist and run under valgrind; a binary that skipped a case says so.
+# Each of these must exist and run under valgrind. 77 is a binary whose every skip
+# tests/skips.txt lists for valgrind (an unlisted one exits 1, harness.h).
 valgrind_unit() {
   local t rc=0 ran=0 code
   local tests="test_config test_probe test_trim test_housekeeper test_pressure test_abi test_db test_query
@@ -92,7 +94,8 @@ valgrind_unit() {
   return $rc
 }
 
-e2e() { # -rs: every skipped test is listed with its reason
+e2e() { # -rs: every skipped test is listed with its reason; conftest.py fails the session
+  # on a skip tests/skips.txt does not list, and when no test passed
   [ -d tests/e2e ] || { echo "e2e: tests/e2e is missing"; return 1; }
   MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider tests/e2e
 }

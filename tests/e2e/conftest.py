@@ -11,13 +11,14 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import jsonschema
 import pytest
 import requests
 import yaml
+
+from wait import wait_for
 
 # A runner started in the background of a non-interactive shell (`.ci/run &`)
 # ignores SIGINT and SIGQUIT, and every child inherits an ignored signal:
@@ -73,29 +74,27 @@ class Demo:
                                      env=env or os.environ.copy(),
                                      preexec_fn=limit_fds if nofile else None)
         self.base = None
-        deadline = time.time() + 20
-        while time.time() < deadline:
+
+        def listening():
             if self.proc.poll() is not None:
                 raise RuntimeError(f"memtrim-demo exited {self.proc.returncode}: {self.output()}")
-            if self.port_file.exists() and self.port_file.read_text().strip():
-                self.port = int(self.port_file.read_text().strip())
-                self.base = (f"https://localhost:{self.port}" if "HttpsCertificate" in config
-                             else f"http://127.0.0.1:{self.port}")
-                self.wait_store(deadline)
-                return
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("memtrim-demo did not write its port file in 20 s")
+            return self.port_file.exists() and self.port_file.read_text().strip()
+        try:
+            self.port = int(wait_for(listening, 20, "memtrim-demo to write its port file"))
+        except AssertionError:
+            self.stop()
+            raise
+        self.base = (f"https://localhost:{self.port}" if "HttpsCertificate" in config
+                     else f"http://127.0.0.1:{self.port}")
+        self.wait_store()
 
-    def wait_store(self, deadline):
+    def wait_store(self, timeout=20):
         """The store opens in the background after start: wait until it has
         (or failed), so that tests of the history do not race it."""
-        while time.time() < deadline:
+        def opened():
             state = self.get("/healthz", timeout=10).json()["database"]
-            if state != "opening":
-                return state
-            time.sleep(0.05)
-        raise RuntimeError("the store was still opening after 20 s")
+            return state != "opening" and state
+        return wait_for(opened, timeout, "the store to open (or fail)")
 
     def url(self, path):
         return self.base + path
@@ -234,3 +233,62 @@ def metric_value(text, name, labels=None):
         if key == want:
             return float(value)
     return None
+
+
+# ---- honest skips ---------------------------------------------------------
+# A skipped case is not a pass: the session fails when a case skipped that
+# tests/skips.txt does not list for "e2e" (a line "<where> <node id> <reason>",
+# the format its header describes), and when no case passed at all.
+
+SKIPS_FILE = ROOT / "tests" / "skips.txt"
+
+
+def listed_skips(where, path=SKIPS_FILE):
+    """The node-id globs tests/skips.txt accepts for `where`."""
+    globs = []
+    for line in path.read_text().splitlines():
+        parts = line.split(None, 2)
+        if len(parts) >= 2 and not line.startswith("#") and where in parts[0].split(","):
+            globs.append(parts[1])
+    return globs
+
+
+_skipped = []  # (node id, reason)
+_passed = []
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped.append((report.nodeid, reason))
+    elif report.passed and report.when == "call":
+        _passed.append(report.nodeid)
+
+
+_verdict = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    import fnmatch
+    if exitstatus not in (0, 1):  # interrupted, a usage error, nothing collected: as pytest says
+        return
+    globs = listed_skips("e2e")
+    # node ids as from the repository's root, whatever directory pytest ran in
+    rel = os.path.relpath(session.config.rootpath, ROOT)
+    ids = [(n if rel == "." else f"{rel}/{n}", r) for n, r in _skipped]
+    unlisted = [(n, r) for n, r in ids if not any(fnmatch.fnmatchcase(n, g) for g in globs)]
+    for nodeid, reason in unlisted:
+        _verdict.append(f"skipped and not listed in tests/skips.txt: {nodeid}: {reason}")
+    if not _passed and session.testscollected:
+        _verdict.append(f"no test passed ({len(_skipped)} skipped): a stage that ran nothing "
+                        "is not a pass")
+    if _verdict:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _verdict:
+        terminalreporter.section("honest skips (tests/skips.txt)", red=True)
+        for line in _verdict:
+            terminalreporter.line(line, red=True)

@@ -10,11 +10,12 @@ import re
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 import requests
+
+from wait import wait_for  # noqa: F401 (the one wait helper, re-exported for the host tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("MEMTRIM_BUILD_DIR", ROOT / "build")).resolve()
@@ -51,16 +52,6 @@ def pid_alive(pid):
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state != "Z"
-
-
-def wait_for(predicate, timeout, what, interval=0.05):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def http_ok(url):
@@ -234,23 +225,20 @@ class Cgroup:
 
     def remove(self):
         """Kill what is left inside, then remove the directory."""
-        for _ in range(50):
+        def emptied():
             pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-            if not pids:
-                break
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            time.sleep(0.1)
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.path.rmdir()
+            return not pids
+
+        def removed():
+            self.path.rmdir()
+            return True
+        wait_for(emptied, 5, f"{self.path} to have no process left", interval=0.1)
+        wait_for(removed, 5, f"{self.path} to be removed", interval=0.1, retry_on=OSError)
 
 
 def cgroups(prefix):
@@ -282,7 +270,8 @@ def assert_oom_killed(rc, out, cg):
     assert rc == -signal.SIGKILL, f"expected the OOM killer (exit 137), got {rc}:\n{out[-2000:]}"
     assert not DEMO_SUMMARY.search(out), out[-2000:]
     kills = cg.oom_kills()
-    assert kills is None or kills >= 1
+    assert kills is not None, f"{cg.path} has no oom_kill count"
+    assert kills >= 1, f"{cg.path}: oom_kill {kills}"
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -127,16 +126,3 @@ def orthanc_dirs(prefix):
     return top, storage
 
 
-def wait_until(predicate, timeout, what, interval=0.1):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        try:
-            v = predicate()
-            if v:
-                return v
-        except Exception as e:  # noqa: BLE001 - report the last reason on timeout
-            last = e
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" +
-                         (f" (last error: {last})" if last else ""))

@@ -5,27 +5,17 @@ the OpenAPI contract (JSON and plain text), the probe budget's 503, and the
 one-line exit summary in each host's log."""
 import re
 import signal
-import time
 
 import pytest
 import requests
 
 from hosts_util import procs  # noqa: F401 (fixture)
+from wait import wait_for
 from test_orthanc import ORTHANC, start_orthanc, upload_studies, wait_ready
 
 # A workload that spreads its free memory over many arenas: six workers, each
 # allocating 40 MB studies, three at once.
 MANY_ARENAS = dict(workers=6, study_mb=40, concurrency=3, pause_ms=50)
-
-
-def wait_until(fn, seconds, what):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        v = fn()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {seconds} s waiting for {what}")
 
 
 def findings(demo):
@@ -36,12 +26,12 @@ def findings(demo):
 
 def test_arenas_and_doctor_follow_the_contract(start_demo, validate):
     d = start_demo({"StatsMaxAgeMs": 200}, **MANY_ARENAS)
-    wait_until(lambda: d.get("/memory/stats").json()["heap_timestamp_ms"], 20, "a heap reading")
+    wait_for(lambda: d.get("/memory/stats").json()["heap_timestamp_ms"], 20, "a heap reading")
 
     def arenas():
         r = d.get("/memory/arenas")
         return r if r.status_code == 200 and r.json()["arena_count"] >= 3 else None
-    r = wait_until(arenas, 30, "a per-arena view with the workers' arenas")
+    r = wait_for(arenas, 30, "a per-arena view with the workers' arenas")
     body = validate("/memory/arenas", "GET", r)
     assert body["supported"] is True and body["allocator"] == "glibc"
     assert body["arena_count"] == len(body["arenas"])
@@ -53,7 +43,7 @@ def test_arenas_and_doctor_follow_the_contract(start_demo, validate):
     assert body["totals"]["system_bytes"] == sum(a["system_bytes"] for a in body["arenas"])
 
     # The workers' arenas hold the free memory: the doctor says so, with evidence.
-    f = wait_until(lambda: findings(d).get("many_arenas"), 30, "the many_arenas finding")
+    f = wait_for(lambda: findings(d).get("many_arenas"), 30, "the many_arenas finding")
     assert f["recommendation"]["kind"] == "config"
     assert f["recommendation"]["key"] == "MallocArenaMax"
     assert f["recommendation"]["value"] in (2, 4)
@@ -114,7 +104,7 @@ def test_tunables_in_force_and_at_run_time(start_demo):
     def arenas():
         r = d.get("/memory/arenas")  # 503 while the probe budget says no
         return r.json() if r.status_code == 200 else None
-    a = wait_until(arenas, 30, "a per-arena reading")
+    a = wait_for(arenas, 30, "a per-arena reading")
     assert 1 <= a["arena_count"] <= 2, a["arena_count"]
 
     # The three byte tunables change at run time; the arena limit does not.

@@ -12,7 +12,6 @@ and says so."""
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import requests
 
 from conftest import metric_value
 from hosts_util import build_file, preload_env, procs  # noqa: F401
+from wait import wait_for_stats
 
 QUIET_POLICY = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRatio": 0,
                 "ManualTrimMinIntervalMs": 0, "StatsMaxAgeMs": 0, "ProbeBudgetPercent": 10}
@@ -51,24 +51,13 @@ def heap_figure(stats):
     return v if v is not None else stats["heap_mapped_bytes"]
 
 
-def wait_stats(d, predicate, what, timeout=30):
-    deadline = time.time() + timeout
-    while True:
-        s = d.get("/memory/stats").json()
-        if predicate(s):
-            return s
-        if time.time() > deadline:
-            raise AssertionError(f"{what} never happened: {s}")
-        time.sleep(0.1)
-
-
 @pytest.mark.parametrize("name", sorted(LIBS))
 def test_detected_stats_follow_a_64mb_allocation(start_demo, name):
     # Two workers keep their whole 64 MB study: the second study, 6 s after
     # the first, adds 64 MB that stays allocated.
     d = start_demo(QUIET_POLICY, workers=2, study_mb=64, keep_percent=100, pause_ms=6000,
                    env=env_with(lib_path(name)))
-    s = wait_stats(d, lambda s: s["heap_timestamp_ms"] is not None and
+    s = wait_for_stats(d, lambda s: s["heap_timestamp_ms"] is not None and
                    (heap_figure(s) or 0) >= 60 * MB, "a 64 MB heap figure")
     a = s["allocator"]
     assert a["name"] == name and a["version"], a
@@ -82,7 +71,7 @@ def test_detected_stats_follow_a_64mb_allocation(start_demo, name):
     if name == "jemalloc":
         assert s["heap_resident_bytes"] > 0 and s["arena_count"] >= 1
     first = heap_figure(s)
-    s2 = wait_stats(d, lambda s: heap_figure(s) >= first + 60 * MB,
+    s2 = wait_for_stats(d, lambda s: heap_figure(s) >= first + 60 * MB,
                     f"the heap figure growing by 64 MB from {first}")
     print(f"\n{name} {a['version']}: heap figure {first >> 20} -> {heap_figure(s2) >> 20} MB, "
           f"own figures {a['stats']}")
@@ -104,9 +93,9 @@ def test_manual_trim_after_churn(start_demo, name):
                    env=env_with(lib_path(name)))
     # Wait for the memory of a churned study to sit freed in the allocator.
     if name == "mimalloc":
-        wait_stats(d, lambda s: s["rss_bytes"] >= 100 * MB, "RSS of 100 MB after a study")
+        wait_for_stats(d, lambda s: s["rss_bytes"] >= 100 * MB, "RSS of 100 MB after a study")
     else:
-        wait_stats(d, lambda s: (s["heap_free_bytes"] or 0) >= 32 * MB, "32 MB of free heap")
+        wait_for_stats(d, lambda s: (s["heap_free_bytes"] or 0) >= 32 * MB, "32 MB of free heap")
     r = d.request("POST", "/memory/trim")
     assert r.status_code == 200, r.text
     t = r.json()

@@ -49,7 +49,7 @@ def test_with_memtrim_every_study_completes(procs, cgroup, tmp_path):
     assert m and int(m.group(1)) == STUDIES, out[-3000:]
     assert int(m.group(2)) << 20 < LIMIT, m.group(0)
     assert pressure >= 1, out[-3000:]
-    assert cg.oom_kills() in (None, 0)
+    assert cg.oom_kills() == 0
 
 
 # ---- issue 9: work that arrives fast (pressure in milliseconds) ------------
@@ -105,7 +105,7 @@ def test_fast_work_completes_with_memtrim(procs, cgroup, tmp_path, limit_mb, pau
           f"reaction max {max(reactions) if reactions else '-'} ms")
     assert rc == 0, out[-3000:]
     assert m and int(m.group(1)) == FAST_STUDIES, out[-3000:]
-    assert cg.oom_kills() in (None, 0)
+    assert cg.oom_kills() == 0
     # The kernel wakes the pressure path where the cgroup filesystem lets it.
     assert source, out[-3000:]
     want = "cgroup-v1-threshold" if cg.version == 1 else ("psi", "memory-events")

@@ -55,4 +55,4 @@ def test_jemalloc_with_memtrim_completes_every_study(procs, alloc_cgroup, tmp_pa
     assert rc == 0, out[-3000:]
     assert m and int(m.group(1)) == STUDIES, out[-3000:]
     assert pressure >= 1, out[-3000:]
-    assert cg.oom_kills() in (None, 0)
+    assert cg.oom_kills() == 0

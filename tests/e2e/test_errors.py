@@ -3,10 +3,11 @@
 import json
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import requests
+
+from wait import wait_for
 
 
 def error(r, status, code=None):
@@ -204,7 +205,9 @@ def test_500_store_damaged_behind_memtrims_back(start_demo, validate):
     db.execute("ALTER TABLE trims RENAME TO trims_moved")
     db.commit()
     db.close()
-    time.sleep(0.2)
+    # The readers see the rename at their next statement: wait for the failure, not a while.
+    wait_for(lambda: d.get("/memory/trims").status_code != 200, 10,
+             "/memory/trims to fail on the renamed table")
     r = d.get("/memory/trims")
     assert "trim history" in error(r, 500, "store_query_failed")
     validate("/memory/trims", "GET", r)

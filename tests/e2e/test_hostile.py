@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Demo
+from wait import wait_for
 
 NOFILE = 256
 DEADLINE_S = 3  # RequestTimeoutSeconds of the hosts below
@@ -51,15 +52,6 @@ class Watch(threading.Thread):
 
 def studies(demo):
     return sum(1 for line in demo.output().splitlines() if line.startswith("study "))
-
-
-def wait_for(cond, seconds, what):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def connect(demo, src="127.0.0.1"):

@@ -23,7 +23,8 @@ import requests
 import yaml
 
 from pkg_util import (ROOT, apt, build_debs, cmake_version, free_port_from, installed,
-                      orthanc_dirs, stock_orthanc_config, wait_until)
+                      orthanc_dirs, stock_orthanc_config)
+from wait import wait_for
 
 PACKAGES = ["libmemtrim0", "libmemtrim-dev", "orthanc-memtrim"]
 PLUGIN_LINK = Path("/usr/share/orthanc/plugins/libOrthancMemTrim.so")
@@ -162,12 +163,12 @@ def test_stock_orthanc_loads_the_installed_plugin(install):
         def up():
             assert proc.poll() is None, (top / "orthanc.log").read_text()[-4000:]
             return requests.get(base + "/system", timeout=5).status_code == 200
-        wait_until(up, 120, "Orthanc to answer /system")
+        wait_for(up, 120, "Orthanc to answer /system", interval=0.1, retry_on=Exception)
         plugins = requests.get(base + "/plugins", timeout=10).json()
         assert "memtrim" in plugins, plugins
         assert requests.get(base + "/plugins/memtrim", timeout=10).json()["Version"] == version
-        wait_until(lambda: requests.get(api + "/healthz", timeout=5).json()["database"] == "ok",
-                   30, "memtrim's store to open")
+        wait_for(lambda: requests.get(api + "/healthz", timeout=5).json()["database"] == "ok",
+                 30, "memtrim's store to open", retry_on=Exception)
         health = requests.get(api + "/healthz", timeout=5).json()
         assert health["status"] == "ok" and health["version"] == version, health
         spec = yaml.safe_load(requests.get(api + "/openapi.yaml", timeout=5).text)
@@ -180,7 +181,7 @@ def test_stock_orthanc_loads_the_installed_plugin(install):
         assert requests.get(base + "/memtrim/healthz", timeout=5).json()["version"] == version
         # The store: beside Orthanc's index, made by and for the orthanc user.
         db = storage / "memtrim.sqlite"
-        wait_until(db.exists, 10, f"{db} to exist")
+        wait_for(db.exists, 10, f"{db} to exist")
         import pwd
         assert pwd.getpwuid(db.stat().st_uid).pw_name == "orthanc"
         proc.send_signal(signal.SIGTERM)

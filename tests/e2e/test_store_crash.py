@@ -6,9 +6,9 @@ carries on."""
 import os
 import signal
 import sqlite3
-import time
 
 from conftest import Demo
+from wait import wait_for
 
 
 def counts(path):
@@ -32,12 +32,11 @@ def test_kill_9_mid_write_keeps_the_store_intact():
     demo = Demo(config, workers=2, study_mb=32, pause_ms=50)
     db = demo.config["Database"]
     try:
-        time.sleep(1.5)
-        seen = demo.get("/metrics").text
-        stored = [l for l in seen.splitlines() if l.startswith("memtrim_samples_stored_total")]
-        assert stored and float(stored[0].split()[-1]) > 5
-        before = counts(db)  # committed rows we must find again after the kill
-        time.sleep(0.73)  # an arbitrary moment inside a stream of writes
+        # Committed rows we must find again after the kill: enough of both kinds.
+        before = wait_for(lambda: (c := counts(db))[1] > 5 and c[2] > 3 and c, 30,
+                          "more than 5 samples and 3 trims committed")
+        # Kill while the writer is in its stream of writes: right after it committed more.
+        wait_for(lambda: counts(db)[1] > before[1], 30, "the writer to commit again")
         os.kill(demo.proc.pid, signal.SIGKILL)
         demo.proc.wait(timeout=10)
         assert demo.proc.returncode == -signal.SIGKILL
@@ -51,10 +50,7 @@ def test_kill_9_mid_write_keeps_the_store_intact():
     # A new host opens the same store and goes on writing.
     again = Demo({**config, "Database": db}, workers=1, study_mb=8, pause_ms=200)
     try:
-        deadline = time.time() + 10
-        while time.time() < deadline and counts(db)[1] <= samples:
-            time.sleep(0.1)
-        assert counts(db)[1] > samples
+        wait_for(lambda: counts(db)[1] > samples, 10, "the new host to store a sample")
         assert again.get("/healthz").json()["database"] == "ok"
     finally:
         again.stop()

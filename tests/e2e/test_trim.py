@@ -3,24 +3,16 @@ success after the interval), and concurrent requests coalescing into one trim.""
 import threading
 import time
 
+from wait import wait_for_stats
+
 # No periodic, burst or pressure trims: the freed memory stays resident until we trim.
 QUIET_POLICY = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRatio": 0}
-
-
-def wait_for_free_heap(d, minimum, timeout=30):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        s = d.get("/memory/stats").json()
-        if (s["heap_free_bytes"] or 0) >= minimum:
-            return s
-        time.sleep(0.25)
-    raise AssertionError(f"heap_free_bytes never reached {minimum}: {s}")
 
 
 def test_manual_trim_after_churn_releases_memory(start_demo):
     d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0), workers=4, study_mb=64,
                    keep_percent=2, pause_ms=3000)
-    wait_for_free_heap(d, 32 << 20)
+    wait_for_stats(d, lambda s: (s["heap_free_bytes"] or 0) >= 32 << 20, "free heap")
     r = d.request("POST", "/memory/trim")
     assert r.status_code == 200, r.text
     t = r.json()
@@ -41,6 +33,7 @@ def test_rate_limit_then_success(start_demo):
     assert err["code"] == "rate_limited" and "ManualTrimMinIntervalMs" in err["message"]
     assert 0 < err["retry_after_ms"] <= 1500
     assert d.get("/memory/trim").status_code == 429  # GET trims too, so it is limited too
+    # The subject here is time itself: a client that waits what retry_after_ms says is served.
     time.sleep(err["retry_after_ms"] / 1000 + 0.05)
     r = d.request("POST", "/memory/trim")
     assert r.status_code == 200, r.text
@@ -55,7 +48,7 @@ def test_concurrent_trims_coalesce(start_demo):
     d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0, HttpThreads=4), workers=4,
                    study_mb=128, keep_percent=2, pause_ms=50, concurrency=2)
     for attempt in range(20):
-        wait_for_free_heap(d, 64 << 20)
+        wait_for_stats(d, lambda s: (s["heap_free_bytes"] or 0) >= 64 << 20, "free heap")
         barrier = threading.Barrier(3)
         results = []
 
