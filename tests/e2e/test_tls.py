@@ -7,7 +7,6 @@ import json
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import requests
 
 from conftest import Demo
 from tls_util import CA
+from wait import wait_for
 
 TOKEN = "tls-admin-4b1e"
 READ = "tls-read-77c0"
@@ -199,23 +199,19 @@ def test_certificate_renewed_while_clients_poll(start_demo, pki, tmp_path):
     for t in threads:
         t.start()
     try:
-        deadline = time.time() + 30
-        while counts["session"] < 5 and time.time() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: counts["session"] >= 5, 30, "5 requests on the kept-alive session")
         renewed = pki["ca"].issue("localhost-renewed")
         for src, dst in ((renewed[1], key), (renewed[0], cert)):
             tmp = dst.with_suffix(".new")
             tmp.write_bytes(src.read_bytes())
             tmp.chmod(0o600)
             tmp.rename(dst)
-        deadline = time.time() + 30
-        while not same_cert(served_certificate(d.port), renewed[0].read_text()):
-            assert time.time() < deadline, "the renewed certificate was not served within 30 s"
-            time.sleep(0.1)
+        wait_for(lambda: same_cert(served_certificate(d.port), renewed[0].read_text()), 30,
+                 "the renewed certificate to be served", interval=0.1)
         before = dict(counts)
-        while (counts["session"] < before["session"] + 5 or counts["fresh"] < before["fresh"] + 3):
-            assert time.time() < deadline + 30, counts
-            time.sleep(0.05)
+        wait_for(lambda: (counts["session"] >= before["session"] + 5
+                          and counts["fresh"] >= before["fresh"] + 3), 30,
+                 f"more requests after the renewal (before: {before})")
     finally:
         stop.set()
         for t in threads:
@@ -231,10 +227,8 @@ def test_renewal_that_does_not_load_keeps_the_old_one(start_demo, pki, tmp_path)
                    workers=1, study_mb=4, ca=pki["ca"].pem)
     other = pki["ca"].issue("mismatch")
     cert.write_bytes(other[0].read_bytes())  # the key stays the old one: they do not match
-    deadline = time.time() + 30
-    while "cannot be used, the previous certificate stays in use" not in d.output():
-        assert time.time() < deadline, d.output()[-2000:]
-        time.sleep(0.1)
+    wait_for(lambda: "cannot be used, the previous certificate stays in use" in d.output(), 30,
+             "the log to say the renewal cannot be used", interval=0.1)
     assert "does not match the certificate" in d.output()
     assert same_cert(served_certificate(d.port), pki["srv"][0].read_text())
     assert d.get("/healthz").status_code == 200
