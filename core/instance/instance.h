@@ -51,4 +51,9 @@ struct memtrim {
 /* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */
 void advice_exit_summary(struct memtrim *mt);
 
+/* Tests (memtrim.c): the next mt_create fails at its start step of that index (0, 1, ...)
+ * as if it had run out of memory, and undoes the steps before it; -1 none. Returns how
+ * many steps a start has. */
+int mt_test_fail_start_step(int index);
+
 #endif /* MEMTRIM_INSTANCE_H */

@@ -1,9 +1,15 @@
 /*
- * memtrim.c - the instance's life: start in order (configuration, cache, trim
- * service, HTTP server, store, housekeeper, pressure thread), stop in
- * reverse; what it offers while it runs is in instance.c. At most one
- * instance runs per process (malloc_trim is process-wide), guarded by
- * `instance_lock`, the one global besides the log sink.
+ * memtrim.c - the instance's life. mt_create runs a table of start steps (steps[]:
+ * the configuration lock, the housekeeper's state, the store, the snapshot cache, the
+ * trim service, the pressure path, the arenas cache, the tunables, then the threads:
+ * HTTP server, store, housekeeper, pressure) and, when one fails, undoes those before
+ * it in reverse; mt_destroy undoes them all. What the instance offers while it runs is
+ * in instance.c. Runs on the host's thread that starts or stops it.
+ *
+ * This file's globals: at most one instance runs per process (malloc_trim is
+ * process-wide), so `instance_running` is guarded by `instance_lock`, which the
+ * atfork handlers (installed once, `fork_once`) keep consistent across fork();
+ * `test_fail_step` lets the tests fail one step (atomic).
  */
 #include <errno.h>
 #include <signal.h>
@@ -69,22 +75,88 @@ static char *errdup(const char *fmt, const char *arg)
     return strdup(buf);
 }
 
-/* The instance's own parts and locks, then the memory. */
-static void instance_free_parts(struct memtrim *mt)
+/* What the steps need beyond the configuration (in struct memtrim). */
+struct start_ctx {
+    const struct alloc_ops *alloc;
+    const struct server_routes *routes;
+};
+
+/*
+ * One part of the instance. mt_create runs the steps' start in the table's
+ * order; a failure, and mt_destroy, run the stops of the steps started, in
+ * reverse, except that a step marked STEP_FIRST_TO_STOP stops before all others (the
+ * HTTP server: its handlers use every other part, and it starts first because a
+ * port in use, the likeliest failure, then leaves no thread to undo). A stop
+ * that returns nonzero leaves its part running (a store thread hung on the disk)
+ * and with it the memory of every step not yet undone.
+ */
+struct step {
+    const char *module; /* names the part in the log */
+    int (*start)(struct memtrim *mt, const struct start_ctx *ctx, char **err); /* NULL: none */
+    int (*stop)(struct memtrim *mt);                                          /* NULL: none */
+    unsigned flags;                                                           /* STEP_* */
+};
+#define STEP_FIRST_TO_STOP 0x1   /* stops before every other step (the server) */
+#define STEP_AT_DESTROY_ONLY 0x2 /* its stop runs at mt_destroy only, not when a start fails */
+
+static int oom(char **err, const char *what)
 {
-    store_destroy(&mt->store);
-    housekeeper_destroy(&mt->hk);
-    pthread_mutex_destroy(&mt->cfg_lock);
-    free(mt);
+    *err = errdup("out of memory for the %s", what);
+    return -ENOMEM;
 }
 
-static void instance_free(struct memtrim *mt)
+static int cfg_lock_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    pressure_free(mt);
-    arenas_cache_destroy(&mt->arenas);
-    trim_service_destroy(&mt->trims);
+    mt->http_port = -1;
+    atomic_init(&mt->suspend_depth, 0);
+    return pthread_mutex_init(&mt->cfg_lock, NULL) ? oom(err, "configuration lock") : 0;
+}
+
+static int cfg_lock_destroy(struct memtrim *mt)
+{
+    pthread_mutex_destroy(&mt->cfg_lock);
+    return 0;
+}
+
+static int hk_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    housekeeper_init(&mt->hk);
+    return 0;
+}
+
+static int hk_destroy(struct memtrim *mt)
+{
+    housekeeper_destroy(&mt->hk);
+    return 0;
+}
+
+static int store_make(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return store_init(&mt->store, mt->cfg.database, mt->cfg.retention_hours) ? oom(err, "store")
+                                                                              : 0;
+}
+
+static int store_unmake(struct memtrim *mt)
+{
+    store_destroy(&mt->store);
+    return 0;
+}
+
+static int cache_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    if (snapshot_init(&mt->cache))
+        return oom(err, "snapshot cache");
+    snapshot_set_alloc(&mt->cache, ctx->alloc); /* before any thread reads the cache */
+    mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", ctx->alloc->name,
+           mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
+           ctx->alloc->release_call);
+    return 0;
+}
+
+static int cache_destroy(struct memtrim *mt)
+{
     snapshot_destroy(&mt->cache);
-    instance_free_parts(mt);
+    return 0;
 }
 
 /* The trim service's sinks: every result and re-fault figure go to the store thread's queue. */
@@ -98,41 +170,50 @@ static void instance_refault_done(void *arg, const struct mt_refault *rf)
     store_push_refault(arg, rf);
 }
 
-static struct memtrim *instance_alloc(const struct mt_config *cfg)
+static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    struct memtrim *mt = calloc(1, sizeof(*mt));
-    if (!mt)
-        return NULL;
-    mt->cfg = *cfg;
-    mt->http_port = -1;
-    pthread_mutex_init(&mt->cfg_lock, NULL);
-    housekeeper_init(&mt->hk);
-    if (store_init(&mt->store, cfg->database, cfg->retention_hours)) {
-        instance_free_parts(mt);
-        return NULL;
-    }
-    int cache_ok = snapshot_init(&mt->cache) == 0;
-    int trims_ok = cache_ok && trim_service_init(&mt->trims) == 0;
-    if (!trims_ok || pressure_create(mt)) {
-        if (trims_ok)
-            trim_service_destroy(&mt->trims);
-        if (cache_ok)
-            snapshot_destroy(&mt->cache);
-        instance_free_parts(mt);
-        return NULL;
-    }
-    if (arenas_cache_init(&mt->arenas)) {
-        trim_service_destroy(&mt->trims);
-        snapshot_destroy(&mt->cache);
-        instance_free_parts(mt);
-        return NULL;
-    }
+    if (trim_service_init(&mt->trims))
+        return oom(err, "trim service");
     mt->trims.sink = instance_trim_done;
     mt->trims.refault_sink = instance_refault_done;
     mt->trims.sink_arg = &mt->store;
     mt->store.trims = &mt->trims;
-    atomic_init(&mt->suspend_depth, 0);
-    return mt;
+    return 0;
+}
+
+static int trims_destroy(struct memtrim *mt)
+{
+    trim_service_destroy(&mt->trims);
+    return 0;
+}
+
+static int pressure_make(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return pressure_create(mt) ? oom(err, "pressure path") : 0;
+}
+
+static int pressure_unmake(struct memtrim *mt)
+{
+    pressure_free(mt);
+    return 0;
+}
+
+static int arenas_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return arenas_cache_init(&mt->arenas) ? oom(err, "arenas cache") : 0;
+}
+
+static int arenas_destroy(struct memtrim *mt)
+{
+    arenas_cache_destroy(&mt->arenas);
+    return 0;
+}
+
+/* glibc's tunables before any thread of ours allocates (the LD_PRELOAD constructor gets
+ * here before main); a value glibc refuses fails the start. Nothing to undo. */
+static int tunables_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return tunables_apply(NULL, &mt->cfg, strcmp(ctx->alloc->name, "glibc") == 0, err);
 }
 
 /* The server's options from the configuration. */
@@ -157,11 +238,142 @@ static void server_options_from(const struct mt_config *cfg, struct server_optio
     snprintf(o->socket_group, sizeof(o->socket_group), "%s", cfg->http_socket_group);
 }
 
+/* Its handlers cope with a store and housekeeper not yet there. */
+static int http_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    struct server_options opt;
+    server_options_from(&mt->cfg, &opt);
+    int rc = server_start(&opt, ctx->routes, &mt->store.readers, mt, &mt->server, err);
+    if (rc == 0)
+        mt->http_port = server_port(mt->server);
+    return rc;
+}
+
+static int http_stop(struct memtrim *mt)
+{
+    server_stop(mt->server); /* waits for running handlers */
+    mt->server = NULL;
+    return 0;
+}
+
+static int store_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return store_start(&mt->store, err);
+}
+
+/* -ETIMEDOUT: the thread hangs on the disk and still uses the instance (left behind). */
+static int store_halt(struct memtrim *mt)
+{
+    return store_stop(&mt->store) == -ETIMEDOUT;
+}
+
+static int exit_summary(struct memtrim *mt)
+{
+    advice_exit_summary(mt); /* the totals since start, in one line */
+    return 0;
+}
+
+static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return housekeeper_start(mt, err);
+}
+
+static int hk_halt(struct memtrim *mt)
+{
+    housekeeper_stop(&mt->hk);
+    return 0;
+}
+
+static int pressure_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    return pressure_start(mt, err);
+}
+
+static int pressure_halt(struct memtrim *mt)
+{
+    pressure_stop(mt);
+    return 0;
+}
+
+static const struct step steps[] = {
+    {"core", cfg_lock_init, cfg_lock_destroy, 0},
+    {"housekeeper", hk_init, hk_destroy, 0},
+    {"store", store_make, store_unmake, 0},
+    {"snapshot", cache_init, cache_destroy, 0},
+    {"trim", trims_init, trims_destroy, 0},
+    {"pressure", pressure_make, pressure_unmake, 0}, /* reads the cache's cgroup */
+    {"arenas", arenas_init, arenas_destroy, 0},
+    {"tunables", tunables_start, NULL, 0},
+    /* the threads (every step runs with all signals blocked) */
+    {"server", http_start, http_stop, STEP_FIRST_TO_STOP},
+    {"store", store_run, store_halt, 0},
+    {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY}, /* the exit summary */
+    {"housekeeper", hk_run, hk_halt, 0},
+    {"pressure", pressure_run, pressure_halt, 0},
+};
+#define NSTEPS ((int)(sizeof(steps) / sizeof(steps[0])))
+
+static atomic_int test_fail_step = -1;
+
+int mt_test_fail_start_step(int index)
+{
+    atomic_store(&test_fail_step, index);
+    return NSTEPS;
+}
+
+/* Undo the first n steps (see struct step); 1 when a part was left running, and the
+ * memory with it. */
+static int unwind(struct memtrim *mt, int n, int destroying)
+{
+    for (int i = n - 1; i >= 0; i--)
+        if (steps[i].flags & STEP_FIRST_TO_STOP)
+            steps[i].stop(mt);
+    for (int i = n - 1; i >= 0; i--) {
+        const struct step *s = &steps[i];
+        if (!s->stop || (s->flags & STEP_FIRST_TO_STOP) ||
+            ((s->flags & STEP_AT_DESTROY_ONLY) && !destroying))
+            continue;
+        if (s->stop(mt)) {
+            mt_log(MT_LOG_WARNING, s->module, "left running (its thread hangs): the instance's "
+                                              "memory is left to it");
+            return 1;
+        }
+    }
+    free(mt);
+    return 0;
+}
+
+/* Run every step; on a failure undo what ran. 0, or a negative errno with *err and *module. */
+static int run_steps(struct memtrim *mt, const struct start_ctx *ctx, const char **module,
+                     char **err)
+{
+    /* memtrim's threads inherit the caller's signal mask: block every signal while they
+     * start (libmicrohttpd's too), so the host's signals only ever reach the host's threads. */
+    sigset_t all, saved;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    int rc = 0, i;
+    for (i = 0; i < NSTEPS && rc == 0; i++) {
+        if (i == atomic_load(&test_fail_step)) {
+            atomic_store(&test_fail_step, -1);
+            *err = errdup("start step '%s' failed (a test asked for it)", steps[i].module);
+            rc = -ENOMEM;
+        } else if (steps[i].start) {
+            rc = steps[i].start(mt, ctx, err);
+        }
+        if (rc)
+            *module = steps[i].module;
+    }
+    if (rc)
+        unwind(mt, i - 1, 0);
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    return rc;
+}
+
 int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
               char **err)
 {
     struct mt_config cfg;
-    struct server_options opt;
     struct memtrim *mt;
     const char *module = "core"; /* which part failed, for the log */
     char *e = NULL;
@@ -190,59 +402,18 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     pthread_mutex_unlock(&instance_lock);
 
     /* Resolving the back ends writes their pointers: only while no instance runs. */
-    const struct alloc_ops *alloc;
-    if ((rc = alloc_select(cfg.allocator, &alloc, &e)))
+    struct start_ctx ctx = {.routes = routes};
+    if ((rc = alloc_select(cfg.allocator, &ctx.alloc, &e)))
         goto fail_running;
-
-    if (!(mt = instance_alloc(&cfg))) {
-        e = strdup("out of memory");
-        rc = -ENOMEM;
+    if (!(mt = calloc(1, sizeof(*mt)))) {
+        rc = oom(&e, "instance");
         goto fail_running;
     }
+    mt->cfg = cfg;
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
-    snapshot_set_alloc(&mt->cache, alloc); /* before any thread reads the cache */
-    mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", alloc->name,
-           mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
-           alloc->release_call);
-    /* glibc's tunables before any thread of ours allocates (the LD_PRELOAD
-     * constructor gets here before main); a value glibc refuses fails the start. */
-    if ((rc = tunables_apply(NULL, &cfg, strcmp(alloc->name, "glibc") == 0, &e)) != 0)
-        goto fail_free;
-    /* memtrim's threads inherit the caller's signal mask: block every signal
-     * while they start (libmicrohttpd's too), so the host's signals only ever
-     * reach the host's threads. */
-    sigset_t all, saved;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
-    /* The server first: a port in use, the likeliest failure, then leaves no
-     * thread to undo. Its handlers cope with a store and housekeeper not yet there. */
-    int left_behind = 0;
-    server_options_from(&cfg, &opt);
-    rc = server_start(&opt, routes, &mt->store.readers, mt, &mt->server, &e);
-    if (rc)
-        module = "server";
-    if (rc == 0 && (rc = store_start(&mt->store, &e)) != 0) {
-        module = "store";
-        server_stop(mt->server);
-    }
-    if (rc == 0 && (rc = housekeeper_start(mt, &e)) != 0) {
-        module = "housekeeper";
-        server_stop(mt->server);
-        left_behind = store_stop(&mt->store) == -ETIMEDOUT;
-    }
-    if (rc == 0 && (rc = pressure_start(mt, &e)) != 0) {
-        module = "pressure";
-        server_stop(mt->server);
-        housekeeper_stop(&mt->hk);
-        left_behind = store_stop(&mt->store) == -ETIMEDOUT;
-    }
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
-    if (rc && left_behind)
-        goto fail_running; /* a hung store thread still uses the instance: leave it */
-    if (rc)
-        goto fail_free;
-    mt->http_port = server_port(mt->server);
+    if ((rc = run_steps(mt, &ctx, &module, &e)))
+        goto fail_running;
     if (strncmp(cfg.http_bind, "unix:", 5) == 0)
         mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s", MEMTRIM_VERSION,
                cfg.http_bind);
@@ -252,8 +423,6 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     *out = mt;
     return 0;
 
-fail_free:
-    instance_free(mt);
 fail_running:
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
@@ -284,17 +453,7 @@ void mt_destroy(struct memtrim *mt)
                                        "is left alone");
         return;
     }
-    server_stop(mt->server);
-    mt->server = NULL;
-    pressure_stop(mt);
-    housekeeper_stop(&mt->hk);
-    advice_exit_summary(mt); /* the totals since start, in one line */
-    if (store_stop(&mt->store) == -ETIMEDOUT) {
-        /* Its thread still uses the instance: leave the memory to it. */
-        mt_log(MT_LOG_WARNING, "core", "stopped, leaving the hung store thread behind");
-    } else {
-        instance_free(mt);
-    }
+    unwind(mt, NSTEPS, 1);
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
