@@ -33,6 +33,16 @@ int api_healthz_get(const struct server_request *req, struct server_reply *rep)
     proctree_comm(getpid(), comm, sizeof(comm));
     api_json_int(root, "pid", getpid(), &failed);
     api_json_str(root, "program", comm, &failed);
+    /* Which cgroup and limit apply (as the start log said), and what wakes the pressure path. */
+    struct mt_snapshot snap;
+    char line[1400];
+    int zone = 0;
+    mt_snapshot_get(req->app, &snap);
+    mt_cgroup_summary(req->app, &snap, line, sizeof(line));
+    api_json_str(root, "cgroup", line, &failed);
+    api_json_int_or_null(root, "memory_limit_bytes", snap.memory_limit_bytes,
+                         snap.memory_limit_bytes > 0, &failed);
+    api_json_str(root, "pressure_source", mt_pressure_source(req->app, &zone), &failed);
     if (failed) {
         cJSON_Delete(root);
         root = NULL;

@@ -203,6 +203,10 @@ static void api_metrics_pressure(struct api_text *t, const struct mt_counters *c
     api_u64(t, "memtrim_pressure_kernel_wakeups_total", "counter",
             "Wakes of the pressure thread by a kernel notification.",
             c->pressure_kernel_wakeups);
+    api_u64(t, "memtrim_pressure_last_chance_trims_total", "counter",
+            "Pressure trims run at once because the kernel reported the cgroup at its limit "
+            "(a new memory.events max, oom or oom_kill).",
+            c->pressure_last_chance_trims);
     api_f64(t, "memtrim_pressure_cpu_seconds_total", "counter",
             "CPU time of memtrim's pressure thread.", c->pressure_cpu_seconds);
     api_histogram(t, "memtrim_pressure_reaction_seconds",
@@ -229,7 +233,14 @@ static void api_metrics_gauges(struct api_text *t, const struct mt_snapshot *s)
         if (len != family_len || strncmp(f->sample, family, len) != 0) {
             char name[128];
             snprintf(name, sizeof(name), "%.*s", (int)len, f->sample);
-            api_head(t, name, f->metric == MT_METRIC_COUNTER ? "counter" : "gauge", f->help);
+            /* The family's help is on its first line, which may be unknown now (v1 has no
+             * memory.events high). */
+            const char *help = f->help;
+            for (int j = i - 1; !help[0] && j >= 0; j--)
+                if (strncmp(mt_fields[j].sample, f->sample, len) == 0 &&
+                    mt_fields[j].sample[len] == '{')
+                    help = mt_fields[j].help;
+            api_head(t, name, f->metric == MT_METRIC_COUNTER ? "counter" : "gauge", help);
             family = f->sample;
             family_len = len;
         }

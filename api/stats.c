@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -118,10 +119,26 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
     cJSON *root = api_stats_to_json(&snap);
     /* What wakes the pressure path (pressure.c), and whether RSS is in its zone. */
     const char *source = mt_pressure_source(req->app, &zone);
-    if (root) {
+    struct mt_cgroup_desc *d = malloc(sizeof(*d));
+    if (root && d) {
         api_json_str(root, "pressure_source", source, &failed);
         api_json_bool(root, "pressure_zone", zone, &failed);
+        /* Which cgroup, and which of its files set the limit (or MemoryLimitBytes). */
+        mt_cgroup_describe(req->app, &snap, d);
+        if (d->version)
+            api_json_str(root, "cgroup_path", d->path, &failed);
+        else
+            api_json_null(root, "cgroup_path", &failed);
+        if (d->limit_source[0])
+            api_json_str(root, "memory_limit_source", d->limit_source, &failed);
+        else
+            api_json_null(root, "memory_limit_source", &failed);
+        api_json_bool(root, "cgroup_read_only", d->read_only, &failed);
         root = api_json_done(root, failed);
+    } else if (root) {
+        cJSON_Delete(root);
+        root = NULL;
     }
+    free(d);
     return server_reply_json(rep, 200, root);
 }

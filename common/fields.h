@@ -80,6 +80,31 @@ enum mt_metric_kind { MT_METRIC_NONE = 0, MT_METRIC_GAUGE, MT_METRIC_COUNTER };
       MT_METRIC_NONE, "", "")                                                                      \
     X(memory_limit_bytes, MT_FIELD_I64, memory_limit_bytes, MT_KNOWN_NONNEG, 13, MT_METRIC_GAUGE,  \
       "memtrim_memory_limit_bytes", "Effective memory limit (MemoryLimitBytes or the cgroup's).")  \
+    X(cgroup_max_bytes, MT_FIELD_I64, cheap.cgroup_max_bytes, MT_KNOWN_NONNEG, 0, MT_METRIC_GAUGE, \
+      "memtrim_cgroup_max_bytes",                                                                  \
+      "The lowest memory.max on the cgroup's path (v1 memory.limit_in_bytes).")                    \
+    X(cgroup_high_bytes, MT_FIELD_I64, cheap.cgroup_high_bytes, MT_KNOWN_NONNEG, 0,                \
+      MT_METRIC_GAUGE, "memtrim_cgroup_high_bytes",                                                \
+      "The lowest memory.high on the cgroup's path (the kernel throttles above it).")              \
+    X(cgroup_anon_bytes, MT_FIELD_I64, cheap.cgroup_anon_bytes, MT_KNOWN_NONNEG, 15,               \
+      MT_METRIC_GAUGE, "memtrim_cgroup_anon_bytes",                                                \
+      "Anonymous memory the cgroup is charged (memory.stat anon; v1 total_rss).")                  \
+    X(cgroup_file_bytes, MT_FIELD_I64, cheap.cgroup_file_bytes, MT_KNOWN_NONNEG, 16,               \
+      MT_METRIC_GAUGE, "memtrim_cgroup_file_bytes",                                                \
+      "Page cache the cgroup is charged, shmem included (memory.stat file; v1 total_cache).")      \
+    X(cgroup_shmem_bytes, MT_FIELD_I64, cheap.cgroup_shmem_bytes, MT_KNOWN_NONNEG, 0,              \
+      MT_METRIC_GAUGE, "memtrim_cgroup_shmem_bytes", "Of that, shmem and tmpfs.")                  \
+    X(cgroup_events_high, MT_FIELD_I64, cheap.cgroup_events[MT_CG_EV_HIGH], MT_KNOWN_NONNEG, 17,   \
+      MT_METRIC_COUNTER, "memtrim_cgroup_events_total{event=\"high\"}",                            \
+      "The cgroup's memory.events: high (throttled above memory.high), max (reclaim at "           \
+      "memory.max; v1 memory.failcnt), oom, oom_kill.")                                            \
+    X(cgroup_events_max, MT_FIELD_I64, cheap.cgroup_events[MT_CG_EV_MAX], MT_KNOWN_NONNEG, 18,     \
+      MT_METRIC_COUNTER, "memtrim_cgroup_events_total{event=\"max\"}", "")                         \
+    X(cgroup_events_oom, MT_FIELD_I64, cheap.cgroup_events[MT_CG_EV_OOM], MT_KNOWN_NONNEG, 19,     \
+      MT_METRIC_COUNTER, "memtrim_cgroup_events_total{event=\"oom\"}", "")                         \
+    X(cgroup_events_oom_kill, MT_FIELD_I64, cheap.cgroup_events[MT_CG_EV_OOM_KILL],                \
+      MT_KNOWN_NONNEG, 20, MT_METRIC_COUNTER, "memtrim_cgroup_events_total{event=\"oom_kill\"}",   \
+      "")                                                                                          \
     X(cheap_probe_duration_seconds, MT_FIELD_NS, cheap.duration_ns, MT_KNOWN_ALWAYS, 0,            \
       MT_METRIC_NONE, "", "")                                                                      \
     /* from here on the heap reading's (api/stats.c writes probe_error before them) */             \

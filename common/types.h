@@ -10,6 +10,17 @@
 #include <stdint.h>
 #include <stddef.h>
 
+/* What set a cgroup limit (mt_cheap.cgroup_limit_kind). */
+enum mt_cg_limit {
+    MT_CG_LIMIT_NONE = 0,
+    MT_CG_LIMIT_MAX,      /* v2 memory.max */
+    MT_CG_LIMIT_HIGH,     /* v2 memory.high (the kernel throttles above it) */
+    MT_CG_LIMIT_V1,       /* v1 memory.limit_in_bytes */
+    MT_CG_LIMIT_V1_HIER,  /* v1 memory.stat hierarchical_memory_limit (set above the mount) */
+};
+/* memory.events counters (v1: max is memory.failcnt, oom_kill memory.oom_control's). */
+enum mt_cg_event { MT_CG_EV_HIGH = 0, MT_CG_EV_MAX, MT_CG_EV_OOM, MT_CG_EV_OOM_KILL, MT_CG_EVENTS };
+
 /* The cheap part of a probe: /proc/self/{statm,status,stat} and the cgroup files. */
 struct mt_cheap {
     int64_t timestamp_ms; /* wall clock, ms since the epoch; 0 = never taken */
@@ -24,6 +35,18 @@ struct mt_cheap {
     int64_t cgroup_usage_bytes; /* -1 unknown */
     int64_t cgroup_limit_bytes; /* -1 no limit or unknown */
     int cgroup_version;         /* 0 none found, 1 or 2 */
+    /* The cgroup in detail (cgroup.c). Levels count up from the process's own
+     * cgroup (0) to its ancestors (1 the parent, ...); -1 none. */
+    int64_t cgroup_max_bytes;   /* lowest memory.max (v1 memory.limit_in_bytes); -1 none */
+    int64_t cgroup_high_bytes;  /* lowest memory.high (v2); -1 none */
+    int cgroup_max_level, cgroup_high_level;
+    int cgroup_limit_kind;      /* enum mt_cg_limit: what set cgroup_limit_bytes */
+    int cgroup_limit_level;     /* whose file; cgroup_usage_bytes is that cgroup's */
+    int64_t cgroup_anon_bytes;  /* memory.stat anon (v1 total_rss); -1 unknown */
+    int64_t cgroup_file_bytes;  /* memory.stat file, page cache with shmem (v1 total_cache) */
+    int64_t cgroup_shmem_bytes; /* memory.stat shmem (v1 total_shmem) */
+    int64_t cgroup_events[4];   /* enum mt_cg_event: memory.events counters; -1 unknown */
+    int cgroup_events_level;
     int64_t duration_ns;        /* what this reading cost */
     int read_errno;             /* 0, or why /proc could not be read (negative errno):
                                  * the fields above are then not to be believed */
@@ -169,6 +192,7 @@ struct mt_counters {
     int pressure_zone;               /* RSS inside the zone at the last reading */
     uint64_t pressure_checks[2];     /* readings [0] outside, [1] inside the zone */
     uint64_t pressure_kernel_wakeups;
+    uint64_t pressure_last_chance_trims; /* trims at a new memory.events max/oom */
     uint64_t pressure_reaction_hist[MT_REACTION_BUCKETS + 1]; /* non-cumulative; last = +Inf */
     double pressure_reaction_seconds_sum;
     double pressure_reaction_last_seconds; /* -1 none yet */

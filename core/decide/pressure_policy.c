@@ -3,7 +3,10 @@
  * reading and the state the pressure thread keeps (pressure.c): the zone,
  * growth by a step since the last trim, the line, the heap estimate, and the
  * back-off while trims find nothing (per rule: a climb's growth trims that
- * find live memory do not hold off the estimate's). No locks, no clocks, no I/O.
+ * find live memory do not hold off the estimate's), the last chance when the
+ * kernel reports the limit reached, and what the limit sees (pressure_charge:
+ * RSS, or the cgroup's charge less the page cache the kernel reclaims itself).
+ * No locks, no clocks, no I/O.
  */
 #include "common.h"
 #include "pressure_policy.h"
@@ -40,7 +43,27 @@ static int64_t growth_gap(const struct pressure_state *st)
 static int estimate_holds(const struct pressure_input *in, uint64_t line)
 {
     return in->estimate_known && in->estimate > 0 && in->estimate >= in->min_releasable &&
-           in->rss + in->estimate >= line;
+           pressure_charge(in) + in->estimate >= line;
+}
+
+uint64_t pressure_charge(const struct pressure_input *in)
+{
+    uint64_t level = in->rss;
+    if (in->cg_current < 0)
+        return level;
+    int64_t cache = in->cg_file > 0 ? in->cg_file - (in->cg_shmem > 0 ? in->cg_shmem : 0) : 0;
+    int64_t hard = in->cg_current - (cache > 0 ? cache : 0);
+    return hard > 0 && (uint64_t)hard > level ? (uint64_t)hard : level;
+}
+
+int pressure_heap_may_hold(const struct pressure_input *in, const struct pressure_state *st)
+{
+    if (!st->trimmed)
+        return 1;
+    if (st->base_rss && in->rss >= st->base_rss + in->min_releasable)
+        return 1;
+    return in->estimate_known && in->estimate_ns > st->last_trim_ns &&
+           in->estimate >= in->min_releasable;
 }
 
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
@@ -52,7 +75,19 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
         return PRESSURE_OUTSIDE;
     }
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
-    st->zone = in->rss >= pressure_zone_floor(in->limit, in->ratio);
+    uint64_t charge = pressure_charge(in);
+    st->zone = charge >= pressure_zone_floor(in->limit, in->ratio);
+    st->due_ns = 0;
+    /*
+     * The kernel reached the limit (a new memory.events max or oom): the last
+     * chance before the OOM killer. Trim now, whatever the back-off and the
+     * zone, unless the last trim already took what the heap held (a cgroup
+     * full of page cache hits max all the time; trimming then is futile).
+     */
+    if (in->last_chance && pressure_heap_may_hold(in, st)) {
+        st->rule = PRESSURE_RULE_LAST_CHANCE;
+        return PRESSURE_TRIM;
+    }
     if (!st->zone)
         return PRESSURE_OUTSIDE;
     int64_t since = in->now_ns - st->last_trim_ns;
@@ -66,7 +101,6 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
      * (RSS up and down by a step) is held off by a gap after each such trim:
      * 1 ms, 2 ms, 4 ms ... up to ~1 s.
      */
-    st->due_ns = 0;
     if (in->rss - st->base_rss >= growth_step(in) && since >= growth_gap(st)) {
         st->rule = PRESSURE_RULE_GROWTH;
         if (st->futile)
@@ -75,7 +109,7 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
     }
     /* At the line: trim, and again while it holds, backing off while trims find nothing. */
     int64_t hard = backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
-    if (in->rss >= line && since >= hard) {
+    if (charge >= line && since >= hard) {
         st->rule = PRESSURE_RULE_LINE;
         st->due_ns = st->last_trim_ns + hard;
         return PRESSURE_TRIM;
@@ -99,6 +133,7 @@ void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t r
                          int64_t released, uint64_t min_releasable)
 {
     st->last_trim_ns = start_ns;
+    st->trimmed = 1;
     st->base_rss = rss_after;
     if (released >= 0 && (uint64_t)released >= min_releasable) {
         st->futile = st->futile_timed = 0;
@@ -118,7 +153,7 @@ int64_t pressure_next_due(const struct pressure_input *in, const struct pressure
     int64_t due = INT64_MAX;
     if (in->rss - (in->rss < st->base_rss ? in->rss : st->base_rss) >= growth_step(in))
         due = st->last_trim_ns + growth_gap(st);
-    if (in->rss >= line) {
+    if (pressure_charge(in) >= line) {
         int64_t h = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
         due = h < due ? h : due;
     }

@@ -1,6 +1,7 @@
 /*
  * pressure_policy.h - the pressure decision as pure functions of one reading
- * (RSS, the limit, the last heap estimate, now) and a small state struct: no
+ * (RSS, the limit, the cgroup's charge, memory.events, the last heap
+ * estimate, now) and a small state struct: no
  * clock, no probe, no lock, so the unit tests drive it on synthetic readings
  * (tests/unit/test_pressure.c). The pressure thread (threads/pressure.c)
  * takes the readings, asks pressure_decide, runs the trim and reports its
@@ -20,12 +21,20 @@ struct pressure_input {
     uint64_t estimate;       /* releasable estimate of the last heap reading */
     int estimate_known;      /* a heap reading exists */
     int64_t estimate_ns;     /* monotonic time of that reading */
+    /* The cgroup, when its limit is the one in force (no MemoryLimitBytes): what
+     * the kernel charges it (memory.current, fresh) and of that the page cache
+     * (memory.stat file, shmem: the last reading); -1 unknown. */
+    int64_t cg_current;
+    int64_t cg_file;
+    int64_t cg_shmem;
+    int last_chance;         /* a new memory.events max/oom/oom_kill since the last reading */
 };
 
 enum pressure_rule {
     PRESSURE_RULE_GROWTH = 0, /* RSS grew by a step inside the zone */
     PRESSURE_RULE_LINE,       /* RSS at PressureRatio of the limit */
     PRESSURE_RULE_ESTIMATE,   /* free-but-resident heap would take it there */
+    PRESSURE_RULE_LAST_CHANCE, /* the kernel hit the limit (memory.events): at once */
 };
 
 struct pressure_state {
@@ -37,6 +46,7 @@ struct pressure_state {
     int zone;             /* the last reading was inside the zone */
     int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
                            * by its timing (back-off ended, estimate read); 0 growth */
+    int trimmed;          /* a pressure trim ran (last_trim_ns is real) */
 };
 
 enum pressure_verdict {
@@ -48,6 +58,16 @@ enum pressure_verdict {
 /* The zone's floor: half the limit, or the pressure line if that is lower. */
 uint64_t pressure_zone_floor(int64_t limit, double ratio);
 
+/* What the limit sees that the kernel cannot take back by itself: RSS, or the
+ * cgroup's charge less its page cache when that is more (other processes,
+ * kernel memory); never memory.current alone, which counts cache the kernel
+ * reclaims on its own before any OOM. */
+uint64_t pressure_charge(const struct pressure_input *in);
+
+/* Whether a last-chance trim can find anything: never trimmed, grown since the
+ * last trim, or a heap reading since then that holds TrimMinReleasableBytes. */
+int pressure_heap_may_hold(const struct pressure_input *in, const struct pressure_state *st);
+
 /* Decide on one reading; updates st (zone, base_rss). */
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
 
@@ -57,5 +77,6 @@ int64_t pressure_next_due(const struct pressure_input *in, const struct pressure
 /* Record a pressure trim's outcome in st (futile back-off, growth base). */
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
                          int64_t released, uint64_t min_releasable);
+
 
 #endif /* MEMTRIM_PRESSURE_POLICY_H */

@@ -59,6 +59,23 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
  */
 const char *mt_pressure_source(struct memtrim *mt, int *zone);
 
+/* The memory cgroup as found at start (cgroup.c) and, for a reading, what set
+ * the limit in force: "MemoryLimitBytes", a cgroup file ("/sys/fs/cgroup/
+ * system.slice/x.service/memory.max"), or "" when there is none. */
+struct mt_cgroup_desc {
+    int version;   /* 0 none, 1, 2 */
+    int hybrid;    /* v1 memory controller beside a v2 hierarchy (or the other way round) */
+    int read_only; /* its hierarchy is mounted read-only */
+    int fallback;  /* its own directory was not visible: the mount's root stood for it */
+    char path[1024];       /* as /proc/self/cgroup names it */
+    char dir[4096];        /* its directory */
+    char limit_source[4160];
+    char events_file[4160]; /* the memory.events read (v1: memory.failcnt), "" none */
+};
+void mt_cgroup_describe(struct memtrim *mt, const struct mt_snapshot *s, struct mt_cgroup_desc *out);
+/* One line for the start log and /healthz: "cgroup v2 /a/b: limit 314572800 bytes (... memory.max)". */
+void mt_cgroup_summary(struct memtrim *mt, const struct mt_snapshot *s, char *buf, size_t size);
+
 /* Which allocator serves malloc ("glibc", ...), for the replies. */
 const char *mt_allocator_name(struct memtrim *mt);
 

@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
@@ -123,6 +124,57 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
     snapshot_get(&mt->cache, &want, out);
 }
 
+void mt_cgroup_describe(struct memtrim *mt, const struct mt_snapshot *s, struct mt_cgroup_desc *out)
+{
+    const struct cgroup_info *ci = &mt->cache.cg.info; /* written only at init */
+    const struct mt_cheap *c = &s->cheap;
+    char dir[PATH_MAX];
+
+    memset(out, 0, sizeof(*out));
+    out->version = ci->version;
+    out->hybrid = ci->hybrid;
+    out->read_only = ci->read_only;
+    out->fallback = ci->fallback;
+    snprintf(out->path, sizeof(out->path), "%s", ci->path);
+    snprintf(out->dir, sizeof(out->dir), "%s", ci->dir);
+    pthread_mutex_lock(&mt->cfg_lock);
+    int64_t cfg_limit = mt->cfg.memory_limit_bytes;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    if (cfg_limit > 0)
+        snprintf(out->limit_source, sizeof(out->limit_source), "MemoryLimitBytes");
+    else
+        cgroup_limit_source(ci, c, out->limit_source, sizeof(out->limit_source));
+    if (c->cgroup_events_level >= 0) {
+        cgroup_level_dir(ci, c->cgroup_events_level, dir, sizeof(dir));
+        snprintf(out->events_file, sizeof(out->events_file), "%.4000s/%s", dir,
+                 cgroup_file_name(ci->version, CG_FILE_EVENTS));
+    }
+}
+
+void mt_cgroup_summary(struct memtrim *mt, const struct mt_snapshot *s, char *buf, size_t size)
+{
+    struct mt_cgroup_desc *d = malloc(sizeof(*d));
+    char where[1200] = "", limit[4400];
+    if (!d) {
+        snprintf(buf, size, "cgroup: not described (out of memory)");
+        return;
+    }
+    mt_cgroup_describe(mt, s, d);
+    if (d->version)
+        snprintf(where, sizeof(where), "cgroup v%d%s %.1000s%s%s", d->version,
+                 d->hybrid ? " (hybrid host)" : "", d->path, d->read_only ? " (read-only)" : "",
+                 d->fallback ? " (seen as its mount's root)" : "");
+    else
+        snprintf(where, sizeof(where), "no memory cgroup found");
+    if (s->memory_limit_bytes > 0)
+        snprintf(limit, sizeof(limit), "limit %lld bytes from %.4100s",
+                 (long long)s->memory_limit_bytes, d->limit_source);
+    else
+        snprintf(limit, sizeof(limit), "no memory limit%s", d->version ? " on its path" : "");
+    snprintf(buf, size, "%s: %s", where, limit);
+    free(d);
+}
+
 int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
                    int64_t *retry_after_ms)
 {
@@ -150,6 +202,7 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     out->pressure_checks[0] = ps.checks_outside;
     out->pressure_checks[1] = ps.checks_inside;
     out->pressure_kernel_wakeups = ps.kernel_wakeups;
+    out->pressure_last_chance_trims = ps.last_chance_trims;
     memcpy(out->pressure_reaction_hist, ps.reaction_hist, sizeof(out->pressure_reaction_hist));
     out->pressure_reaction_seconds_sum = ps.reaction_seconds_sum;
     out->pressure_reaction_last_seconds = ps.reaction_last_seconds;

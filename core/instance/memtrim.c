@@ -420,6 +420,13 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     else
         mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s://%s:%d/", MEMTRIM_VERSION,
                cfg.https_certificate[0] ? "https" : "http", cfg.http_bind, mt->http_port);
+    {
+        struct mt_snapshot snap;
+        char line[1400];
+        mt_snapshot_get(mt, &snap);
+        mt_cgroup_summary(mt, &snap, line, sizeof(line));
+        mt_log(MT_LOG_INFO, "cgroup", "%s", line);
+    }
     *out = mt;
     return 0;
 

@@ -20,8 +20,6 @@
 #include "common.h"
 #include "probe.h"
 
-#define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */
-
 /*
  * The /proc files read on every probe stay open and are read with pread
  * from offset 0: a host at its descriptor limit (a client holding every
@@ -248,119 +246,91 @@ static uint64_t status_kb(const char *buf, const char *key)
     return p ? strtoull(p + strlen(key), NULL, 10) * 1024 : 0;
 }
 
-/* A cgroup figure: from its kept descriptor, else (none was to be had at start) opened now. */
-static int64_t read_int_file(int fd, const char *path)
+/* A mount table naming root as the cgroup filesystem's mount point (MEMTRIM_CGROUP_ROOT). */
+static void legacy_mountinfo(char *buf, size_t size, const char *root)
 {
-    char buf[64];
-    if (!path[0] || (fd >= 0 ? read_kept(fd, buf, sizeof(buf)) : read_small(path, buf, sizeof(buf))) <= 0)
-        return -1;
-    if (strncmp(buf, "max", 3) == 0)
-        return -1;
-    long long v = strtoll(buf, NULL, 10);
-    if (v < 0 || v >= NO_LIMIT_V1)
-        return -1;
-    return v;
-}
-
-static int file_exists(const char *path)
-{
-    return access(path, R_OK) == 0;
-}
-
-/* Look for the first of the candidate directories that holds `file`. */
-static int cgroup_dir(char *out, size_t size, const char *root, const char *rel, const char *file)
-{
-    char path[PATH_MAX];
-    /* The process's own cgroup, then the root (inside a container the
-     * namespace root is the container's cgroup). */
-    const char *cands[2] = {rel, ""};
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s%s/%s", root, cands[i], file);
-        if (file_exists(path)) {
-            snprintf(out, size, "%s%s", root, cands[i]);
-            return 0;
-        }
+    char esc[PATH_MAX];
+    size_t o = 0;
+    for (const char *p = root; *p && o + 5 < sizeof(esc); p++) {
+        if (*p == ' ' || *p == '\\' || *p == '\t' || *p == '\n')
+            o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\%03o", (unsigned char)*p);
+        else
+            esc[o++] = *p;
     }
-    return -ENOENT;
-}
-
-static void cgroup_open(struct probe_cgroup *cg)
-{
-    cg->usage_fd = open(cg->usage_path, O_RDONLY | O_CLOEXEC);
-    cg->limit_fd = open(cg->limit_path, O_RDONLY | O_CLOEXEC);
+    esc[o] = '\0';
+    snprintf(buf, size,
+             "1 0 0:1 / %.4000s/memory rw - cgroup cgroup rw,memory\n"
+             "2 0 0:2 / %.4000s rw - cgroup2 cgroup2 rw\n",
+             esc, esc);
 }
 
 int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const char *root)
 {
-    char buf[4096], dir[PATH_MAX], v1root[PATH_MAX], v1rel[1024] = "", v2rel[1024] = "";
-    int have_v1 = 0, have_v2 = 0;
-    snprintf(v1root, sizeof(v1root), "%.4000s/memory", root);
+    char mounts[2 * PATH_MAX + 256];
+    legacy_mountinfo(mounts, sizeof(mounts), root);
+    int rc = cgroup_lookup(proc_cgroup, mounts, "", &cg->info);
+    cg->version = cg->info.version;
+    return rc;
+}
 
-    memset(cg, 0, sizeof(*cg));
-    cg->usage_fd = cg->limit_fd = -1;
-    snprintf(buf, sizeof(buf), "%s", proc_cgroup);
-    char *save = NULL;
-    for (char *line = strtok_r(buf, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2)
-            continue;
-        *c1 = *c2 = '\0'; /* line: the hierarchy id alone ("0" is the unified one) */
-        const char *controllers = c1 + 1, *rel = c2 + 1;
-        if (strcmp(line, "0") == 0 && controllers[0] == '\0') {
-            snprintf(v2rel, sizeof(v2rel), "%s", strcmp(rel, "/") ? rel : "");
-            have_v2 = 1;
-        } else {
-            for (const char *m = strstr(controllers, "memory"); m; m = NULL)
-                if ((m == controllers || m[-1] == ',') && (m[6] == '\0' || m[6] == ',')) {
-                    snprintf(v1rel, sizeof(v1rel), "%s", strcmp(rel, "/") ? rel : "");
-                    have_v1 = 1;
-                }
+/* A /proc file whole, in a buffer of its own (free it); NULL when it cannot be read. */
+static char *read_all(const char *path)
+{
+    size_t size = 16384, total = 0;
+    char *buf = malloc(size);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (!buf || fd < 0) {
+        free(buf);
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    for (;;) {
+        if (total + 1 >= size) {
+            char *bigger = size < (8u << 20) ? realloc(buf, size * 2) : NULL;
+            if (!bigger)
+                break; /* a larger table is read as far as it goes */
+            buf = bigger;
+            size *= 2;
         }
+        ssize_t n = read(fd, buf + total, size - 1 - total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        total += (size_t)n;
     }
-    if (have_v1 && cgroup_dir(dir, sizeof(dir), v1root, v1rel,
-                              "memory.limit_in_bytes") == 0) {
-        cg->version = 1;
-        snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.usage_in_bytes", dir);
-        snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.limit_in_bytes", dir);
-        cgroup_open(cg);
-        return 0;
-    }
-    if (have_v2 && cgroup_dir(dir, sizeof(dir), root, v2rel, "memory.max") == 0) {
-        cg->version = 2;
-        snprintf(cg->usage_path, sizeof(cg->usage_path), "%.4000s/memory.current", dir);
-        snprintf(cg->limit_path, sizeof(cg->limit_path), "%.4000s/memory.max", dir);
-        cgroup_open(cg);
-        return 0;
-    }
-    return -ENOENT;
+    close(fd);
+    buf[total] = '\0';
+    return buf;
 }
 
 int probe_cgroup_init(struct probe_cgroup *cg)
 {
-    char buf[4096];
-    /* Where the cgroup filesystem is mounted: a container may bind it elsewhere
-     * (and the tests point it at a directory without one). */
     const char *root = getenv("MEMTRIM_CGROUP_ROOT");
-    if (!root || !root[0])
-        root = "/sys/fs/cgroup";
-    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0) {
-        memset(cg, 0, sizeof(*cg));
-        cg->usage_fd = cg->limit_fd = -1;
-        return -ENOENT;
+    char *groups = read_all("/proc/self/cgroup");
+    int rc = -ENOENT;
+    memset(cg, 0, sizeof(*cg));
+    if (groups && root && root[0]) {
+        rc = probe_cgroup_find(cg, groups, root);
+    } else if (groups) {
+        char *mounts = read_all("/proc/self/mountinfo");
+        rc = cgroup_lookup(groups, mounts ? mounts : "", "", &cg->info);
+        cg->version = cg->info.version;
+        free(mounts);
+    } else {
+        cgroup_lookup("", "", "", &cg->info); /* an empty, closed one */
     }
-    return probe_cgroup_find(cg, buf, root);
+    free(groups);
+    return rc;
 }
 
 void probe_cgroup_close(struct probe_cgroup *cg)
 {
-    if (cg->version && cg->usage_fd >= 0)
-        close(cg->usage_fd);
-    if (cg->version && cg->limit_fd >= 0)
-        close(cg->limit_fd);
-    cg->usage_fd = cg->limit_fd = -1;
+    cgroup_close(&cg->info);
 }
 
-int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
+int probe_cheap(struct probe_cgroup *cg, struct mt_cheap *out)
 {
     char buf[4096];
     int64_t t0 = mt_mono_ns();
@@ -389,11 +359,10 @@ int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out)
     int st = read_stat(&out->minor_faults, &out->major_faults, NULL);
     if (st && rc == 0)
         rc = out->read_errno = st;
-    if (cg && cg->version) {
-        out->cgroup_version = cg->version;
-        out->cgroup_usage_bytes = read_int_file(cg->usage_fd, cg->usage_path);
-        out->cgroup_limit_bytes = read_int_file(cg->limit_fd, cg->limit_path);
-    }
+    if (cg)
+        cgroup_read(&cg->info, out);
+    else
+        cgroup_read(&(struct cgroup_info){.version = 0}, out);
     out->duration_ns = mt_mono_ns() - t0;
     return rc;
 }

@@ -12,20 +12,19 @@
 #include <limits.h>
 #include <stdint.h>
 #include "alloc.h"
+#include "cgroup.h"
 #include "types.h"
 
 struct probe_cgroup {
-    int version;             /* 0 none, 1, 2 */
-    char usage_path[PATH_MAX];
-    char limit_path[PATH_MAX];
-    int usage_fd, limit_fd;  /* kept open (close-on-exec) and read with pread; -1 = not open */
+    int version;             /* 0 none, 1, 2 (info.version) */
+    struct cgroup_info info; /* where it is, its kept descriptors (cgroup.h) */
 };
 
-/* Find this process's memory cgroup files (v1 or v2) and open them, so that a
- * host at its descriptor limit still has its cgroup read. Returns 0 or -ENOENT. */
+/* Find this process's memory cgroup (v1, v2 or hybrid) from /proc/self/cgroup
+ * and /proc/self/mountinfo (MEMTRIM_CGROUP_ROOT, when set, names the mount
+ * point instead: v1's memory controller under it, v2 at it). Returns 0 or -ENOENT. */
 int probe_cgroup_init(struct probe_cgroup *cg);
-/* The same from a /proc/self/cgroup text and the cgroup filesystem's mount
- * point (v1's memory controller under root/memory, v2 at root). */
+/* The same from a /proc/self/cgroup text and a mount point as MEMTRIM_CGROUP_ROOT names it. */
 int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const char *root);
 /* Close what probe_cgroup_init opened (harmless on a zeroed or closed one). */
 void probe_cgroup_close(struct probe_cgroup *cg);
@@ -51,7 +50,7 @@ int probe_stat(struct probe_stat *out); /* 0 or -EIO */
 double probe_cpus(void);
 
 /* The cheap part. Returns 0 or a negative errno (out is still filled where possible). */
-int probe_cheap(const struct probe_cgroup *cg, struct mt_cheap *out);
+int probe_cheap(struct probe_cgroup *cg, struct mt_cheap *out);
 
 /* The costly part: the allocator's stats call (a: its back end; NULL = glibc),
  * timed; the arena count only when want_arenas and the back end can count them. */

@@ -90,8 +90,15 @@ struct pressure {
     int64_t ladder_started_ns;
     double armed_ratio;
     int kernel_tried;   /* 1 once arming was tried (and its outcome logged) */
-    char dir[PATH_MAX]; /* the cgroup's directory, "" none */
+    struct cgroup_info *cg; /* the cgroup the probe found (its paths fixed at start) */
     int cg_version;
+    int armed_level;        /* the cgroup level whose limit the sources were armed for */
+    int armed_events_level; /* whose memory.events kfd[1] watches (v2) */
+    int current_fd;         /* the limit's cgroup's memory.current (v1 usage_in_bytes) */
+    int64_t events[MT_CG_EVENTS]; /* memory.events as kfd[1] last read it; -1 unknown */
+    int events_read;        /* events hold a reading from kfd[1] */
+    int64_t last_chance_log_ns; /* the last last-chance log line (rate-limited) */
+    unsigned last_chance_quiet; /* last-chance trims not logged since */
 };
 
 /* ---- kernel notifications ----------------------------------------------- */
@@ -115,7 +122,10 @@ static void disarm(struct pressure *p)
         close(p->usage_fd);
     if (p->control_fd >= 0)
         close(p->control_fd);
-    p->usage_fd = p->control_fd = -1;
+    if (p->current_fd >= 0)
+        close(p->current_fd);
+    p->usage_fd = p->control_fd = p->current_fd = -1;
+    p->events_read = 0;
     p->ladder_lines = p->ladder_drawn = 0;
     p->armed_limit = 0;
 }
@@ -158,12 +168,12 @@ static int draw_line(struct pressure *p)
 
 /* v1: one eventfd for a threshold at every line of the ladder, and the
  * ladder's plan; step() draws the lines, one per step. 0 or -errno. */
-static int arm_v1(struct pressure *p, int64_t limit, double ratio)
+static int arm_v1(struct pressure *p, const char *dir, int64_t limit, double ratio)
 {
     char path[PATH_MAX + 32];
     int rc = 0;
 
-    snprintf(path, sizeof(path), "%s/memory.usage_in_bytes", p->dir);
+    snprintf(path, sizeof(path), "%.4000s/memory.usage_in_bytes", dir);
     p->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
     if (p->usage_fd < 0)
         return -errno;
@@ -171,7 +181,7 @@ static int arm_v1(struct pressure *p, int64_t limit, double ratio)
         rc = -ENOTSUP;
         goto fail;
     }
-    snprintf(path, sizeof(path), "%s/cgroup.event_control", p->dir);
+    snprintf(path, sizeof(path), "%.4000s/cgroup.event_control", dir);
     p->control_fd = open(path, O_WRONLY | O_CLOEXEC);
     p->kfd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->control_fd < 0 || p->kfd[0] < 0) {
@@ -204,33 +214,61 @@ fail:
     return rc;
 }
 
-/* v2: a PSI trigger (memory stalls) and memory.events (high, max, oom). The source, or 0. */
-static int arm_v2(struct pressure *p, int64_t limit)
+/* Read memory.events through kfd[1] (the read re-arms its notification); 0 or -1. */
+static int read_events(struct pressure *p)
+{
+    char buf[512];
+    ssize_t n = pread(p->kfd[1], buf, sizeof(buf) - 1, 0);
+    if (n < 0)
+        return -1;
+    buf[n] = '\0';
+    if (cgroup_parse_events(buf, p->events) == 0)
+        p->events_read = 1;
+    return 0;
+}
+
+/*
+ * v2: a PSI trigger on the own cgroup's memory.pressure (memory stalls) and
+ * the notification of memory.events (high, max, oom) of the cgroup whose
+ * limit holds (events count up the tree: the outermost limit's file sees
+ * every one below it). The source, or 0. *psi says why PSI was not armed.
+ */
+static int arm_v2(struct pressure *p, const char *own, const char *events_dir, int64_t limit,
+                  const char **psi)
 {
     char path[PATH_MAX + 32];
+    /* Writers without CAP_SYS_RESOURCE get windows that are multiples of 2 s
+     * (kernel 6.5+; before, none at all): the 500 ms one first, then 2 s. */
     static const char *const triggers[] = {"some 10000 500000", "some 20000 2000000"};
 
-    snprintf(path, sizeof(path), "%s/memory.pressure", p->dir);
+    snprintf(path, sizeof(path), "%.4000s/memory.pressure", own);
     int fd = open(path, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+    *psi = fd < 0 ? (errno == EROFS ? "memory.pressure is on a read-only mount"
+                     : errno == EACCES || errno == EPERM ? "memory.pressure is not writable by this user"
+                     : "no memory.pressure (PSI off?)")
+                  : NULL;
     if (fd >= 0 && on_cgroupfs(fd, 2)) {
-        /* Unprivileged triggers need a window that is a multiple of 2 s. */
         for (size_t i = 0; i < sizeof(triggers) / sizeof(triggers[0]); i++)
             if (write(fd, triggers[i], strlen(triggers[i]) + 1) > 0) {
                 p->kfd[0] = fd;
                 fd = -1;
+                mt_log(MT_LOG_INFO, "pressure", "PSI trigger \"%s\" armed on %s", triggers[i],
+                       path);
                 break;
             }
+        if (fd >= 0)
+            *psi = "the kernel refused every PSI trigger";
     }
     if (fd >= 0)
         close(fd);
-    snprintf(path, sizeof(path), "%s/memory.events", p->dir);
+    snprintf(path, sizeof(path), "%.4000s/memory.events", events_dir);
     fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0 && on_cgroupfs(fd, 2)) {
-        char buf[512];
-        if (pread(fd, buf, sizeof(buf), 0) >= 0) { /* a read arms the notification */
-            p->kfd[1] = fd;
+        p->kfd[1] = fd;
+        if (read_events(p) == 0) /* a read arms the notification */
             fd = -1;
-        }
+        else
+            p->kfd[1] = -1;
     }
     if (fd >= 0)
         close(fd);
@@ -241,21 +279,34 @@ static int arm_v2(struct pressure *p, int64_t limit)
 }
 
 /* Choose what wakes the thread for this limit; logs the choice when it changes. */
-static void arm(struct pressure *p, int64_t limit, int64_t cgroup_limit, double ratio)
+static void arm(struct pressure *p, int64_t limit, const struct mt_cheap *c, double ratio)
 {
     int source = PRESSURE_SOURCE_POLL;
-    const char *why = NULL;
+    const char *why = NULL, *psi = NULL;
+    char dir[PATH_MAX], own[PATH_MAX], events_dir[PATH_MAX];
+    int64_t cgroup_limit = c->cgroup_limit_bytes;
 
     disarm(p);
+    p->armed_level = c->cgroup_limit_level >= 0 ? c->cgroup_limit_level : 0;
+    p->armed_events_level = c->cgroup_events_level >= 0 ? c->cgroup_events_level : 0;
+    cgroup_level_dir(p->cg, p->armed_level, dir, sizeof(dir));
+    cgroup_level_dir(p->cg, 0, own, sizeof(own));
+    cgroup_level_dir(p->cg, p->armed_events_level, events_dir, sizeof(events_dir));
+    if (dir[0] && p->cg_version) { /* the charge the decision reads (pressure_charge) */
+        char path[PATH_MAX + 32];
+        snprintf(path, sizeof(path), "%.4000s/%s", dir,
+                 cgroup_file_name(p->cg_version, CG_FILE_CURRENT));
+        p->current_fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
     if (limit <= 0 || ratio <= 0) {
         source = PRESSURE_SOURCE_NONE;
         why = "no memory limit known (cgroup or MemoryLimitBytes): no pressure trims";
-    } else if (!p->dir[0]) {
+    } else if (!dir[0]) {
         why = "no memory cgroup found: polling /proc/self/statm";
     } else if (cgroup_limit <= 0) {
         why = "the cgroup has no limit of its own (MemoryLimitBytes): polling /proc/self/statm";
     } else if (p->cg_version == 1) {
-        int rc = arm_v1(p, limit, ratio);
+        int rc = arm_v1(p, dir, limit, ratio);
         if (rc == 0)
             source = PRESSURE_SOURCE_V1_THRESHOLD;
         else
@@ -263,10 +314,11 @@ static void arm(struct pressure *p, int64_t limit, int64_t cgroup_limit, double 
                                  : "cgroup v1 thresholds unavailable (read-only cgroup "
                                    "filesystem?): polling /proc/self/statm";
     } else if (p->cg_version == 2) {
-        int s = arm_v2(p, limit);
+        int s = arm_v2(p, own, events_dir, limit, &psi);
         if (s) {
             source = s;
             p->armed_ratio = ratio; /* else step() sees a ratio change and re-arms every wake */
+            why = psi; /* memory.events alone: say why there is no PSI trigger */
         }
         else
             why = "cgroup v2 PSI and memory.events unavailable: polling /proc/self/statm";
@@ -285,7 +337,6 @@ static void arm(struct pressure *p, int64_t limit, int64_t cgroup_limit, double 
 static int drain(struct pressure *p, const struct pollfd *fds)
 {
     uint64_t v;
-    char buf[512];
     int kernel = 0;
 
     if (fds[0].revents & POLLIN)
@@ -298,7 +349,7 @@ static int drain(struct pressure *p, const struct pollfd *fds)
         if (p->cg_version == 1) {
             while (read(p->kfd[i], &v, sizeof(v)) == sizeof(v))
                 ;
-        } else if (i == 1 && pread(p->kfd[i], buf, sizeof(buf), 0) < 0) {
+        } else if (i == 1 && read_events(p) < 0) {
             close(p->kfd[i]); /* memory.events vanished: poll without it */
             p->kfd[i] = -1;
         }
@@ -328,6 +379,19 @@ static uint64_t read_rss(struct pressure *p)
     return (uint64_t)resident * (uint64_t)(ps > 0 ? ps : 4096);
 }
 
+/* The limit's cgroup's charge (memory.current), -1 unknown. */
+static int64_t read_current(struct pressure *p)
+{
+    char buf[64];
+    if (p->current_fd < 0)
+        return -1;
+    ssize_t n = pread(p->current_fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return strncmp(buf, "max", 3) ? strtoll(buf, NULL, 10) : -1;
+}
+
 static int64_t read_usage(struct pressure *p)
 {
     char buf[64];
@@ -353,6 +417,9 @@ struct loop {
     int64_t last_skip_ns; /* the last suspended skip counted */
     int busy;             /* the last attempt found another trim running */
     int64_t limit, cgroup_limit;
+    int limit_level, events_level; /* where the cgroup's limit and events were (re-arm on change) */
+    int64_t events_seen[MT_CG_EVENTS]; /* memory.events as the last step saw them */
+    int events_seen_ok;
 };
 
 static void reload(struct memtrim *mt, struct loop *l)
@@ -380,8 +447,41 @@ static void record_trim(struct pressure *p, const struct mt_trim_result *r)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* A last-chance trim: what the heap held and what the trim gave back, at
+ * most one line each 10 s (the kernel may report the limit many times a second). */
+static void log_last_chance(struct pressure *p, struct loop *l, const struct mt_snapshot *snap,
+                            const struct mt_trim_result *r)
+{
+    int64_t now = mt_mono_ns();
+    if (p->last_chance_log_ns && now - p->last_chance_log_ns < 10 * MT_SEC) {
+        p->last_chance_quiet++;
+        return;
+    }
+    const int64_t *e = l->events_seen;
+    char heap[160] = "no heap reading yet";
+    if (snap->heap.timestamp_ms)
+        snprintf(heap, sizeof(heap),
+                 "the heap held %llu bytes in use and %llu free (%llu releasable by the last "
+                 "reading, %lld ms old)",
+                 (unsigned long long)snap->heap.heap_in_use_bytes,
+                 (unsigned long long)snap->heap.heap_free_bytes,
+                 (unsigned long long)snap->releasable_estimate_bytes,
+                 (long long)snap->heap_age_ms);
+    mt_log(MT_LOG_WARNING, "pressure",
+           "the cgroup reached its limit (memory.events high %lld, max %lld, oom %lld, oom_kill "
+           "%lld): last-chance trim; %s; RSS %llu -> %llu, released %lld bytes in %.3f ms, "
+           "cgroup charge %lld of %lld bytes (%u more such trims not logged)",
+           (long long)e[MT_CG_EV_HIGH], (long long)e[MT_CG_EV_MAX], (long long)e[MT_CG_EV_OOM],
+           (long long)e[MT_CG_EV_OOM_KILL], heap, (unsigned long long)r->rss_before_bytes,
+           (unsigned long long)r->rss_after_bytes, (long long)r->released_bytes,
+           r->duration_ns / 1e6, (long long)read_current(p), (long long)l->limit,
+           p->last_chance_quiet);
+    p->last_chance_log_ns = now;
+    p->last_chance_quiet = 0;
+}
+
 /* Run a pressure trim; 1 when another trim was running (look again soon). */
-static int do_trim(struct pressure *p, struct loop *l, int64_t now)
+static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot *snap, int64_t now)
 {
     struct memtrim *mt = p->mt;
     struct mt_trim_result r;
@@ -408,6 +508,8 @@ static int do_trim(struct pressure *p, struct loop *l, int64_t now)
     l->busy = 0;
     if (rc)
         return 0;
+    if (l->st.rule == PRESSURE_RULE_LAST_CHANCE)
+        log_last_chance(p, l, snap, &r);
     pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
                         (uint64_t)l->cfg.trim_min_releasable_bytes);
     record_trim(p, &r);
@@ -476,11 +578,28 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     snapshot_get(&mt->cache, &want, &snap); /* what the housekeeper read: no probe here */
     int64_t cgroup_limit = snap.cheap.cgroup_limit_bytes;
     if (snap.memory_limit_bytes != l->limit || cgroup_limit != l->cgroup_limit ||
+        snap.cheap.cgroup_limit_level != l->limit_level ||
+        snap.cheap.cgroup_events_level != l->events_level ||
         (p->armed_limit && p->armed_ratio != l->cfg.pressure_ratio) || !p->kernel_tried) {
         l->limit = snap.memory_limit_bytes;
         l->cgroup_limit = cgroup_limit;
-        arm(p, l->limit, cgroup_limit, l->cfg.pressure_ratio);
+        l->limit_level = snap.cheap.cgroup_limit_level;
+        l->events_level = snap.cheap.cgroup_events_level;
+        arm(p, l->limit, &snap.cheap, l->cfg.pressure_ratio);
     }
+    /* The kernel's count of limit hits: from the notified file, else the housekeeper's reading. */
+    const int64_t *ev = p->events_read ? p->events : snap.cheap.cgroup_events;
+    int last_chance = 0;
+    if (ev[MT_CG_EV_MAX] >= 0 || ev[MT_CG_EV_OOM] >= 0 || ev[MT_CG_EV_OOM_KILL] >= 0) {
+        if (l->events_seen_ok)
+            last_chance = ev[MT_CG_EV_MAX] > l->events_seen[MT_CG_EV_MAX] ||
+                          ev[MT_CG_EV_OOM] > l->events_seen[MT_CG_EV_OOM] ||
+                          ev[MT_CG_EV_OOM_KILL] > l->events_seen[MT_CG_EV_OOM_KILL];
+        memcpy(l->events_seen, ev, sizeof(l->events_seen));
+        l->events_seen_ok = 1;
+    }
+    /* The cgroup's charge counts only when its limit is the one in force. */
+    int cg_in_force = cgroup_limit > 0 && l->cfg.memory_limit_bytes <= 0;
 
     struct pressure_input in = {
         .now_ns = mt_mono_ns(),
@@ -490,6 +609,10 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         .min_releasable = (uint64_t)l->cfg.trim_min_releasable_bytes,
         .estimate = snap.releasable_estimate_bytes,
         .estimate_known = snap.heap.timestamp_ms != 0,
+        .cg_current = cg_in_force ? read_current(p) : -1,
+        .cg_file = snap.cheap.cgroup_file_bytes,
+        .cg_shmem = snap.cheap.cgroup_shmem_bytes,
+        .last_chance = last_chance,
     };
     in.estimate_ns = in.now_ns - (snap.heap_age_ms > 0 ? snap.heap_age_ms * MT_MS : 0);
     int moved = in.rss > l->last_rss + MOVED_BYTES || in.rss + MOVED_BYTES < l->last_rss;
@@ -513,7 +636,12 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     if (verdict == PRESSURE_TRIM && l->st.due_ns > l->calm_ns)
         l->calm_ns = l->st.due_ns;
     if (verdict == PRESSURE_TRIM) {
-        busy = do_trim(p, l, in.now_ns);
+        busy = do_trim(p, l, &snap, in.now_ns);
+        if (l->st.rule == PRESSURE_RULE_LAST_CHANCE && !busy) {
+            pthread_mutex_lock(&p->lock);
+            p->stats.last_chance_trims++;
+            pthread_mutex_unlock(&p->lock);
+        }
         moved = 1;
         in.now_ns = mt_mono_ns();
     } else {
@@ -550,6 +678,7 @@ static void *pressure_main(void *arg)
     l.last_skip_ns = l.st.last_trim_ns;
     l.interval_ns = POLL_FAST_NS;
     l.limit = l.cgroup_limit = -2; /* unknown: arm at the first reading */
+    l.limit_level = l.events_level = -2;
     l.calm_ns = mt_mono_ns();      /* what held before the start counts from the start */
 
     int64_t sleep_ns = 0;
@@ -579,20 +708,17 @@ static void *pressure_main(void *arg)
 int pressure_create(struct memtrim *mt)
 {
     struct pressure *p = calloc(1, sizeof(*p));
-    const char *slash;
 
     if (!p)
         return -ENOMEM;
     p->mt = mt;
-    p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = -1;
+    p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = p->current_fd = -1;
     p->stats.reaction_last_seconds = -1;
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     /* The cgroup the probe found (fixed when the cache was made). */
+    p->cg = &mt->cache.cg.info;
     p->cg_version = mt->cache.cg.version;
-    if (p->cg_version && (slash = strrchr(mt->cache.cg.usage_path, '/')) != NULL)
-        snprintf(p->dir, sizeof(p->dir), "%.*s", (int)(slash - mt->cache.cg.usage_path),
-                 mt->cache.cg.usage_path);
     if (p->wake_fd < 0 || pthread_mutex_init(&p->lock, NULL)) {
         if (p->wake_fd >= 0)
             close(p->wake_fd);

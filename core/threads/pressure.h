@@ -43,6 +43,7 @@ struct pressure_stats {
     uint64_t checks_outside; /* readings outside it */
     uint64_t kernel_wakeups; /* wakes by a kernel notification */
     uint64_t trims;          /* pressure trims run */
+    uint64_t last_chance_trims; /* of those, at a new memory.events max/oom (the limit reached) */
     uint64_t busy;           /* found another trim running */
     uint64_t reaction_hist[MT_REACTION_BUCKETS + 1];
     double reaction_seconds_sum;

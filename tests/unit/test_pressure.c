@@ -133,6 +133,106 @@ static void test_decide(void)
     CHECK_EQ_INT(pressure_decide(&in, &est), PRESSURE_WATCH);
 }
 
+/*
+ * What the kernel charges the cgroup. Full of page cache (Orthanc writing the
+ * files it stores): the kernel reclaims that itself, no trim. Full of anon
+ * (the heap; here other processes' too): the line holds and the trim runs,
+ * although this process's RSS alone is far below the zone.
+ */
+static void test_charge(void)
+{
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    struct pressure_input in = input(0, 100, 300);
+    in.cg_current = 295 * (int64_t)MB; /* 95 MB of heap, 190 MB of cache, 10 MB kernel */
+    in.cg_file = 190 * (int64_t)MB;
+    in.cg_shmem = 0;
+    CHECK_EQ_INT(pressure_charge(&in), 105 * MB);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_OUTSIDE); /* memory.current alone: a trim */
+    /* tmpfs/shmem is charged as file but the kernel cannot drop it: it counts. */
+    in.cg_shmem = 100 * (int64_t)MB;
+    CHECK_EQ_INT(pressure_charge(&in), 205 * MB);
+    /* Full of heap: 285 MB charged, 5 MB of cache: past the line (270 MB), trim now. */
+    in = input(10, 100, 300);
+    in.cg_current = 285 * (int64_t)MB;
+    in.cg_file = 5 * (int64_t)MB;
+    in.cg_shmem = 0;
+    in.estimate = 60 * MB;
+    in.estimate_known = 1;
+    in.estimate_ns = 5 * MSN;
+    CHECK_EQ_INT(pressure_charge(&in), 280 * MB);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.zone, 1);
+    CHECK_EQ_INT(st.rule, PRESSURE_RULE_LINE);
+    /* Under the line, the free heap would take the charge over it: the estimate's trim. */
+    struct pressure_state st2 = {.last_trim_ns = -3600000 * MSN};
+    in.cg_current = 230 * (int64_t)MB;
+    CHECK_EQ_INT(pressure_decide(&in, &st2), PRESSURE_TRIM);
+    CHECK_EQ_INT(st2.rule, PRESSURE_RULE_ESTIMATE);
+    /* Unknown (-1) or a stale file figure above the charge: RSS still counts. */
+    in = input(20, 280, 300);
+    in.cg_current = -1;
+    CHECK_EQ_INT(pressure_charge(&in), 280 * MB);
+    in.cg_current = 100 * (int64_t)MB;
+    in.cg_file = 200 * (int64_t)MB;
+    CHECK_EQ_INT(pressure_charge(&in), 280 * MB);
+}
+
+/* A new memory.events max/oom: trim at once, whatever the back-off, the zone
+ * and the growth gap; not again while the last trim took what there was. */
+static void test_last_chance(void)
+{
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    struct pressure_input in = input(0, 280, 300);
+    /* Futile line trims have backed the line off to 64 s. */
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    for (int i = 0; i < 6; i++)
+        pressure_after_trim(&st, 0, 280 * MB, 0, 8 * MB);
+    CHECK_EQ_INT(st.futile_timed, 6);
+    in = input(100, 280, 300);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH);
+    /* The heap read since that trim holds 50 MB free: the kernel hits max: trim now. */
+    in.estimate = 50 * MB;
+    in.estimate_known = 1;
+    in.estimate_ns = 50 * MSN;
+    in.estimate = 50 * MB;
+    in.last_chance = 1;
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.rule, PRESSURE_RULE_LAST_CHANCE);
+    pressure_after_trim(&st, 100 * MSN, 230 * MB, 50 * (int64_t)MB, 8 * MB);
+    /* Max again 1 ms later, nothing read since the trim, no growth: nothing to take. */
+    in = input(101, 231, 300);
+    in.estimate = 50 * MB; /* the old reading, from before the trim */
+    in.estimate_known = 1;
+    in.estimate_ns = 50 * MSN;
+    in.last_chance = 1;
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_WATCH);
+    /* Grown by TrimMinReleasableBytes since: trim again. */
+    in = input(102, 240, 300);
+    in.last_chance = 1;
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    CHECK_EQ_INT(st.rule, PRESSURE_RULE_LAST_CHANCE);
+    /* A cgroup full of page cache hits max all the time, the heap holds little: no trims. */
+    struct pressure_state pc = {.last_trim_ns = -3600000 * MSN};
+    in = input(0, 60, 300);
+    in.cg_current = 299 * (int64_t)MB;
+    in.cg_file = 230 * (int64_t)MB;
+    in.last_chance = 1; /* never trimmed: the first one runs */
+    CHECK_EQ_INT(pressure_decide(&in, &pc), PRESSURE_TRIM);
+    pressure_after_trim(&pc, 0, 60 * MB, 1 * (int64_t)MB, 8 * MB);
+    int trims = 0;
+    for (int i = 1; i <= 1000; i++) {
+        in = input(i, 60, 300);
+        in.cg_current = 299 * (int64_t)MB;
+        in.cg_file = 230 * (int64_t)MB;
+        in.estimate = 2 * MB;
+        in.estimate_known = 1;
+        in.estimate_ns = (i - 1) * MSN;
+        in.last_chance = 1;
+        trims += pressure_decide(&in, &pc) == PRESSURE_TRIM;
+    }
+    CHECK_EQ_INT(trims, 0);
+}
+
 static struct mt_counters counters(struct memtrim *mt)
 {
     struct mt_counters c;
@@ -352,6 +452,8 @@ out:
 int main(void)
 {
     RUN(test_decide);
+    RUN(test_charge);
+    RUN(test_last_chance);
     RUN(test_poll_fallback_and_zone);
     RUN(test_not_cgroupfs);
     RUN(test_climb_is_trimmed);
