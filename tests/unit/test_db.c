@@ -81,6 +81,11 @@ static struct mt_snapshot snap(int64_t ts, uint64_t base)
     s.fragmentation_ratio = 1.25;
     s.releasable_estimate_bytes = base + 10;
     s.memory_limit_bytes = (int64_t)base + 11;
+    s.cheap.cgroup_anon_bytes = (int64_t)base + 12;
+    s.cheap.cgroup_file_bytes = (int64_t)base + 13;
+    for (int i = 0; i < MT_CG_EVENTS; i++)
+        s.cheap.cgroup_events[i] = (int64_t)base + 14 + i;
+    s.cheap.cgroup_max_bytes = s.cheap.cgroup_high_bytes = s.cheap.cgroup_shmem_bytes = -1;
     return s;
 }
 
@@ -125,7 +130,7 @@ static void test_schema_fresh(void)
     CHECK_EQ_INT(raw_int(p, "PRAGMA application_id"), 0x6d74726d);
     CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"), 2);
     CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM pragma_table_info('samples')"),
-                 1 + 14);
+                 1 + 20);
     CHECK(strcmp(db_writer_reader_path(w), p) == 0);
     db_writer_close(w);
     /* Reopening a current store changes nothing. */
@@ -359,7 +364,7 @@ static void test_roundtrip(void)
     struct db_trim_summary sum;
     struct db_bucket *b = NULL;
     size_t n = 0;
-    double want[] = {1, 2, 3, 4, 6, 7, 8, 9, 3, 1.25, 10, 5, 11, 0.0015};
+    double want[] = {1, 2, 3, 4, 6, 7, 8, 9, 3, 1.25, 10, 5, 11, 0.0015, 12, 13, 14, 15, 16, 17};
 
     t.id = 77;
     t.released_bytes = -123456789012;
@@ -369,6 +374,9 @@ static void test_roundtrip(void)
     t.arena_count = 17;
     nh.heap.timestamp_ms = 0;          /* no mallinfo2 yet */
     nh.cheap.cgroup_usage_bytes = -1;  /* unknown */
+    nh.cheap.cgroup_anon_bytes = nh.cheap.cgroup_file_bytes = -1;
+    for (int i = 0; i < MT_CG_EVENTS; i++)
+        nh.cheap.cgroup_events[i] = -1;
     nh.memory_limit_bytes = -1;        /* no limit */
     nh.fragmentation_ratio = 0;        /* unknown */
     CHECK_OK(db_writer_open(p, &w, E));

@@ -2,7 +2,8 @@
  * test_fields.c - the field table (common/fields.h) drives /memory/stats, the
  * store's columns and the series names, and changed none of them: the JSON of
  * three synthetic readings is byte for byte what the hand-written code before
- * the table printed (the strings below were printed by it); the table's rules
+ * the table printed (the strings below were printed by it, with the cgroup
+ * fields of issue 20 added since, one line each in the table); the table's rules
  * hold (one name once, the columns 1..N in the series list's order, a HELP for
  * each metric family). The store's side is in test_db.c (test_roundtrip,
  * test_new_field_column).
@@ -37,6 +38,15 @@ static void snap_fill(struct mt_snapshot *s, int which)
     c->read_errno = which == 1 ? -13 : 0;
     s->cheap_age_ms = which == 1 ? -1 : 42;
     s->memory_limit_bytes = which == 1 ? -1 : 8589934592LL;
+    /* the cgroup in detail (issue 20): all known in 0, none in 1, v1-like in 2 */
+    c->cgroup_max_bytes = which == 1 ? -1 : 8589934592LL;
+    c->cgroup_high_bytes = which == 0 ? 9000000000LL : -1;
+    c->cgroup_anon_bytes = which == 1 ? -1 : 5500000000LL;
+    c->cgroup_file_bytes = which == 1 ? -1 : 400000000LL;
+    c->cgroup_shmem_bytes = which == 1 ? -1 : 4096;
+    for (int i = 0; i < MT_CG_EVENTS; i++)
+        c->cgroup_events[i] = which == 1 || (which == 2 && (i == MT_CG_EV_HIGH || i == MT_CG_EV_OOM))
+                                  ? -1 : 10 + i;
     s->allocator = "glibc"; s->allocator_release = "malloc_trim";
     if (which == 1) { s->heap_age_ms = -1; return; }
     h->timestamp_ms = 1764600000000LL;
@@ -59,6 +69,10 @@ static const char *const golden_json[3] = {
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":2,\"cgroup_usage_bytes\":6000000000,"
     "\"cgroup_limit_bytes\":8589934592,\"memory_limit_bytes\":8589934592,"
+    "\"cgroup_max_bytes\":8589934592,\"cgroup_high_bytes\":9000000000,"
+    "\"cgroup_anon_bytes\":5500000000,\"cgroup_file_bytes\":400000000,\"cgroup_shmem_bytes\":4096,"
+    "\"cgroup_events_high\":10,\"cgroup_events_max\":11,\"cgroup_events_oom\":12,"
+    "\"cgroup_events_oom_kill\":13,"
     "\"cheap_probe_duration_seconds\":0.000123456,\"probe_error\":null,"
     "\"heap_timestamp_ms\":1764600000000,\"heap_age_ms\":123,"
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":1000000000,"
@@ -78,6 +92,9 @@ static const char *const golden_json[3] = {
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":0,\"cgroup_usage_bytes\":null,"
     "\"cgroup_limit_bytes\":null,\"memory_limit_bytes\":null,"
+    "\"cgroup_max_bytes\":null,\"cgroup_high_bytes\":null,\"cgroup_anon_bytes\":null,"
+    "\"cgroup_file_bytes\":null,\"cgroup_shmem_bytes\":null,\"cgroup_events_high\":null,"
+    "\"cgroup_events_max\":null,\"cgroup_events_oom\":null,\"cgroup_events_oom_kill\":null,"
     "\"cheap_probe_duration_seconds\":0.000123456,"
     "\"probe_error\":\"reading /proc/self failed: Permission denied\","
     "\"heap_timestamp_ms\":null,\"heap_age_ms\":null,\"heap_in_use_bytes\":null,"
@@ -95,6 +112,10 @@ static const char *const golden_json[3] = {
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":2,\"cgroup_usage_bytes\":6000000000,"
     "\"cgroup_limit_bytes\":8589934592,\"memory_limit_bytes\":8589934592,"
+    "\"cgroup_max_bytes\":8589934592,\"cgroup_high_bytes\":null,"
+    "\"cgroup_anon_bytes\":5500000000,\"cgroup_file_bytes\":400000000,\"cgroup_shmem_bytes\":4096,"
+    "\"cgroup_events_high\":null,\"cgroup_events_max\":11,\"cgroup_events_oom\":null,"
+    "\"cgroup_events_oom_kill\":13,"
     "\"cheap_probe_duration_seconds\":0.000123456,\"probe_error\":null,"
     "\"heap_timestamp_ms\":1764600000000,\"heap_age_ms\":123,"
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":null,"
