@@ -1,9 +1,10 @@
 /*
  * api.h - the handlers, one file per resource (healthz.c, stats.c, trim.c,
- * trims.c, series.c, metrics.c, config.c, assets.c), and the small JSON
- * helpers they share (json.c). Handlers run on HTTP worker threads; they
- * call the core (core/core.h), which takes its own locks, and the store
- * through a reader from the server's pool.
+ * trims.c, series.c, metrics.c, config.c, arenas.c, doctor.c, assets.c),
+ * the route table (routes.c) and the small JSON helpers they share (json.c).
+ * Handlers run on HTTP worker threads; of the engine they see core.h and
+ * config.h only (the core takes its own locks), and the store through a
+ * reader from the server's pool.
  */
 #ifndef MEMTRIM_API_H
 #define MEMTRIM_API_H

@@ -1,5 +1,5 @@
 /*
- * doctor.c - GET /memory/doctor: the doctor's findings (core/doctor.c's
+ * doctor.c - GET /memory/doctor: the doctor's findings (core/decide/doctor.c's
  * rules over what the instance measured), most severe first, each with its
  * evidence, severity and recommendation. JSON by default; plain text when
  * the Accept header prefers text/plain (q-values honoured). Runs on HTTP

@@ -144,7 +144,7 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
             "Trim results that could not be queued for the store.", c->trims_dropped);
 }
 
-/* What trimming cost the host (core/cost.c): time, re-faults, the gap, a busy host. */
+/* What trimming cost the host (core/decide/cost.c): time, re-faults, the gap, a busy host. */
 static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
 {
     api_head(t, "memtrim_trim_seconds_total", "counter",

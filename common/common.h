@@ -27,7 +27,7 @@ void mt_log(int level, const char *module, const char *fmt, ...)
 /* Whether MEMTRIM_DEBUG asks for debug lines. */
 int mt_log_debug_enabled(void);
 
-/* fork(): the log lock across a fork (core/memtrim.c's atfork handlers call these). */
+/* fork(): the log lock across a fork (core/instance/memtrim.c's atfork handlers call these). */
 void mt_log_fork_prepare(void);
 void mt_log_fork_parent(void);
 void mt_log_fork_child(void);

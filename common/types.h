@@ -82,7 +82,7 @@ struct mt_heap {
     int64_t cpu_ns;              /* its cost: this thread's CPU time inside it; lock waits
                                   * (other threads in malloc) are not cost to the host */
     int64_t process_cpu_ns;      /* the process's CPU time when taken (-1 unknown) */
-    /* Allocator back ends (core/alloc.h): which one took the reading, which of
+    /* Allocator back ends (core/alloc/alloc.h): which one took the reading, which of
      * the common fields mean something under it, and its own figures. */
     const char *allocator;          /* static name, "glibc", ...; NULL before a reading */
     unsigned known;                 /* MT_HEAP_HAS_* */
@@ -130,7 +130,9 @@ enum mt_skip_reason {
 
 /* One measured malloc_trim. */
 struct mt_trim_result {
-    int64_t id;          /* process-wide sequence number, from 1 */
+    int64_t id;          /* unique for the life of the store: counts up from the wall
+                          * clock in ms at start, and above the store's largest id
+                          * (trim_ids_above), so a restart never reuses one */
     int trigger;         /* enum mt_trigger */
     int64_t start_ms;    /* wall clock when malloc_trim was called */
     int64_t duration_ns; /* malloc_trim alone */
@@ -167,7 +169,9 @@ extern const double mt_hist_bounds[MT_HIST_BUCKETS];
 #define MT_REACTION_BUCKETS 12
 extern const double mt_reaction_bounds[MT_REACTION_BUCKETS];
 
-/* Monotonic counters since start; copied out under the instance's stats lock. */
+/* Monotonic counters since start. mt_counters_get gathers them part by part (trim
+ * service, snapshot cache, housekeeper, pressure path, store), each under its own lock;
+ * there is no lock over the whole. */
 struct mt_counters {
     uint64_t trims[MT_TRIGGER_COUNT];
     uint64_t released_bytes[MT_TRIGGER_COUNT]; /* sum of positive released_bytes */

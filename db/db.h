@@ -2,7 +2,7 @@
  * db.h - the SQLite store: samples and trims, retention, queries.
  *
  * Threads: one writer (struct db_writer), owned and used only by the store
- * thread (core/store.c); any number of readers (struct db_reader), one per
+ * thread (core/threads/store.c); any number of readers (struct db_reader), one per
  * thread that queries (each HTTP worker opens its own). SQLite connections
  * are not shared across threads, so this module has no locks of its own;
  * WAL lets readers run while the writer writes.

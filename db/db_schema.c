@@ -83,7 +83,7 @@ static const char db_schema_v4[] = "ALTER TABLE trims ADD COLUMN reaction_second
 /*
  * Version 5: trim ids unique for the life of the store. Before, trims were
  * numbered from 1 at every start (ids 3, 2, 1, 3, 2, 1 after a restart; 0 in
- * version-1 rows). Ids now count up from the clock in ms (core/trim.c), far
+ * version-1 rows). Ids now count up from the clock in ms (core/measure/trim.c), far
  * above any row id, so the older rows take their row id: unique, and in the
  * order they were stored.
  */

@@ -2,7 +2,7 @@
  * db_writer.c - the store's one writer: open and migrate, batched inserts of
  * samples and trims (one transaction per batch), retention by age.
  *
- * Threads: the store thread (core/store.c), alone (the writer is opened, used and closed by
+ * Threads: the store thread (core/threads/store.c), alone (the writer is opened, used and closed by
  * one thread at a time). No locks of its own; SQLite's file locks keep other
  * connections out, and a lock held by another process surfaces as -EBUSY
  * after DB_BUSY_TIMEOUT_MS instead of blocking the store thread.

@@ -44,7 +44,7 @@ struct server_options {
 
 /*
  * How the handlers reach the store, without the server knowing what it is:
- * the engine fills this (core/store.c), the server pools the readers it
+ * the engine fills this (core/threads/store.c), the server pools the readers it
  * opens. Each function may run on any HTTP worker at once.
  *   state: 0 when readers may open; -ENODEV when no store is configured;
  *          -EAGAIN when it is not available now, with why[] saying so

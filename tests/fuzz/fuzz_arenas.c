@@ -1,6 +1,6 @@
 /*
  * fuzz_arenas.c - libFuzzer harness for the malloc_info parser
- * (core/arenas.c): any bytes go through arenas_parse; a success must be
+ * (core/measure/arenas.c): any bytes go through arenas_parse; a success must be
  * self-consistent (free = fastbins + bins + top per arena, sums match), a
  * failure must say why. Build and run with tests/fuzz/run.sh.
  */

@@ -1,6 +1,6 @@
 /*
  * fuzz_config.c - libFuzzer harness for the configuration parser
- * (core/config.c): any bytes go through config_parse and config_patch;
+ * (core/config/config.c): any bytes go through config_parse and config_patch;
  * whatever parses must print (config_to_json) and parse back to the same
  * values, and no input may crash, leak or leave an error unset.
  */

@@ -6,8 +6,8 @@
 #                 Host/cross-site checks, the route table and every handler,
 #                 against a real instance (server/request.c and all of api/)
 #   fuzz_query    the query-string parser and typed getters (server/query.c)
-#   fuzz_config   the configuration parser (core/config.c)
-#   fuzz_arenas   the malloc_info parser (core/arenas.c)
+#   fuzz_config   the configuration parser (core/config/config.c)
+#   fuzz_arenas   the malloc_info parser (core/measure/arenas.c)
 # Fails when a harness finds something, or runs nothing ("Done 0 runs" or no
 # summary at all). Usage: tests/fuzz/run.sh [seconds]
 set -euo pipefail

@@ -1,5 +1,5 @@
 /*
- * test_cost.c - what trimming costs the host (core/cost.c, core/cost_hk.c):
+ * test_cost.c - what trimming costs the host (core/decide/cost.c, core/threads/cost_hk.c):
  * the pure rules on given readings (re-fault bound, adaptive gap, CPU
  * share, deferral and its bound, budget), then the real thing: re-faults
  * of a heap that is re-touched after a trim, and a running instance whose

@@ -650,7 +650,7 @@ static void test_memory(void)
     db_writer_close(w2);
     db_writer_close(w);
 
-    /* The core may name the shared-cache store itself (core/memtrim.c does). */
+    /* The core may name the shared-cache store itself (core/instance/memtrim.c does). */
     w = NULL;
     r = NULL;
     CHECK_OK(db_writer_open("file:memtrim-test?mode=memory&cache=shared", &w, E));

@@ -1,5 +1,5 @@
 /*
- * test_policy.c - the periodic and burst decision (core/policy.c) on
+ * test_policy.c - the periodic and burst decision (core/decide/policy.c) on
  * synthetic time: a script of ticks, each with its readings and what the
  * cost gate answered, and the decision and schedule expected after it.
  * No threads, no clock, no allocator: it runs in microseconds.
