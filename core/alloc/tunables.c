@@ -6,7 +6,8 @@
  * its arena limit the first time it needs more arenas than arena_test and
  * never frees an arena, so a later change is not honoured (docs/advice.md, measured).
  * Locking: tun_lock guards `in_force` and serialises the mallopt calls;
- * it is a leaf lock, taken by the starting thread and by PATCH /config.
+ * it is a leaf lock, taken by the starting thread and by PATCH /config (the
+ * log limiter's lock and the log's are taken under it).
  */
 #include <errno.h>
 #include <malloc.h>
@@ -40,6 +41,9 @@ static const struct tunable table[MT_TUNABLE_COUNT] = {
 };
 
 static pthread_mutex_t tun_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The lines PATCH /config causes: one per 10 s, the rest counted (process-wide, as the
+ * tunables are; its own lock, taken under tun_lock). */
+static struct mt_log_limit tun_log = MT_LOG_LIMIT_INIT(10 * MT_SEC, 1);
 static struct mt_tunables in_force = {{-1, -1, -1, -1}, 1}; /* guarded by tun_lock */
 
 const char *tunables_key(int t)
@@ -92,9 +96,14 @@ int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int
         if (v < 0 || (old && v == was))
             continue;
         if (!glibc) {
-            mt_log(MT_LOG_WARNING, "tunables",
-                   "%s is set but glibc does not serve malloc in this process: not applied",
-                   table[t].key);
+            if (old)
+                mt_log_limited(&tun_log, MT_LOG_WARNING, "tunables",
+                               "%s is set but glibc does not serve malloc in this process: not "
+                               "applied", table[t].key);
+            else
+                mt_log(MT_LOG_WARNING, "tunables",
+                       "%s is set but glibc does not serve malloc in this process: not applied",
+                       table[t].key);
             continue;
         }
         if (v > 2147483647 || mallopt(table[t].param, (int)v) != 1) {
@@ -103,8 +112,12 @@ int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int
             break;
         }
         in_force.value[t] = v;
-        mt_log(MT_LOG_INFO, "tunables", "%s = %lld applied with mallopt", table[t].key,
-               (long long)v);
+        if (old) /* PATCH /config: a client's loop must not flood the log */
+            mt_log_limited(&tun_log, MT_LOG_INFO, "tunables", "%s = %lld applied with mallopt",
+                           table[t].key, (long long)v);
+        else
+            mt_log(MT_LOG_INFO, "tunables", "%s = %lld applied with mallopt", table[t].key,
+                   (long long)v);
     }
     pthread_mutex_unlock(&tun_lock);
     return rc;

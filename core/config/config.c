@@ -42,6 +42,8 @@ struct config_key {
 #define OFF(f) offsetof(struct mt_config, f)
 #define SZ(f) sizeof(((struct mt_config *)0)->f)
 #define MIB (1024.0 * 1024.0)
+#define GLIBC_DEFAULT_THRESHOLD (128 * 1024) /* M_TRIM_THRESHOLD's and M_TOP_PAD's default */
+#define RAISED_TRIM_INTERVAL_MAX 300
 #define MAXB 9007199254740992.0 /* 2^53: the largest integer a JSON double holds exactly */
 
 static const struct config_key keys[] = {
@@ -56,22 +58,30 @@ static const struct config_key keys[] = {
      .def_str = "", .secret = 1, .nullable = 1},
     {.name = "ReadRequiresAuth", .type = KEY_BOOL, .offset = OFF(read_requires_auth), .min = 0,
      .max = 1, .def_num = 0},
+    /* PATCH floors of 5 s: a heap that is mostly free is trimmed at the base interval and
+     * gap whatever the cost gate says (policy.c); at 1 s the demo lost 10-20 % of its
+     * throughput beside a control host, at 5 s none measurable. */
     {.name = "TrimIntervalSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_interval_seconds),
-     .min = 0, .max = 86400 * 7, .def_num = 30, .runtime = 1, .patch_floor = 1, .zero_off = 1},
+     .min = 0, .max = 86400 * 7, .def_num = 30, .runtime = 1, .patch_floor = 5, .zero_off = 1},
     {.name = "TrimPadBytes", .type = KEY_INT64, .offset = OFF(trim_pad_bytes), .min = 0,
-     .max = MAXB, .def_num = 0, .runtime = 1},
+     .max = MAXB, .def_num = 0, .runtime = 1, .patch_max = 64 * MIB},
     {.name = "TrimMinReleasableBytes", .type = KEY_INT64,
      .offset = OFF(trim_min_releasable_bytes), .min = 0, .max = MAXB, .def_num = 8 * MIB,
-     .runtime = 1},
+     .runtime = 1, .patch_floor = 1 * MIB}, /* 0: every trim counts as useful (no back-off) */
     {.name = "TrimReleasableTriggerBytes", .type = KEY_INT64,
      .offset = OFF(trim_releasable_trigger_bytes), .min = 0, .max = MAXB, .def_num = 64 * MIB,
-     .runtime = 1},
+     .runtime = 1, .patch_floor = 1 * MIB, .zero_off = 1},
     {.name = "TrimMinGapSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_min_gap_seconds),
-     .min = 0, .max = 86400, .def_num = 5, .runtime = 1, .patch_floor = 1},
+     .min = 0, .max = 86400, .def_num = 5, .runtime = 1, .patch_floor = 5},
+    /* PATCH: also no lower than twice the process's peak RSS (instance.c): the host's own
+     * peak stays below the pressure zone, which starts at half the limit. 0 = the cgroup's. */
     {.name = "MemoryLimitBytes", .type = KEY_INT64, .offset = OFF(memory_limit_bytes), .min = 0,
-     .max = MAXB, .def_num = 0, .runtime = 1, .nullable = 1},
+     .max = MAXB, .def_num = 0, .runtime = 1, .nullable = 1, .patch_floor = 16 * MIB,
+     .zero_off = 1},
+    /* PATCH: from 0.5 up the zone starts at half the limit whatever the ratio; below, the
+     * line is the zone's floor and every reading above it a trim. */
     {.name = "PressureRatio", .type = KEY_DOUBLE, .offset = OFF(pressure_ratio), .min = 0,
-     .max = 1, .def_num = 0.9, .runtime = 1},
+     .max = 1, .def_num = 0.9, .runtime = 1, .patch_floor = 0.5, .zero_off = 1},
     {.name = "SampleIntervalSeconds", .type = KEY_DOUBLE, .offset = OFF(sample_interval_seconds),
      .min = 0, .max = 86400, .def_num = 10, .runtime = 1, .patch_floor = 1, .zero_off = 1},
     {.name = "ProbeBudgetPercent", .type = KEY_DOUBLE, .offset = OFF(probe_budget_percent),
@@ -84,7 +94,7 @@ static const struct config_key keys[] = {
     {.name = "Database", .type = KEY_STRING, .offset = OFF(database), .size = SZ(database),
      .def_str = "memtrim.sqlite", .nullable = 1},
     {.name = "RetentionHours", .type = KEY_DOUBLE, .offset = OFF(retention_hours), .min = 0.01,
-     .max = 24 * 3650, .def_num = 168, .runtime = 1, .patch_floor = 1},
+     .max = 24 * 3650, .def_num = 168, .runtime = 1, .patch_floor = 1, .patch_max = 24 * 366},
     {.name = "FollowFork", .type = KEY_BOOL, .offset = OFF(follow_fork), .min = 0, .max = 1,
      .def_num = 0},
     /* 0 = auto: a small share of the process's descriptors (server.c, server_limits). */
@@ -101,7 +111,7 @@ static const struct config_key keys[] = {
     {.name = "TrimMaxDeferSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_max_defer_seconds),
      .min = 0, .max = 86400, .def_num = 30, .runtime = 1},
     {.name = "TrimBudgetPercent", .type = KEY_DOUBLE, .offset = OFF(trim_budget_percent),
-     .min = 0.001, .max = 100, .def_num = 0.5, .runtime = 1},
+     .min = 0.001, .max = 100, .def_num = 0.5, .runtime = 1, .patch_max = 2},
     {.name = "TrimGapMaxFactor", .type = KEY_DOUBLE, .offset = OFF(trim_gap_max_factor), .min = 1,
      .max = 1024, .def_num = 32, .runtime = 1},
     {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),
@@ -109,14 +119,19 @@ static const struct config_key keys[] = {
     /* glibc tunables: null/absent = unset (-1), glibc's own behaviour. mallopt takes an int. */
     {.name = "MallocArenaMax", .type = KEY_INT64, .offset = OFF(malloc_arena_max), .min = 1,
      .max = 1024, .def_num = -1, .nullable = 1},
+    /* Ceilings, at start too: glibc's own bounds. mallopt refuses an mmap threshold above
+     * 32 MiB (HEAP_MAX_SIZE / 2), and its dynamic trim threshold never passes twice that;
+     * above 32 MiB of trim threshold or top pad a thread arena's 64 MiB heap is never given
+     * back by free() at all. Raising either above glibc's default needs periodic trims
+     * (check_relations): memtrim then gives back what glibc keeps. */
     {.name = "MallocMmapThresholdBytes", .type = KEY_INT64,
-     .offset = OFF(malloc_mmap_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
+     .offset = OFF(malloc_mmap_threshold_bytes), .min = 0, .max = 32 * MIB, .def_num = -1,
      .runtime = 1, .nullable = 1, .patch_floor = 65536}, /* 0: every malloc an mmap */
     {.name = "MallocTrimThresholdBytes", .type = KEY_INT64,
-     .offset = OFF(malloc_trim_threshold_bytes), .min = 0, .max = 2147483647.0, .def_num = -1,
+     .offset = OFF(malloc_trim_threshold_bytes), .min = 0, .max = 32 * MIB, .def_num = -1,
      .runtime = 1, .nullable = 1, .patch_floor = 65536}, /* 0: a trim at almost every free */
     {.name = "MallocTopPadBytes", .type = KEY_INT64, .offset = OFF(malloc_top_pad_bytes),
-     .min = 0, .max = 2147483647.0, .def_num = -1, .runtime = 1, .nullable = 1},
+     .min = 0, .max = 32 * MIB, .def_num = -1, .runtime = 1, .nullable = 1},
     {.name = "RequestTimeoutSeconds", .type = KEY_INT, .offset = OFF(request_timeout_seconds),
      .min = 1, .max = 3600, .def_num = 10},
     {.name = "AllowUnauthenticatedRemote", .type = KEY_BOOL,
@@ -179,6 +194,17 @@ int config_key_info(size_t i, const char **name, char *type, double *min, double
     *min = keys[i].min;
     *max = keys[i].max;
     *runtime = keys[i].runtime;
+    return 0;
+}
+
+int config_key_patch_range(size_t i, double *lo, double *hi, int *zero_allowed)
+{
+    if (i >= NKEYS || !keys[i].runtime)
+        return -1;
+    const struct config_key *k = &keys[i];
+    *lo = k->patch_floor > k->min ? k->patch_floor : k->min;
+    *hi = k->patch_max > 0 && k->patch_max < k->max ? k->patch_max : k->max;
+    *zero_allowed = k->zero_off && k->min <= 0;
     return 0;
 }
 
@@ -436,6 +462,19 @@ static int check_relations(const struct mt_config *cfg, int runtime_only, char *
             return -EINVAL;
         }
     }
+    /* What glibc keeps at the top of its heaps above its defaults (128 KiB), memtrim's
+     * periodic trims must give back: without them the host would hold its peak. */
+    if ((cfg->malloc_trim_threshold_bytes > GLIBC_DEFAULT_THRESHOLD ||
+         cfg->malloc_top_pad_bytes > GLIBC_DEFAULT_THRESHOLD) &&
+        (cfg->trim_interval_seconds <= 0 || cfg->trim_interval_seconds > RAISED_TRIM_INTERVAL_MAX)) {
+        *err = errf("configuration keys MallocTrimThresholdBytes / MallocTopPadBytes: above "
+                    "glibc's default (%d bytes) they keep freed memory that glibc would give "
+                    "back; they need periodic trims in its place, TrimIntervalSeconds between "
+                    "1 and %d (it is %g)",
+                    GLIBC_DEFAULT_THRESHOLD, RAISED_TRIM_INTERVAL_MAX,
+                    cfg->trim_interval_seconds);
+        return -EINVAL;
+    }
     if (cfg->pressure_ratio > 0 && cfg->pressure_ratio < 0.1) {
         *err = errf("configuration key PressureRatio: %.3g is too low to be useful (use 0 to "
                     "disable pressure trims, or a value in [0.1, 1])",
@@ -638,6 +677,25 @@ int config_patch(struct mt_config *cfg, const char *json, char **err)
     rc = section ? config_apply(section, cfg, 1, err) : -EINVAL;
     cJSON_Delete(doc);
     return rc;
+}
+
+int config_patch_limit_check(const struct mt_config *old, const struct mt_config *next,
+                             uint64_t peak_rss, char **err)
+{
+    *err = NULL;
+    int64_t limit = next->memory_limit_bytes;
+    if (limit <= 0 || limit == old->memory_limit_bytes || peak_rss == 0)
+        return 0;
+    if ((uint64_t)limit / 2 < peak_rss) {
+        *err = errf("configuration key MemoryLimitBytes: %lld is below %llu, twice this "
+                    "process's peak RSS (%llu bytes): pressure trims start at half the limit, "
+                    "and PATCH /config may not put the host's own peak inside that zone (the "
+                    "configuration file or the cgroup may set a lower limit)",
+                    (long long)limit, (unsigned long long)peak_rss * 2,
+                    (unsigned long long)peak_rss);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* A '\n'-separated list as a JSON array of strings. */

@@ -87,6 +87,15 @@ int config_apply(const struct cJSON *section, struct mt_config *cfg, int runtime
  */
 int config_patch(struct mt_config *cfg, const char *json, char **err);
 
+/*
+ * PATCH's floor for MemoryLimitBytes that depends on the process: a new
+ * nonzero limit must be at least twice peak_rss (VmHWM), so that the host's
+ * own peak stays below the pressure zone (which starts at half the limit).
+ * 0, or -EINVAL with *err. Pure: the caller reads peak_rss (0 = unknown, no check).
+ */
+int config_patch_limit_check(const struct mt_config *old, const struct mt_config *next,
+                             uint64_t peak_rss, char **err);
+
 /* The effective configuration as a JSON object (CamelCase keys); the token is redacted. */
 struct cJSON *config_to_json(const struct mt_config *cfg);
 
@@ -105,6 +114,11 @@ const char *config_closest_key(const char *key);
  * type is 'b' boolean, 'i' integer, 'd' number, 's' string, 'l' a string or a list of them. */
 int config_key_info(size_t i, const char **name, char *type, double *min, double *max,
                     int *runtime);
+
+/* What PATCH /config may set for the i-th key (a runtime key): [*lo, *hi], and 0 too when
+ * *zero_allowed (0 turns it off, or means "auto"). -1 for a key PATCH cannot change.
+ * MemoryLimitBytes has a floor that depends on the process besides (mt_config_patch). */
+int config_key_patch_range(size_t i, double *lo, double *hi, int *zero_allowed);
 
 /* Whether a key exists / may be changed at run time. */
 int config_key_exists(const char *key);

@@ -47,6 +47,7 @@ struct pressure_state {
     int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
                            * by its timing (back-off ended, estimate read); 0 growth */
     int trimmed;          /* a pressure trim ran (last_trim_ns is real) */
+    uint64_t line;        /* the line at the last reading inside the zone */
 };
 
 enum pressure_verdict {

@@ -42,21 +42,6 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
     return rc;
 }
 
-/* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
-static uint64_t peak_rss(void)
-{
-    char line[256];
-    unsigned long long kb = 0;
-    FILE *f = fopen("/proc/self/status", "re");
-    if (!f)
-        return 0;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
-            break;
-    fclose(f);
-    return (uint64_t)kb * 1024;
-}
-
 static int ncpu(void)
 {
     cpu_set_t set;
@@ -93,7 +78,7 @@ static void gather(struct memtrim *mt, int at_exit, struct doctor_input *in,
         mt_snapshot_get(mt, &in->snap);
     }
     mt_counters_get(mt, &in->counters);
-    in->peak_rss_bytes = peak_rss();
+    in->peak_rss_bytes = probe_peak_rss();
     snapshot_reader_counts(&mt->cache, &in->reader_heap_wanted, &in->reader_heap_refused);
 
     memset(arenas, 0, sizeof(*arenas));

@@ -13,9 +13,9 @@
 #include "core.h"
 #include "instance.h"
 #include "pressure.h"
+#include "probe.h"
 #include "tunables.h"
 
-#define PATCH_LOG_EVERY_NS (10 * MT_SEC)
 
 const char *mt_allocator_name(struct memtrim *mt)
 {
@@ -72,36 +72,21 @@ void mt_config_get(struct memtrim *mt, struct mt_config *out)
 
 int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 {
-    /* One log line per PATCH_LOG_EVERY_NS at most: a client looping on PATCH must not
-     * flood the host's log; the line counts the changes it stands for. */
-    unsigned unlogged = 0;
-    int log = 0;
     pthread_mutex_lock(&mt->cfg_lock);
     struct mt_config next = mt->cfg;
     int rc = config_patch(&next, json, err);
+    if (rc == 0)
+        rc = config_patch_limit_check(&mt->cfg, &next, probe_peak_rss(), err);
     if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
         rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
     if (rc == 0) {
-        int64_t now = mt_mono_ns();
         mt->cfg = next;
         mt->cfg_generation++;
-        if (mt->patch_logged_ns == 0 || now - mt->patch_logged_ns >= PATCH_LOG_EVERY_NS) {
-            log = 1;
-            unlogged = mt->patch_unlogged;
-            mt->patch_unlogged = 0;
-            mt->patch_logged_ns = now;
-        } else {
-            mt->patch_unlogged++;
-        }
     }
     pthread_mutex_unlock(&mt->cfg_lock);
-    if (log && unlogged)
-        mt_log(MT_LOG_INFO, "config",
-               "runtime configuration changed (and %u more time(s) since the last such line)",
-               unlogged);
-    else if (log)
-        mt_log(MT_LOG_INFO, "config", "runtime configuration changed");
     if (rc == 0) {
+        /* A client looping on PATCH must not flood the host's log (PATCH_LOG_*). */
+        mt_log_limited(&mt->patch_log, MT_LOG_INFO, "config", "runtime configuration changed");
         struct mt_config now;
         mt_config_get(mt, &now);
         store_set_retention(&mt->store, now.retention_hours);

@@ -26,12 +26,15 @@
 struct server;
 struct pressure;
 
+/* The PATCH line: at most PATCH_LOG_BURST per PATCH_LOG_WINDOW_NS (README: one per 10 s). */
+#define PATCH_LOG_BURST 1
+#define PATCH_LOG_WINDOW_NS (10 * MT_SEC)
+
 struct memtrim {
     pthread_mutex_t cfg_lock;
     struct mt_config cfg;
     uint64_t cfg_generation; /* bumped by PATCH /config; the housekeeper re-reads */
-    int64_t patch_logged_ns;    /* cfg_lock: when a PATCH was last logged (rate limit) */
-    unsigned patch_unlogged;    /* cfg_lock: PATCHes since then, not logged */
+    struct mt_log_limit patch_log; /* the PATCH line: one per 10 s (its own lock) */
 
     struct snapshot_cache cache;
     struct trim_service trims;

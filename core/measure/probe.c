@@ -129,6 +129,20 @@ uint64_t probe_rss(void)
     return (uint64_t)resident * (uint64_t)page_size();
 }
 
+uint64_t probe_peak_rss(void)
+{
+    char line[256];
+    unsigned long long kb = 0;
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
 /* /proc/self/stat's fields after the command name (which may hold spaces), by
  * their index there: 0 state, 7 minflt, 9 majflt, 11 utime, 12 stime, 21 rss.
  * Read by hand: the housekeeper reads this file every tick, and sscanf's

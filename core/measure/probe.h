@@ -32,6 +32,9 @@ void probe_cgroup_close(struct probe_cgroup *cg);
 /* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
 uint64_t probe_rss(void);
 
+/* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
+uint64_t probe_peak_rss(void);
+
 /* Open the /proc files every probe reads, once, while descriptors are to be had (at start). */
 void probe_proc_open(void);
 

@@ -91,7 +91,7 @@ static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
     }
     cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
     if (trigger != MT_TRIGGER_PERIODIC)
-        mt_log(MT_LOG_INFO, "housekeeper",
+        mt_log_limited(&mt->hk.trim_log, MT_LOG_INFO, "housekeeper",
                "%s trim released %lld bytes in %.3f ms (RSS %llu -> %llu)",
                mt_trigger_name(trigger), (long long)r.released_bytes, r.duration_ns / 1e6,
                (unsigned long long)r.rss_before_bytes, (unsigned long long)r.rss_after_bytes);
@@ -256,12 +256,14 @@ void housekeeper_init(struct housekeeper *hk)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&hk->cond, &attr);
     pthread_condattr_destroy(&attr);
+    mt_log_limit_init(&hk->trim_log, 10 * MT_SEC, 5);
 }
 
 void housekeeper_destroy(struct housekeeper *hk)
 {
     pthread_cond_destroy(&hk->cond);
     pthread_mutex_destroy(&hk->lock);
+    pthread_mutex_destroy(&hk->trim_log.lock);
 }
 
 int housekeeper_start(struct memtrim *mt, char **err)

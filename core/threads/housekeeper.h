@@ -24,6 +24,7 @@ struct housekeeper {
     /* published by cost_hk.c */
     double gap_factor, host_cpu_share, deferred_seconds;
     int deferring, back_at_once;
+    struct mt_log_limit trim_log; /* burst trims' lines: 5 per 10 s (its own lock) */
     /* Tests only (housekeeper_test_tick): the wake interval, 0 = the product's 250 ms. */
     int64_t test_tick_ns;
 };

@@ -68,6 +68,11 @@ const char *pressure_source_name(int source)
     return source >= 0 && source < PRESSURE_SOURCE_COUNT ? source_names[source] : "unknown";
 }
 
+/* A PATCH or a hostile workload can make pressure trims many a second: their lines are
+ * rate-limited (the counters and the store keep every trim). */
+#define TRIM_LOG_BURST 5
+#define TRIM_LOG_WINDOW_NS (10 * MT_SEC)
+
 struct pressure {
     struct memtrim *mt;
     pthread_t thread;
@@ -91,6 +96,7 @@ struct pressure {
     double armed_ratio;
     int kernel_tried;   /* 1 once arming was tried (and its outcome logged) */
     struct cgroup_info *cg; /* the cgroup the probe found (its paths fixed at start) */
+    struct mt_log_limit trim_log; /* the line per pressure trim: TRIM_LOG_BURST per 10 s */
     int cg_version;
     int armed_level;        /* the cgroup level whose limit the sources were armed for */
     int armed_events_level; /* whose memory.events kfd[1] watches (v2) */
@@ -516,7 +522,7 @@ static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot 
     store_wake(&mt->store);
     l->calm_ns = mt_mono_ns();
     l->last_rss = r.rss_after_bytes;
-    mt_log(MT_LOG_INFO, "pressure",
+    mt_log_limited(&p->trim_log, MT_LOG_INFO, "pressure",
            "pressure trim released %lld bytes in %.3f ms, %.3f ms after the crossing "
            "(RSS %llu -> %llu)",
            (long long)r.released_bytes, r.duration_ns / 1e6, r.reaction_ns / 1e6,
@@ -714,6 +720,7 @@ int pressure_create(struct memtrim *mt)
     p->mt = mt;
     p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = p->current_fd = -1;
     p->stats.reaction_last_seconds = -1;
+    mt_log_limit_init(&p->trim_log, TRIM_LOG_WINDOW_NS, TRIM_LOG_BURST);
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     /* The cgroup the probe found (fixed when the cache was made). */
@@ -737,6 +744,7 @@ void pressure_free(struct memtrim *mt)
     if (!p)
         return;
     pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->trim_log.lock);
     close(p->wake_fd);
     if (p->statm_fd >= 0)
         close(p->statm_fd);

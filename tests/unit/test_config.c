@@ -333,13 +333,38 @@ static void test_to_json_redacts(void)
     cJSON_Delete(o);
 }
 
+/* A file of the source tree, or NULL (a failed check). */
+static FILE *open_source(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/%s", MEMTRIM_SOURCE_DIR, name);
+    FILE *f = fopen(path, "re");
+    CHECK_MSG(f != NULL, "cannot open %s", name);
+    return f;
+}
+
+/* seen: "|A|B|": the keys a table named. */
+static void seen_add(char *seen, size_t size, const char *key)
+{
+    if (strlen(seen) + strlen(key) + 2 < size) {
+        strcat(seen, key);
+        strcat(seen, "|");
+    }
+}
+
+static int seen_has(const char *seen, const char *key)
+{
+    char want[96];
+    snprintf(want, sizeof(want), "|%s|", key);
+    return strstr(seen, want) != NULL;
+}
+
 /* The README's configuration table and the key table move together: every key has a
  * row (a row may name several keys, "A / B"), every row names only keys, and the row's
  * PATCH column (the third) says "yes" exactly for the keys PATCH /config may change. */
 static void test_readme_table(void)
 {
-    FILE *f = fopen(MEMTRIM_SOURCE_DIR "/README.md", "re");
-    CHECK_MSG(f != NULL, "cannot open README.md");
+    FILE *f = open_source("README.md");
     if (!f)
         return;
     char line[2048], names[8192] = "|";
@@ -349,6 +374,8 @@ static void test_readme_table(void)
             in_table = strncmp(line, "## Configuration", 16) == 0;
             continue;
         }
+        if (strncmp(line, "| PATCH key |", 13) == 0)
+            in_table = 0; /* the PATCH bounds' table (test_readme_patch_bounds) */
         if (!in_table || strncmp(line, "| ", 2) != 0 || strncmp(line, "| key |", 7) == 0)
             continue;
         char *end = strchr(line + 2, '|');
@@ -377,10 +404,7 @@ static void test_readme_table(void)
             CHECK_MSG(!config_key_exists(k) || config_key_is_runtime(k) == want_runtime,
                       "README says %s %s be changed by PATCH /config; the key table says "
                       "otherwise", k, want_runtime ? "can" : "cannot");
-            if (strlen(names) + n + 2 < sizeof(names)) {
-                strcat(names, k);
-                strcat(names, "|");
-            }
+            seen_add(names, sizeof(names), k);
         }
         rows++;
     }
@@ -390,17 +414,209 @@ static void test_readme_table(void)
     char type;
     double min, max;
     int runtime;
-    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++) {
-        char want[96];
-        snprintf(want, sizeof(want), "|%s|", name);
-        CHECK_MSG(strstr(names, want) != NULL, "key %s has no row in README's configuration "
-                  "table", name);
+    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++)
+        CHECK_MSG(seen_has(names, name), "key %s has no row in README's configuration table",
+                  name);
+}
+
+/* "16 MiB", "2^53", "0.5", "604800": a number of README's PATCH table; 0 when it is none. */
+static int readme_number(const char *s, double *out)
+{
+    char *end;
+    if (strncmp(s, "2^53", 4) == 0) {
+        *out = 9007199254740992.0;
+        return 1;
     }
+    *out = strtod(s, &end);
+    if (end == s)
+        return 0;
+    while (*end == ' ')
+        end++;
+    if (strncmp(end, "KiB", 3) == 0)
+        *out *= 1024;
+    else if (strncmp(end, "MiB", 3) == 0)
+        *out *= 1024 * 1024;
+    else if (strncmp(end, "GiB", 3) == 0)
+        *out *= 1024.0 * 1024 * 1024;
+    return 1;
+}
+
+/* README's "PATCH key | may be set to" table says what the key table lets PATCH set:
+ * every runtime key has a row, "[0, or ]LO to HI" with the same bounds. */
+static void test_readme_patch_bounds(void)
+{
+    FILE *f = open_source("README.md");
+    if (!f)
+        return;
+    char line[2048], seen[4096] = "|";
+    int in_table = 0, rows = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "| PATCH key |", 13) == 0) {
+            in_table = 1;
+            continue;
+        }
+        if (!in_table || strncmp(line, "|---", 4) == 0)
+            continue;
+        if (strncmp(line, "| ", 2) != 0)
+            break;
+        char *key = line + 2, *end = strchr(key, '|');
+        char *cell = end ? end + 1 : NULL, *cell_end = cell ? strchr(cell, '|') : NULL;
+        if (!cell_end)
+            continue;
+        *end = *cell_end = '\0';
+        for (size_t n = strlen(key); n && key[n - 1] == ' ';)
+            key[--n] = '\0';
+        while (*cell == ' ')
+            cell++;
+        int zero = strncmp(cell, "0, or ", 6) == 0;
+        const char *lo_s = zero ? cell + 6 : cell, *to = strstr(lo_s, " to ");
+        double lo = -1, hi = -1;
+        CHECK_MSG(to && readme_number(lo_s, &lo) && readme_number(to + 4, &hi),
+                  "README's PATCH row %s: \"%s\" is not [0, or ]LO to HI", key, cell);
+        const char *name;
+        char type;
+        double min, max, want_lo, want_hi;
+        int runtime, want_zero, found = 0;
+        for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++) {
+            if (strcmp(name, key) != 0)
+                continue;
+            found = 1;
+            CHECK_MSG(config_key_patch_range(i, &want_lo, &want_hi, &want_zero) == 0,
+                      "README's PATCH table names %s, which PATCH cannot change", key);
+            CHECK_MSG(lo == want_lo && hi == want_hi && zero == want_zero,
+                      "README: %s may be set to %s%g to %g; the key table says %s%.17g to %.17g",
+                      key, zero ? "0, or " : "", lo, hi, want_zero ? "0, or " : "", want_lo,
+                      want_hi);
+        }
+        CHECK_MSG(found, "README's PATCH table names %s, which is no key", key);
+        seen_add(seen, sizeof(seen), key);
+        rows++;
+    }
+    fclose(f);
+    CHECK_MSG(rows > 0, "no PATCH table in README.md");
+    const char *name;
+    char type;
+    double min, max, lo, hi;
+    int runtime, zero;
+    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++)
+        if (config_key_patch_range(i, &lo, &hi, &zero) == 0)
+            CHECK_MSG(seen_has(seen, name), "runtime key %s has no row in README's PATCH table",
+                      name);
+}
+
+/* openapi.yaml's ConfigPatchKeys give each runtime key the bounds PATCH enforces:
+ * minimum (0 when 0 is allowed too) and maximum. */
+static void test_openapi_patch_bounds(void)
+{
+    FILE *f = open_source("openapi.yaml");
+    if (!f)
+        return;
+    char line[512], key[96] = "";
+    int in = 0, checked = 0;
+    double mins[128], maxs[128];
+    char names[128][64];
+    int n = 0;
+    while (fgets(line, sizeof(line), f)) {
+        if (strncmp(line, "    ConfigPatchKeys:", 20) == 0) {
+            in = 1;
+            continue;
+        }
+        if (!in)
+            continue;
+        if (strncmp(line, "    ", 4) == 0 && line[4] != ' ')
+            break; /* the next schema */
+        if (strncmp(line, "        ", 8) == 0 && line[8] != ' ' && strchr(line, ':') && n < 128) {
+            snprintf(key, sizeof(key), "%.*s", (int)(strchr(line, ':') - line - 8), line + 8);
+            snprintf(names[n], sizeof(names[n]), "%s", key);
+            mins[n] = maxs[n] = NAN;
+            n++;
+        } else if (n > 0 && strncmp(line, "          minimum: ", 19) == 0) {
+            mins[n - 1] = strtod(line + 19, NULL);
+        } else if (n > 0 && strncmp(line, "          maximum: ", 19) == 0) {
+            maxs[n - 1] = strtod(line + 19, NULL);
+        }
+    }
+    fclose(f);
+    const char *name;
+    char type;
+    double min, max, lo, hi;
+    int runtime, zero;
+    for (size_t i = 0; config_key_info(i, &name, &type, &min, &max, &runtime) == 0; i++) {
+        if (config_key_patch_range(i, &lo, &hi, &zero) != 0)
+            continue;
+        int j = 0;
+        while (j < n && strcmp(names[j], name) != 0)
+            j++;
+        CHECK_MSG(j < n, "openapi.yaml's ConfigPatchKeys has no %s", name);
+        if (j == n)
+            continue;
+        double want_min = zero ? 0 : lo;
+        CHECK_MSG(mins[j] == want_min, "openapi.yaml: %s minimum %g, PATCH allows from %.17g",
+                  name, mins[j], want_min);
+        CHECK_MSG(maxs[j] == hi, "openapi.yaml: %s maximum %g, PATCH allows up to %.17g", name,
+                  maxs[j], hi);
+        checked++;
+    }
+    CHECK(checked >= 20);
+}
+
+/* Floors and ceilings PATCH enforces (issue 24): the values of the audit are refused. */
+static void test_patch_cannot_hurt(void)
+{
+    struct mt_config cfg, next;
+    char *err = NULL;
+    config_defaults(&cfg);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryLimitBytes\": 1}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "MemoryLimitBytes");
+    CHECK_CONTAINS(err, "16777216");
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryLimitBytes\": 0}", &err), 0); /* auto */
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MemoryLimitBytes\": null}", &err), 0);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"PressureRatio\": 0.2}", &err), -EINVAL);
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimBudgetPercent\": 100}", &err), -EINVAL);
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimMinReleasableBytes\": 0}", &err), -EINVAL);
+    free(err);
+    /* the audit's 2 GiB tunables: above glibc's own bounds, at start too */
+    CHECK_EQ_INT(config_patch(&cfg, "{\"MallocTrimThresholdBytes\": 2147483647}", &err),
+                 -EINVAL);
+    CHECK_CONTAINS(err, "out of range");
+    free(err);
+    CHECK_EQ_INT(config_parse("{\"MallocTopPadBytes\": 2147483647}", &cfg, &err), -EINVAL);
+    free(err);
+    /* raised thresholds need periodic trims, at start and through PATCH */
+    CHECK_EQ_INT(config_parse("{\"MallocTrimThresholdBytes\": 33554432, "
+                              "\"TrimIntervalSeconds\": 0}", &cfg, &err), -EINVAL);
+    CHECK_CONTAINS(err, "TrimIntervalSeconds between 1 and 300");
+    free(err);
+    CHECK_EQ_INT(config_parse("{\"MallocTopPadBytes\": 33554432}", &cfg, &err), 0);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSeconds\": 0}", &err), -EINVAL);
+    CHECK_CONTAINS(err, "MallocTopPadBytes");
+    free(err);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSeconds\": 3600}", &err), -EINVAL);
+    free(err);
+    config_defaults(&cfg);
+    CHECK_EQ_INT(config_patch(&cfg, "{\"TrimIntervalSeconds\": 0, "
+                              "\"MallocTrimThresholdBytes\": 131072}", &err), 0);
+    /* the process-dependent floor: twice the peak RSS */
+    config_defaults(&cfg);
+    next = cfg;
+    next.memory_limit_bytes = 300 << 20;
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, &err), -EINVAL);
+    CHECK_CONTAINS(err, "twice this process's peak RSS");
+    free(err);
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 150 << 20, &err), 0);
+    next.memory_limit_bytes = 0; /* auto: the cgroup's */
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, &err), 0);
 }
 
 int main(void)
 {
     RUN(test_readme_table);
+    RUN(test_readme_patch_bounds);
+    RUN(test_openapi_patch_bounds);
+    RUN(test_patch_cannot_hurt);
     RUN(test_defaults);
     RUN(test_section_or_root);
     RUN(test_every_key);

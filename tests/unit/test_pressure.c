@@ -450,11 +450,43 @@ out:
     harness_rmtree(dir);
 }
 
+/*
+ * A limit far below the host's working set (issue 24: MemoryLimitBytes 1 gave 2,400-2,700
+ * pressure trims in 20 s, each releasing what the demo's last study freed). Every reading
+ * is past the line and every study a step of growth; each trim releases 64 MB and leaves
+ * RSS far above the line: they back off as if they had found nothing.
+ */
+static void test_storm_below_working_set(void)
+{
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    int trims = 0;
+    for (int64_t t = 0; t < 20000; t++) { /* 20 s, a reading per ms */
+        /* the demo: 100 MB live, a 64 MB study every 7 ms, freed at its end */
+        uint64_t rss_mb = 100 + (uint64_t)(t % 7) * 10;
+        struct pressure_input in = input(t, rss_mb, 0);
+        in.limit = 1; /* bytes */
+        if (pressure_decide(&in, &st) == PRESSURE_TRIM) {
+            trims++;
+            pressure_after_trim(&st, in.now_ns, 100 * MB, 64 * (int64_t)MB, 8 * MB);
+        }
+    }
+    printf("storm: %d pressure trims in 20 s below the working set\n", trims);
+    CHECK_MSG(trims <= 40, "%d pressure trims in 20 s with a 1-byte limit", trims);
+    CHECK_MSG(trims >= 5, "%d: the path still trims now and then", trims);
+    /* Under the line again: a useful trim resets the back-off at once. */
+    struct pressure_input in = input(30000, 380, 400);
+    CHECK_EQ_INT(pressure_decide(&in, &st), PRESSURE_TRIM);
+    pressure_after_trim(&st, in.now_ns, 200 * MB, 180 * (int64_t)MB, 8 * MB);
+    CHECK_EQ_INT(st.futile, 0);
+    CHECK_EQ_INT(st.futile_timed, 0);
+}
+
 int main(void)
 {
     RUN(test_decide);
     RUN(test_charge);
     RUN(test_last_chance);
+    RUN(test_storm_below_working_set);
     RUN(test_poll_fallback_and_zone);
     RUN(test_not_cgroupfs);
     RUN(test_climb_is_trimmed);
