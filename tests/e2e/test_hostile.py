@@ -685,7 +685,7 @@ def vm_hwm(pid):
     raise AssertionError("no VmHWM")
 
 
-def log_lines(demo, *modules):
+def module_lines(demo, *modules):
     return [ln for ln in demo.output().splitlines()
             if any(ln.startswith(f"memtrim/{m}:") for m in modules)]
 
@@ -694,7 +694,7 @@ def test_200_patches_give_a_few_log_lines(start_demo):
     """Each applied tunable logged a line, 200 PATCHes 200 lines (finding 6): now one
     PATCH line and one tunables line per 10 s, the rest counted."""
     d = start_demo({}, workers=1, study_mb=1, pause_ms=1000)
-    before = len(log_lines(d, "config", "tunables"))
+    before = len(module_lines(d, "config", "tunables"))
     t0 = time.monotonic()
     for i in range(200):
         body = {"TrimIntervalSeconds": 30 + i % 2,
@@ -705,7 +705,7 @@ def test_200_patches_give_a_few_log_lines(start_demo):
         r = d.request("PATCH", "/config", json={"MemoryLimitBytes": 1})
         assert r.status_code == 400, r.text
     seconds = time.monotonic() - t0
-    lines = log_lines(d, "config", "tunables")[before:]
+    lines = module_lines(d, "config", "tunables")[before:]
     allowed = 2 * (1 + int(seconds // 10))
     assert len(lines) <= allowed, f"{len(lines)} lines in {seconds:.1f} s:\n" + "\n".join(lines)
     assert d.get("/config").json()["MallocMmapThresholdBytes"] == 2 * MIB
