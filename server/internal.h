@@ -214,7 +214,8 @@ struct server {
     uid_t uid;                   /* the host's: a unix peer of this uid (or root) is an admin */
     struct mt_log_limit peer_log; /* writes over the unix socket, with the peer (server.c) */
     /* TLS (tls.c): the current daemon's files, the one still draining after a renewal */
-    struct server_pems *pems; /* NULL: plain HTTP */
+    struct server_pems *pems; /* NULL: plain HTTP; swapped by the reload thread only */
+    int tls, tls_client_ca;   /* fixed at start: what the handlers read */
     pthread_mutex_t tls_lock;
     pthread_cond_t tls_cond;
     pthread_t tls_thread;
