@@ -116,7 +116,7 @@ def orthanc_burst(section):
     """Start Debian's Orthanc (section None = without the plugin) and run the burst:
     96 uploads (8 threads), then 2 anonymizations of each study, as
     tests/e2e/test_orthanc.py. Returns the running Proc and the burst's seconds."""
-    import test_orthanc as to
+    import orthanc_util as to
     tmp = Path(tempfile.mkdtemp(prefix="memtrim-bench-orthanc-"))
     extra_cfg = {"Plugins": []} if section is None else None
     base = to.write_config(tmp / "config", None if section is None else

@@ -23,13 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
 from hosts_util import Cgroup  # noqa: E402  (the e2e tests' cgroups: v1 or v2, removed whole)
+from pressure_util import Outcome, demo_command  # noqa: E402  (the workload, shared with the tests)
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 TCMALLOC = LIBDIR / "libtcmalloc_minimal.so.4"
 JEMALLOC = LIBDIR / "libjemalloc.so.2"
-WORKLOAD = ["--workers", "8", "--study-mb", "150", "--keep-percent", "2", "--concurrency", "1"]
-SUMMARY = re.compile(r"memtrim-demo: (\d+) studies done, peak RSS (\d+) MB")
-STUDY = re.compile(r"^study (\d+) on worker", re.M)
 PORT = int(os.environ.get("BENCH_PORT", "19050"))  # the pressure helper's range
 
 
@@ -78,9 +76,7 @@ def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
     # The mode's environment reaches the demo alone, not the shell that joins the cgroup.
-    args = ["/usr/bin/env", *[f"{k}={v}" for k, v in extra_env.items()],
-            build / "memtrim-demo", "--no-memtrim", *WORKLOAD, "--pause-ms", str(pause),
-            "--studies", str(studies), *extra_args]
+    args = demo_command(pause, studies, env=extra_env, args=extra_args, build=build)
     log = Path(tmp) / f"cell-{limit_mb}-{pause}-{mode}.log"
     t0 = time.monotonic()
     try:
@@ -95,16 +91,13 @@ def run_cell(build, tmp, limit_mb, pause, mode, studies, timeout):
         peak = cg.peak_bytes()
     finally:
         cg.remove()  # also when the benchmark itself is stopped
-    out = log.read_text(errors="replace")
-    done = len(STUDY.findall(out))
-    m = SUMMARY.search(out)
-    reactions = [float(x) for x in re.findall(r"([0-9.]+) ms after the crossing", out)]
+    r = Outcome(rc, log.read_text(errors="replace"))
     return {"limit_mb": limit_mb, "pause_ms": pause, "mode": mode, "rc": rc,
-            "completed": int(m.group(1)) if m else done, "ok": rc == 0 and m is not None,
+            "completed": r.completed, "ok": r.ok,
             "peak_mb": (peak >> 20) if peak else None, "wall_s": round(wall, 2),
-            "pressure_trims": out.count("pressure trim released"),
-            "reaction_ms_max": max(reactions) if reactions else None,
-            "reaction_ms_median": sorted(reactions)[len(reactions) // 2] if reactions else None}
+            "pressure_trims": r.pressure_trims, "source": r.source,
+            "reaction_ms_max": max(r.reactions) if r.reactions else None,
+            "reaction_ms_median": r.reaction_median()}
 
 
 # The two modes the issue compares (wall time within 5 %) run --repeat times.

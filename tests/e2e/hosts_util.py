@@ -165,16 +165,23 @@ class Cgroup:
     V1 = Path("/sys/fs/cgroup/memory")
     V2 = Path("/sys/fs/cgroup")
 
-    def __init__(self, name, limit_bytes):
-        self.version, self.path = self._create(name)
+    def __init__(self, name, limit_bytes, parent=None, high_bytes=None):
+        """limit_bytes None: no limit of its own (v2 "max"; the parent's applies);
+        parent: a v2 Cgroup to nest in; high_bytes: v2 memory.high."""
+        self.version, self.path = self._create(name, parent)
         self.limit = limit_bytes
         if self.version == 1:
+            if parent is not None or high_bytes is not None:
+                raise RuntimeError("nested cgroups and memory.high: cgroup v2 only here")
             (self.path / "memory.limit_in_bytes").write_text(str(limit_bytes))
             memsw = self.path / "memory.memsw.limit_in_bytes"
             if memsw.exists():  # swap must not hide the kill
                 memsw.write_text(str(limit_bytes))
         else:
-            (self.path / "memory.max").write_text(str(limit_bytes))
+            if limit_bytes is not None:
+                (self.path / "memory.max").write_text(str(limit_bytes))
+            if high_bytes is not None:
+                (self.path / "memory.high").write_text(str(high_bytes))
             swap = self.path / "memory.swap.max"
             if swap.exists():
                 swap.write_text("0")
@@ -191,12 +198,12 @@ class Cgroup:
             return None
         return "no memory cgroup controller (neither v1 /sys/fs/cgroup/memory nor v2 memory)"
 
-    def _create(self, name):
-        if (self.V1 / "memory.limit_in_bytes").exists():
+    def _create(self, name, parent_cg=None):
+        if parent_cg is None and (self.V1 / "memory.limit_in_bytes").exists():
             path = self.V1 / name
             path.mkdir()
             return 1, path
-        parent = self.V2
+        parent = parent_cg.path if parent_cg is not None else self.V2
         subtree = parent / "cgroup.subtree_control"
         if "memory" not in subtree.read_text().split():
             subtree.write_text("+memory")
@@ -223,6 +230,11 @@ class Cgroup:
                 return int(value)
         return None
 
+    def events(self):
+        """v2 memory.events as a dict (low, high, max, oom, oom_kill, ...)."""
+        return {k: int(v) for k, v in
+                (line.split() for line in (self.path / "memory.events").read_text().splitlines())}
+
     def remove(self):
         """Kill what is left inside, then remove the directory."""
         def emptied():
@@ -242,7 +254,7 @@ class Cgroup:
 
 
 def cgroups(prefix):
-    """The generator behind the cgroup fixtures: yields make(limit_bytes) ->
+    """The generator behind the cgroup fixtures: yields make(limit_bytes, **Cgroup's) ->
     Cgroup named <prefix>-<pid>-<n>, removes them all at the end; skips with
     the reason when no memory cgroup can be created here."""
     why = Cgroup.unavailable()
@@ -250,13 +262,13 @@ def cgroups(prefix):
         pytest.skip(why)
     made = []
 
-    def make(limit_bytes):
-        cg = Cgroup(f"{prefix}-{os.getpid()}-{len(made)}", limit_bytes)
+    def make(limit_bytes, **kw):
+        cg = Cgroup(f"{prefix}-{os.getpid()}-{len(made)}", limit_bytes, **kw)
         made.append(cg)
         return cg
 
     yield make
-    for cg in made:
+    for cg in reversed(made):  # children before their parents
         cg.remove()
 
 

@@ -11,7 +11,7 @@ import requests
 
 from hosts_util import procs  # noqa: F401 (fixture)
 from wait import wait_for
-from test_orthanc import ORTHANC, start_orthanc, upload_studies, wait_ready
+from orthanc_util import ORTHANC, start_orthanc, upload_studies, wait_ready
 
 # A workload that spreads its free memory over many arenas: six workers, each
 # allocating 40 MB studies, three at once.

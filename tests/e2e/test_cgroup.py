@@ -11,17 +11,16 @@ import signal
 
 import pytest
 
-from hosts_util import DEMO_SUMMARY, assert_oom_killed, build_file, cgroup, preload_env, procs  # noqa: F401
+from hosts_util import DEMO_SUMMARY, assert_oom_killed, cgroup, procs  # noqa: F401
+from pressure_util import Outcome, demo_command, memtrim_vars
 
 LIMIT = 400 << 20
 STUDIES = 16
-WORKLOAD = ["--workers", "8", "--study-mb", "100", "--keep-percent", "2", "--concurrency", "1",
-            "--pause-ms", "300", "--studies", str(STUDIES)]
 SUMMARY = DEMO_SUMMARY
 
 
-def run_in_cgroup(procs, cg, tmp_path, name, env_prefix, timeout=120):
-    args = ["/usr/bin/env"] + env_prefix + [build_file("memtrim-demo"), "--no-memtrim"] + WORKLOAD
+def run_in_cgroup(procs, cg, tmp_path, name, env, timeout=120):
+    args = demo_command(300, STUDIES, env=env, study_mb=100)
     p = procs(cg.wrap(args), tmp_path / f"{name}.log")
     rc = p.wait(timeout)
     return rc, p.output()
@@ -29,7 +28,7 @@ def run_in_cgroup(procs, cg, tmp_path, name, env_prefix, timeout=120):
 
 def test_without_memtrim_the_kernel_kills_it(procs, cgroup, tmp_path):
     cg = cgroup(LIMIT)
-    rc, out = run_in_cgroup(procs, cg, tmp_path, "without", [])
+    rc, out = run_in_cgroup(procs, cg, tmp_path, "without", {})
     print(f"\nwithout memtrim: exit {rc}, cgroup v{cg.version} peak "
           f"{(cg.peak_bytes() or 0) >> 20} MB, oom kills {cg.oom_kills()}")
     assert_oom_killed(rc, out, cg)
@@ -37,9 +36,8 @@ def test_without_memtrim_the_kernel_kills_it(procs, cgroup, tmp_path):
 
 def test_with_memtrim_every_study_completes(procs, cgroup, tmp_path):
     cg = cgroup(LIMIT)
-    env = preload_env({"HttpPort": 0, "Database": str(tmp_path / "memtrim.sqlite")})
-    prefix = [f"LD_PRELOAD={env['LD_PRELOAD']}", f"MEMTRIM_CONFIG={env['MEMTRIM_CONFIG']}"]
-    rc, out = run_in_cgroup(procs, cg, tmp_path, "with", prefix)
+    env = memtrim_vars({"HttpPort": 0, "Database": str(tmp_path / "memtrim.sqlite")})
+    rc, out = run_in_cgroup(procs, cg, tmp_path, "with", env)
     m = SUMMARY.search(out)
     pressure = out.count("pressure trim released")
     print(f"\nwith memtrim: exit {rc}, {m.group(0) if m else 'no summary'}, cgroup v{cg.version} "
@@ -63,15 +61,8 @@ FAST_STUDIES = 24
 FAST_CELLS = [(300, 0), (400, 50)]
 
 
-def fast_workload(pause_ms):
-    return ["--workers", "8", "--study-mb", "150", "--keep-percent", "2", "--concurrency", "1",
-            "--pause-ms", str(pause_ms), "--studies", str(FAST_STUDIES)]
-
-
-def run_fast(procs, cg, tmp_path, name, env_prefix, pause_ms, timeout=240):
-    args = ["/usr/bin/env"] + env_prefix + [build_file("memtrim-demo"), "--no-memtrim"] + \
-        fast_workload(pause_ms)
-    p = procs(cg.wrap(args), tmp_path / f"{name}.log")
+def run_fast(procs, cg, tmp_path, name, env, pause_ms, timeout=240):
+    p = procs(cg.wrap(demo_command(pause_ms, FAST_STUDIES, env=env)), tmp_path / f"{name}.log")
     rc = p.wait(timeout)
     return rc, p.output()
 
@@ -79,8 +70,8 @@ def run_fast(procs, cg, tmp_path, name, env_prefix, pause_ms, timeout=240):
 @pytest.mark.parametrize("limit_mb,pause_ms", FAST_CELLS)
 def test_fast_work_kills_the_host_without_memtrim(procs, cgroup, tmp_path, limit_mb, pause_ms):
     cg = cgroup(limit_mb << 20)
-    rc, out = run_fast(procs, cg, tmp_path, "control", [], pause_ms)
-    done = len(re.findall(r"^study \d+ on worker", out, re.M))
+    rc, out = run_fast(procs, cg, tmp_path, "control", {}, pause_ms)
+    done = Outcome(rc, out).completed
     print(f"\nwithout memtrim, {limit_mb} MB, pause {pause_ms} ms: exit {rc} after {done} studies, "
           f"peak {(cg.peak_bytes() or 0) >> 20} MB")
     assert rc == -signal.SIGKILL, f"the control was not killed (exit {rc}): the test is void\n" \
@@ -93,12 +84,12 @@ def test_fast_work_completes_with_memtrim(procs, cgroup, tmp_path, limit_mb, pau
     import sqlite3
     cg = cgroup(limit_mb << 20)
     db = tmp_path / "memtrim.sqlite"
-    env = preload_env({"HttpPort": 0, "Database": str(db)})
-    prefix = [f"LD_PRELOAD={env['LD_PRELOAD']}", f"MEMTRIM_CONFIG={env['MEMTRIM_CONFIG']}"]
-    rc, out = run_fast(procs, cg, tmp_path, "memtrim", prefix, pause_ms)
-    m = SUMMARY.search(out)
+    env = memtrim_vars({"HttpPort": 0, "Database": str(db)})
+    rc, out = run_fast(procs, cg, tmp_path, "memtrim", env, pause_ms)
+    run = Outcome(rc, out)
+    m = run.summary
     source = re.search(r"memtrim/pressure: pressure source: (\S+)", out)
-    reactions = [float(x) for x in re.findall(r"([0-9.]+) ms after the crossing", out)]
+    reactions = run.reactions
     print(f"\nwith memtrim, {limit_mb} MB, pause {pause_ms} ms: exit {rc}, "
           f"{m.group(0) if m else 'no summary'}, peak {(cg.peak_bytes() or 0) >> 20} MB, "
           f"source {source.group(1) if source else '?'}, {len(reactions)} pressure trims, "
@@ -131,11 +122,9 @@ def test_the_pressure_path_alone_keeps_up_from_the_start(procs, cgroup, tmp_path
     db = tmp_path / "memtrim.sqlite"
     cfg = {"HttpPort": 0, "Database": str(db),
            "TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0}
-    env = preload_env(cfg)
-    prefix = [f"LD_PRELOAD={env['LD_PRELOAD']}", f"MEMTRIM_CONFIG={env['MEMTRIM_CONFIG']}"]
-    rc, out = run_fast(procs, cg, tmp_path, "alone", prefix, 0)
-    m = SUMMARY.search(out)
-    reactions = [float(x) for x in re.findall(r"([0-9.]+) ms after the crossing", out)]
+    rc, out = run_fast(procs, cg, tmp_path, "alone", memtrim_vars(cfg), 0)
+    run = Outcome(rc, out)
+    m, reactions = run.summary, run.reactions
     print(f"\npressure path alone, 300 MB, pause 0: exit {rc}, "
           f"{m.group(0) if m else 'no summary'}, peak {(cg.peak_bytes() or 0) >> 20} MB, "
           f"{len(reactions)} pressure trims, reaction max {max(reactions) if reactions else '-'} ms")
