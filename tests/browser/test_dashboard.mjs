@@ -108,7 +108,7 @@ async function checkDesktop(demo, ctx) {
     // The API serves one shared snapshot (StatsMaxAgeMs): right after the page has
     // shown a new one, a fetch gets the same snapshot, so the numbers must be exact.
     const fields = ['rss_bytes', 'heap_in_use_bytes', 'heap_free_bytes', 'heap_mmapped_bytes',
-      'fragmentation_ratio', 'memory_limit_bytes'];
+      'fragmentation_ratio', 'memory_limit_bytes', 'cgroup_usage_bytes'];
     let compared = 0;
     for (let attempt = 0; attempt < 20 && compared < 2; attempt++) {
       const before = await page.$eval('#cards', (e) => e.dataset.timestamp);
@@ -134,6 +134,13 @@ async function checkDesktop(demo, ctx) {
     assert(rss.title.replace(/,/g, '').startsWith(String(rss.v)), 'RSS title is ' + rss.title);
     assert(!(await page.$eval('.card[data-metric="memory_limit_bytes"]', (e) => e.hidden)),
       'the memory-limit card is hidden although a limit is configured');
+    // What the kernel charges the cgroup, beside RSS: its anon and page-cache split.
+    const st = await getJson(demo, 'memory/stats');
+    const cg = await page.$eval('.card[data-metric="cgroup_usage_bytes"]',
+      (e) => ({ hidden: e.hidden, sub: e.querySelector('#cgroup-sub').textContent }));
+    assert(cg.hidden === (st.cgroup_usage_bytes == null), 'cgroup card hidden: ' + cg.hidden);
+    if (st.cgroup_anon_bytes != null)
+      assert(/^anon .+, page cache .+/.test(cg.sub), 'the cgroup card says ' + cg.sub);
   });
 
   await check('the chart draws RSS and heap series with points', async () => {
