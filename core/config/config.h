@@ -6,6 +6,7 @@
 #ifndef MEMTRIM_CONFIG_H
 #define MEMTRIM_CONFIG_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -123,5 +124,20 @@ int config_key_patch_range(size_t i, double *lo, double *hi, int *zero_allowed);
 /* Whether a key exists / may be changed at run time. */
 int config_key_exists(const char *key);
 int config_key_is_runtime(const char *key);
+
+/*
+ * The running configuration as the instance hands it to its threads (feed.c): the
+ * instance owns the three; PATCH /config changes *cfg and bumps *generation under *lock.
+ */
+struct mt_config_feed {
+    pthread_mutex_t *lock;
+    const struct mt_config *cfg;
+    const uint64_t *generation;
+};
+
+/* Copy the configuration into *out when its generation is not *generation (which then
+ * follows it), or when first: 1 when it was copied. Takes the lock only to copy. */
+int config_feed_read(const struct mt_config_feed *f, struct mt_config *out, uint64_t *generation,
+                     int first);
 
 #endif /* MEMTRIM_CONFIG_H */

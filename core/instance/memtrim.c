@@ -277,9 +277,30 @@ static int exit_summary(struct memtrim *mt)
     return 0;
 }
 
+/* The config feed every thread reads (PATCH /config bumps the generation). */
+static struct mt_config_feed config_feed(struct memtrim *mt)
+{
+    return (struct mt_config_feed){&mt->cfg_lock, &mt->cfg, &mt->cfg_generation};
+}
+
+static void wake_pressure(void *mt)
+{
+    pressure_wake(mt);
+}
+
 static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    return housekeeper_start(mt, err);
+    struct housekeeper_deps deps = {
+        .config = config_feed(mt),
+        .suspend_depth = &mt->suspend_depth,
+        .cache = &mt->cache,
+        .trims = &mt->trims,
+        .arenas = &mt->arenas,
+        .store = &mt->store,
+        .wake_pressure = wake_pressure,
+        .pressure = mt,
+    };
+    return housekeeper_start(&mt->hk, &deps, err);
 }
 
 static int hk_halt(struct memtrim *mt)

@@ -4,18 +4,19 @@
  * trim's re-fault window (after RefaultWindowSeconds, or at the next trim)
  * and hands the figure to the trim service for the store and the counters,
  * lengthens or resets the adaptive gap, and gates periodic and burst trims
- * on the budget and on a busy host. Housekeeper thread only; mt->hk.lock is
- * taken to publish gauges and count skips, never across anything else.
+ * on the budget and on a busy host. Housekeeper thread only; hk->lock is
+ * taken to publish gauges, never across anything else (the trim service
+ * counts the skips under its own).
  */
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
 #include "cost_hk.h"
-#include "instance.h"
+#include "housekeeper.h"
 #include "probe.h"
+#include "trim.h"
 
 #define CPUS_EVERY_TICKS 40       /* re-read the affinity and cpu.max every ~10 s */
 #define GAP_MIN_EVIDENCE (1 << 20) /* a release smaller than 1 MiB says nothing */
@@ -41,16 +42,16 @@ void cost_hk_init(struct cost_hk *h)
     h->cpus = probe_cpus();
 }
 
-static void publish(struct memtrim *mt, const struct cost_hk *h, const struct mt_config *c)
+static void publish(struct housekeeper *hk, const struct cost_hk *h, const struct mt_config *c)
 {
     double share = cost_cpu_share(&h->cpu, h->cpus);
-    pthread_mutex_lock(&mt->hk.lock);
-    mt->hk.gap_factor = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
-    mt->hk.host_cpu_share = share;
-    mt->hk.deferred_seconds = h->deferred_seconds;
-    mt->hk.deferring = h->defer.since != 0;
-    mt->hk.back_at_once = h->back_at_once;
-    pthread_mutex_unlock(&mt->hk.lock);
+    pthread_mutex_lock(&hk->lock);
+    hk->gap_factor = cost_gap_factor(&h->gap, c->trim_gap_max_factor);
+    hk->host_cpu_share = share;
+    hk->deferred_seconds = h->deferred_seconds;
+    hk->deferring = h->defer.since != 0;
+    hk->back_at_once = h->back_at_once;
+    pthread_mutex_unlock(&hk->lock);
 }
 
 /* How long ago trim r ended (its wall-clock start and duration; 0..1 s): the window opens
@@ -62,7 +63,7 @@ static int64_t trim_ended_ago_ns(const struct mt_trim_result *r)
 }
 
 /* A periodic or burst trim tells the adaptive gap what came back of its release. */
-static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
+static void gap_learn(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c,
                       int64_t refaulted, int64_t now, int cut_short)
 {
     struct cost_refault *w = &h->window;
@@ -94,7 +95,7 @@ static void gap_learn(struct memtrim *mt, struct cost_hk *h, const struct mt_con
 }
 
 /* The open window ends (its time is up, or another trim began): report its figure. */
-static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c,
+static void close_window(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c,
                          uint64_t minflt, int64_t now, int cut_short)
 {
     struct cost_refault *w = &h->window;
@@ -104,12 +105,12 @@ static void close_window(struct memtrim *mt, struct cost_hk *h, const struct mt_
         .trigger = w->trigger,
         .refaulted_bytes = cost_refault_bytes(w, minflt, own_minflt(), sysconf(_SC_PAGESIZE)),
     };
-    trim_refault_done(&mt->trims, &rf);
-    gap_learn(mt, h, c, rf.refaulted_bytes, now, cut_short);
+    trim_refault_done(hk->deps.trims, &rf);
+    gap_learn(hk, h, c, rf.refaulted_bytes, now, cut_short);
     w->open = 0;
 }
 
-void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int64_t now)
+void cost_hk_tick(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c, int64_t now)
 {
     struct probe_stat ps;
     struct mt_trim_result r;
@@ -129,25 +130,25 @@ void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config 
 
     if (h->back_at_once && c->trim_gap_max_factor < 2) /* the adaptive gap was turned off */
         h->back_at_once = 0;
-    if (trim_last(&mt->trims, &h->trim_generation, &r)) {
+    if (trim_last(hk->deps.trims, &h->trim_generation, &r)) {
         if (h->window.open) /* the next trim ends the last one's window */
-            close_window(mt, h, c, r.minflt_after, now,
+            close_window(hk, h, c, r.minflt_after, now,
                          r.trigger == MT_TRIGGER_PRESSURE || r.trigger == MT_TRIGGER_MANUAL);
         cost_refault_open(&h->window, &r, own_minflt(), now);
         h->window.ended_ns = now - trim_ended_ago_ns(&r);
     } else if (have && h->window.open) {
         cost_refault_observe(&h->window, ps.rss_bytes);
         if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * MT_SEC))) {
-            close_window(mt, h, c, ps.minflt, now, 0);
+            close_window(hk, h, c, ps.minflt, now, 0);
         } else if (!h->window.gap_decided) {
             /* More than half back already: the gap need not wait for the window's end. */
             int64_t back = cost_refault_bytes(&h->window, ps.minflt, own_minflt(),
                                               sysconf(_SC_PAGESIZE));
             if (back > h->window.released / 2)
-                gap_learn(mt, h, c, back, now, 0);
+                gap_learn(hk, h, c, back, now, 0);
         }
     }
-    publish(mt, h, c);
+    publish(hk, h, c);
 }
 
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c)
@@ -165,14 +166,14 @@ int cost_hk_host_quiet(const struct cost_hk *h)
     return cost_host_quiet(cost_cpu_share(&h->cpu, h->cpus), h->cpus, COST_QUIET_CPUS);
 }
 
-int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
+int cost_hk_gate(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c, int trigger,
                  int mostly_free, int64_t now)
 {
     h->gated = 1;
     if (!mostly_free && !cost_budget_allows(&h->budget, now)) {
         /* A periodic trim skipped is counted each time; a burst once per budget period. */
         if (trigger == MT_TRIGGER_PERIODIC || !h->budget.skip_counted)
-            trim_count_skip(&mt->trims, MT_SKIP_BUDGET);
+            trim_count_skip(hk->deps.trims, MT_SKIP_BUDGET);
         h->budget.skip_counted = 1;
         return COST_GATE_SKIP;
     }
@@ -182,15 +183,15 @@ int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *
     int64_t since = h->defer.since;
     switch (cost_defer_check(&h->defer, busy, now, (int64_t)(c->trim_max_defer_seconds * MT_SEC))) {
     case COST_DEFER_START:
-        trim_count_skip(&mt->trims, MT_SKIP_HOST_BUSY);
-        publish(mt, h, c);
+        trim_count_skip(hk->deps.trims, MT_SKIP_HOST_BUSY);
+        publish(hk, h, c);
         return COST_GATE_WAIT;
     case COST_DEFER_WAIT:
         return COST_GATE_WAIT;
     default:
         if (since) {
             h->deferred_seconds += (double)(now - since) / 1e9;
-            publish(mt, h, c);
+            publish(hk, h, c);
         }
         return COST_GATE_RUN;
     }

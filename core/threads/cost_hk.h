@@ -3,7 +3,7 @@
  * (/proc/self/stat), the re-fault windows of every trim, the adaptive gap,
  * the busy-host deferral and the trim budget, behind a few calls the policy
  * makes. Runs on the housekeeper thread only; its state is that thread's;
- * it takes mt->hk.lock only to publish its gauges (skips are counted by the trim service).
+ * it takes hk->lock only to publish its gauges (skips are counted by the trim service).
  */
 #ifndef MEMTRIM_COST_HK_H
 #define MEMTRIM_COST_HK_H
@@ -12,7 +12,7 @@
 #include "config.h"
 #include "cost.h"
 
-struct memtrim;
+struct housekeeper;
 
 struct cost_hk {
     struct cost_refault window; /* the last trim's re-fault window */
@@ -40,7 +40,7 @@ struct cost_hk {
 void cost_hk_init(struct cost_hk *h);
 
 /* Every tick, before the policy: readings, re-fault windows, the gap. */
-void cost_hk_tick(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int64_t now);
+void cost_hk_tick(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c, int64_t now);
 
 /* The factor on TrimIntervalSeconds and TrimMinGapSeconds now (1 = none). */
 double cost_hk_gap_factor(const struct cost_hk *h, const struct mt_config *c);
@@ -53,7 +53,7 @@ int cost_hk_host_quiet(const struct cost_hk *h);
  * mostly_free (policy.c: more than half of RSS is releasable, and the last release
  * did not come back at once) the budget does not hold it back (it is still
  * charged); a busy host still defers it, bounded. */
-int cost_hk_gate(struct memtrim *mt, struct cost_hk *h, const struct mt_config *c, int trigger,
+int cost_hk_gate(struct housekeeper *hk, struct cost_hk *h, const struct mt_config *c, int trigger,
                  int mostly_free, int64_t now);
 
 /* A periodic or burst trim that took duration_ns has just ended: charge the budget. */

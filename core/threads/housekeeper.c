@@ -7,10 +7,10 @@
  * store thread (store.c): it never waits on the disk. Pressure trims are not
  * decided here: the pressure thread (pressure.c) reacts in milliseconds; the
  * housekeeper wakes it when the limit changes or a heap reading inside the
- * zone brings a new releasable estimate. Locks: mt->hk.lock guards the stop
- * flag and the counters (held only to read or bump them); cfg_lock only to
- * copy the configuration; never two at once, never across a probe, trim or
- * write.
+ * zone brings a new releasable estimate. It uses only what it is handed at
+ * start (struct housekeeper_deps). Locks: hk->lock guards the stop flag and
+ * the counters (held only to read or bump them); the configuration's lock only
+ * to copy it; never two at once, never across a probe, trim or write.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,11 +18,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "core.h"
+#include "arenas.h"
 #include "cost_hk.h"
-#include "instance.h"
+#include "housekeeper.h"
 #include "policy.h"
-#include "pressure.h"
+#include "pressure_policy.h"
+#include "snapshot.h"
+#include "store.h"
+#include "trim.h"
 
 #define TICK_NS (250 * MT_MS)
 #define HEAP_PROBE_MIN_NS (1 * MT_SEC)  /* at most one heap probe a second when calm */
@@ -51,18 +54,14 @@ static int64_t thread_cpu_ns(void)
     return (int64_t)ts.tv_sec * MT_SEC + ts.tv_nsec;
 }
 
-static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
+static void reload_config(struct housekeeper *hk, struct hk_state *st, int64_t now)
 {
     int first = !st->configured;
     double interval = st->cfg.trim_interval_seconds, sample = st->cfg.sample_interval_seconds;
 
-    pthread_mutex_lock(&mt->cfg_lock);
-    int changed = st->cfg_generation != mt->cfg_generation;
-    st->cfg = mt->cfg;
-    st->cfg_generation = mt->cfg_generation;
-    pthread_mutex_unlock(&mt->cfg_lock);
+    int changed = config_feed_read(&hk->deps.config, &st->cfg, &st->cfg_generation, first);
     st->configured = 1;
-    if (!first && !changed)
+    if (!changed)
         return;
     /* A schedule restarts only when its own interval changed (or at start). */
     if (first || st->cfg.trim_interval_seconds != interval)
@@ -74,24 +73,24 @@ static void reload_config(struct memtrim *mt, struct hk_state *st, int64_t now)
 /* ---- the policy --------------------------------------------------------- */
 
 /* Run a trim the policy decided on; 1 when it ran, 0 when another trim was running. */
-static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
+static int do_trim(struct housekeeper *hk, struct hk_state *st, int trigger)
 {
     struct mt_trim_result r;
     /* A host that suspended trims while this tick probed and decided is obeyed:
      * the tick read suspend_depth at its start, and the probe takes a while. */
-    if (atomic_load(&mt->suspend_depth) > 0) {
-        trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
+    if (atomic_load(hk->deps.suspend_depth) > 0) {
+        trim_count_skip(hk->deps.trims, MT_SKIP_SUSPENDED);
         return 0;
     }
-    int rc = trim_run(&mt->trims, &mt->cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
+    int rc = trim_run(hk->deps.trims, hk->deps.cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
                       &r, NULL);
     if (rc == -EBUSY) {
-        trim_count_skip(&mt->trims, MT_SKIP_BUSY);
+        trim_count_skip(hk->deps.trims, MT_SKIP_BUSY);
         return 0;
     }
     cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
     if (trigger != MT_TRIGGER_PERIODIC)
-        mt_log_limited(&mt->hk.trim_log, MT_LOG_INFO, "housekeeper",
+        mt_log_limited(&hk->trim_log, MT_LOG_INFO, "housekeeper",
                "%s trim released %lld bytes in %.3f ms (RSS %llu -> %llu)",
                mt_trigger_name(trigger), (long long)r.released_bytes, r.duration_ns / 1e6,
                (unsigned long long)r.rss_before_bytes, (unsigned long long)r.rss_after_bytes);
@@ -103,7 +102,7 @@ static int do_trim(struct memtrim *mt, struct hk_state *st, int trigger)
  * probe (an idle host frees nothing) or a periodic decision needs an
  * estimate. The budget in snapshot.c still has the last word.
  */
-static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_estimate,
+static void refresh(struct housekeeper *hk, struct hk_state *st, int zone, int need_estimate,
                     struct mt_snapshot *snap)
 {
     /* This tick's /proc/self/stat, read once by cost_hk_tick. */
@@ -125,12 +124,12 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
         /* (A test's shorter tick shortens these in proportion.) */
         want.heap_max_age_ns = (zone ? HEAP_PROBE_PRESSURE_NS : HEAP_PROBE_MIN_NS) / TICK_NS *
                                st->tick_ns;
-    snapshot_get(&mt->cache, &want, snap);
+    snapshot_get(hk->deps.cache, &want, snap);
     /* The pressure thread reads the same cache: tell it of a new limit, and of a
      * new releasable estimate inside the zone (it may make a trim due). */
     if (snap->memory_limit_bytes != st->limit ||
         (zone && snap->heap.timestamp_ms != st->last_heap_ms))
-        pressure_wake(mt);
+        hk->deps.wake_pressure(hk->deps.pressure);
     if (snap->heap.timestamp_ms != st->last_heap_ms) { /* a new reading, by anyone */
         st->last_heap_ms = snap->heap.timestamp_ms;
         /* The host's CPU when the reading was taken, not when we noticed it:
@@ -142,7 +141,7 @@ static void refresh(struct memtrim *mt, struct hk_state *st, int zone, int need_
 }
 
 /* Readings for the policy, its decision, the cost gate and the trim, then its schedule. */
-static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
+static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now,
                         struct mt_snapshot *snap)
 {
     const struct mt_config *c = &st->cfg;
@@ -151,7 +150,7 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     int zone = limit > 0 && c->pressure_ratio > 0 &&
                rss >= pressure_zone_floor(limit, c->pressure_ratio);
     struct policy_readings r = {
-        .suspended = atomic_load(&mt->suspend_depth) > 0,
+        .suspended = atomic_load(hk->deps.suspend_depth) > 0,
         /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
         .gap_factor = cost_hk_gap_factor(&st->cost, c),
         .back_at_once = cost_hk_back_at_once(&st->cost),
@@ -159,7 +158,7 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     };
 
     /* A trim held back for a busy host needs no fresh estimate each tick. */
-    refresh(mt, st, zone,
+    refresh(hk, st, zone,
             policy_periodic_due(c, &st->policy, now) && !r.suspended && !st->cost.defer.since,
             snap);
     r.heap_known = snap->heap.timestamp_ms != 0;
@@ -169,45 +168,45 @@ static void policy_tick(struct memtrim *mt, struct hk_state *st, int64_t now,
     struct policy_decision d = policy_decide(c, &st->policy, &r, now);
     struct policy_outcome out = {.gate = COST_GATE_RUN};
     if (d.want == POLICY_SKIP)
-        trim_count_skip(&mt->trims, d.skip_reason);
+        trim_count_skip(hk->deps.trims, d.skip_reason);
     else if (d.want == POLICY_TRIM &&
-             (out.gate = cost_hk_gate(mt, &st->cost, c, d.trigger, d.mostly_free, now)) == COST_GATE_RUN)
-        out.ran = do_trim(mt, st, d.trigger);
+             (out.gate = cost_hk_gate(hk, &st->cost, c, d.trigger, d.mostly_free, now)) == COST_GATE_RUN)
+        out.ran = do_trim(hk, st, d.trigger);
     policy_update(c, &st->policy, &d, &out, &r, now);
 }
 
-static void tick(struct memtrim *mt, struct hk_state *st)
+static void tick(struct housekeeper *hk, struct hk_state *st)
 {
+    const struct housekeeper_deps *d = &hk->deps;
     struct mt_snapshot snap, sample;
     int64_t now = mt_mono_ns();
 
-    reload_config(mt, st, now);
-    cost_hk_tick(mt, &st->cost, &st->cfg, now);
-    policy_tick(mt, st, now, &snap);
+    reload_config(hk, st, now);
+    cost_hk_tick(hk, &st->cost, &st->cfg, now);
+    policy_tick(hk, st, now, &snap);
     /* the per-arena view, now and then, on the budget */
-    arenas_cache_tick(&mt->arenas, &mt->cache, st->cfg.probe_budget_percent, snap.heap.timestamp_ms);
-    if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && store_enabled(&mt->store)) {
+    arenas_cache_tick(d->arenas, d->cache, st->cfg.probe_budget_percent, snap.heap.timestamp_ms);
+    if (st->cfg.sample_interval_seconds > 0 && now >= st->next_sample && store_enabled(d->store)) {
         struct snapshot_want want = {
             .cheap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MT_MS,
             .heap_max_age_ns = (int64_t)st->cfg.stats_max_age_ms * MT_MS,
             .budget_percent = st->cfg.probe_budget_percent,
             .memory_limit_cfg = st->cfg.memory_limit_bytes,
         };
-        snapshot_get(&mt->cache, &want, &sample);
-        store_push_sample(&mt->store, &sample); /* the store thread writes it; we never wait on disk */
+        snapshot_get(d->cache, &want, &sample);
+        store_push_sample(d->store, &sample); /* the store thread writes it; we never wait on disk */
         st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * MT_SEC);
     }
 
-    pthread_mutex_lock(&mt->hk.lock);
-    mt->hk.ticks++;
-    mt->hk.cpu_seconds = (double)thread_cpu_ns() / 1e9;
-    pthread_mutex_unlock(&mt->hk.lock);
+    pthread_mutex_lock(&hk->lock);
+    hk->ticks++;
+    hk->cpu_seconds = (double)thread_cpu_ns() / 1e9;
+    pthread_mutex_unlock(&hk->lock);
 }
 
 static void *housekeeper_main(void *arg)
 {
-    struct memtrim *mt = arg;
-    struct housekeeper *hk = &mt->hk;
+    struct housekeeper *hk = arg;
     struct hk_state *st = calloc(1, sizeof(*st));
 
     if (!st) {
@@ -222,7 +221,7 @@ static void *housekeeper_main(void *arg)
     pthread_mutex_lock(&hk->lock);
     while (!hk->stop) {
         pthread_mutex_unlock(&hk->lock);
-        tick(mt, st);
+        tick(hk, st);
         pthread_mutex_lock(&hk->lock);
         if (hk->stop)
             break;
@@ -266,14 +265,15 @@ void housekeeper_destroy(struct housekeeper *hk)
     pthread_mutex_destroy(&hk->trim_log.lock);
 }
 
-int housekeeper_start(struct memtrim *mt, char **err)
+int housekeeper_start(struct housekeeper *hk, const struct housekeeper_deps *deps, char **err)
 {
-    int rc = mt_thread_start(&mt->hk.thread, "memtrim-hk", housekeeper_main, mt);
+    hk->deps = *deps;
+    int rc = mt_thread_start(&hk->thread, "memtrim-hk", housekeeper_main, hk);
     if (rc) {
         *err = strdup("cannot start the housekeeper thread");
         return -rc;
     }
-    mt->hk.started = 1;
+    hk->started = 1;
     return 0;
 }
 

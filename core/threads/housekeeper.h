@@ -1,17 +1,36 @@
 /*
  * housekeeper.h - the housekeeper thread of an instance (housekeeper.c):
- * its wakeups, its stop flag and its counters. Private to core/.
- * Locks: hk->lock guards everything here but the thread handle, and is held
- * only to read or bump them.
+ * what it is handed at start (struct housekeeper_deps: the parts it uses, as
+ * server_start is handed its routes), its wakeups, its stop flag and its
+ * counters. Locks: hk->lock guards the stop flag, the counters and the
+ * published gauges, and is held only to read or bump them; deps is set before
+ * the thread starts and read-only after.
  */
 #ifndef MEMTRIM_HOUSEKEEPER_H
 #define MEMTRIM_HOUSEKEEPER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include "common.h"
+#include "config.h"
 
-struct memtrim;
+struct snapshot_cache;
+struct trim_service;
+struct arenas_cache;
+struct store;
+
+/* What the housekeeper uses, each part with its own lock (the instance fills it). */
+struct housekeeper_deps {
+    struct mt_config_feed config;     /* re-read when PATCH /config changed it */
+    const atomic_int *suspend_depth;  /* mt_suspend's nesting: > 0 holds trims off */
+    struct snapshot_cache *cache;     /* the readings, on the probe budget */
+    struct trim_service *trims;       /* runs the trims; counts skips and re-faults */
+    struct arenas_cache *arenas;      /* the per-arena view, refreshed now and then */
+    struct store *store;              /* takes the samples */
+    void (*wake_pressure)(void *arg); /* a new limit, or a new estimate inside the zone */
+    void *pressure;                   /* its argument */
+};
 
 struct housekeeper {
     pthread_t thread;
@@ -27,12 +46,13 @@ struct housekeeper {
     struct mt_log_limit trim_log; /* burst trims' lines: 5 per 10 s (its own lock) */
     /* Tests only (housekeeper_test_tick): the wake interval, 0 = the product's 250 ms. */
     int64_t test_tick_ns;
+    struct housekeeper_deps deps; /* set by housekeeper_start, before the thread runs */
 };
 
 void housekeeper_init(struct housekeeper *hk);
 void housekeeper_destroy(struct housekeeper *hk);
-/* Start the thread that runs the policy of mt (its housekeeper is mt->hk). */
-int housekeeper_start(struct memtrim *mt, char **err);
+/* Start the thread, handed what it uses. */
+int housekeeper_start(struct housekeeper *hk, const struct housekeeper_deps *deps, char **err);
 void housekeeper_stop(struct housekeeper *hk);
 void housekeeper_wake(struct housekeeper *hk);
 /* Tests only, never set by the product: wake every `ns` instead of every
