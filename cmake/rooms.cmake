@@ -8,6 +8,8 @@
 #   the rooms (and folders) whose headers the face itself includes, PRIVATE those the
 #   room's .c files use. A target that does not link a room cannot include its face, and
 #   nothing outside a room can include one of its private headers.
+file(REMOVE_RECURSE "${CMAKE_BINARY_DIR}/faces") # faces no longer listed must not linger
+
 function(memtrim_face dir room)
   set(face "${CMAKE_BINARY_DIR}/faces/${dir}")
   file(REMOVE_RECURSE "${face}") # a header taken off the list must disappear

@@ -49,7 +49,7 @@ int mt_resume(struct memtrim *mt)
     if (depth <= 0)
         return -ERANGE;
     housekeeper_wake(&mt->hk);
-    pressure_wake(mt);
+    pressure_wake(mt->pressure);
     return depth - 1;
 }
 
@@ -91,7 +91,7 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
         mt_config_get(mt, &now);
         store_set_retention(&mt->store, now.retention_hours);
         housekeeper_wake(&mt->hk);
-        pressure_wake(mt);
+        pressure_wake(mt->pressure);
     }
     return rc;
 }
@@ -181,7 +181,7 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     snapshot_counters(&mt->cache, out);
     housekeeper_counters(&mt->hk, out);
     struct pressure_stats ps;
-    pressure_stats_get(mt, &ps);
+    pressure_stats_get(mt->pressure, &ps);
     out->pressure_source = pressure_source_name(ps.source);
     out->pressure_zone = ps.zone;
     out->pressure_checks[0] = ps.checks_outside;
@@ -203,6 +203,14 @@ void mt_health_get(struct memtrim *mt, struct mt_health *out)
     out->degraded = out->reason[0] != '\0';
     out->started_ms = mt->started_ms;
     out->suspended = atomic_load(&mt->suspend_depth);
+}
+
+const char *mt_pressure_source(struct memtrim *mt, int *zone)
+{
+    struct pressure_stats ps;
+    pressure_stats_get(mt->pressure, &ps);
+    *zone = ps.zone;
+    return pressure_source_name(ps.source);
 }
 
 const struct server_store *mt_store_readers(struct memtrim *mt)

@@ -191,14 +191,29 @@ static int trims_destroy(struct memtrim *mt)
     return 0;
 }
 
+/* The config feed every thread reads (PATCH /config bumps the generation). */
+static struct mt_config_feed config_feed(struct memtrim *mt)
+{
+    return (struct mt_config_feed){&mt->cfg_lock, &mt->cfg, &mt->cfg_generation};
+}
+
 static int pressure_make(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    return pressure_create(mt) ? oom(err, "pressure path") : 0;
+    struct pressure_deps deps = {
+        .config = config_feed(mt),
+        .suspend_depth = &mt->suspend_depth,
+        .cache = &mt->cache,
+        .trims = &mt->trims,
+        .store = &mt->store,
+    };
+    mt->pressure = pressure_create(&deps);
+    return mt->pressure ? 0 : oom(err, "pressure path");
 }
 
 static int pressure_unmake(struct memtrim *mt)
 {
-    pressure_free(mt);
+    pressure_free(mt->pressure);
+    mt->pressure = NULL;
     return 0;
 }
 
@@ -277,15 +292,9 @@ static int exit_summary(struct memtrim *mt)
     return 0;
 }
 
-/* The config feed every thread reads (PATCH /config bumps the generation). */
-static struct mt_config_feed config_feed(struct memtrim *mt)
+static void wake_pressure(void *p)
 {
-    return (struct mt_config_feed){&mt->cfg_lock, &mt->cfg, &mt->cfg_generation};
-}
-
-static void wake_pressure(void *mt)
-{
-    pressure_wake(mt);
+    pressure_wake(p);
 }
 
 static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
@@ -298,7 +307,7 @@ static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
         .arenas = &mt->arenas,
         .store = &mt->store,
         .wake_pressure = wake_pressure,
-        .pressure = mt,
+        .pressure = mt->pressure,
     };
     return housekeeper_start(&mt->hk, &deps, err);
 }
@@ -311,12 +320,12 @@ static int hk_halt(struct memtrim *mt)
 
 static int pressure_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    return pressure_start(mt, err);
+    return pressure_start(mt->pressure, err);
 }
 
 static int pressure_halt(struct memtrim *mt)
 {
-    pressure_stop(mt);
+    pressure_stop(mt->pressure);
     return 0;
 }
 

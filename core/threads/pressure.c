@@ -42,9 +42,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core.h"
-#include "instance.h"
 #include "pressure.h"
+#include "snapshot.h"
+#include "store.h"
+#include "trim.h"
 
 #define POLL_FAST_NS (2 * MT_MS)       /* RSS moving inside the zone */
 #define POLL_ZONE_MAX_NS (100 * MT_MS) /* steady inside the zone (poll) */
@@ -74,7 +75,7 @@ const char *pressure_source_name(int source)
 #define TRIM_LOG_WINDOW_NS (10 * MT_SEC)
 
 struct pressure {
-    struct memtrim *mt;
+    struct pressure_deps deps; /* what it uses (pressure_create); read-only */
     pthread_t thread;
     int started;
     int wake_fd; /* eventfd: stop, reconfigure, a new heap reading */
@@ -428,15 +429,10 @@ struct loop {
     int events_seen_ok;
 };
 
-static void reload(struct memtrim *mt, struct loop *l)
+static void reload(struct pressure *p, struct loop *l)
 {
-    pthread_mutex_lock(&mt->cfg_lock);
-    if (l->cfg_generation != mt->cfg_generation || !l->configured) {
-        l->cfg = mt->cfg;
-        l->cfg_generation = mt->cfg_generation;
-        l->configured = 1;
-    }
-    pthread_mutex_unlock(&mt->cfg_lock);
+    config_feed_read(&p->deps.config, &l->cfg, &l->cfg_generation, !l->configured);
+    l->configured = 1;
 }
 
 static void record_trim(struct pressure *p, const struct mt_trim_result *r)
@@ -489,25 +485,25 @@ static void log_last_chance(struct pressure *p, struct loop *l, const struct mt_
 /* Run a pressure trim; 1 when another trim was running (look again soon). */
 static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot *snap, int64_t now)
 {
-    struct memtrim *mt = p->mt;
+    const struct pressure_deps *d = &p->deps;
     struct mt_trim_result r;
 
-    if (atomic_load(&mt->suspend_depth) > 0) {
+    if (atomic_load(d->suspend_depth) > 0) {
         if (now - l->last_skip_ns >= MT_SEC) {
             l->last_skip_ns = now;
-            trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
+            trim_count_skip(d->trims, MT_SKIP_SUSPENDED);
         }
         l->calm_ns = now; /* the host holds trims off: no reaction is owed */
         return 0;
     }
-    int rc = trim_run_at(&mt->trims, &mt->cache, MT_TRIGGER_PRESSURE,
+    int rc = trim_run_at(d->trims, d->cache, MT_TRIGGER_PRESSURE,
                          (uint64_t)l->cfg.trim_pad_bytes, -1, 0, l->calm_ns, &r, NULL);
     if (rc == -EBUSY) { /* another trim runs: it releases too; decide again right after */
         pthread_mutex_lock(&p->lock);
         p->stats.busy++;
         pthread_mutex_unlock(&p->lock);
         if (!l->busy)
-            trim_count_skip(&mt->trims, MT_SKIP_BUSY);
+            trim_count_skip(d->trims, MT_SKIP_BUSY);
         l->busy = 1;
         return 1;
     }
@@ -519,7 +515,7 @@ static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot 
     pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
                         (uint64_t)l->cfg.trim_min_releasable_bytes);
     record_trim(p, &r);
-    store_wake(&mt->store);
+    store_wake(d->store);
     l->calm_ns = mt_mono_ns();
     l->last_rss = r.rss_after_bytes;
     mt_log_limited(&p->trim_log, MT_LOG_INFO, "pressure",
@@ -574,14 +570,13 @@ static int64_t next_interval(struct pressure *p, struct loop *l, const struct pr
 /* One reading and decision; returns the sleep before the next. */
 static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke_ns)
 {
-    struct memtrim *mt = p->mt;
     struct mt_snapshot snap;
     struct snapshot_want want = {
         .cheap_max_age_ns = INT64_MAX, .heap_max_age_ns = INT64_MAX, .stale_ok = 1};
 
-    reload(mt, l);
+    reload(p, l);
     want.memory_limit_cfg = l->cfg.memory_limit_bytes;
-    snapshot_get(&mt->cache, &want, &snap); /* what the housekeeper read: no probe here */
+    snapshot_get(p->deps.cache, &want, &snap); /* what the housekeeper read: no probe here */
     int64_t cgroup_limit = snap.cheap.cgroup_limit_bytes;
     if (snap.memory_limit_bytes != l->limit || cgroup_limit != l->cgroup_limit ||
         snap.cheap.cgroup_limit_level != l->limit_level ||
@@ -711,36 +706,34 @@ static void *pressure_main(void *arg)
     return NULL;
 }
 
-int pressure_create(struct memtrim *mt)
+struct pressure *pressure_create(const struct pressure_deps *deps)
 {
     struct pressure *p = calloc(1, sizeof(*p));
 
     if (!p)
-        return -ENOMEM;
-    p->mt = mt;
+        return NULL;
+    p->deps = *deps;
     p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = p->current_fd = -1;
     p->stats.reaction_last_seconds = -1;
     mt_log_limit_init(&p->trim_log, TRIM_LOG_WINDOW_NS, TRIM_LOG_BURST);
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     /* The cgroup the probe found (fixed when the cache was made). */
-    p->cg = &mt->cache.cg.info;
-    p->cg_version = mt->cache.cg.version;
+    p->cg = &deps->cache->cg.info;
+    p->cg_version = deps->cache->cg.version;
     if (p->wake_fd < 0 || pthread_mutex_init(&p->lock, NULL)) {
         if (p->wake_fd >= 0)
             close(p->wake_fd);
         if (p->statm_fd >= 0)
             close(p->statm_fd);
         free(p);
-        return -ENOMEM;
+        return NULL;
     }
-    mt->pressure = p;
-    return 0;
+    return p;
 }
 
-void pressure_free(struct memtrim *mt)
+void pressure_free(struct pressure *p)
 {
-    struct pressure *p = mt->pressure;
     if (!p)
         return;
     pthread_mutex_destroy(&p->lock);
@@ -748,13 +741,11 @@ void pressure_free(struct memtrim *mt)
     close(p->wake_fd);
     if (p->statm_fd >= 0)
         close(p->statm_fd);
-    mt->pressure = NULL;
     free(p);
 }
 
-int pressure_start(struct memtrim *mt, char **err)
+int pressure_start(struct pressure *p, char **err)
 {
-    struct pressure *p = mt->pressure;
     if (!p || mt_thread_start(&p->thread, "memtrim-press", pressure_main, p)) {
         *err = strdup("cannot start the pressure thread");
         return -ENOMEM;
@@ -765,18 +756,16 @@ int pressure_start(struct memtrim *mt, char **err)
     return 0;
 }
 
-void pressure_wake(struct memtrim *mt)
+void pressure_wake(struct pressure *p)
 {
-    struct pressure *p = mt->pressure;
     uint64_t one = 1;
     if (p && write(p->wake_fd, &one, sizeof(one)) < 0) {
         /* a full counter already wakes it */
     }
 }
 
-void pressure_stop(struct memtrim *mt)
+void pressure_stop(struct pressure *p)
 {
-    struct pressure *p = mt->pressure;
     if (!p)
         return;
     pthread_mutex_lock(&p->lock);
@@ -785,16 +774,15 @@ void pressure_stop(struct memtrim *mt)
     pthread_mutex_unlock(&p->lock);
     if (!started)
         return;
-    pressure_wake(mt);
+    pressure_wake(p);
     pthread_join(p->thread, NULL);
     pthread_mutex_lock(&p->lock);
     p->started = 0;
     pthread_mutex_unlock(&p->lock);
 }
 
-void pressure_stats_get(struct memtrim *mt, struct pressure_stats *out)
+void pressure_stats_get(struct pressure *p, struct pressure_stats *out)
 {
-    struct pressure *p = mt->pressure;
     clockid_t cid;
     struct timespec ts;
 
@@ -809,18 +797,4 @@ void pressure_stats_get(struct memtrim *mt, struct pressure_stats *out)
         clock_gettime(cid, &ts) == 0)
         out->cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
     pthread_mutex_unlock(&p->lock);
-}
-
-const char *mt_pressure_source(struct memtrim *mt, int *zone)
-{
-    struct pressure *p = mt->pressure;
-    int source = PRESSURE_SOURCE_NONE;
-    *zone = 0;
-    if (!p)
-        return pressure_source_name(source);
-    pthread_mutex_lock(&p->lock);
-    source = p->stats.source;
-    *zone = p->stats.zone;
-    pthread_mutex_unlock(&p->lock);
-    return pressure_source_name(source);
 }

@@ -8,11 +8,25 @@
 #ifndef MEMTRIM_PRESSURE_H
 #define MEMTRIM_PRESSURE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
+#include "config.h"
 #include "pressure_policy.h"
 #include "types.h"
 
-struct memtrim;
+struct pressure;
+struct snapshot_cache;
+struct trim_service;
+struct store;
+
+/* What the pressure path uses, each part with its own lock (the instance fills it). */
+struct pressure_deps {
+    struct mt_config_feed config;    /* re-read when PATCH /config changed it (and woken) */
+    const atomic_int *suspend_depth; /* mt_suspend's nesting: > 0 holds trims off */
+    struct snapshot_cache *cache;    /* the housekeeper's readings; its cgroup, found at start */
+    struct trim_service *trims;      /* runs the trims */
+    struct store *store;             /* woken after a pressure trim */
+};
 
 /* What wakes the pressure thread (reported as "pressure_source"). */
 enum pressure_source {
@@ -27,13 +41,14 @@ const char *pressure_source_name(int source);
 
 /* ---- the thread (the instance calls these) ------------------------------ */
 
-/* The state (at instance creation: readers may ask before the thread runs), then its thread. */
-int pressure_create(struct memtrim *mt);
-void pressure_free(struct memtrim *mt);
-int pressure_start(struct memtrim *mt, char **err);
-void pressure_stop(struct memtrim *mt); /* joins the thread; pressure_free() frees */
+/* The state (at instance creation: readers may ask before the thread runs; NULL when out of
+ * memory), handed what it uses; then its thread. Each takes NULL as "no pressure path". */
+struct pressure *pressure_create(const struct pressure_deps *deps);
+void pressure_free(struct pressure *p);
+int pressure_start(struct pressure *p, char **err);
+void pressure_stop(struct pressure *p); /* joins the thread; pressure_free() frees */
 /* Re-read the configuration now (PATCH /config, resume). */
-void pressure_wake(struct memtrim *mt);
+void pressure_wake(struct pressure *p);
 
 /* What /memory/stats and /metrics show (mt_counters_get copies it). */
 struct pressure_stats {
@@ -50,6 +65,6 @@ struct pressure_stats {
     double reaction_last_seconds; /* -1 none yet */
     double cpu_seconds;           /* the pressure thread's CPU time */
 };
-void pressure_stats_get(struct memtrim *mt, struct pressure_stats *out);
+void pressure_stats_get(struct pressure *p, struct pressure_stats *out);
 
 #endif /* MEMTRIM_PRESSURE_H */
