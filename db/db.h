@@ -46,11 +46,27 @@ const char *db_writer_reader_path(const struct db_writer *w);
 int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err);
 
 /*
- * Whether the file opened is still the one at the path: -ENOENT with *err
- * when it was deleted or replaced (the writes would go to a deleted inode;
- * close and reopen). 0 for in-memory stores and URIs.
+ * Whether the file opened is still the one at the path: 0 (also for in-memory
+ * stores and URIs); -ENOENT with *err when it was deleted (close, and open a
+ * new file at the path); -ESTALE when another file is there now (a backup
+ * moved into place): never write to it, never open it (db_writer_abandon).
  */
 int db_writer_check_file(struct db_writer *w, char **err);
+
+/* The device and inode of the file the writer opened: 1, or 0 (not a plain file). */
+int db_writer_file_id(const struct db_writer *w, uint64_t *dev, uint64_t *ino);
+
+/* Whether path is that file: 1 (or not a plain path), 0 nothing there, -ESTALE another
+ * file, another negative errno when it cannot be told. */
+int db_path_is_file(const char *path, uint64_t dev, uint64_t ino);
+
+/*
+ * Close a writer whose file was replaced at its path: the open batch is
+ * rolled back, and no file at the path is touched (SQLite deletes the WAL
+ * and shared-memory files by name at close; persistent WAL keeps them, and
+ * truncates the writer's own WAL, by descriptor, to 0 bytes). w is freed.
+ */
+void db_writer_abandon(struct db_writer *w);
 
 /*
  * The one builder of the in-memory store's URI (see db_writer_reader_path): a

@@ -179,8 +179,67 @@ int db_writer_check_file(struct db_writer *w, char **err)
                        "%.200s was deleted while open (%s); what was written since is lost",
                        w->path, strerror(errno));
     if (st.st_dev != w->dev || st.st_ino != w->ino)
-        return db_fail(err, -ENOENT, "%.200s was replaced by another file while open", w->path);
+        return db_fail(err, -ESTALE,
+                       "%.100s was replaced by another file (inode %llu, now %llu): not written "
+                       "to, left alone; restart to use it",
+                       w->path, (unsigned long long)w->ino, (unsigned long long)st.st_ino);
     return 0;
+}
+
+int db_writer_file_id(const struct db_writer *w, uint64_t *dev, uint64_t *ino)
+{
+    if (w == NULL || !w->on_disk)
+        return 0;
+    *dev = (uint64_t)w->dev;
+    *ino = (uint64_t)w->ino;
+    return 1;
+}
+
+int db_path_is_file(const char *path, uint64_t dev, uint64_t ino)
+{
+    struct stat st;
+    if (!db_is_plain_path(path))
+        return 1;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    return (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino ? 1 : -ESTALE;
+}
+
+void db_writer_abandon(struct db_writer *w)
+{
+    if (w == NULL)
+        return;
+    /* Nothing more is committed: what the open batch holds is lost with the old file. */
+    if (w->db != NULL && !sqlite3_get_autocommit(w->db))
+        sqlite3_exec(w->db, "ROLLBACK", NULL, NULL, NULL);
+    w->pending = 0;
+    /*
+     * The WAL file is found by name ("<path>-wal"): left with its frames, whoever opens
+     * the file now at the path reads them into it (the backup's rows were gone). SQLite
+     * itself, seeing the file moved, neither checkpoints nor removes the WAL at close.
+     * So: checkpoint into the file this writer opened and truncate the WAL to 0 bytes,
+     * both through the descriptors it holds; if readers hold the checkpoint off,
+     * truncate the WAL all the same (those frames are lost with the old file). Then
+     * persistent WAL: close deletes no file by name (a WAL moved in beside the new
+     * file would be its own).
+     */
+    if (w->db != NULL) {
+        if (sqlite3_wal_checkpoint_v2(w->db, "main", SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL) !=
+            SQLITE_OK) {
+            sqlite3_file *wal = NULL;
+            if (sqlite3_file_control(w->db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal) ==
+                    SQLITE_OK &&
+                wal != NULL && wal->pMethods != NULL)
+                wal->pMethods->xTruncate(wal, 0);
+        }
+        int persist = 1;
+        sqlite3_file_control(w->db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+    }
+    for (int i = 0; i < DB_W_COUNT; i++) {
+        sqlite3_finalize(w->stmt[i]);
+        w->stmt[i] = NULL;
+    }
+    db_writer_close(w);
 }
 
 const char *db_writer_reader_path(const struct db_writer *w)

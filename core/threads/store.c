@@ -33,6 +33,9 @@ struct store_state {
     struct db_writer *db;
     int64_t retry_at, retry_delay, next_retention, next_file_check;
     char error[256]; /* the last failure, "" when healthy */
+    int have_file;     /* dev/ino: the file this store opened (or created) last */
+    uint64_t dev, ino;
+    int replaced;      /* another file took its place: the store stopped for good */
 };
 
 static void set_health(struct store *st, const char *state, const char *reason)
@@ -84,27 +87,20 @@ static void store_recovered(struct store *st, struct store_state *ss)
     set_health(st, "ok", "");
 }
 
-static int store_open(struct store *st, struct store_state *ss, int64_t now)
+static unsigned store_queued(struct store *st)
 {
-    char *err = NULL;
-    if (now < ss->retry_at)
-        return -EAGAIN;
-    if (ss->db)
-        return 0; /* open, or kept open through a passing failure: try again */
-    int rc = db_writer_open(st->path, &ss->db, &err);
-    if (rc) {
-        ss->db = NULL;
-        store_failed(st, ss, now, "cannot be opened", rc, err);
-        return rc;
-    }
-    int64_t max_id = 0;
-    if (st->trims && db_writer_max_trim_id(ss->db, &max_id, &err) == 0)
-        trim_ids_above(st->trims, max_id); /* ids stay unique even if the clock went back */
-    else
-        free(err);
-    atomic_fetch_add(&st->generation, 1);
-    store_recovered(st, ss);
-    return 0;
+    pthread_mutex_lock(&st->lock);
+    unsigned n = st->qcount;
+    pthread_mutex_unlock(&st->lock);
+    return n;
+}
+
+static char *strdup_printf_replaced(const char *path)
+{
+    char buf[400];
+    snprintf(buf, sizeof(buf), "%.100s was replaced by another file while closed after a "
+             "failure: not opened, left alone; restart to use it", path);
+    return strdup(buf);
 }
 
 /* Move up to max queued items, oldest first, into buf. */
@@ -122,6 +118,78 @@ static unsigned take(struct store *st, struct store_item *buf, unsigned max)
     }
     pthread_mutex_unlock(&st->lock);
     return n;
+}
+
+/*
+ * Another file is at the path (a backup moved into place, anything else): the
+ * store stops writing for good and never opens it. The writer is abandoned so
+ * that closing it touches no file at the path (db_writer_abandon), the
+ * readers' pool is renewed (its connections may be to either file), what is
+ * queued and what comes later is dropped and counted. /healthz: "replaced".
+ */
+static void store_replaced(struct store *st, struct store_state *ss, char *err)
+{
+    char reason[256];
+    snprintf(reason, sizeof(reason), "database %.240s",
+             err ? err : "was replaced by another file while open");
+    free(err);
+    db_writer_abandon(ss->db);
+    ss->db = NULL;
+    ss->replaced = 1;
+    atomic_store(&st->available, 0);
+    atomic_fetch_add(&st->generation, 1);
+    set_health(st, "replaced", reason);
+    mt_log(MT_LOG_ERROR, "store", "%s", reason);
+    pthread_mutex_lock(&st->lock);
+    st->errors++;
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Once replaced, what is queued is dropped (counted as give_back counts it). */
+static void store_drop_queued(struct store *st, struct store_item *batch)
+{
+    unsigned n;
+    while ((n = take(st, batch, STORE_BATCH)) > 0) {
+        pthread_mutex_lock(&st->lock);
+        for (unsigned i = 0; i < n; i++) {
+            if (batch[i].kind == STORE_SAMPLE)
+                st->samples_dropped++;
+            else
+                st->trims_dropped++;
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+}
+
+static int store_open(struct store *st, struct store_state *ss, int64_t now)
+{
+    char *err = NULL;
+    if (ss->replaced)
+        return -ESTALE;
+    if (now < ss->retry_at)
+        return -EAGAIN;
+    if (ss->db)
+        return 0; /* open, or kept open through a passing failure: try again */
+    /* Reopening after a failure: only the file this store had, or a new one where none is. */
+    if (ss->have_file && db_path_is_file(st->path, ss->dev, ss->ino) == -ESTALE) {
+        store_replaced(st, ss, strdup_printf_replaced(st->path));
+        return -ESTALE;
+    }
+    int rc = db_writer_open(st->path, &ss->db, &err);
+    if (rc) {
+        ss->db = NULL;
+        store_failed(st, ss, now, "cannot be opened", rc, err);
+        return rc;
+    }
+    ss->have_file = db_writer_file_id(ss->db, &ss->dev, &ss->ino);
+    int64_t max_id = 0;
+    if (st->trims && db_writer_max_trim_id(ss->db, &max_id, &err) == 0)
+        trim_ids_above(st->trims, max_id); /* ids stay unique even if the clock went back */
+    else
+        free(err);
+    atomic_fetch_add(&st->generation, 1);
+    store_recovered(st, ss);
+    return 0;
 }
 
 /* Nothing was committed: trims go back to the head of the queue (what does not
@@ -152,12 +220,22 @@ static void store_tick(struct store *st, struct store_state *ss, struct store_it
     char *err = NULL;
     int rc = 0;
 
-    if (store_open(st, ss, now))
+    if (store_open(st, ss, now)) {
+        if (ss->replaced)
+            store_drop_queued(st, batch);
         return;
-    if (now >= ss->next_file_check) {
-        /* Deleted or replaced under us: writes would go to an inode nobody can read. */
+    }
+    if (now >= ss->next_file_check || store_queued(st)) {
+        /* Before every batch: deleted under us, writes would go to an inode nobody can
+         * read (reopen: a new file); replaced, they would go through a WAL file that the
+         * new file at the path would read as its own (stop). */
         ss->next_file_check = now + FILE_CHECK_EVERY_NS;
-        if ((rc = db_writer_check_file(ss->db, &err)) != 0) {
+        if ((rc = db_writer_check_file(ss->db, &err)) == -ESTALE) {
+            store_replaced(st, ss, err);
+            store_drop_queued(st, batch);
+            return;
+        }
+        if (rc != 0) {
             store_failed(st, ss, now, "file is gone", rc, err); /* closes; reopens at the path */
             return;
         }

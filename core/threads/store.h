@@ -47,7 +47,7 @@ struct store {
     atomic_int_fast64_t retention_ms; /* RetentionHours, changed at run time */
 
     pthread_mutex_t health_lock;
-    char state[32];                   /* "opening", "ok", "retrying", "disabled" */
+    char state[32];                   /* "opening", "ok", "retrying", "replaced", "disabled" */
     char reason[256];                 /* "" when healthy */
     atomic_int available;
     atomic_uint_fast64_t generation;  /* bumped when the store (re)opens */

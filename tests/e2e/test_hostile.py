@@ -832,3 +832,61 @@ def test_raised_tunables_need_periodic_trims(tmp_path):
     print(f"\nRSS after the workload: {without} MB without memtrim, {raised} MB with 32 MiB "
           "tunables and periodic trims")
     assert raised <= without + 16, (raised, without)
+
+
+def test_store_replaced_by_rename_is_left_alone(tmp_path):
+    """`mv backup.sqlite memtrim.sqlite` while the host runs (finding 4): /healthz went
+    back to ok and at stop the file held the old store's rows, the backup's were gone;
+    a file that is no database moved into place became one. Now the store stops writing,
+    /healthz says degraded and why, and the file moved in is left as it was."""
+    import sqlite3
+    db = tmp_path / "memtrim.sqlite"
+    backup = tmp_path / "backup.sqlite"
+    with sqlite3.connect(backup) as c:  # a backup: an earlier store's copy
+        c.execute("CREATE TABLE kept (n INTEGER)")
+        c.executemany("INSERT INTO kept VALUES (?)", [(i,) for i in range(123)])
+    c.close()
+    d = Demo({"Database": str(db), "SampleIntervalSeconds": 1, "ManualTrimMinIntervalMs": 0},
+             workers=1, study_mb=4, pause_ms=100)
+    try:
+        wait_for(lambda: d.get("/memory/series?metric=rss_bytes&since=-1m").json()["buckets"],
+                 15, "samples in the store")
+        os.rename(backup, db)
+        for _ in range(3):
+            d.request("POST", "/memory/trim")  # rows that must not reach the backup
+
+        def degraded():
+            h = d.get("/healthz").json()
+            return h["status"] == "degraded" and h["database"] == "replaced" and h
+        h = wait_for(degraded, 15, "/healthz reporting the replaced file")
+        assert "replaced by another file" in h["reason"], h
+        r = d.get("/memory/trims")
+        assert r.status_code == 503 and "replaced" in r.text, r.text
+        assert d.get("/healthz").json()["database"] == "replaced"  # for good
+    finally:
+        assert d.stop() == 0
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+        names = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert names == {"kept"}, names
+        assert c.execute("SELECT count(*) FROM kept").fetchone()[0] == 123
+    c.close()
+
+    notes = tmp_path / "notes.txt"
+    notes.write_bytes(b"an operator's notes, not a database\n" * 300)
+    db2 = tmp_path / "other.sqlite"
+    d = Demo({"Database": str(db2), "SampleIntervalSeconds": 1}, workers=1, study_mb=4,
+             pause_ms=100)
+    try:
+        wait_for(lambda: d.get("/memory/series?metric=rss_bytes&since=-1m").json()["buckets"],
+                 15, "samples in the store")
+        before = notes.read_bytes()
+        os.rename(notes, db2)
+        wait_for(lambda: d.get("/healthz").json()["database"] == "replaced", 15,
+                 "/healthz reporting the replaced file")
+    finally:
+        assert d.stop() == 0
+    assert db2.read_bytes() == before
+    with pytest.raises(sqlite3.DatabaseError):
+        with sqlite3.connect(f"file:{db2}?mode=ro", uri=True) as c:
+            c.execute("SELECT count(*) FROM samples").fetchone()
+

@@ -103,6 +103,114 @@ static void test_readers_state(void)
     store_destroy(&on);
 }
 
+static void push_samples(struct store *st, int n, int64_t base)
+{
+    for (int i = 0; i < n; i++) {
+        struct mt_snapshot s = {.cheap = {.timestamp_ms = base + i, .rss_bytes = 1u << 20}};
+        store_push_sample(st, &s);
+    }
+    store_wake(st);
+}
+
+static int health_is(struct store *st, const char *want)
+{
+    char state[32], reason[256];
+    store_health(st, state, sizeof(state), reason, sizeof(reason));
+    return strcmp(state, want) == 0;
+}
+
+static void file_bytes(const char *path, char *buf, size_t size, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    *len = f ? fread(buf, 1, size, f) : 0;
+    if (f)
+        fclose(f);
+}
+
+/*
+ * Issue 24, finding 4: `mv backup.sqlite memtrim.sqlite` while the host runs. The
+ * store noticed and reopened at the path, and the old store's WAL (memtrim.sqlite-wal,
+ * by name) was read into the backup: at stop the file held the old rows, the backup's
+ * were gone. Now it stops writing, says "replaced", and the backup keeps its rows;
+ * a file that is no database is never turned into one.
+ */
+static void test_replaced_file_is_left_alone(void)
+{
+    struct store st;
+    char *err = NULL;
+    const char *path = harness_path(dir, "live.sqlite");
+    const char *backup = harness_path(dir, "backup.sqlite");
+
+    /* a backup made by an earlier run: 7 samples */
+    CHECK_EQ_INT(store_init(&st, backup, 24), 0);
+    CHECK_EQ_INT(store_start(&st, &err), 0);
+    push_samples(&st, 7, mt_now_ms() - 100000);
+    WAIT_FOR(counters(&st).samples_stored == 7, 10);
+    CHECK_EQ_INT(store_stop(&st), 0);
+    store_destroy(&st);
+    CHECK_EQ_INT(rows(backup, "samples"), 7);
+
+    CHECK_EQ_INT(store_init(&st, path, 24), 0);
+    store_test_tick(&st, 20 * 1000000LL, 0);
+    CHECK_EQ_INT(store_start(&st, &err), 0);
+    push_samples(&st, 50, mt_now_ms() - 50000);
+    WAIT_FOR(counters(&st).samples_stored == 50, 10);
+    CHECK_EQ_INT(rename(backup, path), 0); /* its -wal and -shm stay: the live store's */
+    push_samples(&st, 30, mt_now_ms() - 30000);
+    WAIT_FOR(health_is(&st, "replaced"), 10);
+    CHECK(health_is(&st, "replaced"));
+    char state[32], reason[256];
+    store_health(&st, state, sizeof(state), reason, sizeof(reason));
+    CHECK_CONTAINS(reason, "replaced by another file");
+    uint64_t generation;
+    char why[300];
+    CHECK_EQ_INT(st.readers.state(st.readers.ctx, &generation, why, sizeof(why)), -EAGAIN);
+    CHECK_CONTAINS(why, "replaced");
+    push_samples(&st, 10, mt_now_ms() - 10000); /* dropped and counted, never written */
+    WAIT_FOR(counters(&st).samples_dropped >= 10, 10);
+    CHECK_EQ_INT(store_stop(&st), 0);
+    CHECK(counters(&st).samples_dropped >= 10);
+    store_destroy(&st);
+    /* the backup at the path: its 7 rows, none of the live store's 50 + 30 */
+    CHECK_EQ_INT(rows(path, "samples"), 7);
+
+    /* a file that is no database, moved into place */
+    const char *junk = harness_path(dir, "junk.txt");
+    const char *path2 = harness_path(dir, "live2.sqlite");
+    FILE *f = fopen(junk, "wb");
+    static const char text[] = "not a database, an operator's notes\n";
+    if (f) {
+        for (int i = 0; i < 200; i++)
+            fputs(text, f);
+        fclose(f);
+    }
+    CHECK_EQ_INT(store_init(&st, path2, 24), 0);
+    store_test_tick(&st, 20 * 1000000LL, 0);
+    CHECK_EQ_INT(store_start(&st, &err), 0);
+    push_samples(&st, 50, mt_now_ms() - 50000);
+    WAIT_FOR(counters(&st).samples_stored == 50, 10);
+    char before[16384], after[16384];
+    size_t nb = 0, na = 0;
+    file_bytes(junk, before, sizeof(before), &nb);
+    CHECK_EQ_INT(rename(junk, path2), 0);
+    push_samples(&st, 30, mt_now_ms() - 30000);
+    WAIT_FOR(health_is(&st, "replaced"), 10);
+    CHECK(health_is(&st, "replaced"));
+    CHECK_EQ_INT(store_stop(&st), 0);
+    store_destroy(&st);
+    file_bytes(path2, after, sizeof(after), &na);
+
+    CHECK_MSG(na == nb && memcmp(before, after, nb) == 0, "the file moved into place changed: "
+              "%zu bytes, was %zu", na, nb);
+    /* and opening it still says it is no database (no old WAL is read into it) */
+    sqlite3 *db = NULL;
+    int rc = sqlite3_open_v2(path2, &db, SQLITE_OPEN_READONLY, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "SELECT count(*) FROM samples", NULL, NULL, NULL);
+    CHECK_MSG(rc == SQLITE_NOTADB, "sqlite3 on the notes: %d (%s)", rc, db ? sqlite3_errmsg(db) : "");
+    sqlite3_close(db);
+}
+
 int main(void)
 {
     if (harness_tmpdir(dir, sizeof(dir), "store"))
@@ -110,6 +218,7 @@ int main(void)
     RUN(test_one_queue);
     RUN(test_full_queue);
     RUN(test_readers_state);
+    RUN(test_replaced_file_is_left_alone);
     harness_rmtree(dir);
     return harness_end();
 }
