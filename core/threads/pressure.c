@@ -591,7 +591,8 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     /* The kernel's count of limit hits: from the notified file, else the housekeeper's reading. */
     const int64_t *ev = p->events_read ? p->events : snap.cheap.cgroup_events;
     int last_chance = 0;
-    if (ev[MT_CG_EV_MAX] >= 0 || ev[MT_CG_EV_OOM] >= 0 || ev[MT_CG_EV_OOM_KILL] >= 0) {
+    if ((p->events_read || snap.cheap.timestamp_ms) &&
+        (ev[MT_CG_EV_MAX] >= 0 || ev[MT_CG_EV_OOM] >= 0 || ev[MT_CG_EV_OOM_KILL] >= 0)) {
         if (l->events_seen_ok)
             last_chance = ev[MT_CG_EV_MAX] > l->events_seen[MT_CG_EV_MAX] ||
                           ev[MT_CG_EV_OOM] > l->events_seen[MT_CG_EV_OOM] ||
