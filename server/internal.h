@@ -182,8 +182,17 @@ int server_listen_open(const struct server_options *cfg, struct server_listener 
 void server_listen_close(struct server_listener *l);
 int server_addr_is_loopback(const struct sockaddr_storage *addr);
 
+/* A daemon's own context, handed to its access handler: which server, which generation of
+ * the certificate (0 for plain HTTP; tls.c counts renewals in s->tls_gen). */
+struct server;
+struct server_dctx {
+    struct server *s;
+    unsigned gen;
+};
+
 /* The PEM files a TLS daemon serves, read and checked (tls.c); they live as long as it does. */
 struct server_pems {
+    struct server_dctx dctx; /* the daemon serving these files */
     char *cert, *key, *ca; /* NUL-terminated; ca NULL without HttpsClientCA */
     size_t cert_len, key_len, ca_len;
     struct server_file_id id[3]; /* cert, key, ca: what was read */
@@ -216,6 +225,9 @@ struct server {
     /* TLS (tls.c): the current daemon's files, the one still draining after a renewal */
     struct server_pems *pems; /* NULL: plain HTTP; swapped by the reload thread only */
     int tls, tls_client_ca;   /* fixed at start: what the handlers read */
+    struct server_dctx plain_dctx; /* a plain HTTP daemon's context */
+    unsigned tls_gen;         /* the current daemon's generation (atomic: handlers read it) */
+    unsigned tls_gen_started; /* the last generation started (start, then the reload thread) */
     pthread_mutex_t tls_lock;
     pthread_cond_t tls_cond;
     pthread_t tls_thread;
@@ -228,7 +240,7 @@ struct server {
 };
 
 /* Start a daemon on s->listener with s->opt and pems (NULL: plain HTTP); NULL when MHD fails. */
-struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pems *pems);
+struct MHD_Daemon *server_daemon_start(struct server *s, struct server_pems *pems);
 
 /* libmicrohttpd's process-wide panic handler: ours, unless another user of it is loaded (panic.c). */
 void server_panic_install(void);

@@ -66,21 +66,16 @@ static void server_mhd_log(void *cls, const char *fmt, va_list ap)
 }
 
 /* Turn a reply into an MHD response and queue it. */
-static struct MHD_Daemon *server_current_daemon(const struct server *s)
+/* A connection of a daemon a renewed certificate replaced (d: the daemon's context, NULL
+ * when unknown): its reply ends it, so that the client reconnects to the new one (tls.c).
+ * (MHD_CONNECTION_INFO_DAEMON names a worker of the pool, never the daemon started: compared
+ * with it, every TLS reply closed its connection, a handshake per request.) */
+static int server_conn_draining(const struct server_dctx *d)
 {
-    return __atomic_load_n(&s->daemon, __ATOMIC_ACQUIRE);
+    return d != NULL && d->gen != __atomic_load_n(&d->s->tls_gen, __ATOMIC_ACQUIRE);
 }
 
-/* A connection of the daemon a renewed certificate replaced: its reply ends it (tls.c). */
-static int server_conn_draining(const struct server *s, struct MHD_Connection *conn)
-{
-    if (s == NULL || !s->tls)
-        return 0;
-    const union MHD_ConnectionInfo *i = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_DAEMON);
-    return i != NULL && i->daemon != server_current_daemon(s);
-}
-
-static enum MHD_Result server_send(const struct server *s, struct MHD_Connection *conn,
+static enum MHD_Result server_send(const struct server_dctx *d, struct MHD_Connection *conn,
                                    struct server_reply *rep)
 {
     struct MHD_Response *resp;
@@ -100,7 +95,7 @@ static enum MHD_Result server_send(const struct server *s, struct MHD_Connection
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     for (int i = 0; i < rep->nheaders; i++)
         MHD_add_response_header(resp, rep->headers[i].name, rep->headers[i].value);
-    if (server_conn_draining(s, conn))
+    if (server_conn_draining(d))
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(conn, rep->status, resp);
     MHD_destroy_response(resp);
@@ -176,9 +171,10 @@ static int server_peer(struct MHD_Connection *conn, struct server_input *in)
     return 0;
 }
 
-static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *conn,
+static enum MHD_Result server_handle(const struct server_dctx *d, struct MHD_Connection *conn,
                                      const char *method, const struct server_call *c)
 {
+    struct server *s = d->s;
     struct server_reply rep;
     int is_write = 0;
     struct server_input in = {
@@ -198,7 +194,7 @@ static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *co
         memset(&rep, 0, sizeof(rep));
         server_reply_error(&rep, 403, "client_certificate", "%s", why);
         server_reply_header(&rep, MHD_HTTP_HEADER_CONNECTION, "close");
-        return server_send(s, conn, &rep);
+        return server_send(d, conn, &rep);
     }
     if (s->listener.is_unix)
         server_peer(conn, &in);
@@ -207,7 +203,7 @@ static enum MHD_Result server_handle(struct server *s, struct MHD_Connection *co
         mt_log_limited(&s->peer_log, MT_LOG_INFO, "server",
                        "unix socket: %s %.100s by uid %ld gid %ld pid %ld: %u", method,
                        c->uri, in.peer_uid, in.peer_gid, in.peer_pid, rep.status);
-    return server_send(s, conn, &rep);
+    return server_send(d, conn, &rep);
 }
 
 static enum MHD_Result server_too_large(struct MHD_Connection *conn, struct server_call *c)
@@ -299,7 +295,8 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
                                      const char *upload_data, size_t *upload_data_size,
                                      void **req_cls)
 {
-    struct server *s = cls;
+    const struct server_dctx *d = cls; /* the daemon's: server_daemon_start */
+    struct server *s = d->s;
     struct server_call *c = *req_cls;
     if (c == NULL)
         return MHD_NO; /* no memory for the request's state: cut the connection */
@@ -317,7 +314,7 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
         return server_too_large(conn, c);
     /* The request is here whole: its deadline stops while it runs and replies. */
     server_watchdog_arm(&s->watchdog, server_conn_of(conn), 0);
-    return server_handle(s, conn, method, c);
+    return server_handle(d, conn, method, c);
 }
 
 static void server_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -371,13 +368,17 @@ static enum MHD_Result server_accept(void *cls, const struct sockaddr *addr, soc
     return server_conns_admit(&s->watchdog, &key) ? MHD_YES : MHD_NO;
 }
 
-struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pems *pems)
+struct MHD_Daemon *server_daemon_start(struct server *s, struct server_pems *pems)
 {
     const struct server_options *cfg = &s->opt;
+    /* The access handler's context names the daemon's generation (tls.c swaps s->tls_gen). */
+    struct server_dctx *dctx = pems ? &pems->dctx : &s->plain_dctx;
+    dctx->s = s;
+    dctx->gen = pems ? ++s->tls_gen_started : 0;
     /* MHD_USE_ITC: MHD_quiesce_daemon hands the socket back (a renewal, and every stop). */
-    /* TLS: poll(), not epoll: with libmicrohttpd 0.9.75's epoll a kept-alive TLS connection
-     * waited up to 50 ms between requests (76-91 req/s against 400-570 with poll, one client,
-     * the same run); the connections are few (MaxConnections), so poll costs nothing. */
+    /* TLS: poll(), not epoll. With libmicrohttpd 0.9.75's epoll, a connection whose TLS
+     * handshake stalls keeps its worker spinning: 20 stalled ClientHellos took 0.25-0.30 s of
+     * CPU a second, with poll none (test_hostile_tls measures it); our connections are few. */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | (pems ? MHD_USE_POLL : MHD_USE_EPOLL) |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC;
     if (pems != NULL)
@@ -398,7 +399,7 @@ struct MHD_Daemon *server_daemon_start(struct server *s, const struct server_pem
     };
     server_panic_install(); /* once per process, and not over a host's own handler */
     return MHD_start_daemon(
-        flags, 0, server_accept, s, server_access, s, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
+        flags, 0, server_accept, s, server_access, dctx, MHD_OPTION_EXTERNAL_LOGGER, server_mhd_log,
         (void *)s, MHD_OPTION_LISTEN_SOCKET, s->listener.fd, MHD_OPTION_NOTIFY_COMPLETED,
         server_completed, (void *)s, MHD_OPTION_URI_LOG_CALLBACK, server_uri_log, (void *)s,
         MHD_OPTION_NOTIFY_CONNECTION, server_notify_connection, (void *)s,
@@ -513,6 +514,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         goto fail;
     }
     s->daemon = server_daemon_start(s, s->pems);
+    s->tls_gen = s->pems ? s->pems->dctx.gen : 0;
     if (s->daemon == NULL) {
         rc = -EIO;
         msg = server_strdupf("cannot serve HTTP%s on %s (HttpBind, HttpPort): libmicrohttpd "

@@ -12,13 +12,14 @@
  * checks, it starts a second daemon on the same listening socket
  * (MHD_OPTION_LISTEN_SOCKET), then quiesces the old one (it accepts no more).
  * The old daemon serves its open connections on: each gets its next reply
- * with "Connection: close" (server.c, server_send), and the old daemon is
+ * with "Connection: close" (server.c, server_send: its access handler's
+ * context carries its generation, older than s->tls_gen), and the old daemon is
  * stopped once it holds none, or after TLS_DRAIN_MAX_NS. A set that fails its
  * checks is logged once and the running certificate stays.
  *
- * Threads and locks: s->tls_lock guards s->daemon's swap (and s->draining)
- * against server_address and server_stop; handlers read s->daemon through
- * server_current_daemon (an atomic load). The PEM buffers of a daemon live as
+ * Threads and locks: s->tls_lock guards s->daemon's swap (and s->draining);
+ * handlers read only s->tls_gen (an atomic load) and their daemon's own
+ * context (struct server_dctx, in its pems). The PEM buffers of a daemon live as
  * long as it does (struct server_pems, freed after MHD_stop_daemon).
  */
 #include <errno.h>
@@ -358,6 +359,7 @@ static void tls_swap(struct server *s, struct server_pems *p)
     struct MHD_Daemon *old = s->daemon;
     struct server_pems *old_pems = s->pems;
     __atomic_store_n(&s->daemon, fresh, __ATOMIC_RELEASE);
+    __atomic_store_n(&s->tls_gen, p->dctx.gen, __ATOMIC_RELEASE); /* the old one's now drain */
     s->pems = p;
     /* One drain at a time: a second renewal within the drain stops the older one now. */
     struct MHD_Daemon *older = s->draining;

@@ -56,6 +56,11 @@ def test_https_with_curl(start_demo, pki):
     rc, out, err = curl("--cacert", str(pki["ca"].pem), "-X", "POST", "-H",
                         f"Authorization: Bearer {TOKEN}", url + "/memory/trim")
     assert rc == 0 and "released_bytes" in out, (rc, out, err)
+    # Kept alive: a second request reuses the connection (no "Connection: close" outside a
+    # renewal: comparing the wrong daemon once made every TLS reply close its connection).
+    rc, out, err = curl("-v", "--cacert", str(pki["ca"].pem), url + "/healthz", url + "/healthz")
+    assert rc == 0 and "Re-using existing connection" in err, err[-1500:]
+    assert "Connection: close" not in err
     # Without the CA, or with another one: curl refuses the server (exit 60).
     rc, out, err = curl(url + "/healthz")
     assert rc == 60, (rc, err)
