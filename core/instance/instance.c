@@ -167,11 +167,8 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
     mt_config_get(mt, &cfg);
     if (pad < 0)
         pad = cfg.trim_pad_bytes;
-    int rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, (uint64_t)pad,
-                      cfg.manual_trim_min_interval_ms, TRIM_WAIT_IF_BUSY, out, retry_after_ms);
-    if (rc == 0 && !out->coalesced)
-        store_wake(&mt->store); /* hand the result to the store now */
-    return rc;
+    struct trim_ask ask = {MT_TRIGGER_MANUAL, (uint64_t)pad, cfg.manual_trim_min_interval_ms, 0};
+    return trim_request(&mt->trims, &mt->cache, &ask, out, retry_after_ms);
 }
 
 void mt_counters_get(struct memtrim *mt, struct mt_counters *out)

@@ -174,13 +174,20 @@ static void instance_refault_done(void *arg, const struct mt_refault *rf)
     store_push_refault(arg, rf);
 }
 
+static void instance_store_wake(void *arg)
+{
+    store_wake(arg); /* the result to the disk now, not at the next 250 ms */
+}
+
 static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
     if (trim_service_init(&mt->trims))
         return oom(err, "trim service");
     mt->trims.sink = instance_trim_done;
     mt->trims.refault_sink = instance_refault_done;
+    mt->trims.sink_wake = instance_store_wake;
     mt->trims.sink_arg = &mt->store;
+    mt->trims.suspend_depth = &mt->suspend_depth;
     mt->store.trims = &mt->trims;
     return 0;
 }
@@ -199,13 +206,7 @@ static struct mt_config_feed config_feed(struct memtrim *mt)
 
 static int pressure_make(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    struct pressure_deps deps = {
-        .config = config_feed(mt),
-        .suspend_depth = &mt->suspend_depth,
-        .cache = &mt->cache,
-        .trims = &mt->trims,
-        .store = &mt->store,
-    };
+    struct pressure_deps deps = {.config = config_feed(mt), .cache = &mt->cache, .trims = &mt->trims};
     mt->pressure = pressure_create(&deps);
     return mt->pressure ? 0 : oom(err, "pressure path");
 }

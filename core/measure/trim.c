@@ -175,6 +175,56 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     return 0;
 }
 
+/* What each trigger's trims obey (trim_request). */
+struct trim_rule {
+    int flags;                   /* TRIM_WAIT_IF_BUSY: share a running trim's result */
+    int obeys_suspend;           /* refused while the host holds trims off */
+    int wakes_sink;              /* its result goes to the store at once */
+    int64_t count_skip_every_ns; /* a refusal counted at most this often (0: each) */
+};
+
+static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
+    /* a person asked: answered, with a trim of its own or a running one's result */
+    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0},
+    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0},
+    [MT_TRIGGER_BURST] = {0, 1, 0, 0},
+    /* polled every few ms near the limit: one count a second of being refused */
+    [MT_TRIGGER_PRESSURE] = {0, 1, 1, MT_SEC},
+};
+
+/* Count a refusal of a trigger's trim as its rule says. */
+static void count_refusal(struct trim_service *ts, const struct trim_rule *rule, int trigger,
+                          int reason)
+{
+    int64_t now = mt_mono_ns();
+    pthread_mutex_lock(&ts->lock);
+    int64_t *last = &ts->last_skip_ns[trigger][reason];
+    if (!rule->count_skip_every_ns || !*last || now - *last >= rule->count_skip_every_ns) {
+        *last = now;
+        ts->skips[reason]++;
+    }
+    pthread_mutex_unlock(&ts->lock);
+}
+
+int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
+                 struct mt_trim_result *out, int64_t *retry_after_ms)
+{
+    if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT)
+        return -EINVAL;
+    const struct trim_rule *rule = &trim_rules[ask->trigger];
+    if (rule->obeys_suspend && ts->suspend_depth && atomic_load(ts->suspend_depth) > 0) {
+        count_refusal(ts, rule, ask->trigger, MT_SKIP_SUSPENDED);
+        return -EPERM;
+    }
+    int rc = trim_run_at(ts, sc, ask->trigger, ask->pad, ask->min_interval_ms, rule->flags,
+                         ask->crossing_ns, out, retry_after_ms);
+    if (rc == -EBUSY)
+        count_refusal(ts, rule, ask->trigger, MT_SKIP_BUSY);
+    if (rc == 0 && rule->wakes_sink && !out->coalesced && ts->sink_wake)
+        ts->sink_wake(ts->sink_arg);
+    return rc;
+}
+
 void trim_count_skip(struct trim_service *ts, int reason)
 {
     if (reason < 0 || reason >= MT_SKIP_COUNT)

@@ -1,7 +1,10 @@
 /*
  * trim.h - the trim service: one malloc_trim at a time, each one measured,
  * concurrent manual requests coalesced onto the running trim, manual rate
- * limit; each result goes to a sink (the store's queue, core/store.c). Any
+ * limit; each result goes to a sink (the store's queue, core/threads/store.c).
+ * trim_request is the one path of every trigger (manual, periodic, burst,
+ * pressure): what each obeys (a suspended host, a running trim, the rate
+ * limit) and how its refusals are counted is a row of data in trim.c. Any
  * thread may call; the service's mutex guards its state, is never held
  * across malloc_trim, and is held while the sink runs (the sink takes only
  * its own short lock).
@@ -10,6 +13,7 @@
 #define MEMTRIM_TRIM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include "snapshot.h"
 #include "types.h"
@@ -45,6 +49,10 @@ struct trim_service {
     void (*sink)(void *arg, const struct mt_trim_result *r);
     void (*refault_sink)(void *arg, const struct mt_refault *rf);
     void *sink_arg;
+    /* trim_request's: set before trims run, then read-only */
+    void (*sink_wake)(void *arg);    /* hand what the sink holds on now (NULL: none) */
+    const atomic_int *suspend_depth; /* > 0: the host holds trims off (NULL: never) */
+    int64_t last_skip_ns[MT_TRIGGER_COUNT][MT_SKIP_COUNT]; /* under lock: a refusal's last count */
 };
 
 int trim_service_init(struct trim_service *ts);
@@ -74,6 +82,26 @@ int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, ui
 int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
                 int64_t min_interval_ms, int flags, int64_t crossing_ns,
                 struct mt_trim_result *out, int64_t *retry_after_ms);
+
+/* What a trigger asks of trim_request. */
+struct trim_ask {
+    int trigger;             /* enum mt_trigger */
+    uint64_t pad;            /* malloc_trim's pad */
+    int64_t min_interval_ms; /* the rate limit of a trigger that has one (ManualTrimMinIntervalMs) */
+    int64_t crossing_ns;     /* a pressure trim's cause (monotonic; 0 none): its reaction time */
+};
+
+/*
+ * The one trim path of every trigger, by the trigger's rule (trim.c): a trigger
+ * that obeys the host's suspend is refused while suspended (-EPERM), one that
+ * does not wait for a running trim is refused while one runs (-EBUSY), a rate
+ * limited one inside its interval (-EAGAIN, *retry_after_ms); the refusals
+ * counted as skips (MT_SKIP_SUSPENDED, MT_SKIP_BUSY) at most as often as the rule
+ * says. 0 with *out when it ran or shared a trim; the sink is woken after the
+ * triggers whose results should be stored at once.
+ */
+int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
+                 struct mt_trim_result *out, int64_t *retry_after_ms);
 
 /* Count a trim that was not run, by reason (enum mt_skip_reason). */
 void trim_count_skip(struct trim_service *ts, int reason);

@@ -76,18 +76,12 @@ static void reload_config(struct housekeeper *hk, struct hk_state *st, int64_t n
 static int do_trim(struct housekeeper *hk, struct hk_state *st, int trigger)
 {
     struct mt_trim_result r;
-    /* A host that suspended trims while this tick probed and decided is obeyed:
-     * the tick read suspend_depth at its start, and the probe takes a while. */
-    if (atomic_load(hk->deps.suspend_depth) > 0) {
-        trim_count_skip(hk->deps.trims, MT_SKIP_SUSPENDED);
+    /* A host that suspended trims while this tick probed and decided is obeyed (the
+     * tick read suspend_depth at its start, and the probe takes a while): the trim
+     * service refuses it then, and when another trim runs, and counts the skip. */
+    struct trim_ask ask = {trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0};
+    if (trim_request(hk->deps.trims, hk->deps.cache, &ask, &r, NULL) != 0)
         return 0;
-    }
-    int rc = trim_run(hk->deps.trims, hk->deps.cache, trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0,
-                      &r, NULL);
-    if (rc == -EBUSY) {
-        trim_count_skip(hk->deps.trims, MT_SKIP_BUSY);
-        return 0;
-    }
     cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);
     if (trigger != MT_TRIGGER_PERIODIC)
         mt_log_limited(&hk->trim_log, MT_LOG_INFO, "housekeeper",

@@ -42,9 +42,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "pressure.h"
 #include "snapshot.h"
-#include "store.h"
 #include "trim.h"
 
 #define POLL_FAST_NS (2 * MT_MS)       /* RSS moving inside the zone */
@@ -421,8 +421,6 @@ struct loop {
     int64_t calm_ns; /* the last moment no rule held: reactions count from here */
     int64_t interval_ns;
     uint64_t last_rss;
-    int64_t last_skip_ns; /* the last suspended skip counted */
-    int busy;             /* the last attempt found another trim running */
     int64_t limit, cgroup_limit;
     int limit_level, events_level; /* where the cgroup's limit and events were (re-arm on change) */
     int64_t events_seen[MT_CG_EVENTS]; /* memory.events as the last step saw them */
@@ -488,34 +486,27 @@ static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot 
     const struct pressure_deps *d = &p->deps;
     struct mt_trim_result r;
 
-    if (atomic_load(d->suspend_depth) > 0) {
-        if (now - l->last_skip_ns >= MT_SEC) {
-            l->last_skip_ns = now;
-            trim_count_skip(d->trims, MT_SKIP_SUSPENDED);
-        }
+    /* The trim service refuses it while the host is suspended or another trim runs,
+     * and counts those skips at most once a second (its rule for pressure trims). */
+    struct trim_ask ask = {MT_TRIGGER_PRESSURE, (uint64_t)l->cfg.trim_pad_bytes, -1, l->calm_ns};
+    int rc = trim_request(d->trims, d->cache, &ask, &r, NULL);
+    if (rc == -EPERM) {
         l->calm_ns = now; /* the host holds trims off: no reaction is owed */
         return 0;
     }
-    int rc = trim_run_at(d->trims, d->cache, MT_TRIGGER_PRESSURE,
-                         (uint64_t)l->cfg.trim_pad_bytes, -1, 0, l->calm_ns, &r, NULL);
     if (rc == -EBUSY) { /* another trim runs: it releases too; decide again right after */
         pthread_mutex_lock(&p->lock);
         p->stats.busy++;
         pthread_mutex_unlock(&p->lock);
-        if (!l->busy)
-            trim_count_skip(d->trims, MT_SKIP_BUSY);
-        l->busy = 1;
         return 1;
     }
-    l->busy = 0;
     if (rc)
         return 0;
     if (l->st.rule == PRESSURE_RULE_LAST_CHANCE)
         log_last_chance(p, l, snap, &r);
     pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
                         (uint64_t)l->cfg.trim_min_releasable_bytes);
-    record_trim(p, &r);
-    store_wake(d->store);
+    record_trim(p, &r); /* (the trim service has woken the store) */
     l->calm_ns = mt_mono_ns();
     l->last_rss = r.rss_after_bytes;
     mt_log_limited(&p->trim_log, MT_LOG_INFO, "pressure",
@@ -648,7 +639,6 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         in.now_ns = mt_mono_ns();
     } else {
         l->calm_ns = in.now_ns;
-        l->busy = 0;
     }
     /* The ladder's next line, after the reading it would have delayed. */
     if (drawing(p)) {
@@ -677,7 +667,6 @@ static void *pressure_main(void *arg)
 
     memset(&l, 0, sizeof(l));
     l.st.last_trim_ns = mt_mono_ns() - (int64_t)3600 * MT_SEC;
-    l.last_skip_ns = l.st.last_trim_ns;
     l.interval_ns = POLL_FAST_NS;
     l.limit = l.cgroup_limit = -2; /* unknown: arm at the first reading */
     l.limit_level = l.events_level = -2;

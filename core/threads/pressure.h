@@ -8,7 +8,6 @@
 #ifndef MEMTRIM_PRESSURE_H
 #define MEMTRIM_PRESSURE_H
 
-#include <stdatomic.h>
 #include <stdint.h>
 #include "config.h"
 #include "pressure_policy.h"
@@ -17,15 +16,12 @@
 struct pressure;
 struct snapshot_cache;
 struct trim_service;
-struct store;
 
 /* What the pressure path uses, each part with its own lock (the instance fills it). */
 struct pressure_deps {
-    struct mt_config_feed config;    /* re-read when PATCH /config changed it (and woken) */
-    const atomic_int *suspend_depth; /* mt_suspend's nesting: > 0 holds trims off */
-    struct snapshot_cache *cache;    /* the housekeeper's readings; its cgroup, found at start */
-    struct trim_service *trims;      /* runs the trims */
-    struct store *store;             /* woken after a pressure trim */
+    struct mt_config_feed config; /* re-read when PATCH /config changed it (and woken) */
+    struct snapshot_cache *cache; /* the housekeeper's readings; its cgroup, found at start */
+    struct trim_service *trims;   /* runs the trims (refuses them while suspended) */
 };
 
 /* What wakes the pressure thread (reported as "pressure_source"). */

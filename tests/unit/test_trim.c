@@ -1,8 +1,11 @@
-/* test_trim.c - a measured malloc_trim returns churned memory; rate limit, coalescing, queue. */
+/* test_trim.c - a measured malloc_trim returns churned memory; rate limit, coalescing, queue;
+ * trim_request's rule for each trigger (suspend, busy, how often a refusal counts, the store woken). */
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "churn.h"
 #include "core.h"
@@ -251,6 +254,78 @@ static void test_sink(void)
     CHECK_EQ_INT(sunk[0].trigger, MT_TRIGGER_PERIODIC);
 }
 
+static int nwoken;
+static void woken(void *arg)
+{
+    nwoken++;
+}
+
+static uint64_t skips(int reason)
+{
+    struct mt_counters c;
+    memset(&c, 0, sizeof(c));
+    trim_counters(&ts, &c);
+    return c.skips[reason];
+}
+
+/* trim_request: every trigger's rule as data (trim.c's table). */
+static void test_request_rules(void)
+{
+    atomic_int depth;
+    struct mt_trim_result r;
+    atomic_init(&depth, 1);
+    ts.suspend_depth = &depth;
+    ts.sink_wake = woken;
+    nwoken = 0;
+
+    /* Suspended: periodic, burst and pressure are refused and counted; manual runs. */
+    uint64_t susp = skips(MT_SKIP_SUSPENDED);
+    struct trim_ask periodic = {MT_TRIGGER_PERIODIC, 0, -1, 0};
+    struct trim_ask burst = {MT_TRIGGER_BURST, 0, -1, 0};
+    struct trim_ask pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0};
+    struct trim_ask manual = {MT_TRIGGER_MANUAL, 0, -1, 0};
+    CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &burst, &r, NULL), -EPERM);
+    CHECK_EQ_INT(skips(MT_SKIP_SUSPENDED) - susp, 3); /* each counted */
+    /* Polled near the limit: counted at most once a second (however slow this machine). */
+    double t0 = harness_now_s();
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ_INT(trim_request(&ts, &cache, &pressure, &r, NULL), -EPERM);
+    uint64_t n = skips(MT_SKIP_SUSPENDED) - susp - 3;
+    CHECK_MSG(n >= 1 && (double)n <= 1 + (harness_now_s() - t0), "%llu counted",
+              (unsigned long long)n);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &manual, &r, NULL), 0);
+    CHECK_EQ_INT(nwoken, 1); /* a manual result goes to the store at once */
+
+    /* Resumed: a periodic trim runs without waking the store; a pressure trim wakes it. */
+    atomic_store(&depth, 0);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), 0);
+    CHECK_EQ_INT(nwoken, 1);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &pressure, &r, NULL), 0);
+    CHECK_EQ_INT(nwoken, 2);
+
+    /* Another trim runs: periodic and pressure are refused (busy), the pressure path's
+     * refusals counted once a second as well. */
+    uint64_t busy = skips(MT_SKIP_BUSY);
+    hold_running(1);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EBUSY);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &burst, &r, NULL), -EBUSY);
+    CHECK_EQ_INT(skips(MT_SKIP_BUSY) - busy, 2);
+    t0 = harness_now_s();
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ_INT(trim_request(&ts, &cache, &pressure, &r, NULL), -EBUSY);
+    n = skips(MT_SKIP_BUSY) - busy - 2;
+    CHECK_MSG(n >= 1 && (double)n <= 1 + (harness_now_s() - t0), "%llu counted",
+              (unsigned long long)n);
+    end_running(99, 0);
+    CHECK_EQ_INT(nwoken, 2);
+    struct trim_ask bad = {MT_TRIGGER_COUNT, 0, -1, 0};
+    CHECK_EQ_INT(trim_request(&ts, &cache, &bad, &r, NULL), -EINVAL);
+    ts.suspend_depth = NULL;
+    ts.sink_wake = NULL;
+}
+
 int main(void)
 {
     snapshot_init(&cache);
@@ -260,6 +335,7 @@ int main(void)
     RUN(test_coalesce);
     RUN(test_coalesced_counts_for_the_interval);
     RUN(test_sink);
+    RUN(test_request_rules);
     RUN(test_ids_unique_across_restarts);
     trim_service_destroy(&ts);
     snapshot_destroy(&cache);
