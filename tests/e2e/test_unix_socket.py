@@ -62,7 +62,7 @@ class UnixHost:
 
 
 @pytest.fixture
-def hosts():
+def hosts(folder):  # folder: removed only after every host here has stopped
     started = []
 
     def start(folder, config=None, ready=True):
