@@ -18,6 +18,10 @@
 #include "probe.h"
 #include "trim.h"
 
+/* The gap's changes follow the host's (and a client's manual trims'): 5 lines per 10 s at
+ * most, the rest counted (one instance per process: process-wide is enough). */
+static struct mt_log_limit gap_log = MT_LOG_LIMIT_INIT(10 * MT_SEC, 5);
+
 #define CPUS_EVERY_TICKS 40       /* re-read the affinity and cpu.max every ~10 s */
 #define GAP_MIN_EVIDENCE (1 << 20) /* a release smaller than 1 MiB says nothing */
 
@@ -88,7 +92,7 @@ static void gap_learn(struct housekeeper *hk, struct cost_hk *h, const struct mt
             after = cost_gap_saturate(&h->gap, c->trim_gap_max_factor);
     }
     if (after != before || at_once != h->back_at_once)
-        mt_log(MT_LOG_INFO, "cost", "%lld of %lld released bytes came back %s a %s trim: trim gaps x%g%s",
+        mt_log_limited(&gap_log, MT_LOG_INFO, "cost", "%lld of %lld released bytes came back %s a %s trim: trim gaps x%g%s",
                (long long)refaulted, (long long)w->released,
                h->back_at_once ? "at once after" : "after", mt_trigger_name(w->trigger), after,
                h->back_at_once ? ", even while the heap is mostly free, until the host is quiet" : "");

@@ -154,3 +154,26 @@ def test_head_and_options_never_reach_the_plugin(orthanc):
                                   "Connection: close\r\n\r\n".encode())
         assert status == 404, reply[:300]
     assert p.running()
+
+
+def test_hostile_patches_through_orthanc(orthanc):
+    """The PATCHes that hurt the demo (issue 24) are refused through Orthanc as by the
+    embedded server, with the same body; 200 accepted ones give a few log lines."""
+    from test_hostile import HOSTILE_PATCHES
+    p, base, api = orthanc
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for body, key in HOSTILE_PATCHES:
+        e, o = both(orthanc, "PATCH", "/config", data=json.dumps(body).encode(), headers=auth)
+        same(e, o, status=400)
+        assert key in o.json()["error"]["message"], (body, o.text)
+    before = sum(1 for ln in p.output().splitlines() if "memtrim/config:" in ln or
+                 "memtrim/tunables:" in ln)
+    s = requests.Session()
+    for i in range(200):
+        r = s.put(base + "/memtrim/config", headers=auth, timeout=30,
+                  data=json.dumps({"TrimIntervalSeconds": 30 + i % 2,
+                                   "MallocMmapThresholdBytes": (1 + i % 2) << 20}))
+        assert r.status_code == 200, r.text
+    lines = [ln for ln in p.output().splitlines() if "memtrim/config:" in ln or
+             "memtrim/tunables:" in ln][before:]
+    assert len(lines) <= 4, "\n".join(lines)

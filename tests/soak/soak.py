@@ -9,6 +9,9 @@ is one address to the limits: pollers and slowloris share it). It passes when:
 - no sanitizer report (the host's output, and its exit at SIGTERM: leaks too);
 - no response other than 200, 403 or 429, and no refused connection, for the
   pollers and the trimmer (the slowloris client is cut, which is the point);
+  a 400 for each of issue 24's hostile PATCHes (one a second: MemoryLimitBytes 1,
+  2 GiB tunables, a trim a second, 999-deep JSON bodies), which the ratio below
+  then covers too;
 - memtrim's own memory, what its threads hold on the heap (measured by
   memcount.so through ASan's allocation hooks), is flat: the last 10 s of the
   window's last third holds (median) at most max(256 KiB, 10 %) more than the
@@ -29,6 +32,7 @@ is one address to the limits: pollers and slowloris share it). It passes when:
 Usage: MEMTRIM_BUILD_DIR=build-asan MEMCOUNT_SO=... python3 tests/soak/soak.py
 """
 import http.client
+import json
 import os
 import random
 import socket
@@ -39,6 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from conftest import BUILD, Demo  # noqa: E402
+from test_hostile import HOSTILE_PATCHES  # noqa: E402
 
 SOAK_S = float(os.environ.get("SOAK_SECONDS", 60))
 BASE_S = float(os.environ.get("SOAK_BASELINE_SECONDS", SOAK_S))
@@ -67,6 +72,7 @@ class Clients:
         self.errors = []
         self.requests = 0
         self.cuts = 0
+        self.patches = 0
         self.threads = []
 
     def count(self, status):
@@ -107,6 +113,32 @@ class Clients:
             k += 1
             next_t += 1.0
 
+    def patcher(self):
+        """Issue 24's hostile PATCHes, one a second: the audit's trim storm
+        (MemoryLimitBytes 1), the tunables that kept the peak (2 GiB), a trim
+        a second, deep JSON bodies. Each must be a 400; the host's throughput is
+        the ratio's to defend."""
+        bodies = [json.dumps(b).encode() for b, _ in HOSTILE_PATCHES]
+        bodies += [b"[" * 999 + b"]" * 999, b'{"a":' * 999 + b"1" + b"}" * 999]
+        k = 0
+        while not self.stop.wait(1.0):
+            body = bodies[k % len(bodies)]
+            k += 1
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+            try:
+                c.request("PATCH", "/config", body=body,
+                          headers={"Connection": "close", "Content-Type": "application/json"})
+                r = c.getresponse()
+                r.read()
+                with self.lock:
+                    self.patches += 1
+                if r.status != 400:
+                    self.fail(f"PATCH {body[:60]!r}: {r.status}, not 400")
+            except OSError as e:
+                self.fail(f"PATCH: {e!r}")
+            finally:
+                c.close()
+
     def trimmer(self):
         while not self.stop.wait(1.0):
             self.request("POST", "/memory/trim")
@@ -143,7 +175,7 @@ class Clients:
         self.stop.clear()
         self.threads = []
         targets = [(self.poller, (i,)) for i in range(CLIENTS)]
-        targets += [(self.trimmer, ()), (self.slowloris, ())]
+        targets += [(self.trimmer, ()), (self.slowloris, ()), (self.patcher, ())]
         for fn, args in targets:
             t = threading.Thread(target=fn, args=args, daemon=True)
             t.start()
@@ -319,7 +351,8 @@ def main():
     out = demo.output() + control.output()
     print(f"soak: {CLIENTS} pollers + trimmer + slowloris for {SOAK_S:.0f} s; "
           f"{clients.requests} requests {dict(sorted(clients.statuses.items()))}; "
-          f"{clients.cuts} slowloris connections cut; host fds at most {fds[0]}/{NOFILE}")
+          f"{clients.cuts} slowloris connections cut; {clients.patches} hostile PATCHes refused; "
+          f"host fds at most {fds[0]}/{NOFILE}")
     print(f"soak: studies, host/control: baseline {base}/{base_control} ({BASE_S:.0f} s), "
           f"under the clients {during}/{during_control} ({SOAK_S:.0f} s): throughput ratio "
           f"{ratio:.4f} (must be >= {MIN_RATIO}); load {open('/proc/loadavg').read().split()[:3]}")
@@ -368,6 +401,9 @@ def main():
         ok = False
     if clients.cuts == 0:
         print("FAIL: the slowloris client was never cut")
+        ok = False
+    if clients.patches == 0:
+        print("FAIL: no hostile PATCH was sent")
         ok = False
     if fds[0] >= NOFILE:
         print("FAIL: the host reached its descriptor limit")
