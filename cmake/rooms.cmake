@@ -42,9 +42,14 @@ function(memtrim_room_probe target header expect)
   set(src "${CMAKE_BINARY_DIR}/room_probes/${id}.c")
   file(CONFIGURE OUTPUT "${src}" CONTENT "#include \"${header}\"\nint room_probe_${id};\n")
   add_library(room_probe_${id} OBJECT EXCLUDE_FROM_ALL "${src}")
+  # The target's include directories, its link dependencies' usage requirements included
+  # (a transitive build property); not its links, so that building a probe builds nothing else.
   target_include_directories(room_probe_${id} PRIVATE
                              $<TARGET_PROPERTY:${target},INCLUDE_DIRECTORIES>)
-  target_link_libraries(room_probe_${id} PRIVATE $<TARGET_PROPERTY:${target},LINK_LIBRARIES>)
+  if(NOT TARGET room_probes)
+    add_custom_target(room_probes)
+  endif()
+  add_dependencies(room_probes room_probe_${id})
   set_property(GLOBAL APPEND PROPERTY memtrim_room_probes "room_probe_${id}=${header}=${expect}")
 endfunction()
 
@@ -53,6 +58,7 @@ function(memtrim_room_test)
   string(REPLACE ";" "," probes "${probes}")
   add_test(NAME test_rooms
            COMMAND ${CMAKE_COMMAND} -DBUILD_DIR=${CMAKE_BINARY_DIR} -DPROBES=${probes}
+                   "-DGENERATOR=${CMAKE_GENERATOR}"
                    -P "${CMAKE_SOURCE_DIR}/cmake/rooms_check.cmake")
   set_tests_properties(test_rooms PROPERTIES TIMEOUT 300 RUN_SERIAL ON)
 endfunction()
