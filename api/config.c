@@ -38,7 +38,7 @@ int api_config_patch(const struct server_request *req, struct server_reply *rep)
         return server_reply_error(rep, scan == -E2BIG ? 413 : 400,
                                   scan == -E2BIG ? "body_too_large" : "bad_body",
                                   "PATCH /config: %s", why);
-    cJSON *doc = cJSON_ParseWithLength(req->body, req->body_len);
+    cJSON *doc = mt_json_parse(req->body, req->body_len, 0, NULL);
     if (doc == NULL || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
         return server_reply_error(rep, 400, "bad_body",

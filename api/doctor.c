@@ -5,6 +5,7 @@
  * the Accept header prefers text/plain (q-values honoured). Runs on HTTP
  * workers; the core takes its own locks.
  */
+#include "mt_alloc.h"
 #include "api.h"
 
 #include <cjson/cJSON.h>
@@ -81,7 +82,7 @@ static cJSON *finding_json(const struct doctor_finding *f, int *failed)
 
 int api_doctor_get(const struct server_request *req, struct server_reply *rep)
 {
-    struct doctor_finding *f = calloc(DOCTOR_MAX_FINDINGS, sizeof(*f));
+    struct doctor_finding *f = mt_calloc(DOCTOR_MAX_FINDINGS, sizeof(*f));
     if (!f)
         return server_reply_error(rep, 500, "out_of_memory", "out of memory");
     int n = mt_doctor_run(req->app, f, DOCTOR_MAX_FINDINGS), rc;

@@ -7,6 +7,7 @@
  * into one buffer (one allocation in the usual case). Runs on HTTP worker
  * threads; the core takes its own locks.
  */
+#include "mt_alloc.h"
 #include "api.h"
 
 #include <errno.h>
@@ -47,7 +48,7 @@ static void api_text_printf(struct api_text *t, const char *fmt, ...)
             return;
         }
         size_t cap = (t->cap + (size_t)n) * 2;
-        char *grown = realloc(t->p, cap);
+        char *grown = mt_realloc(t->p, cap);
         if (grown == NULL) {
             t->failed = 1;
             return;
@@ -265,7 +266,7 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
 
 int api_metrics_get(const struct server_request *req, struct server_reply *rep)
 {
-    struct api_text t = {.p = malloc(API_METRICS_INITIAL), .cap = API_METRICS_INITIAL};
+    struct api_text t = {.p = mt_malloc(API_METRICS_INITIAL), .cap = API_METRICS_INITIAL};
     t.failed = t.p == NULL;
     pthread_once(&api_c_locale_once, api_c_locale_init);
     locale_t saved = api_c_locale ? uselocale(api_c_locale) : (locale_t)0;

@@ -71,6 +71,17 @@ void mt_log_limited(struct mt_log_limit *l, int level, const char *module, const
 int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_depth, char *why,
                     size_t whylen);
 
+/*
+ * cJSON_ParseWithLengthOpts (require_end: nothing but space may follow the value, and
+ * text[len] must be its NUL; *end,
+ * when not NULL, where parsing stopped), tried a second time when it fails: cJSON returns
+ * NULL alike for a document that is not JSON and for an allocation that failed, and a
+ * document that parses the second time was refused for want of memory, not for its
+ * syntax. NULL when it fails twice.
+ */
+struct cJSON;
+struct cJSON *mt_json_parse(const char *text, size_t len, int require_end, const char **end);
+
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);
 int64_t mt_mono_ns(void);

@@ -4,12 +4,26 @@
  * host's own configuration): its size, and how deep its arrays and objects
  * nest, counted in one loop without recursion. cJSON recurses once per
  * level; a body of 999 nested '[' overflowed an Orthanc HTTP thread's stack
- * in it. No state, no locks: any thread.
+ * in it. mt_json_parse: cJSON's parser, tried twice (see common.h). No state, no
+ * locks: any thread.
  */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 
 #include "common.h"
+
+cJSON *mt_json_parse(const char *text, size_t len, int require_end, const char **end)
+{
+    for (int attempt = 0; attempt < 2; attempt++) {
+        /* cJSON checks the end against the NUL after the text: count it in */
+        cJSON *doc = cJSON_ParseWithLengthOpts(text, require_end ? len + 1 : len, end,
+                                               require_end);
+        if (doc != NULL)
+            return doc;
+    }
+    return NULL;
+}
 
 int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_depth, char *why,
                     size_t whylen)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "mt_alloc.h"
 #include "db_internal.h"
 
 /*
@@ -69,7 +70,7 @@ int db_reader_stmt(struct db_reader *r, sqlite3_stmt **slot, const char *fmt, co
 
     if (*slot != NULL)
         return 0;
-    if (asprintf(&sql, fmt, arg) < 0)
+    if (mt_asprintf(&sql, fmt, arg) < 0)
         return db_fail(err, -ENOMEM, "out of memory");
     rc = db_prepare(r->db, sql, slot, err);
     free(sql);
@@ -125,7 +126,7 @@ int db_fail(char **err, int code, const char *fmt, ...)
 
     if (err != NULL) {
         va_start(ap, fmt);
-        if (vasprintf(err, fmt, ap) < 0)
+        if (mt_vasprintf(err, fmt, ap) < 0)
             *err = NULL;
         va_end(ap);
     }

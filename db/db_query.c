@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "db_internal.h"
 
 #define DB_TRIM_COLUMNS                                                                        \
@@ -68,9 +69,9 @@ int db_reader_open(const char *path, struct db_reader **out, char **err)
     if (db_is_memory_path(path))
         return db_fail(err, -ENOTSUP, "\":memory:\" is private to its writer: readers open "
                                       "db_writer_reader_path() instead");
-    r = calloc(1, sizeof(*r));
+    r = mt_calloc(1, sizeof(*r));
     if (r != NULL)
-        r->series = calloc(2 * (size_t)db_series_metric_count(), sizeof(*r->series));
+        r->series = mt_calloc(2 * (size_t)db_series_metric_count(), sizeof(*r->series));
     if (r == NULL || r->series == NULL) {
         rc = db_fail(err, -ENOMEM, "out of memory");
         goto fail;
@@ -145,7 +146,7 @@ static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, i
 
     if (cap == 0)
         return 0;
-    out = calloc(cap, sizeof(*out));
+    out = mt_calloc(cap, sizeof(*out));
     if (out == NULL)
         return db_fail(err, -ENOMEM, "out of memory");
     db_bind_trim_query(st, q);

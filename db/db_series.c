@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "db_internal.h"
 
 /* ?1 bucket start, ?2 bucket end; %1$s is a column validated against db_series_metrics. */
@@ -159,7 +160,7 @@ int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, i
                             err);
     if (rc < 0)
         return rc;
-    out = calloc((size_t)nb, sizeof(*out));
+    out = mt_calloc((size_t)nb, sizeof(*out));
     if (out == NULL)
         return db_fail(err, -ENOMEM, "out of memory");
     rc = db_exec(r->db, "BEGIN", "begin read", err);

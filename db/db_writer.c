@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "db_internal.h"
 
 static const char *const db_wsql[DB_W_COUNT] = {
@@ -44,7 +45,7 @@ static char *db_sample_insert_sql(void)
 
     for (int i = 0; i < MT_FIELD_COUNT; i++)
         cap += strlen(mt_fields[i].name) + 5;
-    sql = malloc(cap);
+    sql = mt_malloc(cap);
     if (sql == NULL)
         return NULL;
     len = (size_t)snprintf(sql, cap, "INSERT OR REPLACE INTO samples (timestamp_ms");
@@ -77,14 +78,14 @@ static int db_writer_prepare(struct db_writer *w, char **err)
 
 static int db_writer_set_paths(struct db_writer *w, const char *path)
 {
-    w->path = strdup(path);
+    w->path = mt_strdup(path);
     if (db_is_memory_path(path)) {
         /* A private name per writer, so readers of this store can find it and nobody else. */
         char uri[64];
         db_memory_uri(uri, sizeof(uri), w);
-        w->reader_path = strdup(uri);
+        w->reader_path = mt_strdup(uri);
     } else {
-        w->reader_path = strdup(path);
+        w->reader_path = mt_strdup(path);
     }
     return w->path != NULL && w->reader_path != NULL ? 0 : -ENOMEM;
 }
@@ -95,7 +96,7 @@ static int db_writer_set_paths(struct db_writer *w, const char *path)
  */
 static int db_writer_why_cannot_create(const char *path, int rc, char **err)
 {
-    char *dir = strdup(path), *slash;
+    char *dir = mt_strdup(path), *slash;
     int code;
 
     if (rc != -ENOENT || dir == NULL || db_is_memory_path(path) || strncmp(path, "file:", 5) == 0)
@@ -128,7 +129,7 @@ int db_writer_open(const char *path, struct db_writer **out, char **err)
     *out = NULL;
     if (path == NULL || path[0] == '\0')
         return db_fail(err, -EINVAL, "no database path");
-    w = calloc(1, sizeof(*w));
+    w = mt_calloc(1, sizeof(*w));
     if (w == NULL || db_writer_set_paths(w, path) < 0) {
         rc = db_fail(err, -ENOMEM, "out of memory");
         goto fail;

@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 #include <orthanc/OrthancCPlugin.h>
 
+#include "mt_alloc.h"
 #include "config.h"
 #include "api.h"
 #include "core.h"
@@ -126,12 +127,12 @@ static int host_read_config(const char *orthanc_json, struct mt_config *cfg, cha
                         sizeof(why)) != 0) {
         char msg[256];
         snprintf(msg, sizeof(msg), "Orthanc's configuration is refused: %s", why);
-        *err = strdup(msg);
+        *err = mt_strdup(msg);
         return -EINVAL;
     }
-    root = cJSON_Parse(text);
+    root = mt_json_parse(text, strlen(text), 0, NULL);
     if (!root) {
-        *err = strdup("Orthanc's configuration is not valid JSON");
+        *err = mt_strdup("Orthanc's configuration is not valid JSON");
         return -EINVAL;
     }
     section = cJSON_DetachItemFromObjectCaseSensitive(root, "MemoryTrim");
@@ -152,7 +153,7 @@ fail:
     if (rc && !*err && rc != -EINVAL) {
         char buf[128];
         snprintf(buf, sizeof(buf), "reading the configuration failed: %s", strerror(-rc));
-        *err = strdup(buf);
+        *err = mt_strdup(buf);
     }
     cJSON_Delete(section);
     cJSON_Delete(wrapper);
@@ -278,7 +279,7 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
         server_reply_clear(&rep);
         return OrthancPluginErrorCode_Success;
     }
-    body = malloc((size_t)r->bodySize + 1);
+    body = mt_malloc((size_t)r->bodySize + 1);
     if (!body)
         return OrthancPluginErrorCode_NotEnoughMemory;
     if (r->bodySize)

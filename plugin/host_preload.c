@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "config.h"
 #include "api.h"
 #include "core.h"
@@ -57,21 +58,21 @@ static char *load_config(const char *value, char **err)
     while (*p == ' ' || *p == '\t' || *p == '\n')
         p++;
     if (*p == '{')
-        return strdup(p);
+        return mt_strdup(p);
     FILE *f = fopen(value, "re");
     if (!f) {
         char buf[600];
         snprintf(buf, sizeof(buf), "MEMTRIM_CONFIG: cannot read %.500s: %s", value,
                  strerror(errno));
-        *err = strdup(buf);
+        *err = mt_strdup(buf);
         return NULL;
     }
-    char *text = malloc(CONFIG_FILE_MAX + 1);
+    char *text = mt_malloc(CONFIG_FILE_MAX + 1);
     size_t n = text ? fread(text, 1, CONFIG_FILE_MAX + 1, f) : 0;
     fclose(f);
     if (!text || n > CONFIG_FILE_MAX) {
         free(text);
-        *err = strdup("MEMTRIM_CONFIG: file too large (over 1 MiB) or out of memory");
+        *err = mt_strdup("MEMTRIM_CONFIG: file too large (over 1 MiB) or out of memory");
         return NULL;
     }
     text[n] = '\0';

@@ -9,6 +9,7 @@
  * runs; per-request state lives in the connection (req_cls). Locks: none here
  * (the reader pool has its own, see readers.c).
  */
+#include "mt_alloc.h"
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -40,7 +41,7 @@ char *server_strdupf(const char *fmt, ...)
     char *s = NULL;
     va_list ap;
     va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
+    if (mt_vasprintf(&s, fmt, ap) < 0)
         s = NULL;
     va_end(ap);
     return s;
@@ -110,17 +111,18 @@ struct server_call {
     int begun;     /* the first call (headers only) has been seen */
     int too_large; /* more body than SERVER_BODY_MAX: refused, the rest dropped */
     int replied;   /* a reply is queued already (413) */
+    int no_memory; /* the body could not be kept: 503 at its end */
     size_t dropped; /* body bytes read past the cap */
 };
 
 static void *server_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
-    struct server_call *c = calloc(1, sizeof(*c));
-    if (c != NULL && (c->uri = strdup(uri)) == NULL) {
+    struct server_call *c = mt_calloc(1, sizeof(*c));
+    if (c != NULL && (c->uri = mt_strdup(uri)) == NULL) {
         free(c);
         c = NULL;
     }
-    return c; /* NULL: out of memory; the access handler then cuts the connection */
+    return c; /* NULL: out of memory; the access handler answers 503 */
 }
 
 static struct server_conn *server_conn_of(struct MHD_Connection *conn)
@@ -280,14 +282,33 @@ static enum MHD_Result server_upload(struct MHD_Connection *conn, struct server_
         c->len = 0;
         return MHD_YES;
     }
-    char *grown = realloc(c->body, c->len + n + 1);
-    if (grown == NULL)
-        return MHD_NO;
+    char *grown = mt_realloc(c->body, c->len + n + 1);
+    if (grown == NULL) { /* read and drop the rest, as past the cap; 503 at the end */
+        c->too_large = c->no_memory = 1;
+        c->dropped = n;
+        free(c->body);
+        c->body = NULL;
+        c->len = 0;
+        return MHD_YES;
+    }
     memcpy(grown + c->len, data, n);
     c->body = grown;
     c->len += n;
     c->body[c->len] = '\0';
     return MHD_YES;
+}
+
+/* Out of memory for a request's own state (its target, its body): a 503 that says so
+ * (the reply falls back to a static body), and the connection closes. */
+static enum MHD_Result server_no_memory(struct MHD_Connection *conn)
+{
+    struct server_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    server_reply_error(&rep, 503, "out_of_memory",
+                       "memtrim could not allocate what this request needs; try again");
+    server_reply_header(&rep, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    server_reply_header(&rep, MHD_HTTP_HEADER_CONNECTION, "close");
+    return server_send(NULL, conn, &rep);
 }
 
 static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, const char *url,
@@ -298,8 +319,10 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     const struct server_dctx *d = cls; /* the daemon's: server_daemon_start */
     struct server *s = d->s;
     struct server_call *c = *req_cls;
-    if (c == NULL)
-        return MHD_NO; /* no memory for the request's state: cut the connection */
+    if (c == NULL) { /* no memory for the request's state (server_uri_log) */
+        *upload_data_size = 0;
+        return server_no_memory(conn);
+    }
     if (!c->begun)
         return server_begin(conn, version, c);
     if (c->replied && !c->too_large) { /* refused on its head: the body is not ours to read */
@@ -311,7 +334,7 @@ static enum MHD_Result server_access(void *cls, struct MHD_Connection *conn, con
     if (c->replied)
         return MHD_YES;
     if (c->too_large)
-        return server_too_large(conn, c);
+        return c->no_memory ? server_no_memory(conn) : server_too_large(conn, c);
     /* The request is here whole: its deadline stops while it runs and replies. */
     server_watchdog_arm(&s->watchdog, server_conn_of(conn), 0);
     return server_handle(d, conn, method, c);
@@ -467,7 +490,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         *err = NULL;
     char *msg = NULL;
     int rc;
-    struct server *s = calloc(1, sizeof(*s));
+    struct server *s = mt_calloc(1, sizeof(*s));
     if (s == NULL) {
         rc = -ENOMEM;
         msg = server_strdupf("out of memory");

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "common.h"
 #include "internal.h"
 
@@ -78,7 +79,7 @@ static int tls_read_file(const char *key, const char *path, int secret, char **o
         rc = -EINVAL;
         *err = server_strdupf("%s '%s': %s", key, path, st.st_size <= 0 ? "empty" : "larger than 1 MiB");
     }
-    char *buf = rc ? NULL : malloc((size_t)st.st_size + 1);
+    char *buf = rc ? NULL : mt_malloc((size_t)st.st_size + 1);
     if (rc == 0 && buf == NULL) {
         rc = -ENOMEM;
         *err = server_strdupf("%s '%s': out of memory", key, path);
@@ -211,7 +212,7 @@ int server_tls_load(const struct server_options *o, struct server_pems **out, ch
 {
     *out = NULL;
     *err = NULL;
-    struct server_pems *p = calloc(1, sizeof(*p));
+    struct server_pems *p = mt_calloc(1, sizeof(*p));
     if (p == NULL) {
         *err = server_strdupf("out of memory");
         return -ENOMEM;

@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "mt_alloc.h"
 #include "common.h"
 #include "internal.h"
 
@@ -140,7 +141,7 @@ static void watchdog_arm_locked(struct server_watchdog *w, struct server_conn *c
 struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd,
                                         const struct server_addr_key *key)
 {
-    struct server_conn *c = calloc(1, sizeof(*c));
+    struct server_conn *c = mt_calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
     c->fd = fd;

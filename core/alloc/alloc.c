@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "alloc.h"
 #include "common.h"
 
@@ -129,6 +130,6 @@ int alloc_select(const char *wanted, const struct alloc_ops **out, char **err)
 
 fail:
     if (err)
-        *err = strdup(buf);
+        *err = mt_strdup(buf);
     return -ENOENT;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "alloc.h"
 
 static int glibc_resolve(void)
@@ -68,7 +69,7 @@ static int glibc_arena_count(void)
     char *xml = NULL;
     size_t len = 0;
     int n = 0;
-    FILE *f = open_memstream(&xml, &len);
+    FILE *f = mt_open_memstream(&xml, &len);
     if (!f)
         return -1;
     if (malloc_info(0, f) != 0) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "common.h"
 #include "tunables.h"
 
@@ -72,7 +73,7 @@ static char *errf(const char *key, const char *why, long long v)
 {
     char buf[400];
     snprintf(buf, sizeof(buf), "configuration key %s: %s (%lld)", key, why, v);
-    return strdup(buf);
+    return mt_strdup(buf);
 }
 
 int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int glibc, char **err)

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "mt_alloc.h"
 #include "common.h"
 #include "config.h"
 
@@ -271,7 +272,7 @@ static char *errf(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    return strdup(buf);
+    return mt_strdup(buf);
 }
 
 void config_defaults(struct mt_config *cfg)
@@ -602,7 +603,7 @@ static int parse_doc(const char *json, cJSON **out, char **err)
         *err = errf("configuration: %s", why);
         return -EINVAL;
     }
-    *out = cJSON_ParseWithOpts(json, &end, 1);
+    *out = mt_json_parse(json, strlen(json), 1, &end);
     if (!*out) {
         size_t at = end ? (size_t)(end - json) : 0;
         *err = errf("configuration: invalid JSON near byte %zu", at);

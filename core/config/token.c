@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "config.h"
 
 #define TOKEN_FILE_MAX 4096
@@ -22,7 +23,7 @@ static int token_fail(char **err, int rc, const char *fmt, const char *path, con
 {
     char buf[768];
     snprintf(buf, sizeof(buf), fmt, path, why);
-    *err = strdup(buf);
+    *err = mt_strdup(buf);
     return rc;
 }
 
@@ -116,7 +117,7 @@ int config_read_token_file(struct mt_config *cfg, char **err)
         rc = token_file_read("ReadTokenFile", cfg->read_token_file, cfg->read_token,
                              sizeof(cfg->read_token), err);
     if (rc == 0 && cfg->read_token[0] && strcmp(cfg->read_token, cfg->auth_token) == 0) {
-        *err = strdup("configuration keys ReadToken and AuthToken: the two tokens are the same, "
+        *err = mt_strdup("configuration keys ReadToken and AuthToken: the two tokens are the same, "
                       "so the read token would also trim and change the configuration; give "
                       "them different values");
         rc = -EINVAL;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "doctor.h"
 
 #define MIB (1024.0 * 1024.0)
@@ -131,7 +132,7 @@ static void rule_many_arenas(struct ctx *c)
         return;
     /* What `rec` arenas would not hold: the free memory of all but the `rec`
      * arenas that hold the most (the arenas that would be merged away). */
-    double *fr = malloc(sizeof(double) * (size_t)a->count), beyond = 0;
+    double *fr = mt_malloc(sizeof(double) * (size_t)a->count), beyond = 0;
     if (fr) {
         for (int i = 0; i < a->count; i++)
             fr[i] = (double)a->arena[i].free_bytes;
@@ -462,7 +463,7 @@ char *doctor_text(const struct doctor_finding *f, int n)
 {
     char *buf = NULL;
     size_t len = 0;
-    FILE *m = open_memstream(&buf, &len);
+    FILE *m = mt_open_memstream(&buf, &len);
     if (!m)
         return NULL;
     if (n == 0)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "alloc.h"
 #include "arenas.h"
 #include "core.h"
@@ -38,7 +39,7 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
                                      retry_after_ms, err);
     pthread_mutex_unlock(&mt->arenas.lock);
     if (rc == -ENOMEM && !*err)
-        *err = strdup("out of memory");
+        *err = mt_strdup("out of memory");
     return rc;
 }
 
@@ -109,7 +110,7 @@ int mt_doctor_run(struct memtrim *mt, struct doctor_finding *out, int max)
 {
     struct doctor_input in;
     struct mt_arenas arenas;
-    struct doctor_trim *trims = calloc(TRIM_RECENT, sizeof(*trims));
+    struct doctor_trim *trims = mt_calloc(TRIM_RECENT, sizeof(*trims));
     if (!trims)
         return 0;
     gather(mt, 0, &in, &arenas, trims);
@@ -139,7 +140,7 @@ void advice_exit_summary(struct memtrim *mt)
     struct doctor_input in;
     struct mt_arenas arenas;
     struct doctor_finding top[DOCTOR_MAX_FINDINGS];
-    struct doctor_trim *trims = calloc(TRIM_RECENT, sizeof(*trims));
+    struct doctor_trim *trims = mt_calloc(TRIM_RECENT, sizeof(*trims));
     uint64_t released = 0, ntrims = 0;
     char finding[400] = "none";
 

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "alloc.h"
 #include "core.h"
 #include "memtrim.h"
@@ -72,7 +73,7 @@ static char *errdup(const char *fmt, const char *arg)
 {
     char buf[512];
     snprintf(buf, sizeof(buf), fmt, arg);
-    return strdup(buf);
+    return mt_strdup(buf);
 }
 
 /* What the steps need beyond the configuration (in struct memtrim). */
@@ -429,7 +430,7 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     pthread_mutex_lock(&instance_lock);
     if (instance_running) {
         pthread_mutex_unlock(&instance_lock);
-        e = strdup("an instance of memtrim already runs in this process");
+        e = mt_strdup("an instance of memtrim already runs in this process");
         rc = -EBUSY;
         goto fail;
     }
@@ -440,7 +441,7 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     struct start_ctx ctx = {.routes = routes};
     if ((rc = alloc_select(cfg.allocator, &ctx.alloc, &e)))
         goto fail_running;
-    if (!(mt = calloc(1, sizeof(*mt)))) {
+    if (!(mt = mt_calloc(1, sizeof(*mt)))) {
         rc = oom(&e, "instance");
         goto fail_running;
     }

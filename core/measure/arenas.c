@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt_alloc.h"
 #include "arenas.h"
 #include "common.h"
 #include "snapshot.h"
@@ -45,7 +46,7 @@ static int fail(struct parser *ps, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     snprintf(buf, sizeof(buf), "malloc_info: %s (at byte %zu)", msg, (size_t)(ps->p - ps->start));
-    *ps->err = strdup(buf);
+    *ps->err = mt_strdup(buf);
     return -EINVAL;
 }
 
@@ -240,7 +241,7 @@ static int heap_close(struct parser *ps, struct heap_acc *h, struct mt_arenas *o
     if (out->count == ARENAS_MAX)
         return fail(ps, "more than %d arenas", ARENAS_MAX);
     if (out->count % 16 == 0) {
-        struct mt_arena *n = realloc(out->arena, (size_t)(out->count + 16) * sizeof(*n));
+        struct mt_arena *n = mt_realloc(out->arena, (size_t)(out->count + 16) * sizeof(*n));
         if (!n)
             return -ENOMEM;
         out->arena = n;
@@ -327,7 +328,7 @@ int arenas_parse(const char *xml, size_t len, struct mt_arenas *out, char **err)
     if (rc) {
         arenas_free(out);
         if (rc == -ENOMEM && !*err)
-            *err = strdup("malloc_info: out of memory");
+            *err = mt_strdup("malloc_info: out of memory");
     }
     return rc;
 }
@@ -347,7 +348,7 @@ int arenas_copy(struct mt_arenas *dst, const struct mt_arenas *src)
     dst->arena = NULL;
     if (src->count == 0)
         return 0;
-    dst->arena = malloc((size_t)src->count * sizeof(*dst->arena));
+    dst->arena = mt_malloc((size_t)src->count * sizeof(*dst->arena));
     if (!dst->arena) {
         dst->count = 0;
         return -ENOMEM;
@@ -370,9 +371,9 @@ int arenas_read(struct mt_arenas *out, char **err)
     size_t len = 0;
     *err = NULL;
     memset(out, 0, sizeof(*out));
-    FILE *f = open_memstream(&xml, &len);
+    FILE *f = mt_open_memstream(&xml, &len);
     if (!f) {
-        *err = strdup("malloc_info: cannot open a memory stream");
+        *err = mt_strdup("malloc_info: cannot open a memory stream");
         return -ENOMEM;
     }
     int64_t c0 = thread_cpu_ns(), t0 = mt_mono_ns();
@@ -380,7 +381,7 @@ int arenas_read(struct mt_arenas *out, char **err)
     int64_t t1 = mt_mono_ns(), c1 = thread_cpu_ns();
     if (fclose(f) != 0 || rc != 0) {
         free(xml);
-        *err = strdup("malloc_info failed");
+        *err = mt_strdup("malloc_info failed");
         return -EIO;
     }
     rc = arenas_parse(xml, len, out, err);
@@ -421,7 +422,7 @@ int arenas_cache_get_locked(struct arenas_cache *c, struct snapshot_cache *sc,
                  "%s serves malloc in this process: it has no per-arena view "
                  "that memtrim reads",
                  allocator);
-        *err = strdup(buf);
+        *err = mt_strdup(buf);
         return -ENOTSUP;
     }
     if (snapshot_budget_check(sc, &wait)) {

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt_alloc.h"
 #include "arenas.h"
 #include "cost_hk.h"
 #include "housekeeper.h"
@@ -201,16 +202,7 @@ static void tick(struct housekeeper *hk, struct hk_state *st)
 static void *housekeeper_main(void *arg)
 {
     struct housekeeper *hk = arg;
-    struct hk_state *st = calloc(1, sizeof(*st));
-
-    if (!st) {
-        mt_log(MT_LOG_ERROR, "housekeeper", "out of memory; no trims will run");
-        return NULL;
-    }
-    st->policy.last_burst = -(int64_t)3600 * MT_SEC;
-    st->last_proc_cpu = -1;
-    st->tick_ns = TICK_NS;
-    cost_hk_init(&st->cost);
+    struct hk_state *st = hk->state; /* housekeeper_start made it: a start that worked runs */
 
     pthread_mutex_lock(&hk->lock);
     while (!hk->stop) {
@@ -228,6 +220,7 @@ static void *housekeeper_main(void *arg)
     }
     pthread_mutex_unlock(&hk->lock);
     free(st);
+    hk->state = NULL;
     return NULL;
 }
 
@@ -262,9 +255,23 @@ void housekeeper_destroy(struct housekeeper *hk)
 int housekeeper_start(struct housekeeper *hk, const struct housekeeper_deps *deps, char **err)
 {
     hk->deps = *deps;
+    /* The thread's state here, not in the thread: out of memory fails the start, rather
+     * than a start that worked with no housekeeper behind it. */
+    struct hk_state *st = mt_calloc(1, sizeof(*st));
+    if (!st) {
+        *err = mt_strdup("housekeeper: out of memory");
+        return -ENOMEM;
+    }
+    st->policy.last_burst = -(int64_t)3600 * MT_SEC;
+    st->last_proc_cpu = -1;
+    st->tick_ns = TICK_NS;
+    cost_hk_init(&st->cost);
+    hk->state = st;
     int rc = mt_thread_start(&hk->thread, "memtrim-hk", housekeeper_main, hk);
     if (rc) {
-        *err = strdup("cannot start the housekeeper thread");
+        hk->state = NULL;
+        free(st);
+        *err = mt_strdup("cannot start the housekeeper thread");
         return -rc;
     }
     hk->started = 1;

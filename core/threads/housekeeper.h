@@ -32,9 +32,12 @@ struct housekeeper_deps {
     void *pressure;                   /* its argument */
 };
 
+struct hk_state;
+
 struct housekeeper {
     pthread_t thread;
     int started;
+    struct hk_state *state;       /* made by housekeeper_start, the thread's from then on */
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int stop, kicked;             /* guarded by lock, with: */

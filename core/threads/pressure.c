@@ -43,6 +43,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "mt_alloc.h"
 #include "pressure.h"
 #include "snapshot.h"
 #include "trim.h"
@@ -698,7 +699,7 @@ static void *pressure_main(void *arg)
 
 struct pressure *pressure_create(const struct pressure_deps *deps)
 {
-    struct pressure *p = calloc(1, sizeof(*p));
+    struct pressure *p = mt_calloc(1, sizeof(*p));
 
     if (!p)
         return NULL;
@@ -737,7 +738,7 @@ void pressure_free(struct pressure *p)
 int pressure_start(struct pressure *p, char **err)
 {
     if (!p || mt_thread_start(&p->thread, "memtrim-press", pressure_main, p)) {
-        *err = strdup("cannot start the pressure thread");
+        *err = mt_strdup("cannot start the pressure thread");
         return -ENOMEM;
     }
     pthread_mutex_lock(&p->lock);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mt_alloc.h"
 #include "db.h"
 #include "store.h"
 
@@ -282,14 +283,13 @@ static void *store_main(void *arg)
 {
     struct store *st = arg;
     struct store_state ss;
-    struct store_item *batch = calloc(STORE_BATCH, sizeof(*batch));
+    struct store_item *batch = st->batch; /* store_init made it */
 
     memset(&ss, 0, sizeof(ss));
     pthread_mutex_lock(&st->lock);
     while (!st->stop) {
         pthread_mutex_unlock(&st->lock);
-        if (batch)
-            store_tick(st, &ss, batch, mt_mono_ns(), 0);
+        store_tick(st, &ss, batch, mt_mono_ns(), 0);
         pthread_mutex_lock(&st->lock);
         if (st->stop)
             break;
@@ -304,9 +304,7 @@ static void *store_main(void *arg)
     /* Last words: what is queued goes to the store (one last try even while
      * backing off); then close it. */
     ss.retry_at = 0;
-    if (batch)
-        store_tick(st, &ss, batch, mt_mono_ns(), 1);
-    free(batch);
+    store_tick(st, &ss, batch, mt_mono_ns(), 1);
     db_writer_close(ss.db);
     atomic_store(&st->available, 0);
     pthread_mutex_lock(&st->lock);
@@ -359,8 +357,14 @@ int store_init(struct store *st, const char *database, double retention_hours)
         db_memory_uri(st->path, sizeof(st->path), st);
     else
         snprintf(st->path, sizeof(st->path), "%s", database);
-    if (st->path[0] && !(st->queue = calloc(STORE_QUEUE_LEN, sizeof(*st->queue))))
+    /* The store thread's batch too: out of memory fails the start, rather than a store
+     * thread that could never write. */
+    if (st->path[0] && (!(st->queue = mt_calloc(STORE_QUEUE_LEN, sizeof(*st->queue))) ||
+                        !(st->batch = mt_calloc(STORE_BATCH, sizeof(*st->batch))))) {
+        free(st->queue);
+        st->queue = NULL;
         return -ENOMEM;
+    }
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->health_lock, NULL);
     pthread_condattr_init(&attr);
@@ -383,7 +387,9 @@ void store_destroy(struct store *st)
     pthread_mutex_destroy(&st->lock);
     pthread_mutex_destroy(&st->health_lock);
     free(st->queue);
+    free(st->batch);
     st->queue = NULL;
+    st->batch = NULL;
 }
 
 int store_start(struct store *st, char **err)
@@ -392,7 +398,7 @@ int store_start(struct store *st, char **err)
         return 0;
     int rc = mt_thread_start(&st->thread, "memtrim-store", store_main, st);
     if (rc) {
-        *err = strdup("cannot start the store thread");
+        *err = mt_strdup("cannot start the store thread");
         return -rc;
     }
     st->started = 1;

@@ -42,6 +42,7 @@ struct store {
     pthread_cond_t cond;
     int stop, done, kicked;           /* guarded by lock, with: */
     struct store_item *queue;         /* ring of STORE_QUEUE_LEN */
+    struct store_item *batch;         /* STORE_BATCH items: the store thread's own */
     unsigned qhead, qcount, qsamples;
     uint64_t samples_stored, samples_dropped, trims_dropped, errors;
     atomic_int_fast64_t retention_ms; /* RetentionHours, changed at run time */
