@@ -6,6 +6,7 @@
  * allocator and the tunables. Heap fields are null until the heap was read.
  * Runs on HTTP worker threads; the core takes its own locks.
  */
+#include "mt_alloc.h"
 #include "api.h"
 
 #include <cjson/cJSON.h>
@@ -119,7 +120,7 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
     cJSON *root = api_stats_to_json(&snap);
     /* What wakes the pressure path (pressure.c), and whether RSS is in its zone. */
     const char *source = mt_pressure_source(req->app, &zone);
-    struct mt_cgroup_desc *d = malloc(sizeof(*d));
+    struct mt_cgroup_desc *d = mt_malloc(sizeof(*d));
     if (root && d) {
         api_json_str(root, "pressure_source", source, &failed);
         api_json_bool(root, "pressure_zone", zone, &failed);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mt_alloc.h"
 #include "core.h"
 #include "instance.h"
 #include "pressure.h"
@@ -138,7 +139,7 @@ void mt_cgroup_describe(struct memtrim *mt, const struct mt_snapshot *s, struct 
 
 void mt_cgroup_summary(struct memtrim *mt, const struct mt_snapshot *s, char *buf, size_t size)
 {
-    struct mt_cgroup_desc *d = malloc(sizeof(*d));
+    struct mt_cgroup_desc *d = mt_malloc(sizeof(*d));
     char where[1200] = "", limit[4400];
     if (!d) {
         snprintf(buf, size, "cgroup: not described (out of memory)");

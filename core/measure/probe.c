@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "common.h"
 #include "probe.h"
 
@@ -291,7 +292,7 @@ int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const ch
 static char *read_all(const char *path)
 {
     size_t size = 16384, total = 0;
-    char *buf = malloc(size);
+    char *buf = mt_malloc(size);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (!buf || fd < 0) {
         free(buf);
@@ -301,7 +302,7 @@ static char *read_all(const char *path)
     }
     for (;;) {
         if (total + 1 >= size) {
-            char *bigger = size < (8u << 20) ? realloc(buf, size * 2) : NULL;
+            char *bigger = size < (8u << 20) ? mt_realloc(buf, size * 2) : NULL;
             if (!bigger)
                 break; /* a larger table is read as far as it goes */
             buf = bigger;
