@@ -101,7 +101,7 @@ static char *strdup_printf_replaced(const char *path)
     char buf[400];
     snprintf(buf, sizeof(buf), "%.100s was replaced by another file while closed after a "
              "failure: not opened, left alone; restart to use it", path);
-    return strdup(buf);
+    return mt_strdup(buf);
 }
 
 /* Move up to max queued items, oldest first, into buf. */
