@@ -37,7 +37,11 @@ int mt_suspend(struct memtrim *mt)
 {
     if (!mt)
         return -EINVAL;
-    return atomic_fetch_add(&mt->suspend_depth, 1) + 1;
+    int depth = atomic_fetch_add(&mt->suspend_depth, 1) + 1;
+    /* A periodic, burst or pressure trim that started before the call ends
+     * before it returns: the host's latency-critical work never overlaps one. */
+    trim_hold(&mt->trims);
+    return depth;
 }
 
 int mt_resume(struct memtrim *mt)

@@ -157,7 +157,12 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
         pthread_mutex_unlock(&ts->lock);
         return 0;
     }
+    if ((flags & TRIM_OBEYS_SUSPEND) && ts->suspend_depth && atomic_load(ts->suspend_depth) > 0) {
+        pthread_mutex_unlock(&ts->lock);
+        return -EPERM;
+    }
     ts->running = 1;
+    ts->running_obeys = !!(flags & TRIM_OBEYS_SUSPEND);
     pthread_mutex_unlock(&ts->lock);
 
     measure_trim(sc, trigger, pad, crossing_ns, &r);
@@ -168,6 +173,7 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     record_locked(ts, &r);
     ts->last = r;
     ts->running = 0;
+    ts->running_obeys = 0;
     ts->generation++;
     pthread_cond_broadcast(&ts->done);
     pthread_mutex_unlock(&ts->lock);
@@ -212,17 +218,26 @@ int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struc
     if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT)
         return -EINVAL;
     const struct trim_rule *rule = &trim_rules[ask->trigger];
-    if (rule->obeys_suspend && ts->suspend_depth && atomic_load(ts->suspend_depth) > 0) {
-        count_refusal(ts, rule, ask->trigger, MT_SKIP_SUSPENDED);
-        return -EPERM;
-    }
-    int rc = trim_run_at(ts, sc, ask->trigger, ask->pad, ask->min_interval_ms, rule->flags,
+    int flags = rule->flags | (rule->obeys_suspend ? TRIM_OBEYS_SUSPEND : 0);
+    int rc = trim_run_at(ts, sc, ask->trigger, ask->pad, ask->min_interval_ms, flags,
                          ask->crossing_ns, out, retry_after_ms);
+    if (rc == -EPERM)
+        count_refusal(ts, rule, ask->trigger, MT_SKIP_SUSPENDED);
     if (rc == -EBUSY)
         count_refusal(ts, rule, ask->trigger, MT_SKIP_BUSY);
     if (rc == 0 && rule->wakes_sink && !out->coalesced && ts->sink_wake)
         ts->sink_wake(ts->sink_arg);
     return rc;
+}
+
+void trim_hold(struct trim_service *ts)
+{
+    pthread_mutex_lock(&ts->lock);
+    ts->waiting++;
+    while (ts->running && ts->running_obeys)
+        pthread_cond_wait(&ts->done, &ts->lock);
+    ts->waiting--;
+    pthread_mutex_unlock(&ts->lock);
 }
 
 void trim_count_skip(struct trim_service *ts, int reason)

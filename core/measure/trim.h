@@ -24,12 +24,13 @@ struct trim_service {
     pthread_mutex_t lock;
     pthread_cond_t done;
     int running;
+    int running_obeys; /* the running trim obeys the host's suspend (TRIM_OBEYS_SUSPEND) */
     uint64_t generation; /* bumped when a trim finishes */
     struct mt_trim_result last;
     int64_t next_id;
     int64_t last_manual_mono_ns; /* end of the last manual request that ran or
                                   * shared a trim; 0 = none */
-    unsigned waiting; /* callers waiting for the running trim's result */
+    unsigned waiting; /* callers waiting for the running trim (its result, or trim_hold) */
     /* counters */
     uint64_t trims[MT_TRIGGER_COUNT];
     uint64_t released[MT_TRIGGER_COUNT];
@@ -62,7 +63,9 @@ void trim_service_destroy(struct trim_service *ts);
 void trim_ids_above(struct trim_service *ts, int64_t max_id);
 
 enum trim_mode {
-    TRIM_WAIT_IF_BUSY = 1, /* coalesce onto a running trim (manual requests) */
+    TRIM_WAIT_IF_BUSY = 1,     /* coalesce onto a running trim (manual requests) */
+    TRIM_OBEYS_SUSPEND = 2,    /* refused (-EPERM) while *suspend_depth > 0, checked under
+                                * the lock that starts the trim (see trim_hold) */
 };
 
 /*
@@ -102,6 +105,14 @@ struct trim_ask {
  */
 int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
                  struct mt_trim_result *out, int64_t *retry_after_ms);
+
+/*
+ * The host has just raised its suspend depth: return once no trim that obeys
+ * it is running (at most one trim's duration). The suspend check and the
+ * start of a trim are one step under ts->lock, so after this no such trim runs
+ * until the host resumes.
+ */
+void trim_hold(struct trim_service *ts);
 
 /* Count a trim that was not run, by reason (enum mt_skip_reason). */
 void trim_count_skip(struct trim_service *ts, int reason);

@@ -86,7 +86,7 @@ def test_fast_work_completes_with_memtrim(procs, cgroup, tmp_path, limit_mb, pau
     db = tmp_path / "memtrim.sqlite"
     env = memtrim_vars({"HttpPort": 0, "Database": str(db)})
     rc, out = run_fast(procs, cg, tmp_path, "memtrim", env, pause_ms)
-    run = Outcome(rc, out)
+    run = Outcome(rc, out, db)
     m = run.summary
     source = re.search(r"memtrim/pressure: pressure source: (\S+)", out)
     reactions = run.reactions
@@ -105,7 +105,7 @@ def test_fast_work_completes_with_memtrim(procs, cgroup, tmp_path, limit_mb, pau
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT trigger, reaction_seconds FROM trims").fetchall()
     pressure = [r for r in rows if r[0] == 2]
-    assert pressure and len(pressure) == len(reactions), (rows, len(reactions))
+    assert pressure and len(pressure) == run.pressure_trims, (rows, run.pressure_trims)
     assert all(r[1] is not None and r[1] >= 0 for r in pressure), pressure
     assert all(r[1] is None for r in rows if r[0] != 2), rows
 
@@ -123,7 +123,7 @@ def test_the_pressure_path_alone_keeps_up_from_the_start(procs, cgroup, tmp_path
     cfg = {"HttpPort": 0, "Database": str(db),
            "TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0}
     rc, out = run_fast(procs, cg, tmp_path, "alone", memtrim_vars(cfg), 0)
-    run = Outcome(rc, out)
+    run = Outcome(rc, out, db)
     m, reactions = run.summary, run.reactions
     print(f"\npressure path alone, 300 MB, pause 0: exit {rc}, "
           f"{m.group(0) if m else 'no summary'}, peak {(cg.peak_bytes() or 0) >> 20} MB, "

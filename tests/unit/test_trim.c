@@ -326,6 +326,60 @@ static void test_request_rules(void)
     ts.sink_wake = NULL;
 }
 
+/* A host's suspend and a trim that obeys it cannot cross: the check is made
+ * under the lock that starts the trim, and mt_suspend (trim_hold) waits out
+ * an automatic trim that had already begun, but not a manual one. Before,
+ * the check came before trim_run, so a periodic trim could start after the
+ * host's suspend returned (valgrind's slow housekeeper showed it). */
+static atomic_int hold_depth;
+static atomic_int hold_returned;
+
+static void *holder(void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&hold_depth, 1);
+    trim_hold(&ts);
+    atomic_store(&hold_returned, 1);
+    return NULL;
+}
+
+static void test_suspend_and_trim_cannot_cross(void)
+{
+    pthread_t t;
+    struct mt_trim_result r;
+    atomic_init(&hold_depth, 0);
+    atomic_init(&hold_returned, 0);
+    ts.suspend_depth = &hold_depth;
+    /* A periodic trim is running when the host suspends: the suspend waits for it. */
+    pthread_mutex_lock(&ts.lock);
+    ts.running = 1;
+    ts.running_obeys = 1;
+    pthread_mutex_unlock(&ts.lock);
+    pthread_create(&t, NULL, holder, NULL);
+    WAIT_FOR(waiting(), 10);
+    CHECK_EQ_INT(waiting(), 1);
+    CHECK_EQ_INT(atomic_load(&hold_returned), 0);
+    pthread_mutex_lock(&ts.lock);
+    ts.running_obeys = 0;
+    pthread_mutex_unlock(&ts.lock);
+    end_running(500, 0);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(atomic_load(&hold_returned), 1);
+    /* Suspended: a trim that obeys is refused under the lock, even when the
+     * caller did not check first; a manual one runs. */
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_PERIODIC, 0, -1, TRIM_OBEYS_SUSPEND, &r, NULL),
+                 -EPERM);
+    CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
+    /* A manual trim running does not hold the host's suspend. */
+    hold_running(1);
+    atomic_store(&hold_returned, 0);
+    pthread_create(&t, NULL, holder, NULL);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(atomic_load(&hold_returned), 1);
+    hold_running(0);
+    ts.suspend_depth = NULL;
+}
+
 int main(void)
 {
     snapshot_init(&cache);
@@ -336,6 +390,7 @@ int main(void)
     RUN(test_coalesced_counts_for_the_interval);
     RUN(test_sink);
     RUN(test_request_rules);
+    RUN(test_suspend_and_trim_cannot_cross);
     RUN(test_ids_unique_across_restarts);
     trim_service_destroy(&ts);
     snapshot_destroy(&cache);
