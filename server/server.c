@@ -365,7 +365,9 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **req_
  * connections and a flood beside them from the same address leave the 64
  * alone (the flood displaces its own). On the unix socket every peer is
  * local: only the cap applies. Evicted connections close within MHD's next
- * round; `hard` leaves them an eighth more (at least 4) before new ones are
+ * round, and each of its threads accepts up to 10 connections in a round
+ * (MHD_epoll's accept series) before it gets there: `hard` leaves them that
+ * many and an eighth of the cap more (at least 4) before new ones are
  * refused.
  */
 static void server_limits(const struct server_options *cfg, int is_unix, struct server_limits *lim)
@@ -379,7 +381,8 @@ static void server_limits(const struct server_options *cfg, int is_unix, struct 
                                                     : (lim->cap * 3 + 3) / 4;
     if (is_unix)
         lim->per_addr = lim->cap;
-    lim->hard = lim->cap + (lim->cap / 8 > 4 ? lim->cap / 8 : 4);
+    unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
+    lim->hard = lim->cap + (lim->cap / 8 > 4 ? lim->cap / 8 : 4) + 10 * threads;
 }
 
 /* MHD's accept policy: the limits above, before MHD allocates anything (a refusal is silent). */

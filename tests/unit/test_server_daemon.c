@@ -184,6 +184,43 @@ static void test_http(void)
     server_stop(s);
 }
 
+/* The connection limits in the real daemon (two threads): 20 half-sent requests from one
+ * address against MaxConnections 8 never keep out a whole request that comes after them;
+ * the oldest ones are shut down (their peers see the end), none is refused. */
+static void test_limits(void)
+{
+    struct server_options opt = {.bind = "127.0.0.1", .threads = 2, .max_connections = 8,
+                                 .request_timeout_seconds = 3600};
+    struct server *s = NULL;
+    char *err = NULL, buf[8192];
+    CHECK_EQ_INT(server_start(&opt, &api_routes, NULL, NULL, &s, &err), 0);
+    if (s == NULL)
+        return;
+    int port = server_port(s);
+    int half[20];
+    const char *part = "PATCH /config HTTP/1.1\r\nHost: x\r\nContent-Length: 40\r\n\r\n{\"a";
+    for (int i = 0; i < 20; i++) {
+        half[i] = connect_to(port);
+        CHECK(half[i] >= 0);
+        if (half[i] >= 0)
+            send(half[i], part, strlen(part), MSG_NOSIGNAL);
+    }
+    request(port, "GET /nowhere HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", buf,
+            sizeof(buf));
+    CHECK_CONTAINS(buf, "HTTP/1.1 404");
+    uint64_t evicted = 0, refused = 0;
+    server_conns_counts(&s->watchdog, &evicted, &refused);
+    CHECK(evicted >= 13); /* 21 connections, at most 6 waiting from one address (3/4 of 8) */
+    CHECK_EQ_INT(refused, 0);
+    /* The first of them was displaced: its peer reads the end (the timeout guards a hang). */
+    char c;
+    CHECK(half[0] < 0 || recv(half[0], &c, 1, 0) <= 0);
+    for (int i = 0; i < 20; i++)
+        if (half[i] >= 0)
+            close(half[i]);
+    server_stop(s);
+}
+
 /* libmicrohttpd's panic handler is process-wide: memtrim installs its own only when
  * no other loaded object uses libmicrohttpd (a host's handler is never replaced). */
 static void test_panic_handler_owner(void)
@@ -205,5 +242,6 @@ int main(void)
     RUN(test_panic_handler_owner);
     RUN(test_ports);
     RUN(test_http);
+    RUN(test_limits);
     return harness_end();
 }
