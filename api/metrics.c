@@ -306,6 +306,61 @@ static void api_metrics_allocator(struct api_text *t, const struct mt_snapshot *
                     version);
 }
 
+/*
+ * A worker group's leader: the group's figures, and per member a `pid` label
+ * on a few gauges. Only live members are listed (at most MT_GROUP_MAX), so the
+ * label's values do not pile up as workers come and go: a member that left
+ * is gone from the next scrape. Nothing in no group.
+ */
+static void api_metrics_group(struct api_text *t, struct memtrim *mt)
+{
+    struct mt_group_info gi;
+    struct mt_member *m = malloc(MT_GROUP_MAX * sizeof(*m));
+    int n = 0;
+    if (!m || mt_group_info(mt, &gi, m, MT_GROUP_MAX, &n) != 0) {
+        free(m);
+        return;
+    }
+    api_u64(t, "memtrim_group_members", "gauge",
+            "Live members of this worker group, the serving process included.",
+            (uint64_t)gi.members);
+    api_u64(t, "memtrim_group_joined_total", "counter", "Members that joined the group.",
+            gi.joined);
+    api_u64(t, "memtrim_group_left_total", "counter",
+            "Members that left the group (exited, killed or exec'd).", gi.left);
+    if (gi.usage_bytes >= 0)
+        api_u64(t, "memtrim_group_usage_bytes", "gauge",
+                "What the group's pressure decision reads: the cgroup's usage, or the sum of "
+                "the members' RSS.", (uint64_t)gi.usage_bytes);
+    api_u64(t, "memtrim_group_pressure_zone", "gauge",
+            "1 when the group's usage is inside the pressure zone.", (uint64_t)(gi.zone != 0));
+    api_u64(t, "memtrim_group_pressure_trims_total", "counter",
+            "Trims the group's pressure decision asked its members for.", gi.pressure_trims);
+    api_u64(t, "memtrim_group_pressure_released_bytes_total", "counter",
+            "Bytes those trims released.", gi.pressure_released_bytes);
+    static const struct {
+        const char *name, *help;
+    } gauges[] = {
+        {"memtrim_member_rss_bytes", "A live member's RSS at its last report."},
+        {"memtrim_member_releasable_bytes",
+         "A live member's releasable estimate at its last heap reading."},
+        {"memtrim_member_trims_total", "Trims a live member ran since it joined."},
+    };
+    for (size_t k = 0; k < sizeof(gauges) / sizeof(gauges[0]); k++) {
+        api_head(t, gauges[k].name, k == 2 ? "counter" : "gauge", gauges[k].help);
+        for (int i = 0; i < n; i++) {
+            char program[128];
+            api_label_value(program, sizeof(program), m[i].program);
+            uint64_t v = k == 0 ? m[i].snap.cheap.rss_bytes
+                         : k == 1 ? (m[i].snap.heap.timestamp_ms ? m[i].snap.releasable_estimate_bytes : 0)
+                                  : m[i].trims;
+            api_text_printf(t, "%s{pid=\"%d\",program=\"%s\"} %llu\n", gauges[k].name, m[i].pid,
+                            program, (unsigned long long)v);
+        }
+    }
+    free(m);
+}
+
 static void api_metrics_build(const struct server_request *req, struct api_text *t_)
 {
     struct api_text t = *t_;
@@ -330,5 +385,6 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
     api_metrics_pressure(&t, &c);
     api_metrics_gauges(&t, &s);
     api_metrics_allocator(&t, &s);
+    api_metrics_group(&t, req->app);
     *t_ = t;
 }

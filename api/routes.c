@@ -8,9 +8,9 @@
 #include "api.h"
 #include "http.h"
 
-static const char *const trim_params[] = {"pad", NULL};
-static const char *const trims_params[] = {"since", "until", "limit", "trigger", NULL};
-static const char *const series_params[] = {"metric", "since", "until", "step", NULL};
+static const char *const trim_params[] = {"pad", "pid", NULL};
+static const char *const trims_params[] = {"since", "until", "limit", "trigger", "pid", NULL};
+static const char *const series_params[] = {"metric", "since", "until", "step", "pid", NULL};
 static const char *const arenas_params[] = {"max_age", NULL};
 
 static const struct server_route routes[] = {

@@ -24,6 +24,7 @@
 struct api_series_params {
     const char *metric;
     int64_t since_ms, until_ms, step_ms;
+    int pid; /* a worker group's member; 0 = the host (the process, or the group's totals) */
 };
 
 static int api_series_bad_metric(struct server_reply *rep, const char *given)
@@ -48,6 +49,8 @@ static int api_series_parse(const struct server_request *req, struct api_series_
     p->until_ms = now;
     p->since_ms = -1;
     p->step_ms = 0;
+    if (api_pid_param(req, &p->pid, rep) != 0)
+        return -EINVAL;
     if (query_time_ms(req->query, "until", now, &p->until_ms, why, sizeof(why)) < 0 ||
         query_time_ms(req->query, "since", now, &p->since_ms, why, sizeof(why)) < 0 ||
         query_duration_ms(req->query, "step", 1, API_SERIES_STEP_MAX_MS, &p->step_ms, why,
@@ -86,6 +89,8 @@ static cJSON *api_series_json(const struct api_series_params *p, const struct db
     api_json_int(root, "since_ms", p->since_ms, &failed);
     api_json_int(root, "until_ms", p->until_ms, &failed);
     api_json_int(root, "step_ms", p->step_ms, &failed);
+    if (p->pid > 0)
+        api_json_int(root, "pid", p->pid, &failed);
     cJSON *list = cJSON_CreateArray();
     for (size_t i = 0; list != NULL && i < n && !failed; i++) {
         cJSON *o = cJSON_CreateObject();
@@ -116,7 +121,10 @@ int api_series_get(const struct server_request *req, struct server_reply *rep)
     struct db_bucket *buckets = NULL;
     size_t n = 0;
     char *err = NULL;
-    rc = db_query_series(reader, p.metric, p.since_ms, p.until_ms, p.step_ms, &buckets, &n, &err);
+    rc = p.pid > 0 ? db_query_member_series(reader, p.pid, p.metric, p.since_ms, p.until_ms,
+                                            p.step_ms, &buckets, &n, &err)
+                   : db_query_series(reader, p.metric, p.since_ms, p.until_ms, p.step_ms,
+                                     &buckets, &n, &err);
     server_reader_put(req, reader, rc != 0);
     if (rc != 0)
         return api_store_failed(rep, "the series", rc, err);

@@ -135,6 +135,10 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
         else
             api_json_null(root, "memory_limit_source", &failed);
         api_json_bool(root, "cgroup_read_only", d->read_only, &failed);
+        /* A worker group's leader: the group's totals and each member (none alone). */
+        cJSON *group = api_group_stats(req->app, &failed);
+        if (group)
+            api_json_item(root, "group", group, &failed);
         root = api_json_done(root, failed);
     } else if (root) {
         cJSON_Delete(root);

@@ -49,6 +49,8 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
         api_json_null(o, "reaction_seconds", &failed);
     if (with_coalesced)
         api_json_bool(o, "coalesced", t->coalesced, &failed);
+    if (t->pid > 0) /* a worker group's member (a single process's trims have none) */
+        api_json_int(o, "pid", t->pid, &failed);
     return api_json_done(o, failed);
 }
 
@@ -85,11 +87,21 @@ int api_trim_run(const struct server_request *req, struct server_reply *rep)
     int64_t pad = -1; /* TrimPadBytes */
     if (query_int(req->query, "pad", 0, (int64_t)1 << 40, &pad, why, sizeof(why)) < 0)
         return server_reply_bad_param(rep, why);
+    int pid = 0, rc;
+    if (api_pid_param(req, &pid, rep) != 0)
+        return -EINVAL;
+    /* A worker group: every member, one after the other (or ?pid=). */
+    if (api_group_trim(req, rep, pid, pad, &rc, api_trim_rate_limited))
+        return rc;
+    if (pid > 0 && pid != mt_pid())
+        return server_reply_error(rep, 404, "no_such_member",
+                                  "pid %d: this process (%d) is in no worker group", pid,
+                                  mt_pid());
 
     struct mt_trim_result r;
     int64_t retry_after_ms = 0;
     memset(&r, 0, sizeof(r));
-    int rc = mt_trim_manual(req->app, pad, &r, &retry_after_ms);
+    rc = mt_trim_manual(req->app, pad, &r, &retry_after_ms);
     if (rc == -EAGAIN)
         return api_trim_rate_limited(req, rep, retry_after_ms);
     if (rc != 0)

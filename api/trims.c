@@ -36,6 +36,8 @@ static int api_trims_params(const struct server_request *req, struct db_trim_que
     if (q->until_ms <= q->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
     q->limit = (int)limit;
+    if (api_pid_param(req, &q->pid, rep) != 0) /* a worker group's member */
+        return -EINVAL;
 
     const char *trigger = query_get(req->query, "trigger");
     if (trigger != NULL) {
@@ -60,6 +62,8 @@ static cJSON *api_trims_json(const struct db_trim_query *q, const struct db_trim
     api_json_int_or_null(root, "until_ms", q->until_ms, q->until_ms != INT64_MAX, &failed);
     api_json_str(root, "trigger", q->trigger >= 0 ? mt_trigger_name(q->trigger) : NULL, &failed);
     api_json_int(root, "limit", q->limit, &failed);
+    if (q->pid > 0)
+        api_json_int(root, "pid", q->pid, &failed);
 
     cJSON *s = cJSON_CreateObject();
     api_json_int(s, "count", sum->count, &failed);

@@ -108,6 +108,8 @@ struct mt_snapshot {
     const char *allocator;            /* the back end in use (static name) */
     const char *allocator_release;    /* its release call (static text) */
     char allocator_version[48];
+    int pid;                          /* worker groups: the member this sample is of; 0 = this
+                                       * process, or the whole group in the leader's store */
 };
 
 enum mt_trigger {
@@ -151,11 +153,13 @@ struct mt_trim_result {
     uint64_t minflt_after;   /* the process's minor faults right after it (re-fault baseline) */
     int heap_skipped;        /* no free-heap figures: the readings were skipped (ProbeBudgetPercent
                               * was spent), or the allocator reports no free heap (mimalloc) */
+    int pid;                 /* worker groups: the member that ran it; 0 = this process */
 };
 
 /* A trim's re-fault figure, known once its window closed (queued for the store). */
 struct mt_refault {
     int64_t id;       /* the trim's sequence number */
+    int pid;          /* worker groups: the member whose trim it is; 0 = this process */
     int64_t start_ms; /* and start: together they name its row */
     int trigger;
     int64_t refaulted_bytes;

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include "types.h" /* common/: the value types stored */
 
-#define DB_SCHEMA_VERSION 5
+#define DB_SCHEMA_VERSION 6
 
 struct db_writer;
 struct db_reader;
@@ -80,7 +80,9 @@ void db_memory_uri(char *buf, size_t size, const void *owner);
  * Buffer a sample / a trim; written in the current batch transaction (begun
  * here when none is open; committed by db_writer_flush, or here once it
  * holds DB_BATCH_MAX rows). A sample is keyed by its timestamp_ms: a second
- * sample with the same millisecond replaces the first. On failure (-EBUSY,
+ * sample with the same millisecond replaces the first. A sample with
+ * s->pid > 0 is a group member's and goes to member_samples (keyed by pid
+ * and time); a trim's pid is stored with it (NULL for 0). On failure (-EBUSY,
  * -ENOSPC, ...) the whole open batch is rolled back (the message says how
  * many rows were dropped) and the writer stays usable: the next call starts
  * a new batch.
@@ -130,6 +132,7 @@ struct db_trim_query {
     int64_t until_ms;  /* exclusive; INT64_MAX = no bound */
     int trigger;       /* -1 = any */
     int limit;         /* rows to return, newest first; 0 = summary only */
+    int pid;           /* worker groups: one member's trims; 0 = any */
 };
 
 struct db_trim_summary {
@@ -173,5 +176,9 @@ struct db_bucket {
  */
 int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, int64_t until_ms,
                     int64_t step_ms, struct db_bucket **buckets, size_t *nbuckets, char **err);
+/* The same for one member of a worker group (pid > 0: its own samples). */
+int db_query_member_series(struct db_reader *r, int pid, const char *metric, int64_t since_ms,
+                           int64_t until_ms, int64_t step_ms, struct db_bucket **buckets,
+                           size_t *nbuckets, char **err);
 
 #endif /* MEMTRIM_DB_H */

@@ -33,6 +33,8 @@ enum db_wstmt {
     DB_W_RETAIN_SAMPLES,
     DB_W_RETAIN_TRIMS,
     DB_W_SET_REFAULT,
+    DB_W_INSERT_MEMBER_SAMPLE, /* worker groups: a member's sample */
+    DB_W_RETAIN_MEMBER_SAMPLES,
     DB_W_COUNT
 };
 
@@ -58,7 +60,8 @@ enum db_rstmt { DB_R_TRIM_ROWS = 0, DB_R_TRIM_SUMMARY, DB_R_TRIM_PCTL, DB_R_COUN
 struct db_reader {
     sqlite3 *db;
     sqlite3_stmt *stmt[DB_R_COUNT][2];
-    sqlite3_stmt **series; /* [2m] aggregate, [2m+1] seek, for metric m; lazily prepared */
+    sqlite3_stmt **series; /* [2m] aggregate, [2m+1] seek, for metric m; lazily prepared;
+                            * [2n + 2m], [2n + 2m + 1] the same for one member (n metrics) */
 };
 
 /* db_common.c */

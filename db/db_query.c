@@ -18,12 +18,12 @@
 #define DB_TRIM_COLUMNS                                                                        \
     "rowid, seq, trigger, start_ms, duration_ns, rss_before_bytes, rss_after_bytes,"           \
     " heap_free_before_bytes, heap_free_after_bytes, released_bytes, malloc_trim_ret,"         \
-    " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds"
+    " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid"
 
-/* ?1 since, ?2 until, ?3 trigger (variant 1 only). */
+/* ?1 since, ?2 until, ?3 trigger (variant 1 only), ?7 pid (0 = any). */
 static const char *const db_trim_where[2] = {
-    "start_ms >= ?1 AND start_ms < ?2",
-    "trigger = ?3 AND start_ms >= ?1 AND start_ms < ?2",
+    "start_ms >= ?1 AND start_ms < ?2 AND (?7 = 0 OR pid = ?7)",
+    "trigger = ?3 AND start_ms >= ?1 AND start_ms < ?2 AND (?7 = 0 OR pid = ?7)",
 };
 
 /* Each takes a WHERE clause; ?4.. are the statement's own parameters. */
@@ -50,7 +50,7 @@ void db_reader_close(struct db_reader *r)
         sqlite3_finalize(r->stmt[i][0]);
         sqlite3_finalize(r->stmt[i][1]);
     }
-    for (int i = 0; r->series != NULL && i < 2 * n; i++)
+    for (int i = 0; r->series != NULL && i < 4 * n; i++)
         sqlite3_finalize(r->series[i]);
     free(r->series);
     sqlite3_close(r->db);
@@ -71,7 +71,7 @@ int db_reader_open(const char *path, struct db_reader **out, char **err)
                                       "db_writer_reader_path() instead");
     r = mt_calloc(1, sizeof(*r));
     if (r != NULL)
-        r->series = mt_calloc(2 * (size_t)db_series_metric_count(), sizeof(*r->series));
+        r->series = mt_calloc(4 * (size_t)db_series_metric_count(), sizeof(*r->series));
     if (r == NULL || r->series == NULL) {
         rc = db_fail(err, -ENOMEM, "out of memory");
         goto fail;
@@ -108,6 +108,7 @@ static void db_bind_trim_query(sqlite3_stmt *st, const struct db_trim_query *q)
     sqlite3_bind_int64(st, 1, q->since_ms);
     sqlite3_bind_int64(st, 2, q->until_ms);
     sqlite3_bind_int(st, 3, q->trigger);
+    sqlite3_bind_int(st, 7, q->pid > 0 ? q->pid : 0);
 }
 
 static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
@@ -135,6 +136,7 @@ static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
     t->reaction_ns = sqlite3_column_type(st, 15) == SQLITE_NULL
                          ? -1
                          : (int64_t)(sqlite3_column_double(st, 15) * 1e9 + 0.5);
+    t->pid = sqlite3_column_type(st, 16) == SQLITE_NULL ? 0 : sqlite3_column_int(st, 16);
 }
 
 static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, int64_t count,

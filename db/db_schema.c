@@ -89,6 +89,35 @@ static const char db_schema_v4[] = "ALTER TABLE trims ADD COLUMN reaction_second
  */
 static const char db_schema_v5[] = "UPDATE trims SET seq = rowid WHERE seq < 1000000000000;";
 
+/*
+ * Version 6: worker groups (core/group.c). A trim names the member that ran
+ * it (NULL: the process that owns the store, as before); each member's
+ * samples go to their own table keyed by (pid, time), while `samples` keeps
+ * the host's view: the process, or in a group the group's totals.
+ */
+static const char db_schema_v6[] =
+    "ALTER TABLE trims ADD COLUMN pid INTEGER;"
+    "CREATE INDEX trims_pid_start ON trims (pid, start_ms);"
+    "CREATE TABLE member_samples ("
+    " pid INTEGER NOT NULL,"
+    " timestamp_ms INTEGER NOT NULL,"
+    " rss_bytes INTEGER NOT NULL,"
+    " rss_anon_bytes INTEGER,"
+    " rss_file_bytes INTEGER,"
+    " swap_bytes INTEGER,"
+    " heap_in_use_bytes INTEGER,"
+    " heap_free_bytes INTEGER,"
+    " heap_mmapped_bytes INTEGER,"
+    " arena_bytes INTEGER,"
+    " fragmentation_ratio REAL,"
+    " arena_count INTEGER,"
+    " releasable_estimate_bytes INTEGER,"
+    " cgroup_usage_bytes INTEGER,"
+    " memory_limit_bytes INTEGER,"
+    " heap_probe_duration_seconds REAL,"
+    " PRIMARY KEY (pid, timestamp_ms)) WITHOUT ROWID;"
+    "CREATE INDEX member_samples_time ON member_samples (timestamp_ms);";
+
 /* Step i takes the schema from version i to version i + 1. */
 static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v1,
@@ -96,6 +125,7 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v3,
     db_schema_v4,
     db_schema_v5,
+    db_schema_v6,
 };
 
 static int db_count_objects(sqlite3 *db, int64_t *n, char **err)
@@ -182,11 +212,14 @@ static int db_schema_apply(sqlite3 *db, int64_t from, char **err)
  * the store gains (ALTER TABLE ADD COLUMN does not rewrite the table; NULL in
  * older rows). *n says how many are missing.
  */
-static int db_missing_columns(sqlite3 *db, unsigned char *missing, int *n, char **err)
+static int db_missing_columns(sqlite3 *db, const char *table, unsigned char *missing, int *n,
+                              char **err)
 {
     sqlite3_stmt *st = NULL;
-    int rc = db_prepare(db, "SELECT count(*) FROM pragma_table_info('samples') WHERE name = ?1",
+    int rc = db_prepare(db, "SELECT count(*) FROM pragma_table_info(?2) WHERE name = ?1",
                         &st, err);
+    if (rc == 0)
+        sqlite3_bind_text(st, 2, table, -1, SQLITE_STATIC);
     *n = 0;
     for (int i = 0; rc == 0 && i < MT_FIELD_COUNT; i++) {
         missing[i] = 0;
@@ -205,7 +238,7 @@ static int db_missing_columns(sqlite3 *db, unsigned char *missing, int *n, char 
 }
 
 /* Add the missing columns, in the order of their places. */
-static int db_add_columns(sqlite3 *db, const unsigned char *missing, char **err)
+static int db_add_columns(sqlite3 *db, const char *table, const unsigned char *missing, char **err)
 {
     char sql[160];
     int rc = 0;
@@ -215,7 +248,7 @@ static int db_add_columns(sqlite3 *db, const unsigned char *missing, char **err)
         if (!missing[i])
             continue;
         int real = f->type == MT_FIELD_NS || f->type == MT_FIELD_F64;
-        snprintf(sql, sizeof(sql), "ALTER TABLE samples ADD COLUMN %s %s", f->name,
+        snprintf(sql, sizeof(sql), "ALTER TABLE %s ADD COLUMN %s %s", table, f->name,
                  real ? "REAL" : "INTEGER");
         rc = db_exec(db, sql, "add a samples column", err);
     }
@@ -226,13 +259,17 @@ static int db_add_columns(sqlite3 *db, const unsigned char *missing, char **err)
  * column for every stored field. */
 int db_schema_migrate(sqlite3 *db, char **err)
 {
+    /* samples, and the same columns in a worker group's member_samples (version 6) */
+    static const char *const tables[2] = {"samples", "member_samples"};
     unsigned char missing[MT_FIELD_COUNT];
     int64_t version = 0;
-    int rc, nmissing = 0;
+    int rc, nmissing = 0, n = 0;
 
     rc = db_schema_check(db, 0, &version, err);
-    if (rc == 0 && version == DB_SCHEMA_VERSION)
-        rc = db_missing_columns(db, missing, &nmissing, err);
+    for (int t = 0; t < 2 && rc == 0 && version == DB_SCHEMA_VERSION; t++) {
+        rc = db_missing_columns(db, tables[t], missing, &n, err);
+        nmissing += n;
+    }
     if (rc < 0 || (version == DB_SCHEMA_VERSION && nmissing == 0))
         return rc;
     rc = db_exec(db, "BEGIN IMMEDIATE", "begin migration", err);
@@ -242,10 +279,11 @@ int db_schema_migrate(sqlite3 *db, char **err)
     rc = db_schema_check(db, 0, &version, err);
     if (rc == 0)
         rc = db_schema_apply(db, version, err);
-    if (rc == 0)
-        rc = db_missing_columns(db, missing, &nmissing, err);
-    if (rc == 0)
-        rc = db_add_columns(db, missing, err);
+    for (int t = 0; t < 2 && rc == 0; t++) {
+        rc = db_missing_columns(db, tables[t], missing, &nmissing, err);
+        if (rc == 0)
+            rc = db_add_columns(db, tables[t], missing, err);
+    }
     if (rc == 0)
         rc = db_exec(db, "COMMIT", "commit migration", err);
     if (rc < 0)

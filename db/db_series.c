@@ -25,6 +25,11 @@
 static const char db_series_agg_sql[] =
     "SELECT memtrim_bucket(%1$s) FROM samples WHERE timestamp_ms >= ?1 AND timestamp_ms < ?2";
 
+/* The same for one member of a worker group: ?3 its pid. */
+static const char db_member_agg_sql[] =
+    "SELECT memtrim_bucket(%1$s) FROM member_samples WHERE pid = ?3 AND timestamp_ms >= ?1"
+    " AND timestamp_ms < ?2";
+
 /* What memtrim_bucket() accumulates and returns (as a blob). */
 struct db_bucket_acc {
     int64_t count;
@@ -80,6 +85,9 @@ int db_series_register(sqlite3 *db, char **err)
 static const char db_series_seek_sql[] =
     "SELECT timestamp_ms FROM samples WHERE timestamp_ms >= ?1 AND timestamp_ms < ?2"
     " AND %1$s IS NOT NULL ORDER BY timestamp_ms LIMIT 1";
+static const char db_member_seek_sql[] =
+    "SELECT timestamp_ms FROM member_samples WHERE pid = ?3 AND timestamp_ms >= ?1"
+    " AND timestamp_ms < ?2 AND %1$s IS NOT NULL ORDER BY timestamp_ms LIMIT 1";
 
 /* Step a one-row statement over [a, b); SQLITE_ROW with the row, SQLITE_DONE, or an error. */
 static int db_series_step(sqlite3_stmt *st, int64_t a, int64_t b)
@@ -135,8 +143,9 @@ static int db_series_scan(sqlite3_stmt *agg, sqlite3_stmt *seek, int64_t since_m
     return 0;
 }
 
-int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, int64_t until_ms,
-                    int64_t step_ms, struct db_bucket **buckets, size_t *nbuckets, char **err)
+static int db_query_series_of(struct db_reader *r, int pid, const char *metric, int64_t since_ms,
+                              int64_t until_ms, int64_t step_ms, struct db_bucket **buckets,
+                              size_t *nbuckets, char **err)
 {
     int m = db_series_metric_index(metric);
     struct db_bucket *out = NULL;
@@ -154,19 +163,28 @@ int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, i
     if (nb > DB_SERIES_MAX_BUCKETS)
         return db_fail(err, -EINVAL, "series: %lld buckets, at most %d (use a larger step)",
                        (long long)nb, DB_SERIES_MAX_BUCKETS);
-    rc = db_reader_stmt(r, &r->series[2 * m], db_series_agg_sql, db_series_metrics[m], err);
+    /* The statements of the host's samples, or of one member's (the second half). */
+    sqlite3_stmt **agg = &r->series[2 * m + (pid > 0 ? 2 * db_series_metric_count() : 0)];
+    rc = db_reader_stmt(r, &agg[0], pid > 0 ? db_member_agg_sql : db_series_agg_sql,
+                        db_series_metrics[m], err);
     if (rc == 0)
-        rc = db_reader_stmt(r, &r->series[2 * m + 1], db_series_seek_sql, db_series_metrics[m],
-                            err);
+        rc = db_reader_stmt(r, &agg[1], pid > 0 ? db_member_seek_sql : db_series_seek_sql,
+                            db_series_metrics[m], err);
     if (rc < 0)
         return rc;
+    if (pid > 0) { /* bound once: db_series_step resets and binds only ?1 and ?2 */
+        sqlite3_reset(agg[0]);
+        sqlite3_reset(agg[1]);
+        sqlite3_bind_int(agg[0], 3, pid);
+        sqlite3_bind_int(agg[1], 3, pid);
+    }
     out = mt_calloc((size_t)nb, sizeof(*out));
     if (out == NULL)
         return db_fail(err, -ENOMEM, "out of memory");
     rc = db_exec(r->db, "BEGIN", "begin read", err);
     if (rc == 0) {
-        rc = db_series_scan(r->series[2 * m], r->series[2 * m + 1], since_ms, until_ms, step_ms,
-                            out, (size_t)nb, &n, err);
+        rc = db_series_scan(agg[0], agg[1], since_ms, until_ms, step_ms, out, (size_t)nb, &n,
+                            err);
         sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL);
     }
     if (rc < 0 || n == 0) {
@@ -177,4 +195,22 @@ int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, i
     *buckets = out;
     *nbuckets = n;
     return rc;
+}
+
+int db_query_series(struct db_reader *r, const char *metric, int64_t since_ms, int64_t until_ms,
+                    int64_t step_ms, struct db_bucket **buckets, size_t *nbuckets, char **err)
+{
+    return db_query_series_of(r, 0, metric, since_ms, until_ms, step_ms, buckets, nbuckets, err);
+}
+
+int db_query_member_series(struct db_reader *r, int pid, const char *metric, int64_t since_ms,
+                           int64_t until_ms, int64_t step_ms, struct db_bucket **buckets,
+                           size_t *nbuckets, char **err)
+{
+    if (pid <= 0) {
+        *buckets = NULL;
+        *nbuckets = 0;
+        return db_fail(err, -EINVAL, "series: a member's pid must be > 0");
+    }
+    return db_query_series_of(r, pid, metric, since_ms, until_ms, step_ms, buckets, nbuckets, err);
 }

@@ -26,20 +26,26 @@ static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_INSERT_TRIM] =
         "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
         " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
-        " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [DB_W_RETAIN_SAMPLES] =
         "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
         " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
     [DB_W_RETAIN_TRIMS] = "DELETE FROM trims WHERE rowid IN (SELECT rowid FROM trims"
                           " WHERE start_ms < ?1 ORDER BY start_ms LIMIT ?2)",
-    [DB_W_SET_REFAULT] = "UPDATE trims SET refaulted_bytes = ?3 WHERE start_ms = ?1 AND seq = ?2",
+    [DB_W_SET_REFAULT] =
+        "UPDATE trims SET refaulted_bytes = ?3 WHERE start_ms = ?1 AND seq = ?2 AND pid IS ?4",
+    [DB_W_INSERT_MEMBER_SAMPLE] = NULL, /* built from db_sample_cols */
+    [DB_W_RETAIN_MEMBER_SAMPLES] =
+        "DELETE FROM member_samples WHERE (pid, timestamp_ms) IN (SELECT pid, timestamp_ms"
+        " FROM member_samples WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
 };
 
-/* "INSERT OR REPLACE INTO samples (timestamp_ms, <stored fields>) VALUES (?, ...)": malloc'd. */
-static char *db_sample_insert_sql(void)
+/* "INSERT OR REPLACE INTO samples (timestamp_ms, <stored fields>) VALUES (?, ...)": malloc'd;
+ * member: "... INTO member_samples (timestamp_ms, <stored fields>, pid) ...". */
+static char *db_sample_insert_sql(int member)
 {
-    size_t cap = 128;
+    size_t cap = 160;
     char *sql;
     size_t len;
 
@@ -48,31 +54,41 @@ static char *db_sample_insert_sql(void)
     sql = mt_malloc(cap);
     if (sql == NULL)
         return NULL;
-    len = (size_t)snprintf(sql, cap, "INSERT OR REPLACE INTO samples (timestamp_ms");
+    len = (size_t)snprintf(sql, cap, "INSERT OR REPLACE INTO %s (timestamp_ms",
+                           member ? "member_samples" : "samples");
     for (int i = 0; i < MT_FIELD_COUNT; i++)
         if (mt_fields[i].column)
             len += (size_t)snprintf(sql + len, cap - len, ", %s", mt_fields[i].name);
-    len += (size_t)snprintf(sql + len, cap - len, ") VALUES (?");
+    len += (size_t)snprintf(sql + len, cap - len, "%s) VALUES (?", member ? ", pid" : "");
     for (int i = 0; i < MT_FIELD_COUNT; i++)
         if (mt_fields[i].column)
             len += (size_t)snprintf(sql + len, cap - len, ", ?");
+    if (member)
+        len += (size_t)snprintf(sql + len, cap - len, ", ?");
     snprintf(sql + len, cap - len, ")");
     return sql;
 }
 
 static int db_writer_prepare(struct db_writer *w, char **err)
 {
-    char *insert = db_sample_insert_sql();
-    int rc;
+    char *insert = db_sample_insert_sql(0), *member = db_sample_insert_sql(1);
+    int rc = 0;
 
-    if (insert == NULL)
+    if (insert == NULL || member == NULL) {
+        free(insert);
+        free(member);
         return db_fail(err, -ENOMEM, "out of memory");
+    }
     for (int i = 0; i < DB_W_COUNT; i++) {
-        rc = db_prepare(w->db, db_wsql[i] != NULL ? db_wsql[i] : insert, &w->stmt[i], err);
+        const char *sql = db_wsql[i] != NULL               ? db_wsql[i]
+                          : i == DB_W_INSERT_MEMBER_SAMPLE ? member
+                                                           : insert;
+        rc = db_prepare(w->db, sql, &w->stmt[i], err);
         if (rc < 0)
             break;
     }
     free(insert);
+    free(member);
     return rc;
 }
 
@@ -356,11 +372,14 @@ int db_writer_add_sample(struct db_writer *w, const struct mt_snapshot *s, char 
     rc = db_writer_begin(w, err);
     if (rc < 0)
         return rc;
-    st = w->stmt[DB_W_INSERT_SAMPLE];
+    st = w->stmt[s->pid > 0 ? DB_W_INSERT_MEMBER_SAMPLE : DB_W_INSERT_SAMPLE];
     sqlite3_bind_int64(st, 1, ts);
-    for (int i = 0, col = 2; i < MT_FIELD_COUNT; i++)
+    int col = 2;
+    for (int i = 0; i < MT_FIELD_COUNT; i++)
         if (mt_fields[i].column)
             db_bind_field(st, col++, &mt_fields[i], s);
+    if (s->pid > 0)
+        sqlite3_bind_int(st, col, s->pid);
     return db_writer_insert(w, st, "insert sample", err);
 }
 
@@ -404,6 +423,10 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
         sqlite3_bind_double(st, 15, (double)t->reaction_ns / 1e9);
     else
         sqlite3_bind_null(st, 15);
+    if (t->pid > 0)
+        sqlite3_bind_int(st, 16, t->pid);
+    else
+        sqlite3_bind_null(st, 16);
     return db_writer_insert(w, st, "insert trim", err);
 }
 
@@ -421,6 +444,10 @@ int db_writer_set_refault(struct db_writer *w, const struct mt_refault *rf, char
     sqlite3_bind_int64(st, 1, rf->start_ms);
     sqlite3_bind_int64(st, 2, rf->id);
     sqlite3_bind_int64(st, 3, rf->refaulted_bytes);
+    if (rf->pid > 0)
+        sqlite3_bind_int(st, 4, rf->pid);
+    else
+        sqlite3_bind_null(st, 4);
     return db_writer_insert(w, st, "set re-fault", err);
 }
 
@@ -453,7 +480,7 @@ static int db_writer_delete_old(struct db_writer *w, enum db_wstmt which, int64_
 
     sqlite3_bind_int64(st, 1, cutoff_ms);
     sqlite3_bind_int(st, 2, max_rows);
-    rc = db_step_done(st, which == DB_W_RETAIN_SAMPLES ? "delete old samples" : "delete old trims",
+    rc = db_step_done(st, which == DB_W_RETAIN_TRIMS ? "delete old trims" : "delete old samples",
                       err);
     if (rc == 0)
         *deleted += sqlite3_changes64(w->db);
@@ -475,6 +502,8 @@ int db_writer_retention(struct db_writer *w, int64_t cutoff_ms, int max_rows, in
         rc = db_writer_delete_old(w, DB_W_RETAIN_SAMPLES, cutoff_ms, max_rows, &n, err);
     if (rc == 0)
         rc = db_writer_delete_old(w, DB_W_RETAIN_TRIMS, cutoff_ms, max_rows, &n, err);
+    if (rc == 0)
+        rc = db_writer_delete_old(w, DB_W_RETAIN_MEMBER_SAMPLES, cutoff_ms, max_rows, &n, err);
     if (rc < 0) {
         db_writer_abort(w);
         return rc;

@@ -14,6 +14,12 @@
  * touching it), closes the inherited listening socket so that the port stays
  * the parent's, and with FollowFork starts a new instance from a
  * "memtrim-fork" thread, which waits while the parent still holds the port.
+ * Worker groups (FollowFork with a fixed HttpPort, Group true): the process
+ * that serves is the group's leader; its fork handlers make a channel for
+ * each child (mt_group_fork_*), and the child's "memtrim-fork" thread starts
+ * it as a member on that channel (no port, no store), then waits: when the
+ * leader's end closes (it exited), the member stops and, first in the join
+ * order, takes the port over as the new leader (docs/groups.md).
  * Locks: preload_lock guards preload_instance and the restart thread's state;
  * it is held across fork() (prepare/parent/child handlers), never across a
  * start or a stop. The PortFile state is written by whichever of the
@@ -50,6 +56,15 @@ static char *preload_json;               /* the configuration, kept for FollowFo
 static struct mt_config preload_cfg;     /* written by the constructor only */
 static pthread_t restart_thread;         /* guarded by preload_lock, with: */
 static int restart_running, exiting;
+static int member_fd = -1;              /* a forked child's channel to its leader */
+static int leader_gone;                 /* the leader's end closed */
+static pthread_cond_t preload_cond = PTHREAD_COND_INITIALIZER; /* leader_gone or exiting */
+
+/* Forked children join this process's group: FollowFork on one fixed port. */
+static int group_wanted(const struct mt_config *cfg)
+{
+    return cfg->follow_fork && cfg->group && cfg->http_port != 0;
+}
 
 /* MEMTRIM_CONFIG holds inline JSON (starts with '{') or a file path. */
 static char *load_config(const char *value, char **err)
@@ -253,12 +268,97 @@ static int held_by_ancestor(const struct mt_config *cfg)
  * server) is said once at info level; by anything else (several children),
  * it is reported once by mt_create; the program runs on without memtrim.
  */
+/* 1 while pid runs (a zombie has closed its files: it does not). */
+static int process_running(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *close_paren = strrchr(buf, ')');
+    return close_paren && close_paren[1] == ' ' && close_paren[2] != 'Z' && close_paren[2] != 'X';
+}
+
+/* The member's group thread: the leader's end closed. */
+static void on_leader_gone(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&preload_lock);
+    leader_gone = 1;
+    pthread_cond_broadcast(&preload_cond);
+    pthread_mutex_unlock(&preload_lock);
+}
+
+/*
+ * A member of its parent's group until the leader goes; 1 when this process
+ * should then try to take the port over (the caller goes on as a FollowFork
+ * restart), 0 when it is done (exiting, or the member could not start).
+ */
+static int run_member(int fd)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    pid_t leader = getppid(); /* the process that forked us leads the group */
+    int rc = mt_create_member(preload_json, fd, on_leader_gone, NULL, &mt, &err);
+    free(err);
+    if (rc != 0 || !mt) {
+        fprintf(stderr, "memtrim: FollowFork: pid %ld did not join its parent's group (see "
+                        "above); the program runs on without memtrim\n", (long)getpid());
+        return 0;
+    }
+    pthread_mutex_lock(&preload_lock);
+    preload_instance = mt;
+    while (!leader_gone && !exiting)
+        pthread_cond_wait(&preload_cond, &preload_lock);
+    if (exiting) { /* the destructor stops preload_instance once it joined us */
+        pthread_mutex_unlock(&preload_lock);
+        return 0;
+    }
+    preload_instance = NULL;
+    pthread_mutex_unlock(&preload_lock);
+    int index = mt_group_join_index(mt);
+    mt_destroy(mt);
+    /* Until the leader is gone for good: the kernel re-parents us after it closed its
+     * files, so its store's locks are released by then (at most 5 s). */
+    struct timespec tick = {0, 20 * 1000000L};
+    for (int i = 0; i < 250 && (getppid() == leader || process_running(leader)); i++)
+        nanosleep(&tick, NULL);
+    /* Members take over in their join order, 300 ms apart: the first binds the port,
+     * the others then find it taken and stay off, without racing each other for it. */
+    struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
+    for (int i = 0; i < 3 * (index > 1 ? (index - 1) % 16 : 0); i++) {
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&preload_lock);
+        int stop = exiting;
+        pthread_mutex_unlock(&preload_lock);
+        if (stop)
+            return 0;
+    }
+    if (!port_free(&preload_cfg)) {
+        mt_log(MT_LOG_INFO, "preload", "pid %ld: the group's leader exited and port %d is "
+                                       "served again; memtrim stays off in this process",
+               (long)getpid(), preload_cfg.http_port);
+        return 0;
+    }
+    return 1;
+}
+
 static void *restart_main(void *arg)
 {
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
     struct memtrim *mt = NULL;
     char *err = NULL;
 
+    pthread_mutex_lock(&preload_lock);
+    int fd = member_fd;
+    member_fd = -1;
+    pthread_mutex_unlock(&preload_lock);
+    if (fd >= 0 && !run_member(fd))
+        return NULL;
     for (int i = 0; i < FORK_RETRY_MAX && !port_free(&preload_cfg); i++) {
         nanosleep(&pause, NULL);
         pthread_mutex_lock(&preload_lock);
@@ -273,6 +373,13 @@ static void *restart_main(void *arg)
         fprintf(stderr, "memtrim: FollowFork: not restarted in child %ld (see above); "
                         "the program runs on without memtrim\n", (long)getpid());
     free(err);
+    if (mt && group_wanted(&preload_cfg)) { /* the new leader: its own forks join it */
+        err = NULL;
+        if (mt_group_lead(mt, &err) != 0)
+            mt_log(MT_LOG_WARNING, "preload", "%s; forked children will not join a group",
+                   err ? err : "group: cannot lead");
+        free(err);
+    }
     port_file_write(mt);
     pthread_mutex_lock(&preload_lock);
     if (exiting) { /* the destructor is waiting for us: stop what we started */
@@ -290,10 +397,12 @@ static void *restart_main(void *arg)
 static void preload_prepare_fork(void)
 {
     pthread_mutex_lock(&preload_lock);
+    mt_group_fork_prepare(preload_instance); /* a leader: the child's channel */
 }
 
 static void preload_parent_after_fork(void)
 {
+    mt_group_fork_parent(preload_instance);
     pthread_mutex_unlock(&preload_lock);
 }
 
@@ -301,17 +410,29 @@ static void preload_child_after_fork(void)
 {
     struct memtrim *old = preload_instance;
 
-    /* The child has none of the parent's threads: forget the instance, don't touch it. */
+    /* The child has none of the parent's threads: forget the instance, don't touch it
+     * (but close the group's descriptors it inherited: they are the parent's). */
     preload_instance = NULL;
     restart_running = 0;
+    leader_gone = 0;
+    pthread_cond_init(&preload_cond, NULL); /* a waiter of the parent's is not here */
+    int fd = old ? mt_group_fork_child(old) : -1;
     pthread_mutex_unlock(&preload_lock);
     if (old)
         close_inherited_listener(mt_http_port(old));
-    if (!preload_cfg.follow_fork)
+    if (!preload_cfg.follow_fork) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     mt_after_fork_child(); /* the core's own atfork handler did it too; be sure */
     pthread_mutex_lock(&preload_lock);
+    member_fd = fd;
     restart_running = mt_thread_start(&restart_thread, "memtrim-fork", restart_main, NULL) == 0;
+    if (!restart_running && member_fd >= 0) {
+        close(member_fd);
+        member_fd = -1;
+    }
     pthread_mutex_unlock(&preload_lock);
 }
 
@@ -343,6 +464,13 @@ __attribute__((constructor)) static void preload_init(void)
     /* Any other failure (a port in use, ...) is logged once by mt_create itself. */
     if (mt_create(preload_json, &api_routes, &mt, &err) == 0 && mt) {
         preload_instance = mt;
+        if (group_wanted(&preload_cfg)) {
+            char *gerr = NULL;
+            if (mt_group_lead(mt, &gerr) != 0)
+                mt_log(MT_LOG_WARNING, "preload", "%s; forked children will not join a group",
+                       gerr ? gerr : "group: cannot lead");
+            free(gerr);
+        }
         port_file_write(mt);
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
     }
@@ -356,6 +484,7 @@ __attribute__((destructor)) static void preload_fini(void)
 
     pthread_mutex_lock(&preload_lock);
     exiting = 1;
+    pthread_cond_broadcast(&preload_cond); /* a member's restart thread waits on it */
     joining = restart_running;
     restart_running = 0;
     pthread_mutex_unlock(&preload_lock);

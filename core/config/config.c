@@ -98,6 +98,7 @@ static const struct config_key keys[] = {
      .max = 24 * 3650, .def_num = 168, .runtime = 1, .patch_floor = 1, .patch_max = 24 * 366},
     {.name = "FollowFork", .type = KEY_BOOL, .offset = OFF(follow_fork), .min = 0, .max = 1,
      .def_num = 0},
+    {.name = "Group", .type = KEY_BOOL, .offset = OFF(group), .min = 0, .max = 1, .def_num = 1},
     /* 0 = auto: a small share of the process's descriptors (server.c, server_limits). */
     {.name = "MaxConnections", .type = KEY_INT, .offset = OFF(max_connections), .min = 0,
      .max = 100000, .def_num = 0},

@@ -127,4 +127,75 @@ const char *mt_tunable_field(int t);
  * reaches the store's readers; owned by the instance. */
 const struct server_store *mt_store_readers(struct memtrim *mt);
 
+/*
+ * ---- worker groups (core/group.c; docs/groups.md) ----
+ * A preforking server's processes: the leader serves the API and owns the
+ * store, the members report to it over a channel made at fork and trim
+ * themselves when asked. A single process is in no group and none of this
+ * changes its replies.
+ */
+#define MT_GROUP_MAX 64 /* members in a group, the leader included */
+
+struct mt_member {
+    int pid;
+    int self;                   /* the process that serves the API */
+    char program[64];           /* its comm */
+    int64_t joined_ms;          /* wall clock */
+    int64_t report_age_ms;      /* age of its last report */
+    struct mt_snapshot snap;    /* its last report (the leader's: its own snapshot) */
+    uint64_t trims;             /* trims it reported since it joined */
+    uint64_t released_bytes;    /* their positive releases */
+    uint64_t pressure_trims;    /* of which the group's pressure asked for */
+};
+
+struct mt_group_info {
+    int role;                   /* 0 no group, 1 leader, 2 member */
+    int members;                /* live members, the leader included */
+    uint64_t joined, left, refused; /* since start; refused: the registry was full */
+    uint64_t pressure_trims;    /* trims the group's pressure decision asked for */
+    uint64_t pressure_released_bytes;
+    int64_t usage_bytes;        /* what the decision reads: the cgroup's usage, or the sum of RSS */
+    int64_t limit_bytes;        /* -1 none */
+    int zone;                   /* usage inside the pressure zone at the last reading */
+    const char *usage_source;   /* "cgroup", "members" or "none" (static) */
+};
+
+/* The group and up to cap members (leader first); 0, or -ENOTCONN in no group. */
+int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_member *members,
+                  int cap, int *n);
+
+struct mt_member_trim {
+    int pid;
+    int rc;                     /* 0, or why it has no result (negative errno) */
+    char error[96];             /* with rc: what happened */
+    struct mt_trim_result r;
+};
+
+/*
+ * A manual trim of every member (pid 0: the leader first, then the others one
+ * at a time, so that they never stall the node together) or of one (pid).
+ * 0 with *n results, -EAGAIN inside ManualTrimMinIntervalMs (*retry_after_ms),
+ * -ENOENT when pid is no member, -ENOTCONN in no group.
+ */
+int mt_group_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
+                  int *n, int64_t *retry_after_ms);
+
+/* The LD_PRELOAD adapter: lead a group (FollowFork with a fixed HttpPort). */
+int mt_group_lead(struct memtrim *mt, char **err);
+/* Its fork handlers: the leader makes a channel before fork(), keeps one end in
+ * the parent; the child gets the other (-1: none) and closes the group's
+ * inherited descriptors (a member's child closes its parent's channel). */
+void mt_group_fork_prepare(struct memtrim *mt);
+void mt_group_fork_parent(struct memtrim *mt);
+int mt_group_fork_child(struct memtrim *mt);
+/* Start as a member on channel fd (owned from here on, closed on failure): no
+ * port, no store, no pressure thread of its own. leader_gone runs once, on the
+ * member's group thread, when the leader's end closes. */
+int mt_create_member(const char *config_json, int fd, void (*leader_gone)(void *), void *arg,
+                     struct memtrim **out, char **err);
+/* This process's pid (getpid), for replies that name it. */
+int mt_pid(void);
+/* A member's place in its leader's join order (1 = the first), 0 unknown. */
+int mt_group_join_index(struct memtrim *mt);
+
 #endif /* MEMTRIM_CORE_H */

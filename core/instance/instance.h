@@ -25,6 +25,7 @@
 
 struct server;
 struct pressure;
+struct group;
 
 /* The PATCH line: at most PATCH_LOG_BURST per PATCH_LOG_WINDOW_NS (README: one per 10 s). */
 #define PATCH_LOG_BURST 1
@@ -49,6 +50,13 @@ struct memtrim {
     pid_t pid; /* the process that started it (a forked child must not stop it) */
 
     struct arenas_cache arenas; /* /memory/arenas (arenas.c; read by advice.c); its own lock */
+
+    /* Worker groups (group.c): set before the group's thread starts, cleared after it stopped. */
+    struct group *group;
+    atomic_int group_zone;  /* the group's usage is in the pressure zone (the housekeeper
+                             * probes the heap at the zone's pace) */
+    atomic_int record_pid;  /* stamped on own trims and samples: 0 alone, getpid() leading */
+    int member;             /* a group member: no server, no store, no pressure thread */
 };
 
 /* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */

@@ -25,6 +25,7 @@
 #include "instance.h"
 #include "pressure.h"
 #include "server.h"
+#include "group.h"
 #include "tunables.h"
 
 
@@ -80,6 +81,10 @@ static char *errdup(const char *fmt, const char *arg)
 struct start_ctx {
     const struct alloc_ops *alloc;
     const struct server_routes *routes;
+    /* a worker group's member (mt->member): its channel, owned by the group step */
+    int *member_fd; /* set to -1 once the group step took it */
+    void (*leader_gone)(void *);
+    void *gone_arg;
 };
 
 /*
@@ -152,7 +157,8 @@ static int cache_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
     if (snapshot_init(&mt->cache))
         return oom(err, "snapshot cache");
     snapshot_set_alloc(&mt->cache, ctx->alloc); /* before any thread reads the cache */
-    mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", ctx->alloc->name,
+    if (!mt->member) /* a member's leader said it already */
+        mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", ctx->alloc->name,
            mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
            ctx->alloc->release_call);
     return 0;
@@ -164,32 +170,44 @@ static int cache_destroy(struct memtrim *mt)
     return 0;
 }
 
-/* The trim service's sinks: every result and re-fault figure go to the store thread's queue. */
+/* The trim service's sinks: every result and re-fault figure go to the store thread's queue
+ * (a group's leader stamps its pid on them; a member's sinks are group.c's). */
 static void instance_trim_done(void *arg, const struct mt_trim_result *r)
 {
-    store_push_trim(arg, r);
+    struct memtrim *mt = arg;
+    struct mt_trim_result copy = *r;
+    copy.pid = atomic_load(&mt->record_pid);
+    if (copy.pid)
+        group_count_self(mt, r);
+    store_push_trim(&mt->store, &copy);
 }
 
 static void instance_refault_done(void *arg, const struct mt_refault *rf)
 {
-    store_push_refault(arg, rf);
+    struct memtrim *mt = arg;
+    struct mt_refault copy = *rf;
+    copy.pid = atomic_load(&mt->record_pid);
+    store_push_refault(&mt->store, &copy);
 }
 
 static void instance_store_wake(void *arg)
 {
-    store_wake(arg); /* the result to the disk now, not at the next 250 ms */
+    struct memtrim *mt = arg;
+    store_wake(&mt->store); /* the result to the disk now, not at the next 250 ms */
 }
 
 static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
     if (trim_service_init(&mt->trims))
         return oom(err, "trim service");
-    mt->trims.sink = instance_trim_done;
-    mt->trims.refault_sink = instance_refault_done;
-    mt->trims.sink_wake = instance_store_wake;
-    mt->trims.sink_arg = &mt->store;
+    mt->trims.sink = mt->member ? group_member_trim_sink : instance_trim_done;
+    mt->trims.refault_sink = mt->member ? group_member_refault_sink : instance_refault_done;
+    mt->trims.sink_wake = mt->member ? NULL : instance_store_wake;
+    mt->trims.sink_arg = mt;
     mt->trims.suspend_depth = &mt->suspend_depth;
     mt->store.trims = &mt->trims;
+    atomic_init(&mt->group_zone, 0);
+    atomic_init(&mt->record_pid, 0);
     return 0;
 }
 
@@ -234,6 +252,8 @@ static int arenas_destroy(struct memtrim *mt)
  * here before main); a value glibc refuses fails the start. Nothing to undo. */
 static int tunables_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
+    if (mt->member) /* inherited from its leader at fork */
+        return 0;
     return tunables_apply(NULL, &mt->cfg, strcmp(ctx->alloc->name, "glibc") == 0, err);
 }
 
@@ -262,6 +282,8 @@ static void server_options_from(const struct mt_config *cfg, struct server_optio
 /* Its handlers cope with a store and housekeeper not yet there. */
 static int http_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
+    if (mt->member) /* the leader serves the group */
+        return 0;
     struct server_options opt;
     server_options_from(&mt->cfg, &opt);
     int rc = server_start(&opt, ctx->routes, &mt->store.readers, mt, &mt->server, err);
@@ -290,6 +312,8 @@ static int store_halt(struct memtrim *mt)
 
 static int exit_summary(struct memtrim *mt)
 {
+    if (mt->member) /* one line per worker that comes and goes would flood the log */
+        return 0;
     advice_exit_summary(mt); /* the totals since start, in one line */
     return 0;
 }
@@ -310,6 +334,8 @@ static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
         .store = &mt->store,
         .wake_pressure = wake_pressure,
         .pressure = mt->pressure,
+        .group_zone = &mt->group_zone,
+        .record_pid = &mt->record_pid,
     };
     return housekeeper_start(&mt->hk, &deps, err);
 }
@@ -322,7 +348,27 @@ static int hk_halt(struct memtrim *mt)
 
 static int pressure_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
+    if (mt->member) /* a member's pressure is the group's: the leader decides */
+        return 0;
     return pressure_start(mt->pressure, err);
+}
+
+/* A member joins on its channel (the fd is group_join's from here on). A leader's group
+ * starts later (mt_group_lead); either stops here, after the store: members see their
+ * channel close with the store closed and the port free. */
+static int group_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    if (!mt->member)
+        return 0;
+    int fd = *ctx->member_fd;
+    *ctx->member_fd = -1; /* group_join's now: it closes it on failure, group_stop after */
+    return group_join(mt, fd, ctx->leader_gone, ctx->gone_arg, err);
+}
+
+static int group_halt(struct memtrim *mt)
+{
+    group_stop(mt);
+    return 0;
 }
 
 static int pressure_halt(struct memtrim *mt)
@@ -342,6 +388,7 @@ static const struct step steps[] = {
     {"tunables", tunables_start, NULL, 0},
     /* the threads (every step runs with all signals blocked) */
     {"server", http_start, http_stop, STEP_FIRST_TO_STOP},
+    {"group", group_run, group_halt, 0},
     {"store", store_run, store_halt, 0},
     {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY}, /* the exit summary */
     {"housekeeper", hk_run, hk_halt, 0},
@@ -406,8 +453,8 @@ static int run_steps(struct memtrim *mt, const struct start_ctx *ctx, const char
     return rc;
 }
 
-int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
-              char **err)
+static int instance_create(const char *config_json, const struct server_routes *routes,
+                           struct start_ctx *member, struct memtrim **out, char **err)
 {
     struct mt_config cfg;
     struct memtrim *mt;
@@ -424,8 +471,12 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     }
     if (!cfg.enabled) {
         mt_log(MT_LOG_INFO, "core", "disabled by configuration (Enabled: false)");
+        if (member)
+            close(*member->member_fd);
         return 0;
     }
+    if (member)
+        cfg.database[0] = '\0'; /* the leader owns the store */
     pthread_once(&fork_once, fork_hooks_install);
     pthread_mutex_lock(&instance_lock);
     if (instance_running) {
@@ -439,6 +490,8 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
 
     /* Resolving the back ends writes their pointers: only while no instance runs. */
     struct start_ctx ctx = {.routes = routes};
+    if (member)
+        ctx = *member;
     if ((rc = alloc_select(cfg.allocator, &ctx.alloc, &e)))
         goto fail_running;
     if (!(mt = mt_calloc(1, sizeof(*mt)))) {
@@ -448,8 +501,15 @@ int mt_create(const char *config_json, const struct server_routes *routes, struc
     mt->cfg = cfg;
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
+    mt->member = member != NULL;
     if ((rc = run_steps(mt, &ctx, &module, &e)))
         goto fail_running;
+    if (mt->member) {
+        mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of its "
+                                     "parent's group", MEMTRIM_VERSION, (long)getpid());
+        *out = mt;
+        return 0;
+    }
     if (strncmp(cfg.http_bind, "unix:", 5) == 0)
         mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s", MEMTRIM_VERSION,
                cfg.http_bind);
@@ -471,6 +531,8 @@ fail_running:
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
 fail:
+    if (member && *member->member_fd >= 0) /* not yet handed to the group step */
+        close(*member->member_fd);
     if (!e)
         e = errdup("start failed: %s", strerror(-rc));
     if (!e) { /* out of memory even for the message */
@@ -485,10 +547,27 @@ fail:
     return rc;
 }
 
+int mt_create(const char *config_json, const struct server_routes *routes, struct memtrim **out,
+              char **err)
+{
+    return instance_create(config_json, routes, NULL, out, err);
+}
+
+int mt_create_member(const char *config_json, int fd, void (*leader_gone)(void *), void *arg,
+                     struct memtrim **out, char **err)
+{
+    struct start_ctx m = {.member_fd = &fd, .leader_gone = leader_gone, .gone_arg = arg};
+    *out = NULL;
+    if (fd < 0)
+        return -EBADF;
+    return instance_create(config_json, NULL, &m, out, err);
+}
+
 void mt_destroy(struct memtrim *mt)
 {
     if (!mt)
         return;
+    int member = mt->member;
     if (mt->pid != getpid()) {
         /* A forked child holding its parent's instance: those threads are not
          * here, so touching them would hang. Leave the memory; forget it. */
@@ -500,6 +579,6 @@ void mt_destroy(struct memtrim *mt)
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
-    mt_log(MT_LOG_INFO, "core", "stopped");
+    mt_log(member ? MT_LOG_DEBUG : MT_LOG_INFO, "core", "stopped");
 }
 

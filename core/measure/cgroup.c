@@ -458,6 +458,13 @@ int cgroup_parse_events(const char *text, int64_t *events)
     return any ? 0 : -EINVAL;
 }
 
+int64_t cgroup_usage(struct cgroup_info *info, int level)
+{
+    return info->version && level >= 0 && level < info->levels
+               ? read_value(info, level, CG_FILE_CURRENT)
+               : -1;
+}
+
 void cgroup_read(struct cgroup_info *info, struct mt_cheap *out)
 {
     char buf[8192];

@@ -50,6 +50,10 @@ void cgroup_close(struct cgroup_info *info);
 /* Read the limits, usage, split and events into out's cgroup_* fields. */
 void cgroup_read(struct cgroup_info *info, struct mt_cheap *out);
 
+/* The usage alone (memory.current / memory.usage_in_bytes) of level's cgroup, one read
+ * of a kept descriptor (the group's pressure poll); -1 unknown. */
+int64_t cgroup_usage(struct cgroup_info *info, int level);
+
 /* Level i's directory into buf ("" when there is no such level); returns buf. */
 char *cgroup_level_dir(const struct cgroup_info *info, int level, char *buf, size_t size);
 /* The file that set the limit, "/sys/fs/cgroup/a/memory.max"; "" none. Returns buf. */

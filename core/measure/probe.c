@@ -409,3 +409,8 @@ void probe_heap(const struct alloc_ops *a, struct mt_heap *out, int want_arenas)
     out->cpu_ns = (want_arenas ? thread_cpu_ns() : c1) - c0;
     out->process_cpu_ns = cpu;
 }
+
+int64_t probe_cgroup_usage(struct probe_cgroup *cg, int level)
+{
+    return cg && cg->version ? cgroup_usage(&cg->info, level >= 0 ? level : 0) : -1;
+}

@@ -29,6 +29,10 @@ int probe_cgroup_find(struct probe_cgroup *cg, const char *proc_cgroup, const ch
 /* Close what probe_cgroup_init opened (harmless on a zeroed or closed one). */
 void probe_cgroup_close(struct probe_cgroup *cg);
 
+/* The memory usage alone of the cgroup at level (0 the own, the limit's: cgroup_limit_level),
+ * one read of a kept descriptor (microseconds; any thread); -1 unknown. */
+int64_t probe_cgroup_usage(struct probe_cgroup *cg, int level);
+
 /* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
 uint64_t probe_rss(void);
 

@@ -142,8 +142,9 @@ static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now
     const struct mt_config *c = &st->cfg;
     uint64_t rss = probe_rss();
     int64_t limit = c->memory_limit_bytes > 0 ? c->memory_limit_bytes : st->limit;
-    int zone = limit > 0 && c->pressure_ratio > 0 &&
-               rss >= pressure_zone_floor(limit, c->pressure_ratio);
+    int zone = (limit > 0 && c->pressure_ratio > 0 &&
+                rss >= pressure_zone_floor(limit, c->pressure_ratio)) ||
+               (hk->deps.group_zone && atomic_load(hk->deps.group_zone)); /* a group's usage */
     struct policy_readings r = {
         .suspended = atomic_load(hk->deps.suspend_depth) > 0,
         /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
@@ -160,12 +161,29 @@ static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now
     r.releasable = snap->releasable_estimate_bytes;
     r.rss = snap->cheap.rss_bytes;
 
+    /* A worker group near its shared limit (group.c): what this member holds free,
+     * another member needs. The cost rules (came back at once, the adaptive gap, the
+     * budget, a busy host) and TrimMinGapSeconds assume nobody else could use the
+     * memory: they do not hold a burst trim back then. */
+    struct mt_config group_cfg;
+    int group_zone = hk->deps.group_zone && atomic_load(hk->deps.group_zone);
+    if (group_zone) {
+        group_cfg = *c;
+        group_cfg.trim_min_gap_seconds = 0;
+        c = &group_cfg;
+        r.gap_factor = 1;
+        r.back_at_once = 0;
+        r.host_quiet = 1;
+    }
     struct policy_decision d = policy_decide(c, &st->policy, &r, now);
     struct policy_outcome out = {.gate = COST_GATE_RUN};
     if (d.want == POLICY_SKIP)
         trim_count_skip(hk->deps.trims, d.skip_reason);
     else if (d.want == POLICY_TRIM &&
-             (out.gate = cost_hk_gate(hk, &st->cost, c, d.trigger, d.mostly_free, now)) == COST_GATE_RUN)
+             (group_zone && d.trigger == MT_TRIGGER_BURST
+                  ? COST_GATE_RUN
+                  : (out.gate = cost_hk_gate(hk, &st->cost, c, d.trigger, d.mostly_free, now))) ==
+                 COST_GATE_RUN)
         out.ran = do_trim(hk, st, d.trigger);
     policy_update(c, &st->policy, &d, &out, &r, now);
 }
@@ -189,6 +207,7 @@ static void tick(struct housekeeper *hk, struct hk_state *st)
             .memory_limit_cfg = st->cfg.memory_limit_bytes,
         };
         snapshot_get(d->cache, &want, &sample);
+        sample.pid = d->record_pid ? atomic_load(d->record_pid) : 0; /* a group's leader: its row */
         store_push_sample(d->store, &sample); /* the store thread writes it; we never wait on disk */
         st->next_sample = now + (int64_t)(st->cfg.sample_interval_seconds * MT_SEC);
     }

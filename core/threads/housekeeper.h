@@ -30,6 +30,8 @@ struct housekeeper_deps {
     struct store *store;              /* takes the samples */
     void (*wake_pressure)(void *arg); /* a new limit, or a new estimate inside the zone */
     void *pressure;                   /* its argument */
+    const atomic_int *group_zone;     /* worker groups: the group's usage is in the zone (NULL: no) */
+    const atomic_int *record_pid;     /* the pid stamped on samples (a leader's), NULL = 0 */
 };
 
 struct hk_state;

@@ -289,7 +289,9 @@ static void *store_main(void *arg)
     pthread_mutex_lock(&st->lock);
     while (!st->stop) {
         pthread_mutex_unlock(&st->lock);
+        pthread_mutex_lock(&st->tick_lock);
         store_tick(st, &ss, batch, mt_mono_ns(), 0);
+        pthread_mutex_unlock(&st->tick_lock);
         pthread_mutex_lock(&st->lock);
         if (st->stop)
             break;
@@ -304,8 +306,10 @@ static void *store_main(void *arg)
     /* Last words: what is queued goes to the store (one last try even while
      * backing off); then close it. */
     ss.retry_at = 0;
+    pthread_mutex_lock(&st->tick_lock);
     store_tick(st, &ss, batch, mt_mono_ns(), 1);
     db_writer_close(ss.db);
+    pthread_mutex_unlock(&st->tick_lock);
     atomic_store(&st->available, 0);
     pthread_mutex_lock(&st->lock);
     st->done = 1;
@@ -367,6 +371,7 @@ int store_init(struct store *st, const char *database, double retention_hours)
     }
     pthread_mutex_init(&st->lock, NULL);
     pthread_mutex_init(&st->health_lock, NULL);
+    pthread_mutex_init(&st->tick_lock, NULL);
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&st->cond, &attr);
@@ -386,6 +391,7 @@ void store_destroy(struct store *st)
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
     pthread_mutex_destroy(&st->health_lock);
+    pthread_mutex_destroy(&st->tick_lock);
     free(st->queue);
     free(st->batch);
     st->queue = NULL;
@@ -445,6 +451,24 @@ void store_push_refault(struct store *st, const struct mt_refault *rf)
         st->trims_dropped++; /* its trim's refaulted_bytes stays unknown */
     }
     pthread_mutex_unlock(&st->lock);
+}
+
+void store_fork_prepare(struct store *st)
+{
+    /* A tick takes milliseconds; a hung disk must not hang the host's fork(): 1 s at most. */
+    struct timespec deadline;
+    st->fork_held = 0;
+    if (!st->path[0] || clock_gettime(CLOCK_REALTIME, &deadline) != 0)
+        return;
+    deadline.tv_sec += 1;
+    st->fork_held = pthread_mutex_timedlock(&st->tick_lock, &deadline) == 0;
+}
+
+void store_fork_after(struct store *st)
+{
+    if (st->fork_held)
+        pthread_mutex_unlock(&st->tick_lock);
+    st->fork_held = 0;
 }
 
 void store_push_sample(struct store *st, const struct mt_snapshot *s)

@@ -47,6 +47,11 @@ struct store {
     uint64_t samples_stored, samples_dropped, trims_dropped, errors;
     atomic_int_fast64_t retention_ms; /* RetentionHours, changed at run time */
 
+    pthread_mutex_t tick_lock;        /* held by the store thread across each tick (every
+                                       * SQLite transaction), and across fork() by the fork
+                                       * hooks: a child never inherits an open transaction's
+                                       * locks in SQLite's per-process state */
+    int fork_held;                    /* the fork hooks hold tick_lock (the forking thread) */
     pthread_mutex_t health_lock;
     char state[32];                   /* "opening", "ok", "retrying", "replaced", "disabled" */
     char reason[256];                 /* "" when healthy */
@@ -71,6 +76,9 @@ void store_push_trim(struct store *st, const struct mt_trim_result *r);
 void store_push_refault(struct store *st, const struct mt_refault *rf);
 void store_push_sample(struct store *st, const struct mt_snapshot *s);
 void store_wake(struct store *st);
+/* fork(): hold the store between transactions (prepare), let it go (parent, child). */
+void store_fork_prepare(struct store *st);
+void store_fork_after(struct store *st);
 void store_set_retention(struct store *st, double hours);
 
 /* Whether samples are kept at all (a Database is configured). */

@@ -171,12 +171,12 @@ def test_fork_without_follow_fork_stays_in_parent(procs, tmp_path):
 
 
 def test_fork_parent_keeps_port_children_stay_off(procs, tmp_path):
-    """Two FollowFork children of a parent that keeps the port (a preforking
-    server): after waiting for the port a while, each says once, at info
-    level, that memtrim in its parent serves it, and keeps running without
-    memtrim; nothing is an error; the parent still serves."""
+    """With "Group": false, two FollowFork children of a parent that keeps the
+    port (a preforking server): after waiting for the port a while, each says
+    once, at info level, that memtrim in its parent serves it, and keeps
+    running without memtrim; nothing is an error; the parent still serves."""
     port = free_port()
-    config = {"HttpPort": port, "FollowFork": True, "Database": ""}
+    config = {"HttpPort": port, "FollowFork": True, "Group": False, "Database": ""}
     p, children = start_daemon(procs, tmp_path, config, 2, "stay")
     wait_for(lambda: p.output().count("is served by memtrim in its ancestor") >= 2, 30,
              "both children to find the parent holding the port")
@@ -189,6 +189,33 @@ def test_fork_parent_keeps_port_children_stay_off(procs, tmp_path):
     assert http_ok(f"http://127.0.0.1:{port}/healthz")
     for c in children:
         stop_pid(c)
+    assert p.stop() == 0, p.output()
+
+
+def test_fork_parent_keeps_port_children_join_its_group(procs, tmp_path):
+    """By default (Group true) the same children join the parent's worker
+    group: the parent's port lists all three processes, a trim reaches each,
+    and nothing waits for the port or is an error (tests/e2e/test_groups.py
+    has the rest)."""
+    port = free_port()
+    config = {"HttpPort": port, "FollowFork": True, "Database": ""}
+    p, children = start_daemon(procs, tmp_path, config, 2, "stay")
+    api = f"http://127.0.0.1:{port}"
+
+    def members():
+        r = requests.get(api + "/memory/stats", timeout=10).json()
+        return sorted(m["pid"] for m in r.get("group", {}).get("members", []))
+    wait_for(lambda: members() == sorted([p.pid] + children), 20, "both children to join")
+    r = requests.post(api + "/memory/trim", timeout=30)
+    assert r.status_code == 200, r.text
+    trimmed = {m["pid"]: m for m in r.json()["group"]["members"]}
+    assert sorted(trimmed) == sorted([p.pid] + children), r.text
+    assert all("released_bytes" in m for m in trimmed.values()), r.text
+    out = p.output()
+    assert "(error)" not in out and "served by memtrim in its ancestor" not in out, out
+    for c in children:
+        stop_pid(c)
+    wait_for(lambda: members() == [p.pid], 20, "the children to leave the group")
     assert p.stop() == 0, p.output()
 
 

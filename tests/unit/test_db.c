@@ -128,7 +128,11 @@ static void test_schema_fresh(void)
     CHECK_OK(db_writer_open(p, &w, E));
     CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
     CHECK_EQ_INT(raw_int(p, "PRAGMA application_id"), 0x6d74726d);
-    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"), 2);
+    /* trims_start, trims_trigger_start, trims_pid_start, member_samples_time */
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM sqlite_schema WHERE type = 'index'"), 4);
+    /* the samples' columns and pid */
+    CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM pragma_table_info('member_samples')"),
+                 raw_int(p, "SELECT count(*) FROM pragma_table_info('samples')") + 1);
     CHECK_EQ_INT(raw_int(p, "SELECT count(*) FROM pragma_table_info('samples')"),
                  1 + 20);
     CHECK(strcmp(db_writer_reader_path(w), p) == 0);
@@ -169,7 +173,7 @@ static void test_migration_v5_unique_ids(void)
     const char *p = tpath("v4ids.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
     struct db_trim_summary sum;
     struct db_trim_row *rows = NULL;
     struct mt_trim_result t = trim(9000, 1, 3);
@@ -186,7 +190,10 @@ static void test_migration_v5_unique_ids(void)
     CHECK_OK(db_writer_flush(w, E));
     db_writer_close(w);
     w = NULL;
-    raw_exec(p, "PRAGMA user_version = 4;");
+    /* Back to version 4: without what version 6 added. */
+    raw_exec(p, "DROP INDEX trims_pid_start; DROP INDEX member_samples_time;"
+                " DROP TABLE member_samples; ALTER TABLE trims DROP COLUMN pid;"
+                " PRAGMA user_version = 4;");
     CHECK_OK(db_writer_open(p, &w, E));
     CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
     t.id = 1764000000000LL; /* an id from the clock, as memtrim now gives */
@@ -213,7 +220,7 @@ static void test_migration_v1(void)
     const char *p = tpath("v1.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
     struct db_trim_summary sum;
     struct db_trim_row *rows = NULL;
     struct db_bucket *b = NULL;
@@ -359,7 +366,7 @@ static void test_roundtrip(void)
     struct db_reader *r = NULL;
     struct mt_snapshot s = snap(1700000000123, 4000000000000ULL), nh = snap(1700000001000, 0);
     struct mt_trim_result t = trim(1700000000500, 3, 12), pt = trim(1700000000400, 2, 1);
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary sum;
     struct db_bucket *b = NULL;
@@ -514,7 +521,7 @@ static void test_percentiles(void)
     const char *p = tpath("pct.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary s;
     size_t n = 0;

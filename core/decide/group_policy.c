@@ -1,0 +1,89 @@
+/*
+ * group_policy.c - the pure part of a worker group's pressure decision:
+ * which member trims next. No locks, no threads, no clock of its own: the
+ * group thread (core/instance/group.c) hands it the readings; tests/unit/test_group.c
+ * drives it directly.
+ *
+ * Why the group decides on the cgroup's usage and not on each member's RSS:
+ * a worker that freed what it studied keeps the pages resident, its RSS no
+ * longer grows, and its own pressure rule never fires, while the others
+ * under the same limit need that memory. So the group looks at the shared
+ * usage and at what each member holds free, and the cost rules of a
+ * member's own policy ("came back at once", the budget, the gap) do not
+ * apply: the memory that comes back is another member's.
+ */
+#include "group_policy.h"
+#include "pressure_policy.h"
+
+int64_t group_growth_step(int64_t limit)
+{
+    int64_t step = limit / 32;
+    return step > GROUP_GROWTH_MIN ? step : GROUP_GROWTH_MIN;
+}
+
+/* May c be asked now? urgent: at the line or after growth (not only the estimate rule). */
+static int candidate(const struct group_pressure_in *in, const struct group_candidate *c,
+                     int urgent)
+{
+    if (c->busy)
+        return 0;
+    if (c->estimate_fresh) /* it said what it holds, lately and after its last trim */
+        return c->releasable >= in->min_releasable;
+    if (!urgent)
+        return 0;
+    int64_t since = c->last_trim_ns ? in->now_ns - c->last_trim_ns : INT64_MAX;
+    /* Said nothing lately: it may hold what it grew by since its last trim. */
+    return since >= GROUP_RETRIM_STALE_NS &&
+           (c->rss_after_trim == 0 || c->rss >= c->rss_after_trim + in->min_releasable);
+}
+
+/* What c is thought to hold free: its estimate once read after its last trim, else
+ * what its RSS grew by since. */
+static uint64_t held(const struct group_candidate *c)
+{
+    if (c->estimate_fresh || c->estimate_after_trim)
+        return c->releasable;
+    return c->rss > c->rss_after_trim ? c->rss - c->rss_after_trim : 0;
+}
+
+int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
+                        int n, int *rule)
+{
+    *rule = GROUP_RULE_NONE;
+    if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0 || n <= 0)
+        return -1;
+    uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
+    uint64_t usage = (uint64_t)in->usage;
+    if (usage < floor)
+        return -1;
+    int at_line = usage >= line;
+    int grew = in->base_usage >= 0 && in->usage - in->base_usage >= group_growth_step(in->limit);
+    int urgent = at_line || grew;
+    int best = -1;
+    uint64_t fresh_sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].estimate_fresh && c[i].releasable >= in->min_releasable)
+            fresh_sum += c[i].releasable;
+        if (!candidate(in, &c[i], urgent))
+            continue;
+        /* The most held free first; then the largest RSS (it may hold the most). */
+        if (best < 0 || held(&c[i]) > held(&c[best]) ||
+            (held(&c[i]) == held(&c[best]) && c[i].rss > c[best].rss))
+            best = i;
+    }
+    if (best < 0)
+        return -1;
+    if (urgent) {
+        *rule = at_line ? GROUP_RULE_LINE : GROUP_RULE_GROWTH;
+        return best;
+    }
+    /* Below the line: only when what the members hold free exceeds the headroom,
+     * i.e. a member growing into memory another keeps would cross the line. */
+    if (fresh_sum >= line - usage || (in->burst_bytes && c[best].estimate_fresh &&
+                                       c[best].releasable >= in->burst_bytes)) {
+        *rule = GROUP_RULE_ESTIMATE;
+        return best;
+    }
+    return -1;
+}

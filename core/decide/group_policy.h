@@ -1,0 +1,69 @@
+/*
+ * group_policy.h - the pure part of a worker group's pressure decision
+ * (group_policy.c): which member trims next. No locks, no threads; the
+ * group thread (core/instance/group.c) hands it the readings.
+ */
+#ifndef MEMTRIM_GROUP_POLICY_H
+#define MEMTRIM_GROUP_POLICY_H
+
+#include <stdint.h>
+
+/* ---- the pressure decision (pure; group_policy.c; tests/unit/test_group.c) ---- */
+
+struct group_candidate {
+    uint64_t releasable;     /* the member's last releasable estimate (0 when unknown) */
+    int estimate_fresh;      /* that estimate was read after the member's last group trim
+                              * and is younger than GROUP_ESTIMATE_STALE_NS */
+    int estimate_after_trim; /* it was read after the member's last group trim (maybe old) */
+    uint64_t rss;            /* its last RSS */
+    uint64_t rss_after_trim; /* its RSS right after its last trim (any), 0 none yet */
+    int64_t last_trim_ns;    /* monotonic start of its last group pressure trim, 0 none */
+    int busy;                /* a group request to it is in flight */
+};
+
+struct group_pressure_in {
+    int64_t now_ns;
+    int64_t usage;           /* the cgroup's usage, or the sum of the members' RSS; < 0 unknown */
+    int64_t base_usage;      /* its low-water mark since the last group trim (growth rule) */
+    int64_t limit;           /* the effective limit, <= 0 none */
+    double ratio;            /* PressureRatio */
+    uint64_t min_releasable; /* TrimMinReleasableBytes */
+    uint64_t burst_bytes;    /* TrimReleasableTriggerBytes: inside the zone, a member holding
+                              * this much free trims at once (its own burst rule would, but
+                              * for its cost rules) */
+};
+
+#define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */
+#define GROUP_RETRIM_STALE_NS (50LL * 1000 * 1000) /* between asks of one that said nothing */
+#define GROUP_GROWTH_MIN (8LL << 20)             /* the growth step: limit / 32, at least 8 MiB */
+
+enum group_rule {
+    GROUP_RULE_NONE = 0,
+    GROUP_RULE_LINE,     /* usage at PressureRatio of the limit: biggest first, whatever they said */
+    GROUP_RULE_ESTIMATE, /* inside the zone, the members hold free more than the headroom */
+    GROUP_RULE_GROWTH,   /* inside the zone, the usage grew by a step since the last trim */
+};
+
+/* The growth rule's step for a limit. */
+int64_t group_growth_step(int64_t limit);
+
+/*
+ * Which member trims next: the index into c[0..n), or -1 (none due); *rule
+ * says why. Outside the zone (half the limit, or the line if lower) nothing.
+ * Inside it: at the line, or when the usage grew by group_growth_step since
+ * the last group trim, the candidate with the largest estimate (a member
+ * that has said nothing since its last trim may hold what it freed since:
+ * it counts when its RSS grew by TrimMinReleasableBytes since its last trim,
+ * by that growth); below the line without growth, only when the fresh
+ * estimates add up to more than the headroom to the line, or one member holds
+ * burst_bytes free. A member trimmed by
+ * the group is asked again once a fresh estimate shows it holds
+ * TrimMinReleasableBytes, or once its estimate is stale (older than its
+ * last trim or than GROUP_ESTIMATE_STALE_NS) and its RSS grew as said
+ * (GROUP_RETRIM_STALE_NS apart at least).
+ * The caller runs one at a time (staggered).
+ */
+int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
+                        int n, int *rule);
+
+#endif /* MEMTRIM_GROUP_POLICY_H */

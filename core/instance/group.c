@@ -1,0 +1,1110 @@
+/*
+ * group.c - worker groups (group.h): the leader's registry and the members'
+ * reports over their channels, manual trims fanned out to every member, and
+ * the group's pressure decision (group_policy.c) run one member at a time.
+ *
+ * Why a socketpair made at fork: only the two processes hold it (nobody can
+ * connect to it, no path, no permissions to get right), it closes by itself
+ * when either process dies however it dies (SIGKILL included), so a member
+ * that is gone leaves no entry: EOF on its channel removes it. SOCK_SEQPACKET
+ * keeps each message whole. Close-on-exec: a child that execs a new program
+ * drops its end, and the leader forgets it the same way.
+ *
+ * Threads: "memtrim-group" per instance in a group. Leader: polls a wake pipe
+ * and every member's channel; every tick (100 ms, 10 ms inside the zone) it
+ * refreshes its own entry, reads the cgroup's usage, tells members when the
+ * zone starts and ends (they probe their heap at the zone's pace), asks the
+ * member the decision picks to trim (one request in flight: staggered), and
+ * hands samples and the members' trims to the store's queue. Member: answers
+ * trim requests (its own trim service), reports every 250 ms (100 ms in the
+ * zone), and calls leader_gone when the leader's end closes. HTTP threads
+ * (mt_group_trim) send requests and wait for their answers on g->cond.
+ * Locks: g->lock (see group.h) guards members, requests, counters; sends are
+ * non-blocking and may happen under it; trims, store pushes, snapshot reads
+ * and log lines happen outside it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core.h"
+#include "group.h"
+#include "instance.h"
+#include "pressure.h"
+#include "probe.h"
+#include "proctree.h"
+
+#define GROUP_MAGIC 0x4d544752u /* "MTGR" */
+#define GROUP_VERSION 1
+#define LEADER_TICK_NS (100 * MT_MS)
+#define LEADER_ZONE_TICK_NS (10 * MT_MS)
+#define REPORT_NS (250 * MT_MS)
+#define REPORT_ZONE_NS (50 * MT_MS)
+#define ZONE_BUDGET_FACTOR 10.0 /* as the housekeeper's inside the zone */
+#define ZONE_HOLD_NS (5 * MT_SEC)
+#define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
+#define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
+#define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
+
+enum group_msg_kind {
+    MSG_HELLO = 1,   /* member -> leader: pid, program */
+    MSG_WELCOME,     /* leader -> member: arg = its place in the join order */
+    MSG_REPORT,      /* member -> leader: its snapshot */
+    MSG_TRIM_REQ,    /* leader -> member: req_id, arg = trigger, pad */
+    MSG_TRIM_ANSWER, /* member -> leader: req_id, arg = rc, the result */
+    MSG_TRIM_DONE,   /* member -> leader: a trim it ran (any trigger), for the store */
+    MSG_REFAULT,     /* member -> leader: a trim's re-fault figure */
+    MSG_ZONE,        /* leader -> member: arg = 1 inside the pressure zone, 0 outside */
+};
+
+struct group_msg {
+    uint32_t magic;
+    uint16_t version, kind;
+    int32_t pid, arg;
+    uint64_t req_id;
+    int64_t pad;
+    union {
+        char program[GROUP_PROGRAM_MAX];
+        struct mt_snapshot snap;
+        struct mt_trim_result trim;
+        struct mt_refault refault;
+    } u;
+};
+
+struct group_member {
+    int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
+    char program[GROUP_PROGRAM_MAX];
+    int64_t joined_ms, report_ns;
+    struct mt_snapshot snap;
+    uint64_t trims, released, pressure_trims;
+    int64_t last_trim_ns, last_trim_ms; /* the group's last pressure trim of it */
+    uint64_t rss_after;                 /* its RSS right after its last trim (any trigger) */
+    int64_t last_sample_ns;
+    uint64_t press_req;                 /* its pressure request in flight, 0 none */
+    int64_t press_sent_ns;              /* ...sent then */
+};
+
+struct group_request {
+    int used, done, rc, pid;
+    uint64_t id;
+    struct mt_trim_result r;
+};
+
+struct group {
+    struct memtrim *mt;
+    int role;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a request was answered */
+    pthread_t thread;
+    int started, stop;   /* stop: guarded by lock */
+    int wake[2];
+    /* leader */
+    struct group_member m[GROUP_MAX_MEMBERS]; /* m[0]: the leader itself */
+    struct group_request req[GROUP_MAX_REQUESTS];
+    uint64_t next_req;
+    int fork_fds[2];
+    uint64_t joined, left, refused, pressure_trims, pressure_released;
+    int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
+    int64_t zone_seen_ns;             /* the usage was last inside the zone then */
+    int zone;
+    const char *usage_source;
+    int64_t last_manual_ns;
+    int64_t press_sent_ns; /* when the last pressure request went out */
+    int64_t next_total_ns;
+    /* member */
+    int fd;
+    atomic_int index; /* its place in the join order (MSG_WELCOME) */
+    void (*leader_gone)(void *);
+    void *gone_arg;
+    atomic_uint_fast64_t send_dropped;
+};
+
+static void msg_init(struct group_msg *msg, int kind)
+{
+    memset(msg, 0, sizeof(*msg));
+    msg->magic = GROUP_MAGIC;
+    msg->version = GROUP_VERSION;
+    msg->kind = (uint16_t)kind;
+    msg->pid = (int32_t)getpid();
+}
+
+/* Non-blocking: a channel that is full drops the message (counted), never waits. */
+static int msg_send(struct group *g, int fd, const struct group_msg *msg)
+{
+    ssize_t n = send(fd, msg, sizeof(*msg), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n == (ssize_t)sizeof(*msg))
+        return 0;
+    atomic_fetch_add(&g->send_dropped, 1);
+    return n < 0 ? -errno : -EIO;
+}
+
+/* 1 with *msg, 0 nothing to read now, -1 the channel closed or spoke nonsense. */
+static int msg_recv(int fd, struct group_msg *msg)
+{
+    ssize_t n = recv(fd, msg, sizeof(*msg), MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return 0;
+    if (n != (ssize_t)sizeof(*msg) || msg->magic != GROUP_MAGIC || msg->version != GROUP_VERSION)
+        return -1;
+    return 1;
+}
+
+/* Pointers in a snapshot are this process's: the other end must not follow them. */
+static void snap_strip(struct mt_snapshot *s)
+{
+    s->allocator = NULL;
+    s->allocator_release = NULL;
+    s->heap.allocator = NULL;
+    s->heap.nfigures = 0;
+    memset(s->heap.figures, 0, sizeof(s->heap.figures));
+}
+
+static void wake(struct group *g)
+{
+    char c = 1;
+    if (write(g->wake[1], &c, 1) < 0) {
+        /* full: the thread is awake already */
+    }
+}
+
+static void drain(int fd)
+{
+    char buf[64];
+    while (read(fd, buf, sizeof(buf)) > 0)
+        ;
+}
+
+static int pipe_open(int fds[2])
+{
+    return pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 ? 0 : -errno;
+}
+
+static struct group *group_alloc(struct memtrim *mt, int role)
+{
+    struct group *g = calloc(1, sizeof(*g));
+    pthread_condattr_t attr;
+    if (!g)
+        return NULL;
+    if (pipe_open(g->wake) != 0) {
+        free(g);
+        return NULL;
+    }
+    g->mt = mt;
+    g->role = role;
+    g->fd = -1;
+    g->fork_fds[0] = g->fork_fds[1] = -1;
+    g->usage = -1;
+    g->limit = -1;
+    g->base_usage = -1;
+    g->usage_source = "none";
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_init(&g->send_dropped, 0);
+    return g;
+}
+
+static void group_free(struct group *g)
+{
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].fd >= 0)
+            close(g->m[i].fd);
+    if (g->fd >= 0)
+        close(g->fd);
+    close(g->wake[0]);
+    close(g->wake[1]);
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+    free(g);
+}
+
+static int stopping(struct group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    int stop = g->stop;
+    pthread_mutex_unlock(&g->lock);
+    return stop;
+}
+
+/*
+ * The instance's own snapshot. Outside the zone it never forces a heap probe
+ * (the housekeeper decides those); inside the group's zone a member's report
+ * asks for a heap reading as old as its period at most, on ten times the
+ * budget (the cache keeps it), since the group decides on that estimate.
+ */
+static void own_snapshot(struct memtrim *mt, int64_t cheap_age_ns, int zone, struct mt_snapshot *out)
+{
+    struct snapshot_want want = {.stale_ok = 1, .heap_max_age_ns = zone ? cheap_age_ns : INT64_MAX};
+    pthread_mutex_lock(&mt->cfg_lock);
+    want.cheap_max_age_ns = cheap_age_ns;
+    want.budget_percent = mt->cfg.probe_budget_percent * (zone ? ZONE_BUDGET_FACTOR : 1.0);
+    want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    snapshot_get(&mt->cache, &want, out);
+}
+
+/* ==== the member =========================================================== */
+
+void group_member_trim_sink(void *arg, const struct mt_trim_result *r)
+{
+    struct memtrim *mt = arg;
+    struct group_msg msg;
+    if (!mt->group)
+        return;
+    msg_init(&msg, MSG_TRIM_DONE);
+    msg.u.trim = *r;
+    msg_send(mt->group, mt->group->fd, &msg);
+}
+
+void group_member_refault_sink(void *arg, const struct mt_refault *rf)
+{
+    struct memtrim *mt = arg;
+    struct group_msg msg;
+    if (!mt->group)
+        return;
+    msg_init(&msg, MSG_REFAULT);
+    msg.u.refault = *rf;
+    msg_send(mt->group, mt->group->fd, &msg);
+}
+
+static void member_trim(struct group *g, const struct group_msg *req)
+{
+    struct memtrim *mt = g->mt;
+    struct group_msg ans;
+    int trigger = req->arg == MT_TRIGGER_PRESSURE ? MT_TRIGGER_PRESSURE : MT_TRIGGER_MANUAL;
+    uint64_t pad = req->pad >= 0 ? (uint64_t)req->pad : 0;
+    msg_init(&ans, MSG_TRIM_ANSWER);
+    ans.req_id = req->req_id;
+    if (req->pad < 0) {
+        struct mt_config cfg;
+        mt_config_get(mt, &cfg);
+        pad = (uint64_t)cfg.trim_pad_bytes;
+    }
+    /* A host that suspended trims is obeyed under pressure, as by its own pressure path. */
+    if (trigger == MT_TRIGGER_PRESSURE && atomic_load(&mt->suspend_depth) > 0) {
+        trim_count_skip(&mt->trims, MT_SKIP_SUSPENDED);
+        ans.arg = -EBUSY;
+    } else {
+        /* No cost gate: the memory another member needs is not this one's to keep. */
+        ans.arg = trim_run(&mt->trims, &mt->cache, trigger, pad, -1, TRIM_WAIT_IF_BUSY,
+                           &ans.u.trim, NULL);
+    }
+    msg_send(g, g->fd, &ans);
+}
+
+static void member_report(struct group *g, int64_t cheap_age_ns, int zone)
+{
+    struct group_msg msg;
+    msg_init(&msg, MSG_REPORT);
+    own_snapshot(g->mt, cheap_age_ns, zone, &msg.u.snap);
+    snap_strip(&msg.u.snap);
+    msg_send(g, g->fd, &msg);
+}
+
+static void *member_main(void *arg)
+{
+    struct group *g = arg;
+    struct memtrim *mt = g->mt;
+    struct group_msg msg;
+    char exe[256];
+    int gone = 0;
+
+    msg_init(&msg, MSG_HELLO);
+    proctree_self(exe, sizeof(exe), msg.u.program, sizeof(msg.u.program));
+    msg_send(g, g->fd, &msg);
+    int64_t next_report = 0;
+    while (!gone) {
+        int zone = atomic_load(&mt->group_zone);
+        int64_t period = zone ? REPORT_ZONE_NS : REPORT_NS, now = mt_mono_ns();
+        if (now >= next_report) {
+            member_report(g, period, zone);
+            next_report = now + period;
+        }
+        int64_t wait_ms = (next_report - now) / MT_MS + 1;
+        struct pollfd p[2] = {{.fd = g->fd, .events = POLLIN}, {.fd = g->wake[0], .events = POLLIN}};
+        if (poll(p, 2, (int)wait_ms) < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            drain(g->wake[0]);
+        if (stopping(g))
+            break;
+        while (p[0].revents && !gone) {
+            int rc = msg_recv(g->fd, &msg);
+            if (rc == 0)
+                break;
+            if (rc < 0) {
+                gone = 1;
+                break;
+            }
+            if (msg.kind == MSG_TRIM_REQ)
+                member_trim(g, &msg);
+            else if (msg.kind == MSG_WELCOME)
+                atomic_store(&g->index, msg.arg);
+            else if (msg.kind == MSG_ZONE && atomic_exchange(&mt->group_zone, msg.arg != 0) !=
+                                                 (msg.arg != 0))
+                next_report = 0; /* report at the zone's pace from now */
+        }
+    }
+    if (gone) {
+        mt_log(MT_LOG_INFO, "group", "the group's leader closed its channel (it exited): "
+                                     "pid %ld leaves the group", (long)getpid());
+        if (g->leader_gone)
+            g->leader_gone(g->gone_arg);
+    }
+    return NULL;
+}
+
+int group_join(struct memtrim *mt, int fd, void (*leader_gone)(void *), void *arg, char **err)
+{
+    struct group *g = group_alloc(mt, GROUP_MEMBER);
+    if (!g) {
+        close(fd);
+        *err = strdup("group: out of memory or descriptors");
+        return -ENOMEM;
+    }
+    g->fd = fd;
+    g->leader_gone = leader_gone;
+    g->gone_arg = arg;
+    mt->group = g;
+    int rc = mt_thread_start(&g->thread, "memtrim-group", member_main, g);
+    if (rc) {
+        mt->group = NULL;
+        group_free(g);
+        *err = strdup("group: cannot start the member's thread");
+        return -rc;
+    }
+    g->started = 1;
+    return 0;
+}
+
+/* ==== the leader ============================================================ */
+
+static struct group_member *member_by_pid(struct group *g, int pid)
+{
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid == pid && pid > 0)
+            return &g->m[i];
+    return NULL;
+}
+
+/* Answer every request to pid with rc (the member left). Under g->lock. */
+static void fail_requests(struct group *g, int pid, int rc)
+{
+    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+        if (g->req[i].used && !g->req[i].done && g->req[i].pid == pid) {
+            g->req[i].done = 1;
+            g->req[i].rc = rc;
+        }
+    pthread_cond_broadcast(&g->cond);
+}
+
+/* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
+static void member_remove(struct group *g, struct group_member *m)
+{
+    int pid;
+    pthread_mutex_lock(&g->lock);
+    pid = m->pid;
+    close(m->fd);
+    if (pid > 0) {
+        g->left++;
+        fail_requests(g, pid, -ECONNRESET);
+
+    }
+    memset(m, 0, sizeof(*m));
+    m->fd = -1;
+    pthread_mutex_unlock(&g->lock);
+    if (pid > 0)
+        mt_log(MT_LOG_DEBUG, "group", "member pid %d left the group", pid);
+}
+
+static void leader_store_trim(struct group *g, struct group_member *m, struct mt_trim_result *t)
+{
+    t->pid = m->pid;
+    pthread_mutex_lock(&g->lock);
+    m->trims++;
+    m->rss_after = t->rss_after_bytes;
+    if (t->released_bytes > 0)
+        m->released += (uint64_t)t->released_bytes;
+    pthread_mutex_unlock(&g->lock);
+    store_push_trim(&g->mt->store, t);
+    store_wake(&g->mt->store);
+}
+
+static void leader_answer(struct group *g, struct group_member *m, const struct group_msg *msg)
+{
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+        if (g->req[i].used && g->req[i].id == msg->req_id && g->req[i].pid == m->pid) {
+            g->req[i].done = 1;
+            g->req[i].rc = msg->arg;
+            g->req[i].r = msg->u.trim;
+            g->req[i].r.pid = m->pid;
+            pthread_cond_broadcast(&g->cond);
+        }
+    if (m->press_req && msg->req_id == m->press_req) {
+        m->press_req = 0;
+        if (msg->arg == 0) {
+            m->rss_after = msg->u.trim.rss_after_bytes;
+            m->pressure_trims++;
+            g->pressure_trims++;
+            if (msg->u.trim.released_bytes > 0)
+                g->pressure_released += (uint64_t)msg->u.trim.released_bytes;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+static void leader_sample(struct group *g, struct group_member *m, const struct mt_snapshot *s,
+                          int64_t now, double interval_s)
+{
+    if (interval_s <= 0 || !store_enabled(&g->mt->store) ||
+        now - m->last_sample_ns < (int64_t)(interval_s * MT_SEC))
+        return;
+    m->last_sample_ns = now;
+    struct mt_snapshot copy = *s;
+    copy.pid = m->pid;
+    store_push_sample(&g->mt->store, &copy);
+}
+
+/* One message from member m. Returns -1 when the member must go. */
+static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
+                         double sample_s)
+{
+    int64_t now = mt_mono_ns();
+    switch (msg->kind) {
+    case MSG_HELLO: {
+        if (m->pid != 0 || msg->pid <= 0)
+            return -1;
+        struct group_msg w;
+        pthread_mutex_lock(&g->lock);
+        m->pid = msg->pid;
+        snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
+                 msg->u.program);
+        for (size_t i = 0; i < sizeof(m->program) && m->program[i]; i++)
+            if ((unsigned char)m->program[i] < 0x20 || m->program[i] == '"' ||
+                m->program[i] == '\\')
+                m->program[i] = '?'; /* it goes into JSON and metric labels */
+        m->joined_ms = mt_now_ms();
+        g->joined++;
+        msg_init(&w, MSG_WELCOME);
+        w.arg = (int32_t)g->joined;
+        msg_send(g, m->fd, &w);
+        if (g->zone) {
+            msg_init(&w, MSG_ZONE);
+            w.arg = 1;
+            msg_send(g, m->fd, &w);
+        }
+        pthread_mutex_unlock(&g->lock);
+        mt_log(MT_LOG_DEBUG, "group", "pid %d (%s) joined the group", m->pid, m->program);
+        return 0;
+    }
+    case MSG_REPORT:
+        if (m->pid == 0)
+            return -1;
+        msg->u.snap.pid = m->pid;
+        pthread_mutex_lock(&g->lock);
+        m->snap = msg->u.snap;
+        m->report_ns = now;
+        pthread_mutex_unlock(&g->lock);
+        leader_sample(g, m, &msg->u.snap, now, sample_s);
+        return 0;
+    case MSG_TRIM_DONE:
+        if (m->pid == 0)
+            return -1;
+        leader_store_trim(g, m, &msg->u.trim);
+        return 0;
+    case MSG_TRIM_ANSWER:
+        if (m->pid == 0)
+            return -1;
+        leader_answer(g, m, msg);
+        return 0;
+    case MSG_REFAULT:
+        if (m->pid == 0)
+            return -1;
+        msg->u.refault.pid = m->pid;
+        store_push_refault(&g->mt->store, &msg->u.refault);
+        return 0;
+    default:
+        return -1; /* nothing else comes from a member */
+    }
+}
+
+static void leader_read(struct group *g, struct group_member *m, double sample_s)
+{
+    struct group_msg msg;
+    for (int k = 0; k < 64; k++) { /* a bounded batch: the others get their turn */
+        int rc = msg_recv(m->fd, &msg);
+        if (rc == 0)
+            return;
+        if (rc < 0 || leader_handle(g, m, &msg, sample_s) < 0) {
+            member_remove(g, m);
+            return;
+        }
+    }
+}
+
+/* The leader's own trims and samples carry its pid in a group (sinks in memtrim.c). */
+static void leader_self_refresh(struct group *g, int64_t now, double sample_s)
+{
+    struct mt_snapshot s;
+    own_snapshot(g->mt, LEADER_TICK_NS, 0, &s);
+    s.pid = g->mt->pid;
+    pthread_mutex_lock(&g->lock);
+    g->m[0].snap = s;
+    g->m[0].report_ns = now;
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The group's totals as one sample for `samples` (the host's view). */
+static void leader_total_sample(struct group *g, int64_t now, double sample_s)
+{
+    if (sample_s <= 0 || !store_enabled(&g->mt->store) || now < g->next_total_ns)
+        return;
+    g->next_total_ns = now + (int64_t)(sample_s * MT_SEC);
+    struct mt_snapshot t;
+    int heap_all = 1;
+    pthread_mutex_lock(&g->lock);
+    t = g->m[0].snap;
+    t.pid = 0;
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++) {
+        const struct mt_snapshot *s = &g->m[i].snap;
+        if (!g->m[i].used || g->m[i].pid <= 0 || g->m[i].report_ns == 0)
+            continue;
+        t.cheap.rss_bytes += s->cheap.rss_bytes;
+        t.cheap.rss_anon_bytes += s->cheap.rss_anon_bytes;
+        t.cheap.rss_file_bytes += s->cheap.rss_file_bytes;
+        t.cheap.swap_bytes += s->cheap.swap_bytes;
+        if (s->heap.timestamp_ms == 0) {
+            heap_all = 0;
+            continue;
+        }
+        t.heap.heap_in_use_bytes += s->heap.heap_in_use_bytes;
+        t.heap.heap_free_bytes += s->heap.heap_free_bytes;
+        t.heap.heap_mmapped_bytes += s->heap.heap_mmapped_bytes;
+        t.heap.arena_bytes += s->heap.arena_bytes;
+        t.releasable_estimate_bytes += s->releasable_estimate_bytes;
+        if (t.heap.arena_count >= 0 && s->heap.arena_count >= 0)
+            t.heap.arena_count += s->heap.arena_count;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (!heap_all)
+        t.heap.timestamp_ms = 0; /* a total of some members' heaps is no total */
+    t.fragmentation_ratio = t.heap.timestamp_ms && t.heap.heap_in_use_bytes
+                                ? (double)t.cheap.rss_bytes / (double)t.heap.heap_in_use_bytes
+                                : 0;
+    store_push_sample(&g->mt->store, &t);
+}
+
+/* Tell every member the zone began or ended (they probe their heap at its pace). */
+static void leader_zone(struct group *g, int zone)
+{
+    struct group_msg msg;
+    msg_init(&msg, MSG_ZONE);
+    msg.arg = zone;
+    atomic_store(&g->mt->group_zone, zone);
+    pthread_mutex_lock(&g->lock);
+    g->zone = zone;
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid > 0)
+            msg_send(g, g->m[i].fd, &msg);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The group's pressure: one member at a time, the largest estimate first. */
+static void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
+{
+    struct group_candidate c[GROUP_MAX_MEMBERS];
+    int idx[GROUP_MAX_MEMBERS], n = 0, rule;
+    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0;
+    struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
+                                   .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
+                                   .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
+
+    pthread_mutex_lock(&g->lock);
+    int level = g->m[0].snap.cheap.cgroup_limit_level;
+    pthread_mutex_unlock(&g->lock);
+    usage = probe_cgroup_usage(&g->mt->cache.cg, level); /* the limit's cgroup, as the kernel */
+    pthread_mutex_lock(&g->lock);
+    /* Staggered: one request at a time, but a member slow to answer (a loaded node)
+     * holds the next one back PRESSURE_STAGGER_NS at most, itself 2 s at most. */
+    int waiting = 0;
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        struct group_member *m = &g->m[i];
+        if (m->press_req && now - m->press_sent_ns > PRESSURE_TIMEOUT_NS)
+            m->press_req = 0;
+        if (m->press_req && now - m->press_sent_ns < PRESSURE_STAGGER_NS)
+            waiting = 1;
+    }
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        const struct group_member *m = &g->m[i];
+        if (!m->used || m->pid <= 0 || m->report_ns == 0)
+            continue;
+        rss_sum += (int64_t)m->snap.cheap.rss_bytes;
+        int64_t heap_ms = m->snap.heap.timestamp_ms;
+        c[n] = (struct group_candidate){
+            .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
+            .estimate_fresh = heap_ms > m->last_trim_ms &&
+                              now_ms - heap_ms < GROUP_ESTIMATE_STALE_NS / MT_MS,
+            .estimate_after_trim = heap_ms > m->last_trim_ms,
+            .rss = m->snap.cheap.rss_bytes,
+            .rss_after_trim = m->rss_after,
+            .last_trim_ns = m->last_trim_ns,
+            .busy = m->press_req != 0 || waiting,
+        };
+        idx[n++] = i;
+    }
+    in.limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
+                                           : g->m[0].snap.memory_limit_bytes;
+    in.usage = usage >= 0 ? usage : rss_sum;
+    if (g->base_usage < 0 || in.usage < g->base_usage)
+        g->base_usage = in.usage;
+    in.base_usage = g->base_usage;
+    g->usage = in.usage;
+    g->limit = in.limit > 0 ? in.limit : -1;
+    g->usage_source = usage >= 0 ? "cgroup" : "members";
+    int was_zone = g->zone;
+    int inside = in.limit > 0 && cfg->pressure_ratio > 0 &&
+                 (uint64_t)in.usage >= pressure_zone_floor(in.limit, cfg->pressure_ratio);
+    /* The members keep the zone's pace ZONE_HOLD_NS after the usage left it: a group's
+     * usage swings in and out with every study, and the next one must find them fast. */
+    if (inside)
+        g->zone_seen_ns = now;
+    int zone = inside || (was_zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
+    int pick = group_pressure_pick(&in, c, n, &rule);
+    struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
+    int fd = -1, pid = 0;
+    uint64_t id = 0;
+    if (m) {
+        m->last_trim_ns = now;
+        m->last_trim_ms = now_ms;
+        g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+        pid = m->pid;
+        if (!m->self) {
+            id = ++g->next_req;
+            fd = m->fd;
+            m->press_req = id;
+            m->press_sent_ns = now;
+            g->press_sent_ns = now;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (zone != was_zone)
+        leader_zone(g, zone);
+    if (!m)
+        return;
+    if (atomic_load(&g->mt->suspend_depth) > 0 && !id) {
+        trim_count_skip(&g->mt->trims, MT_SKIP_SUSPENDED);
+        return;
+    }
+    if (id) {
+        struct group_msg req;
+        msg_init(&req, MSG_TRIM_REQ);
+        req.req_id = id;
+        req.arg = MT_TRIGGER_PRESSURE;
+        req.pad = cfg->trim_pad_bytes;
+        pthread_mutex_lock(&g->lock);
+        if (m->press_req == id && msg_send(g, fd, &req) != 0)
+            m->press_req = 0;
+        pthread_mutex_unlock(&g->lock);
+        return;
+    }
+    /* The leader itself: trim here (its sink stores the result with its pid). */
+    struct mt_trim_result r;
+    if (trim_run_at(&g->mt->trims, &g->mt->cache, MT_TRIGGER_PRESSURE,
+                    (uint64_t)cfg->trim_pad_bytes, -1, TRIM_WAIT_IF_BUSY, now, &r, NULL) == 0) {
+        pthread_mutex_lock(&g->lock);
+        g->m[0].pressure_trims++;
+        g->pressure_trims++;
+        if (r.released_bytes > 0)
+            g->pressure_released += (uint64_t)r.released_bytes;
+        pthread_mutex_unlock(&g->lock);
+        store_wake(&g->mt->store);
+    }
+    (void)pid;
+}
+
+static void *leader_main(void *arg)
+{
+    struct group *g = arg;
+    struct memtrim *mt = g->mt;
+    struct pollfd p[GROUP_MAX_MEMBERS + 1];
+    struct group_member *who[GROUP_MAX_MEMBERS + 1];
+    struct mt_config cfg;
+    uint64_t generation;
+    pthread_mutex_lock(&mt->cfg_lock);
+    cfg = mt->cfg;
+    generation = mt->cfg_generation;
+    pthread_mutex_unlock(&mt->cfg_lock);
+
+    for (;;) {
+        pthread_mutex_lock(&mt->cfg_lock);
+        if (generation != mt->cfg_generation) {
+            cfg = mt->cfg;
+            generation = mt->cfg_generation;
+        }
+        pthread_mutex_unlock(&mt->cfg_lock);
+        int64_t now = mt_mono_ns();
+        leader_self_refresh(g, now, cfg.sample_interval_seconds);
+        leader_pressure(g, now, &cfg);
+        leader_total_sample(g, now, cfg.sample_interval_seconds);
+
+        int n = 0;
+        p[n] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
+        who[n++] = NULL;
+        pthread_mutex_lock(&g->lock);
+        int zone = g->zone, stop = g->stop;
+        for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+            if (g->m[i].used && g->m[i].fd >= 0) {
+                p[n] = (struct pollfd){.fd = g->m[i].fd, .events = POLLIN};
+                who[n++] = &g->m[i];
+            }
+        pthread_mutex_unlock(&g->lock);
+        if (stop)
+            break;
+        int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : LEADER_TICK_NS) / MT_MS);
+        if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
+            continue;
+        if (p[0].revents)
+            drain(g->wake[0]);
+        for (int i = 1; i < n; i++)
+            if (p[i].revents)
+                leader_read(g, who[i], cfg.sample_interval_seconds);
+    }
+    return NULL;
+}
+
+int group_lead(struct memtrim *mt, char **err)
+{
+    struct group *g = group_alloc(mt, GROUP_LEADER);
+    if (!g) {
+        *err = strdup("group: out of memory or descriptors");
+        return -ENOMEM;
+    }
+    g->m[0].used = 1;
+    g->m[0].self = 1;
+    g->m[0].fd = -1;
+    g->m[0].pid = (int)getpid();
+    g->m[0].joined_ms = mt_now_ms();
+    proctree_comm(getpid(), g->m[0].program, sizeof(g->m[0].program));
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        g->m[i].fd = -1;
+    own_snapshot(mt, 0, 0, &g->m[0].snap);
+    g->m[0].snap.pid = g->m[0].pid;
+    g->m[0].report_ns = mt_mono_ns();
+    /* From here on the instance's own trims and samples carry its pid. */
+    atomic_store(&mt->record_pid, (int)getpid());
+    mt->group = g;
+    int rc = mt_thread_start(&g->thread, "memtrim-group", leader_main, g);
+    if (rc) {
+        atomic_store(&mt->record_pid, 0);
+        mt->group = NULL;
+        group_free(g);
+        *err = strdup("group: cannot start the group thread");
+        return -rc;
+    }
+    g->started = 1;
+    mt_log(MT_LOG_INFO, "group", "pid %ld leads a worker group: its forked children join it "
+                                 "(one port, one store)", (long)getpid());
+    return 0;
+}
+
+int mt_group_lead(struct memtrim *mt, char **err)
+{
+    if (!mt || mt->group)
+        return -EINVAL;
+    return group_lead(mt, err);
+}
+
+void group_stop(struct memtrim *mt)
+{
+    struct group *g = mt->group;
+    if (!g)
+        return;
+    pthread_mutex_lock(&g->lock);
+    g->stop = 1;
+    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+        if (g->req[i].used && !g->req[i].done) {
+            g->req[i].done = 1;
+            g->req[i].rc = -ESHUTDOWN;
+        }
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+    wake(g);
+    if (g->started)
+        pthread_join(g->thread, NULL);
+    /* Requests still waiting hold g->lock's cond: let them see ESHUTDOWN first. */
+    for (;;) {
+        pthread_mutex_lock(&g->lock);
+        int waiting = 0;
+        for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+            waiting += g->req[i].used;
+        pthread_mutex_unlock(&g->lock);
+        if (!waiting)
+            break;
+        struct timespec ms = {0, MT_MS};
+        nanosleep(&ms, NULL);
+    }
+    atomic_store(&mt->record_pid, 0);
+    atomic_store(&mt->group_zone, 0);
+    mt->group = NULL;
+    group_free(g); /* closes the channels: every member sees EOF */
+}
+
+void group_count_self(struct memtrim *mt, const struct mt_trim_result *r)
+{
+    struct group *g = mt->group;
+    if (!g || g->role != GROUP_LEADER)
+        return;
+    pthread_mutex_lock(&g->lock);
+    g->m[0].trims++;
+    g->m[0].rss_after = r->rss_after_bytes;
+    if (r->released_bytes > 0)
+        g->m[0].released += (uint64_t)r->released_bytes;
+    pthread_mutex_unlock(&g->lock);
+}
+
+int mt_pid(void)
+{
+    return (int)getpid();
+}
+
+int mt_group_join_index(struct memtrim *mt)
+{
+    return mt && mt->group && mt->group->role == GROUP_MEMBER ? atomic_load(&mt->group->index)
+                                                                : 0;
+}
+
+int group_role(struct memtrim *mt)
+{
+    return mt && mt->group ? mt->group->role : GROUP_NONE;
+}
+
+/* ---- fork ------------------------------------------------------------------ */
+
+void mt_group_fork_prepare(struct memtrim *mt)
+{
+    struct group *g = mt ? mt->group : NULL;
+    /* No SQLite transaction open across fork(): a child that later opens the store (a
+     * FollowFork restart, a member taking over) would find its locks in SQLite's
+     * per-process state, copied at fork, and the file locked for good. */
+    if (mt && !mt->member)
+        store_fork_prepare(&mt->store);
+    if (!g || g->role != GROUP_LEADER)
+        return;
+    pthread_mutex_lock(&g->lock);
+    if (g->stop || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, g->fork_fds) != 0)
+        g->fork_fds[0] = g->fork_fds[1] = -1;
+}
+
+void mt_group_fork_parent(struct memtrim *mt)
+{
+    struct group *g = mt ? mt->group : NULL;
+    if (mt && !mt->member)
+        store_fork_after(&mt->store);
+    if (!g || g->role != GROUP_LEADER)
+        return;
+    int added = 0;
+    if (g->fork_fds[0] >= 0) {
+        close(g->fork_fds[1]);
+        for (int i = 1; i < GROUP_MAX_MEMBERS && !added; i++)
+            if (!g->m[i].used) {
+                memset(&g->m[i], 0, sizeof(g->m[i]));
+                g->m[i].used = 1;
+                g->m[i].fd = g->fork_fds[0];
+                added = 1;
+            }
+        if (!added) {
+            close(g->fork_fds[0]); /* full: the child sees EOF and runs without memtrim */
+            g->refused++;
+        }
+    }
+    g->fork_fds[0] = g->fork_fds[1] = -1;
+    pthread_mutex_unlock(&g->lock);
+    if (added)
+        wake(g);
+}
+
+int mt_group_fork_child(struct memtrim *mt)
+{
+    struct group *g = mt ? mt->group : NULL;
+    int fd = -1;
+    if (mt && !mt->member)
+        store_fork_after(&mt->store); /* taken by this thread in prepare */
+    if (!g)
+        return -1;
+    /* Only close(): this process has none of the instance's threads. */
+    if (g->role == GROUP_LEADER) {
+        fd = g->fork_fds[1];
+        if (g->fork_fds[0] >= 0)
+            close(g->fork_fds[0]);
+        for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+            if (g->m[i].used && g->m[i].fd >= 0)
+                close(g->m[i].fd);
+        pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
+    } else if (g->fd >= 0) {
+        close(g->fd); /* a member's child: the channel is its parent's alone */
+    }
+    close(g->wake[0]);
+    close(g->wake[1]);
+    return fd;
+}
+
+/* ---- the API's view ------------------------------------------------------------ */
+
+int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_member *out, int cap,
+                  int *n)
+{
+    struct group *g = mt ? mt->group : NULL;
+    memset(info, 0, sizeof(*info));
+    *n = 0;
+    if (!g || g->role != GROUP_LEADER) {
+        info->role = g ? g->role : GROUP_NONE;
+        info->usage_source = "none";
+        return -ENOTCONN;
+    }
+    int64_t now = mt_mono_ns();
+    pthread_mutex_lock(&g->lock);
+    info->role = g->role;
+    info->joined = g->joined;
+    info->left = g->left;
+    info->refused = g->refused;
+    info->pressure_trims = g->pressure_trims;
+    info->pressure_released_bytes = g->pressure_released;
+    info->usage_bytes = g->usage;
+    info->limit_bytes = g->limit;
+    info->zone = g->zone;
+    info->usage_source = g->usage_source;
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        const struct group_member *m = &g->m[i];
+        if (!m->used || m->pid <= 0)
+            continue;
+        info->members++;
+        if (*n >= cap)
+            continue;
+        struct mt_member *o = &out[(*n)++];
+        memset(o, 0, sizeof(*o));
+        o->pid = m->pid;
+        o->self = m->self;
+        snprintf(o->program, sizeof(o->program), "%s", m->program);
+        o->joined_ms = m->joined_ms;
+        o->report_age_ms = m->report_ns ? (now - m->report_ns) / MT_MS : -1;
+        o->snap = m->snap;
+        o->trims = m->trims;
+        o->released_bytes = m->released;
+        o->pressure_trims = m->pressure_trims;
+    }
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
+/* Send a manual request to pid and wait for its answer (or REQUEST_TIMEOUT_NS). */
+static void request_member(struct group *g, int pid, int64_t pad, struct mt_member_trim *out)
+{
+    struct group_request *q = NULL;
+    struct group_msg msg;
+    memset(out, 0, sizeof(*out));
+    out->pid = pid;
+    pthread_mutex_lock(&g->lock);
+    struct group_member *m = member_by_pid(g, pid);
+    for (int i = 0; m && i < GROUP_MAX_REQUESTS && !q; i++)
+        if (!g->req[i].used)
+            q = &g->req[i];
+    if (!m || !q || g->stop) {
+        out->rc = !m ? -ENOENT : -EBUSY;
+        snprintf(out->error, sizeof(out->error), "%s",
+                 !m ? "the member left the group" : "too many trim requests waiting");
+        pthread_mutex_unlock(&g->lock);
+        return;
+    }
+    memset(q, 0, sizeof(*q));
+    q->used = 1;
+    q->pid = pid;
+    q->id = ++g->next_req;
+    msg_init(&msg, MSG_TRIM_REQ);
+    msg.req_id = q->id;
+    msg.arg = MT_TRIGGER_MANUAL;
+    msg.pad = pad;
+    int rc = msg_send(g, m->fd, &msg);
+    struct timespec deadline;
+    mt_deadline(&deadline, REQUEST_TIMEOUT_NS);
+    while (rc == 0 && !q->done)
+        if (pthread_cond_timedwait(&g->cond, &g->lock, &deadline) == ETIMEDOUT)
+            break;
+    if (rc != 0) {
+        out->rc = rc;
+        snprintf(out->error, sizeof(out->error), "the request could not be sent: %s",
+                 strerror(-rc));
+    } else if (!q->done) {
+        out->rc = -ETIMEDOUT;
+        snprintf(out->error, sizeof(out->error), "no answer within %d s",
+                 (int)(REQUEST_TIMEOUT_NS / MT_SEC));
+    } else {
+        out->rc = q->rc;
+        out->r = q->r;
+        if (q->rc)
+            snprintf(out->error, sizeof(out->error), "%s",
+                     q->rc == -ECONNRESET ? "the member left the group" : strerror(-q->rc));
+    }
+    q->used = 0;
+    pthread_mutex_unlock(&g->lock);
+}
+
+int mt_group_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
+                  int *n, int64_t *retry_after_ms)
+{
+    struct group *g = mt ? mt->group : NULL;
+    int pids[GROUP_MAX_MEMBERS], np = 0;
+    struct mt_config cfg;
+    *n = 0;
+    if (!g || g->role != GROUP_LEADER)
+        return -ENOTCONN;
+    mt_config_get(mt, &cfg);
+    int64_t now = mt_mono_ns(), interval = (int64_t)cfg.manual_trim_min_interval_ms * MT_MS;
+    pthread_mutex_lock(&g->lock);
+    if (pid > 0 && !member_by_pid(g, pid)) {
+        pthread_mutex_unlock(&g->lock);
+        return -ENOENT;
+    }
+    if (g->last_manual_ns && interval > 0 && now - g->last_manual_ns < interval) {
+        if (retry_after_ms)
+            *retry_after_ms = (interval - (now - g->last_manual_ns)) / MT_MS + 1;
+        pthread_mutex_unlock(&g->lock);
+        return -EAGAIN;
+    }
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid > 0 && (pid <= 0 || g->m[i].pid == pid))
+            pids[np++] = g->m[i].pid; /* m[0], the leader, first */
+    g->last_manual_ns = now; /* a second request meanwhile is refused, not run beside it */
+    pthread_mutex_unlock(&g->lock);
+    /* One member after the other: staggered, so the node never has them all in malloc_trim. */
+    for (int i = 0; i < np && *n < cap; i++) {
+        struct mt_member_trim *o = &out[(*n)++];
+        if (pids[i] == mt->pid) {
+            memset(o, 0, sizeof(*o));
+            o->pid = pids[i];
+            uint64_t p = pad >= 0 ? (uint64_t)pad : (uint64_t)cfg.trim_pad_bytes;
+            o->rc = trim_run(&mt->trims, &mt->cache, MT_TRIGGER_MANUAL, p, -1, TRIM_WAIT_IF_BUSY,
+                             &o->r, NULL);
+            o->r.pid = pids[i];
+            if (o->rc)
+                snprintf(o->error, sizeof(o->error), "%s", strerror(-o->rc));
+            else
+                store_wake(&mt->store);
+        } else {
+            request_member(g, pids[i], pad, o);
+        }
+    }
+    pthread_mutex_lock(&g->lock);
+    g->last_manual_ns = mt_mono_ns();
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
