@@ -368,3 +368,23 @@ def test_php_fpm(procs, tmp_path):
     wait_for(lambda: kids[0] not in member_pids(api) and len(member_pids(api)) == 4, 20,
              "the replacement child to join")
     assert p.stop(signal.SIGQUIT) in (0, -signal.SIGQUIT), p.output()
+
+
+def test_the_dashboard_lists_the_members(procs, tmp_path):
+    """The built-in page, rendered by Debian's chromium, has a row per member
+    (the worker group panel; a single process shows none)."""
+    if not os.path.exists("/usr/bin/chromium"):
+        pytest.skip("chromium is not installed (tests/install-deps.sh)")
+    p, api = start_prefork(procs, tmp_path, ["--workers", "2", "--studies", "1", "--study-mb",
+                                             "4", "--hold"])
+    info = forked(p)
+    everyone = sorted([info["master"]] + info["pids"])
+    wait_for(lambda: http_ok(api + "/healthz") and member_pids(api) == everyone, 20, "the group")
+    dom = subprocess.run(["/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu",
+                          f"--user-data-dir={tmp_path / 'chromium'}",
+                          "--virtual-time-budget=5000", "--dump-dom", api + "/"],
+                         capture_output=True, text=True, timeout=120).stdout
+    for pid in everyone:
+        assert f'<tr data-pid="{pid}">' in dom, dom[-3000:]
+    assert f'<td>{info["master"]} (serves)</td>' in dom
+    assert p.stop() in (0, 1), p.output()
