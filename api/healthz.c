@@ -37,7 +37,7 @@ int api_healthz_get(const struct server_request *req, struct server_reply *rep)
     struct mt_snapshot snap;
     char line[1400];
     int zone = 0;
-    mt_snapshot_get(req->app, &snap);
+    mt_snapshot_get_cheap(req->app, &snap);
     mt_cgroup_summary(req->app, &snap, line, sizeof(line));
     api_json_str(root, "cgroup", line, &failed);
     api_json_int_or_null(root, "memory_limit_bytes", snap.memory_limit_bytes,

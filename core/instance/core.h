@@ -41,6 +41,9 @@ int mt_http_address(const struct memtrim *mt, char *buf, size_t size);
  * allows.
  */
 void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out);
+/* The same without asking for a heap reading (the allocator's stats call): /healthz, the
+ * start log, whose liveness probes must not cost the host mallinfo2. */
+void mt_snapshot_get_cheap(struct memtrim *mt, struct mt_snapshot *out);
 
 /*
  * A manual trim. pad < 0 means TrimPadBytes. Returns 0 with *out filled

@@ -114,6 +114,17 @@ void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
     snapshot_get(&mt->cache, &want, out);
 }
 
+void mt_snapshot_get_cheap(struct memtrim *mt, struct mt_snapshot *out)
+{
+    struct snapshot_want want = {.stale_ok = 1, .heap_max_age_ns = INT64_MAX};
+    pthread_mutex_lock(&mt->cfg_lock);
+    want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * MT_MS;
+    want.budget_percent = mt->cfg.probe_budget_percent;
+    want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
+    pthread_mutex_unlock(&mt->cfg_lock);
+    snapshot_get(&mt->cache, &want, out);
+}
+
 void mt_cgroup_describe(struct memtrim *mt, const struct mt_snapshot *s, struct mt_cgroup_desc *out)
 {
     const struct cgroup_info *ci = &mt->cache.cg.info; /* written only at init */

@@ -519,7 +519,7 @@ static int instance_create(const char *config_json, const struct server_routes *
     {
         struct mt_snapshot snap;
         char line[1400];
-        mt_snapshot_get(mt, &snap);
+        mt_snapshot_get_cheap(mt, &snap);
         mt_cgroup_summary(mt, &snap, line, sizeof(line));
         mt_log(MT_LOG_INFO, "cgroup", "%s", line);
     }
