@@ -202,11 +202,15 @@ int server_tls_available(char **err);
 int server_tls_load(const struct server_options *o, struct server_pems **out, char **err);
 void server_pems_free(struct server_pems *p); /* accepts NULL; wipes the key */
 int server_tls_peer_ok(struct MHD_Connection *conn, char *why, size_t whylen);
-int server_tls_reload_start(struct server *s); /* the "memtrim-tls" thread; 0 or -errno */
-void server_tls_reload_stop(struct server *s);  /* joins it; stops a draining daemon */
+/* reload.c: the "memtrim-tls" thread (needs s->daemon_start set); 0 or -errno */
+int server_tls_reload_start(struct server *s);
+void server_tls_reload_stop(struct server *s); /* joins it; stops a draining daemon */
 
 struct server {
-    struct MHD_Daemon *daemon; /* the current one; swapped by tls.c (read it atomically) */
+    struct MHD_Daemon *daemon; /* the current one; swapped by reload.c (read it atomically) */
+    /* starts a daemon on s->listener (server.c's server_daemon_start, handed to
+     * the reload thread so that reload.c needs nothing of server.c) */
+    struct MHD_Daemon *(*daemon_start)(struct server *s, struct server_pems *pems);
     void *app;                        /* handed to every request */
     const struct server_routes *routes;
     const struct server_store *store; /* NULL: no store */

@@ -36,17 +36,6 @@
 /* Body bytes read and dropped past SERVER_BODY_MAX before the connection is cut. */
 #define SERVER_DROP_MAX (1024 * 1024)
 
-char *server_strdupf(const char *fmt, ...)
-{
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (mt_vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
 /*
  * libmicrohttpd's messages: a client causes most of them (a connection closed
  * mid-request, one over a limit), so they are rate-limited together
@@ -539,6 +528,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         server_free(s);
         goto fail;
     }
+    s->daemon_start = server_daemon_start;
     s->daemon = server_daemon_start(s, s->pems);
     s->tls_gen = s->pems ? s->pems->dctx.gen : 0;
     if (s->daemon == NULL) {
