@@ -49,7 +49,7 @@ def stored_reactions(db):
     import sqlite3
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT reaction_seconds FROM trims WHERE trigger = 2 "
-                            "ORDER BY id").fetchall()
+                            "ORDER BY rowid").fetchall()
     return [round(r[0] * 1000, 3) for r in rows if r[0] is not None]
 
 
