@@ -6,6 +6,7 @@
  * gets none of it: its replies stay as they were. Runs on HTTP worker
  * threads; the core takes its own locks.
  */
+#include "mt_alloc.h"
 #include "api.h"
 
 #include <cjson/cJSON.h>
@@ -56,7 +57,7 @@ static void api_group_member(cJSON *list, const struct mt_member *m, int *failed
 cJSON *api_group_stats(struct memtrim *mt, int *failed)
 {
     struct mt_group_info gi;
-    struct mt_member *m = malloc(MT_GROUP_MAX * sizeof(*m));
+    struct mt_member *m = mt_malloc(MT_GROUP_MAX * sizeof(*m));
     int n = 0;
     if (!m) {
         *failed = 1;
@@ -126,7 +127,7 @@ int api_group_trim(const struct server_request *req, struct server_reply *rep, i
                    int (*rate_limited)(const struct server_request *, struct server_reply *,
                                        int64_t))
 {
-    struct mt_member_trim *res = malloc(MT_GROUP_MAX * sizeof(*res));
+    struct mt_member_trim *res = mt_malloc(MT_GROUP_MAX * sizeof(*res));
     int n = 0, failed = 0;
     int64_t retry = 0;
     if (!res) {

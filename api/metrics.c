@@ -420,7 +420,7 @@ static void api_metrics_allocator(struct api_text *t, const struct mt_snapshot *
 static void api_metrics_group(struct api_text *t, struct memtrim *mt)
 {
     struct mt_group_info gi;
-    struct mt_member *m = malloc(MT_GROUP_MAX * sizeof(*m));
+    struct mt_member *m = mt_malloc(MT_GROUP_MAX * sizeof(*m));
     int n = 0;
     if (!m || mt_group_info(mt, &gi, m, MT_GROUP_MAX, &n) != 0) {
         free(m);

@@ -34,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mt_alloc.h"
 #include "core.h"
 #include "group.h"
 #include "instance.h"
@@ -188,7 +189,7 @@ static int pipe_open(int fds[2])
 
 static struct group *group_alloc(struct memtrim *mt, int role)
 {
-    struct group *g = calloc(1, sizeof(*g));
+    struct group *g = mt_calloc(1, sizeof(*g));
     pthread_condattr_t attr;
     if (!g)
         return NULL;
@@ -368,7 +369,7 @@ int group_join(struct memtrim *mt, int fd, void (*leader_gone)(void *), void *ar
     struct group *g = group_alloc(mt, GROUP_MEMBER);
     if (!g) {
         close(fd);
-        *err = strdup("group: out of memory or descriptors");
+        *err = mt_strdup("group: out of memory or descriptors");
         return -ENOMEM;
     }
     g->fd = fd;
@@ -379,7 +380,7 @@ int group_join(struct memtrim *mt, int fd, void (*leader_gone)(void *), void *ar
     if (rc) {
         mt->group = NULL;
         group_free(g);
-        *err = strdup("group: cannot start the member's thread");
+        *err = mt_strdup("group: cannot start the member's thread");
         return -rc;
     }
     g->started = 1;
@@ -786,7 +787,7 @@ int group_lead(struct memtrim *mt, char **err)
 {
     struct group *g = group_alloc(mt, GROUP_LEADER);
     if (!g) {
-        *err = strdup("group: out of memory or descriptors");
+        *err = mt_strdup("group: out of memory or descriptors");
         return -ENOMEM;
     }
     g->m[0].used = 1;
@@ -808,7 +809,7 @@ int group_lead(struct memtrim *mt, char **err)
         atomic_store(&mt->record_pid, 0);
         mt->group = NULL;
         group_free(g);
-        *err = strdup("group: cannot start the group thread");
+        *err = mt_strdup("group: cannot start the group thread");
         return -rc;
     }
     g->started = 1;
