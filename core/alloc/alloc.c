@@ -87,6 +87,11 @@ void alloc_detect(struct alloc_found *found)
 
 int alloc_select(const char *wanted, const struct alloc_ops **out, char **err)
 {
+    return alloc_select_quiet(wanted, out, 0, err);
+}
+
+int alloc_select_quiet(const char *wanted, const struct alloc_ops **out, int quiet, char **err)
+{
     struct alloc_found found;
     char buf[640];
 
@@ -99,7 +104,7 @@ int alloc_select(const char *wanted, const struct alloc_ops **out, char **err)
         }
         /* An allocator we do not know (or a sanitizer's interceptors): glibc's
          * calls are still safe to make, they just see glibc's own heap. */
-        mt_log(MT_LOG_WARNING, "alloc",
+        mt_log(quiet ? MT_LOG_DEBUG : MT_LOG_WARNING, "alloc",
                "malloc is served by %s, which is none of glibc, jemalloc, tcmalloc, mimalloc; "
                "using glibc's calls (set Allocator to choose)", found.malloc_object);
         *out = &alloc_glibc;
@@ -121,7 +126,7 @@ int alloc_select(const char *wanted, const struct alloc_ops **out, char **err)
         goto fail;
     }
     if (!found.serving || strcmp(found.serving, a->name) != 0)
-        mt_log(MT_LOG_WARNING, "alloc",
+        mt_log(quiet ? MT_LOG_DEBUG : MT_LOG_WARNING, "alloc",
                "Allocator: %s forced, but malloc is served by %s%s%s: its stats and releases "
                "may not cover the host's heap", a->name, found.serving ? found.serving : "",
                found.serving ? " in " : "", found.malloc_object);

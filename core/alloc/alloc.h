@@ -67,6 +67,9 @@ void alloc_detect(struct alloc_found *found);
  * *err (caller frees) naming what was found. Returns 0 with *out set.
  */
 int alloc_select(const char *wanted, const struct alloc_ops **out, char **err);
+/* The same; quiet: its warnings at debug level (a worker group's member: its leader
+ * said them already, and one line per worker would flood the log). */
+int alloc_select_quiet(const char *wanted, const struct alloc_ops **out, int quiet, char **err);
 
 /* Append an allocator's own figure to out->figures (dropped when full). */
 void alloc_figure(struct mt_heap *out, const char *name, uint64_t value);

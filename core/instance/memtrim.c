@@ -492,7 +492,7 @@ static int instance_create(const char *config_json, const struct server_routes *
     struct start_ctx ctx = {.routes = routes};
     if (member)
         ctx = *member;
-    if ((rc = alloc_select(cfg.allocator, &ctx.alloc, &e)))
+    if ((rc = alloc_select_quiet(cfg.allocator, &ctx.alloc, member != NULL, &e)))
         goto fail_running;
     if (!(mt = mt_calloc(1, sizeof(*mt)))) {
         rc = oom(&e, "instance");

@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""The worker-group benchmark (issue 21): memtrim-prefork's 4 workers (20
+studies of 80 MB in 1 KB blocks each, one long-lived worker thread per
+worker, the workers 100 ms apart) in one memory cgroup v1/v2, by limit x
+pause x mode: none, malloc_trim after every study, per-process memtrim
+(FollowFork, HttpPort 0: an instance per worker), the group (FollowFork, one
+port). Prints workers finished, the cgroup's peak and the wall time per run,
+and the load average around each cell. Needs root. Usage:
+  bench/group/bench.py [--build build] [--limits 250,300] [--pauses 0,250,500] [--runs 2]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", "e2e"))
+from hosts_util import Cgroup  # noqa: E402
+
+
+def run(build, limit_mb, pause, mode, n):
+    cg = Cgroup(f"memtrim-gbench-{os.getpid()}-{n}", limit_mb << 20)
+    try:
+        args = [f"{build}/memtrim-prefork", "--workers", "4", "--studies", "20", "--study-mb",
+                "80", "--pause-ms", str(pause), "--stagger-ms", "100"]
+        env = dict(os.environ)
+        if mode == "trim-after":
+            args.append("--trim-after")
+        elif mode in ("per-process", "group"):
+            cfg = {"FollowFork": True, "Database": ""}
+            cfg["HttpPort"] = 0 if mode == "per-process" else 18000 + n % 1000
+            env["LD_PRELOAD"] = f"{build}/libmemtrim.so"
+            env["MEMTRIM_CONFIG"] = json.dumps(cfg)
+        t = time.monotonic()
+        p = subprocess.run(cg.wrap(args), env=env, capture_output=True, text=True, timeout=600)
+        wall = time.monotonic() - t
+        last = [l for l in p.stdout.splitlines() if l.startswith('{"workers"')]
+        done = json.loads(last[-1])["finished"] if last else 0
+        return done, (cg.peak_bytes() or 0) >> 20, wall
+    finally:
+        cg.remove()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--limits", default="250,300")
+    ap.add_argument("--pauses", default="0,250,500")
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--modes", default="none,trim-after,per-process,group")
+    a = ap.parse_args()
+    n = 0
+    print("| limit | pause | mode | workers finished (per run) | peak MB | wall s | load before |")
+    print("|---|---|---|---|---|---|---|")
+    for limit in map(int, a.limits.split(",")):
+        for pause in map(int, a.pauses.split(",")):
+            for mode in a.modes.split(","):
+                load = open("/proc/loadavg").read().split()[0]
+                res = []
+                for _ in range(a.runs):
+                    n += 1
+                    res.append(run(a.build, limit, pause, mode, n))
+                print(f"| {limit} MB | {pause} ms | {mode} | "
+                      f"{', '.join(f'{d}/4' for d, _, _ in res)} | "
+                      f"{', '.join(str(pk) for _, pk, _ in res)} | "
+                      f"{', '.join(f'{w:.1f}' for _, _, w in res)} | {load} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
