@@ -2,9 +2,12 @@
 """The pressure benchmark (issue 9): the demo's pool workload (8 long-lived
 workers, studies of 150 MB in 1-64 KB blocks, one at a time, 2 % kept) in a
 memory cgroup, for every limit x pause x mode; then memtrim's own CPU on an
-idle host, outside the pressure zone and inside it with RSS steady.
+idle host, outside the pressure zone and inside it with RSS steady, woken by the
+kernel as it finds it (v1 thresholds, v2 PSI), from a read-only cgroup2 mount
+(memory.events; v2 only) and by the poll.
 
-Run through bench/pressure/run.sh (root; cgroup v1 memory controller or v2).
+Run through bench/pressure/run.sh (root; cgroup v1 memory controller or v2; the v2
+figures from the VM: tests/vm/run.sh -- bench/pressure/run.sh ...).
 Cgroups (tests/e2e/hosts_util.py) are named memtrim-pressure-bench-*; each is
 removed after its run.
 Prints a Markdown report on stdout.
@@ -23,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "e2e"))
 from hosts_util import Cgroup  # noqa: E402  (the e2e tests' cgroups: v1 or v2, removed whole)
-from pressure_util import Outcome, demo_command  # noqa: E402  (the workload, shared with the tests)
+# the workload, shared with the tests
+from pressure_util import Outcome, demo_command, docker_like  # noqa: E402
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 TCMALLOC = LIBDIR / "libtcmalloc_minimal.so.4"
@@ -38,6 +42,15 @@ def make_cgroup(limit):
 
 
 make_cgroup.count = 0
+
+
+def make_cgroup_version():
+    """1 or 2: the hierarchy make_cgroup creates its cgroups in."""
+    cg = make_cgroup(64 << 20)
+    try:
+        return cg.version
+    finally:
+        cg.remove()
 
 
 def memtrim_env(build, tmp, limit=None, poll=False, port=0):
@@ -150,10 +163,17 @@ def thread_cpu_ns(pid):
     return out
 
 
-def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
+# How the idle host's memtrim is woken: "kernel" as it finds it (v1 thresholds, v2 PSI as
+# root), "read-only" in a Docker-like container (cgroup2 read-only: memory.events; v2 only),
+# "poll" with no cgroup files at all (the statm poll).
+IDLE_HOW = ("kernel", "read-only", "poll")
+
+
+def idle_cost(build, tmp, limit_mb, study_mb, how, seconds):
     """memtrim's threads' CPU on a host that did one study, keeps it all and idles."""
     limit = limit_mb << 20
-    port = PORT + (1 if poll else 0)
+    poll = how == "poll"
+    port = PORT + IDLE_HOW.index(how)
     extra_env, _ = memtrim_env(build, tmp, limit, poll=poll, port=port)
     cg = make_cgroup(limit)
     env = dict(os.environ)
@@ -161,7 +181,9 @@ def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
     args = ["/usr/bin/env", *[f"{k}={v}" for k, v in extra_env.items()],
             build / "memtrim-demo", "--no-memtrim", "--workers", "8", "--study-mb", str(study_mb),
             "--keep-percent", "100", "--pause-ms", "3600000", "--studies", "0"]
-    log = Path(tmp) / f"idle-{study_mb}-{int(poll)}.log"
+    if how == "read-only":  # as root: the case is the read-only mount, not the user
+        args = docker_like(args, uid=None)
+    log = Path(tmp) / f"idle-{study_mb}-{how}.log"
     with open(log, "w") as f:
         p = subprocess.Popen(cg.wrap(args), stdout=f, stderr=subprocess.STDOUT, env=env)
     try:
@@ -186,7 +208,7 @@ def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
     src = re.search(r"pressure source: (\S+)", out)
     pct = {k: (c1.get(k, 0) - c0.get(k, 0)) / 1e9 / wall * 100 for k in c1}
     delta = lambda k: m1.get(k, 0) - m0.get(k, 0)
-    return {"zone": "inside" if study_mb * 2 >= limit_mb else "outside",
+    return {"how": how, "zone": "inside" if study_mb * 2 >= limit_mb else "outside",
             "source": src.group(1) if src else "?",
             "rss_mb": int(m1.get("memtrim_rss_bytes", 0)) >> 20, "seconds": round(wall, 1),
             "hk_pct": pct.get("memtrim-hk", 0.0), "press_pct": pct.get("memtrim-press", 0.0),
@@ -195,52 +217,9 @@ def idle_cost(build, tmp, limit_mb, study_mb, poll, seconds):
             "pressure_trims": delta('memtrim_trims_total{trigger="pressure"}')}
 
 
-def main():
-    # SIGTERM ends the benchmark like ^C: the running cell's cgroup is removed.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--limits", default="250,300,400")
-    ap.add_argument("--pauses", default="0,50,100,250,1000")
-    ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--studies", type=int, default=24)
-    ap.add_argument("--idle-seconds", type=float, default=30)
-    ap.add_argument("--repeat", type=int, default=3,
-                    help="runs of the memtrim and trim-each cells (median wall time)")
-    ap.add_argument("--json", help="also write every result here")
-    a = ap.parse_args()
-    build = Path(a.build).resolve()
-    limits = [int(x) for x in a.limits.split(",")]
-    pauses = [int(x) for x in a.pauses.split(",")]
-    modes = [m for m in a.modes.split(",") if m]
-    for m in modes:
-        if m not in MODES:
-            sys.exit(f"unknown mode {m} (known: {', '.join(MODES)})")
-    for lib in (TCMALLOC, JEMALLOC):
-        if not lib.exists():
-            sys.exit(f"{lib} is missing (libtcmalloc-minimal4, libjemalloc2)")
-    tmp = tempfile.mkdtemp(prefix="memtrim-pressure-bench-")
-    results = []
-    print(f"| limit | pause | " + " | ".join(TITLES[m] for m in modes) + " |")
-    print("|---|---|" + "---|" * len(modes))
-    for limit in sorted(limits, reverse=True):
-        for pause in sorted(pauses, reverse=True):
-            runs = {m: [] for m in modes}
-            # Rounds, every mode once per round: a busy moment hits all of them alike.
-            for rnd in range(a.repeat):
-                for mode in modes:
-                    if rnd == 0 or mode in REPEATED:
-                        runs[mode].append(run_cell(build, tmp, limit, pause, mode, a.studies,
-                                                   timeout=300))
-            row = []
-            for mode in modes:
-                r = summarize(runs[mode])
-                results.append(r)
-                row.append(cell_text(r, a.studies))
-            print(f"| {limit} MB | {pause} ms | " + " | ".join(row) + " |", flush=True)
-
+def reactions_table(results, repeat):
     print(f"\nmemtrim's pressure trims (median / max reaction, ms, from the log of the worst "
-          f"run); wall times of the {a.repeat} runs of memtrim and trim-each:\n")
+          f"run); wall times of the {repeat} runs of memtrim and trim-each:\n")
     print("| limit | pause | mode | pressure trims | reaction median | reaction max | "
           "walls (s) | median wall vs trim-each |")
     print("|---|---|---|---|---|---|---|---|")
@@ -258,19 +237,75 @@ def main():
               f"(trim-each {' / '.join(f'{w:.2f}' for w in ideal['walls']) if ideal else '–'}) | "
               f"{vs} |")
 
+
+def main():
+    # SIGTERM ends the benchmark like ^C: the running cell's cgroup is removed.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--limits", default="250,300,400")
+    ap.add_argument("--pauses", default="0,50,100,250,1000")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--studies", type=int, default=24)
+    ap.add_argument("--idle-seconds", type=float, default=30)
+    ap.add_argument("--idle-repeat", type=int, default=1, help="runs of each idle case")
+    ap.add_argument("--no-cells", action="store_true", help="the idle host's cost alone")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of the memtrim and trim-each cells (median wall time)")
+    ap.add_argument("--json", help="also write every result here")
+    a = ap.parse_args()
+    build = Path(a.build).resolve()
+    limits = [int(x) for x in a.limits.split(",")]
+    pauses = [int(x) for x in a.pauses.split(",")]
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            sys.exit(f"unknown mode {m} (known: {', '.join(MODES)})")
+    for lib in (TCMALLOC, JEMALLOC):
+        if not lib.exists():
+            sys.exit(f"{lib} is missing (libtcmalloc-minimal4, libjemalloc2)")
+    tmp = tempfile.mkdtemp(prefix="memtrim-pressure-bench-")
+    results = []
+    if a.no_cells:
+        limits = []
+    else:
+        print(f"| limit | pause | " + " | ".join(TITLES[m] for m in modes) + " |")
+        print("|---|---|" + "---|" * len(modes))
+    for limit in sorted(limits, reverse=True):
+        for pause in sorted(pauses, reverse=True):
+            runs = {m: [] for m in modes}
+            # Rounds, every mode once per round: a busy moment hits all of them alike.
+            for rnd in range(a.repeat):
+                for mode in modes:
+                    if rnd == 0 or mode in REPEATED:
+                        runs[mode].append(run_cell(build, tmp, limit, pause, mode, a.studies,
+                                                   timeout=300))
+            row = []
+            for mode in modes:
+                r = summarize(runs[mode])
+                results.append(r)
+                row.append(cell_text(r, a.studies))
+            print(f"| {limit} MB | {pause} ms | " + " | ".join(row) + " |", flush=True)
+
+    if results:
+        reactions_table(results, a.repeat)
+
     idle = []
     if a.idle_seconds > 0:
-        for poll in (False, True):
+        hows = [h for h in IDLE_HOW if h != "read-only" or make_cgroup_version() == 2]
+        for how in hows:
             for study_mb in (50, 250):  # RSS ~55 MB (outside) / ~255 MB (inside) of 400 MB
-                idle.append(idle_cost(build, tmp, 400, study_mb, poll, a.idle_seconds))
+                for _ in range(a.idle_repeat):
+                    idle.append(idle_cost(build, tmp, 400, study_mb, how, a.idle_seconds))
         print(f"\nIdle host (400 MB limit, one study kept whole, then {a.idle_seconds:.0f} s "
               "of nothing): memtrim's CPU, % of one core (schedstat; the /metrics counters "
               "in brackets)\n")
-        print("| pressure source | zone | RSS | housekeeper | pressure thread | both | "
-              "pressure trims in the window |")
-        print("|---|---|---|---|---|---|---|")
+        print("| cgroup files | pressure source | zone | RSS | housekeeper | pressure thread | "
+              "both | pressure trims in the window |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in idle:
-            print(f"| {r['source']} | {r['zone']} | {r['rss_mb']} MB | {r['hk_pct']:.4f} % "
+            print(f"| {r['how']} | {r['source']} | {r['zone']} | {r['rss_mb']} MB | "
+                  f"{r['hk_pct']:.4f} % "
                   f"({r['hk_metric_pct']:.4f}) | {r['press_pct']:.4f} % "
                   f"({r['press_metric_pct']:.4f}) | {r['hk_pct'] + r['press_pct']:.4f} % | "
                   f"{r['pressure_trims']:.0f} |")

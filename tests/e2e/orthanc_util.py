@@ -88,12 +88,25 @@ def upload_studies(base, studies, per_study, threads=8):
         jobs += [(study, series, i + 1) for i in range(per_study)]
     errors = []
 
+    def post(s, body):
+        # CivetWeb closes a kept-alive connection that idled past its timeout; the next
+        # request on it meets a reset. Once more on a new connection (storing the same
+        # instance twice is harmless: Orthanc answers AlreadyStored).
+        try:
+            return s.post(base + "/instances", data=body, timeout=120)
+        except requests.ConnectionError:
+            s.close()
+            return s.post(base + "/instances", data=body, timeout=120)
+
     def worker(chunk):
         s = requests.Session()
-        for study, series, n in chunk:
-            r = s.post(base + "/instances", data=make_instance(study, series, n), timeout=60)
-            if r.status_code != 200:
-                errors.append(r.text)
+        try:
+            for study, series, n in chunk:
+                r = post(s, make_instance(study, series, n))
+                if r.status_code != 200:
+                    errors.append(r.text)
+        except requests.RequestException as e:  # a thread's exception must fail the burst
+            errors.append(f"{type(e).__name__}: {e}")
 
     ts = [threading.Thread(target=worker, args=(jobs[i::threads],)) for i in range(threads)]
     for t in ts:
@@ -108,10 +121,13 @@ def anonymize_all(base, study_ids, rounds=2):
     errors = []
 
     def worker(sid):
-        for _ in range(rounds):
-            r = requests.post(f"{base}/studies/{sid}/anonymize", json={}, timeout=300)
-            if r.status_code != 200:
-                errors.append(r.text)
+        try:
+            for _ in range(rounds):
+                r = requests.post(f"{base}/studies/{sid}/anonymize", json={}, timeout=600)
+                if r.status_code != 200:
+                    errors.append(r.text)
+        except requests.RequestException as e:  # a thread's exception must fail the burst
+            errors.append(f"{type(e).__name__}: {e}")
 
     ts = [threading.Thread(target=worker, args=(sid,)) for sid in study_ids]
     for t in ts:

@@ -22,6 +22,24 @@ REACTION = re.compile(r"([0-9.]+) ms after the crossing")
 PRESSURE_COUNT = re.compile(r"exit summary: .*? pressure (\d+),")
 
 
+NOBODY = 65534
+
+
+def docker_like(args, uid=NOBODY):
+    """args run the way Docker runs a container on a v2 host: an unshared cgroup namespace
+    rooted at the cgroup the caller is in (/proc/self/cgroup reads 0::/), cgroup2 mounted
+    afresh, read-only, in its own mount namespace (the inherited mount is lazily unmounted
+    there first: mount(8) refuses a second cgroup2 on the same target), as uid (None: stay
+    root). Needs root and a cgroup v2 host."""
+    become = (f"exec /usr/bin/setpriv --reuid={uid} --regid={uid} --clear-groups "
+              '--no-new-privs "$@"') if uid is not None else 'exec "$@"'
+    return ["/usr/bin/unshare", "--cgroup", "--mount", "--propagation", "private",
+            "/bin/sh", "-c",
+            "umount -l /sys/fs/cgroup && "
+            "mount -t cgroup2 -o ro,nosuid,nodev,noexec cgroup /sys/fs/cgroup && " + become,
+            "docker-like", *[str(a) for a in args]]
+
+
 def workload(pause_ms, studies=STUDIES, study_mb=STUDY_MB):
     """The demo's arguments for the pool workload."""
     return ["--workers", "8", "--study-mb", str(study_mb), "--keep-percent", "2",

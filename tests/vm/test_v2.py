@@ -20,22 +20,11 @@ import re
 
 import pytest
 
-from pressure_util import STUDIES, Outcome, demo_command, memtrim_vars
+from pressure_util import NOBODY, STUDIES, Outcome, demo_command, docker_like, memtrim_vars
 
 MB = 1 << 20
 LIMIT = 300 * MB
 PAUSE_MS = 0
-NOBODY = 65534
-# Docker's way: an unshared cgroup namespace rooted at the container's cgroup, cgroup2
-# mounted afresh, read-only, in the container's mount namespace (the host's mount is lazily
-# unmounted there first: mount(8) refuses a second cgroup2 on the same target), an
-# unprivileged user.
-DOCKER_LIKE = ["/usr/bin/unshare", "--cgroup", "--mount", "--propagation", "private",
-               "/bin/sh", "-c",
-               "umount -l /sys/fs/cgroup && "
-               "mount -t cgroup2 -o ro,nosuid,nodev,noexec cgroup /sys/fs/cgroup && "
-               f'exec /usr/bin/setpriv --reuid={NOBODY} --regid={NOBODY} --clear-groups '
-               '--no-new-privs "$@"', "docker-like"]
 PLACEMENTS = ["own", "parent", "docker"]
 
 
@@ -49,7 +38,7 @@ def place(cgroup, placement):
         leaf = cgroup(None, parent=parent)
         return parent, leaf.wrap
     cg = cgroup(LIMIT)
-    return cg, lambda args: cg.wrap(DOCKER_LIKE + list(args))
+    return cg, lambda args: cg.wrap(docker_like(args))
 
 
 def mode_command(mode, tmp_path, studies=STUDIES):
