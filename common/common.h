@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "types.h"
 
 /* Time units, in nanoseconds (monotonic clock readings and intervals are ns). */
@@ -88,6 +89,10 @@ int64_t mt_mono_ns(void);
 
 /* strerror(err) that is safe on any thread (the text in buf, or glibc's own). */
 const char *mt_strerror(int err, char *buf, size_t len);
+
+/* Read a kept descriptor's file whole into buf from offset 0 (pread, so threads may share the
+ * descriptor), at most size - 1 bytes, NUL-terminated: the length, or a negative errno. */
+ssize_t mt_pread_all(int fd, char *buf, size_t size);
 
 /* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
 struct timespec;

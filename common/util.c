@@ -1,9 +1,10 @@
 /*
- * util.c - logging, clocks, starting a thread, and the names of triggers and
- * skip reasons. The log sink (a function and its argument) is set by a host
+ * util.c - logging, clocks, starting a thread, reading a kept file whole, and
+ * the names of triggers and skip reasons. The log sink (a function and its argument) is set by a host
  * adapter, normally before an instance starts, and read by any thread;
  * log_lock guards the pair and is held while a line is written.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common.h"
 
@@ -131,6 +133,23 @@ int64_t mt_mono_ns(void)
 const char *mt_strerror(int err, char *buf, size_t len)
 {
     return strerror_r(err, buf, len); /* the GNU variant (_GNU_SOURCE): a string, always */
+}
+
+ssize_t mt_pread_all(int fd, char *buf, size_t size)
+{
+    ssize_t n, total = 0;
+    while ((size_t)total < size - 1) {
+        n = pread(fd, buf + total, size - 1 - (size_t)total, total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0)
+            break;
+        total += n;
+    }
+    buf[total] = '\0';
+    return total;
 }
 
 int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg)

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "common.h"
 
 #define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */
 
@@ -402,19 +403,7 @@ static ssize_t read_file(struct cgroup_info *info, int level, int file, char *bu
     int fd = kept(info, level, file);
     if (fd < 0)
         return -ENOENT;
-    ssize_t n, total = 0;
-    while ((size_t)total < size - 1) {
-        n = pread(fd, buf + total, size - 1 - (size_t)total, total);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            break;
-        total += n;
-    }
-    buf[total] = '\0';
-    return total;
+    return mt_pread_all(fd, buf, size);
 }
 
 /* A file holding one number ("max" and v1's near-2^63 read as none): the value, or -1. */

@@ -64,28 +64,10 @@ void probe_proc_open(void)
         proc_get(i);
 }
 
-/* Read a kept descriptor's file whole into buf from offset 0; a negative errno on failure. */
-static ssize_t read_kept(int fd, char *buf, size_t size)
-{
-    ssize_t n, total = 0;
-    while ((size_t)total < size - 1) {
-        n = pread(fd, buf + total, size - 1 - (size_t)total, total);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            break;
-        total += n;
-    }
-    buf[total] = '\0';
-    return total;
-}
-
 static ssize_t read_proc(int which, char *buf, size_t size)
 {
     int fd = proc_get(which);
-    return fd < 0 ? fd : read_kept(fd, buf, size);
+    return fd < 0 ? fd : mt_pread_all(fd, buf, size);
 }
 
 /* Read a small file into buf (NUL-terminated) with plain syscalls, no allocation. */
