@@ -77,11 +77,14 @@ void mt_config_get(struct memtrim *mt, struct mt_config *out)
 
 int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 {
+    /* Read /proc/self/status before the lock: every /memory/stats takes cfg_lock, and a probe
+     * (a file opened, the kernel's mm walked) is not held under it. */
+    uint64_t peak_rss = probe_peak_rss();
     pthread_mutex_lock(&mt->cfg_lock);
     struct mt_config next = mt->cfg;
     int rc = config_patch(&next, json, err);
     if (rc == 0)
-        rc = config_patch_limit_check(&mt->cfg, &next, probe_peak_rss(), err);
+        rc = config_patch_limit_check(&mt->cfg, &next, peak_rss, err);
     if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
         rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
     if (rc == 0) {
