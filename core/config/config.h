@@ -36,7 +36,7 @@ struct mt_config {
     double retention_hours;
     int follow_fork;       /* LD_PRELOAD: restart in a forked child */
     int group;             /* LD_PRELOAD, FollowFork with a fixed HttpPort: forked children
-                            * join the serving process's worker group (core/group.c) */
+                            * join the serving process's worker group (core/instance/group.c) */
     int max_connections;        /* 0 = auto (server.c) */
     int max_connections_per_ip; /* 0 = auto */
     int connection_timeout_seconds; /* idle time */

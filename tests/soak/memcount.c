@@ -1,6 +1,6 @@
 /*
  * memcount.c - what memtrim's own threads hold on the heap, measured in a
- * host built with ASan (tests/soak/run.py preloads it after libasan). ASan
+ * host built with ASan (tests/soak/run.sh preloads it after libasan). ASan
  * calls our hooks on every allocation and free; an allocation made by one of
  * memtrim's threads (named "memtrim-*" but not the demo's own "memtrim-demo",
  * or libmicrohttpd's "MHD-*") is remembered in a lock-free table with its
