@@ -92,13 +92,15 @@ void server_dispatch_as(const struct server_route *routes, size_t nroutes,
     char allow[128] = "";
     size_t off = 0;
     /* HEAD is GET without the body (RFC 9110 9.3.2): the GET route runs and the server
-     * sends its status and headers only; Allow names HEAD wherever GET is. */
+     * sends its status and headers only; Allow names HEAD wherever such a GET is. HEAD is
+     * a safe method, so a GET that changes state (GET /memory/trim trims, for curl's
+     * sake) has no HEAD: a link checker or a monitor's HEAD must never trim. */
     int head = strcmp(req->method, "HEAD") == 0;
 
     for (size_t i = 0; i < nroutes; i++) {
         if (strcmp(routes[i].path, req->path) != 0)
             continue;
-        int get = strcmp(routes[i].method, "GET") == 0;
+        int get = strcmp(routes[i].method, "GET") == 0 && routes[i].auth != SERVER_AUTH_WRITE;
         if (strcmp(routes[i].method, req->method) == 0 || (head && get))
             match = &routes[i];
         if (off < sizeof(allow))
