@@ -150,7 +150,8 @@ struct server_head {
  * 0, or -EINVAL with a 400 in *rep: HTTP/1.1 without a Host field (so that
  * the loopback Host check against DNS rebinding cannot be skipped), more
  * than one Host, or Content-Length fields that are not one number each or
- * disagree (RFC 9112 6.3: which one frames the body is unknowable).
+ * disagree (RFC 9112 6.3: which one frames the body is unknowable), or more
+ * of them than SERVER_HEAD_LENGTHS (those past it are not kept to compare).
  */
 int server_check_head(const struct server_head *h, struct server_reply *rep);
 

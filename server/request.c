@@ -154,8 +154,14 @@ int server_check_head(const struct server_head *h, struct server_reply *rep)
                            "%u Host headers: a request has one (RFC 9112 3.2)", h->hosts);
         return -EINVAL;
     }
+    if (h->lengths > SERVER_HEAD_LENGTHS) { /* the ones past those kept could disagree */
+        server_reply_error(rep, 400, "bad_request",
+                           "%u Content-Length headers: a request has one (RFC 9112 6.3)",
+                           h->lengths);
+        return -EINVAL;
+    }
     int64_t first = -1;
-    for (unsigned i = 0; i < h->lengths && i < SERVER_HEAD_LENGTHS; i++) {
+    for (unsigned i = 0; i < h->lengths; i++) {
         int64_t v;
         if (h->length[i] == NULL || query_parse_int(h->length[i], &v) != 0 || v < 0) {
             server_reply_error(rep, 400, "bad_request",

@@ -48,6 +48,7 @@ static void test_lengths(void)
     const char *same[] = {"5", "5", "5"};
     const char *differ[] = {"5", "50"};
     const char *late[] = {"5", "5", "5", "5", "5", "5", "5", "6"};
+    const char *same8[] = {"5", "5", "5", "5", "5", "5", "5", "5"};
     const char *bad[] = {"5", "x"};
     const char *neg[] = {"-1"};
     const char *huge[] = {"99999999999999999999"};
@@ -57,6 +58,9 @@ static void test_lengths(void)
     CHECK_EQ_INT(rep.status, 400);
     CHECK_CONTAINS(rep.body, "disagree (5 and 50)");
     CHECK_EQ_INT(check("HTTP/1.1", 1, 8, late, &rep), -EINVAL);
+    /* Past the fields kept (SERVER_HEAD_LENGTHS), the rest cannot be compared: refused. */
+    CHECK_EQ_INT(check("HTTP/1.1", 1, SERVER_HEAD_LENGTHS + 1, same8, &rep), -EINVAL);
+    CHECK_CONTAINS(rep.body, "9 Content-Length headers");
     CHECK_EQ_INT(check("HTTP/1.1", 1, 2, bad, &rep), -EINVAL);
     CHECK_CONTAINS(rep.body, "'x' is not one number");
     CHECK_EQ_INT(check("HTTP/1.1", 1, 1, neg, &rep), -EINVAL);
