@@ -153,6 +153,12 @@ def test_400_content_lengths_that_disagree(demo):
             b"Content-Length: %d\r\nContent-Length: %d\r\n\r\n" % (len(body), len(body))) + body
     assert raw_exchange(demo.port, data).startswith(b"HTTP/1.1 200 ")
     assert demo.get("/config").json()["TrimIntervalSeconds"] == 77
+    # a ninth field past the eight compared, disagreeing: refused, not framed by the first
+    body = b'{"TrimIntervalSeconds": 78}'
+    data = (b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            + b"Content-Length: %d\r\n" % len(body) * 8 + b"Content-Length: 2\r\n\r\n") + body
+    raw_error(raw_exchange(demo.port, data), 400, "9 Content-Length headers")
+    assert demo.get("/config").json()["TrimIntervalSeconds"] == 77
     demo.request("PATCH", "/config", json={"TrimIntervalSeconds": before})
 
 
