@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -188,6 +189,24 @@ static inline char *harness_path(const char *dir, const char *name)
     char *p = buf[i++ % 4];
     snprintf(p, sizeof(buf[0]), "%s/%s", dir, name);
     return p;
+}
+
+/* Write root/rel (a fake /proc or cgroup tree), making its directories. */
+static inline void harness_put(const char *root, const char *rel, const char *text)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *s = strchr(path + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
+        *s = '\0';
+        mkdir(path, 0755);
+        *s = '/';
+    }
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "cannot write %s", path);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
 }
 
 /* Remove a test directory and everything in it. */

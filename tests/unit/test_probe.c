@@ -159,23 +159,6 @@ static void test_cgroup_limit(void)
     }
 }
 
-static void put(const char *root, const char *rel, const char *text)
-{
-    char path[512];
-    snprintf(path, sizeof(path), "%s/%s", root, rel);
-    for (char *s = strchr(path + strlen(root) + 1, '/'); s; s = strchr(s + 1, '/')) {
-        *s = '\0';
-        mkdir(path, 0755);
-        *s = '/';
-    }
-    FILE *f = fopen(path, "w");
-    CHECK_MSG(f != NULL, "cannot write %s", path);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
 /* A pure cgroup v2 host: /proc/self/cgroup is the single line 0::/path (it
  * read as no cgroup at all: cgroup_version 0 on every v2 host). */
 static void test_cgroup_v2_only(void)
@@ -185,8 +168,8 @@ static void test_cgroup_v2_only(void)
     struct mt_cheap c;
     if (harness_tmpdir(root, sizeof(root), "probe-v2"))
         return;
-    put(root, "system.slice/app.service/memory.max", "314572800\n");
-    put(root, "system.slice/app.service/memory.current", "1234567\n");
+    harness_put(root, "system.slice/app.service/memory.max", "314572800\n");
+    harness_put(root, "system.slice/app.service/memory.current", "1234567\n");
     CHECK_EQ_INT(probe_cgroup_find(&cg, "0::/system.slice/app.service\n", root), 0);
     CHECK_EQ_INT(cg.version, 2);
     probe_cheap(&cg, &c);
@@ -195,8 +178,8 @@ static void test_cgroup_v2_only(void)
     CHECK_EQ_INT(c.cgroup_usage_bytes, 1234567);
     probe_cgroup_close(&cg);
     /* Inside a cgroup namespace: 0::/ and the limit on the namespace's root. */
-    put(root, "memory.max", "209715200\n");
-    put(root, "memory.current", "7654321\n");
+    harness_put(root, "memory.max", "209715200\n");
+    harness_put(root, "memory.current", "7654321\n");
     CHECK_EQ_INT(probe_cgroup_find(&cg, "0::/\n", root), 0);
     CHECK_EQ_INT(cg.version, 2);
     probe_cheap(&cg, &c);
