@@ -32,14 +32,22 @@ void cost_refault_observe(struct cost_refault *w, uint64_t rss)
         w->rss_peak = rss;
 }
 
+int64_t cost_back_after(const struct cost_refault *w, int64_t refaulted, int64_t now_ns)
+{
+    if (w->released <= 0)
+        return -1;
+    int64_t half = w->released / 2;
+    int64_t grown = w->rss_peak > w->rss0 ? (int64_t)(w->rss_peak - w->rss0) : 0;
+    if (refaulted <= half || grown <= half)
+        return -1;
+    return now_ns > w->ended_ns ? now_ns - w->ended_ns : 0;
+}
+
 int cost_back_at_once(const struct cost_refault *w, int64_t refaulted, int64_t now_ns,
                       int64_t at_once_ns)
 {
-    if (w->released <= 0)
-        return 0;
-    int64_t half = w->released / 2;
-    int64_t grown = w->rss_peak > w->rss0 ? (int64_t)(w->rss_peak - w->rss0) : 0;
-    return refaulted > half && grown > half && now_ns - w->ended_ns <= at_once_ns;
+    int64_t after = cost_back_after(w, refaulted, now_ns);
+    return after >= 0 && after <= at_once_ns;
 }
 
 int cost_refault_due(const struct cost_refault *w, int64_t now_ns, int64_t window_ns)

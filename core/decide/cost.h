@@ -69,6 +69,9 @@ int64_t cost_refault_bytes(const struct cost_refault *w, uint64_t minflt, uint64
  */
 int cost_back_at_once(const struct cost_refault *w, int64_t refaulted, int64_t now_ns,
                       int64_t at_once_ns);
+/* How long after the trim's end (now_ns - ended_ns) the release is read back, both
+ * figures more than half of it as above; -1 when it is not (yet) back. */
+int64_t cost_back_after(const struct cost_refault *w, int64_t refaulted, int64_t now_ns);
 
 /* ---- the adaptive gap ----------------------------------------------------- */
 

@@ -5,8 +5,8 @@
  * and hands the figure to the trim service for the store and the counters,
  * lengthens or resets the adaptive gap, and gates periodic and burst trims
  * on the budget and on a busy host. Housekeeper thread only; hk->lock is
- * taken to publish gauges, never across anything else (the trim service
- * counts the skips under its own).
+ * taken to publish gauges and to read a test's CPU hook, never across
+ * anything else (the trim service counts the skips under its own).
  */
 #include <string.h>
 #include <sys/resource.h>
@@ -43,6 +43,7 @@ void cost_hk_init(struct cost_hk *h)
 {
     memset(h, 0, sizeof(*h));
     h->process_cpu_ns = -1;
+    h->back_after_ns = -1;
     h->cpus = probe_cpus();
 }
 
@@ -55,6 +56,7 @@ static void publish(struct housekeeper *hk, const struct cost_hk *h, const struc
     hk->deferred_seconds = h->deferred_seconds;
     hk->deferring = h->defer.since != 0;
     hk->back_at_once = h->back_at_once;
+    hk->back_after_ns = h->back_after_ns;
     pthread_mutex_unlock(&hk->lock);
 }
 
@@ -86,8 +88,9 @@ static void gap_learn(struct housekeeper *hk, struct cost_hk *h, const struct mt
     w->gap_decided = 1;
     if (w->released >= min) {
         /* Only with an adaptive gap: TrimGapMaxFactor 1 turns all of this off. */
-        h->back_at_once = c->trim_gap_max_factor >= 2 &&
-                          cost_back_at_once(w, refaulted, now, COST_AT_ONCE_NS);
+        h->back_after_ns = cost_back_after(w, refaulted, now);
+        h->back_at_once = c->trim_gap_max_factor >= 2 && h->back_after_ns >= 0 &&
+                          h->back_after_ns <= COST_AT_ONCE_NS;
         if (h->back_at_once) /* no point in finding the gap step by step */
             after = cost_gap_saturate(&h->gap, c->trim_gap_max_factor);
     }
@@ -123,7 +126,13 @@ void cost_hk_tick(struct housekeeper *hk, struct cost_hk *h, const struct mt_con
     if (++h->ticks % CPUS_EVERY_TICKS == 0)
         h->cpus = probe_cpus();
     h->process_cpu_ns = have ? ps.cpu_ns : -1; /* the policy's activity test reads it too */
-    if (have)
+    pthread_mutex_lock(&hk->lock);
+    int64_t (*test_cpu)(void *, int64_t) = hk->test_host_cpu;
+    void *test_arg = hk->test_host_cpu_arg;
+    pthread_mutex_unlock(&hk->lock);
+    if (test_cpu) /* a test chooses the host's CPU time (housekeeper_test_host_cpu) */
+        cost_cpu_push(&h->cpu, now, test_cpu(test_arg, now));
+    else if (have)
         cost_cpu_push(&h->cpu, now, ps.cpu_ns - own_cpu_ns());
     /* A deferral nobody asked about since the last tick is over (the trim went away). */
     if (!h->gated && h->defer.since) {
@@ -145,10 +154,15 @@ void cost_hk_tick(struct housekeeper *hk, struct cost_hk *h, const struct mt_con
         if (cost_refault_due(&h->window, now, (int64_t)(c->refault_window_seconds * MT_SEC))) {
             close_window(hk, h, c, ps.minflt, now, 0);
         } else if (!h->window.gap_decided) {
-            /* More than half back already: the gap need not wait for the window's end. */
+            /* More than half back already: the gap need not wait for the window's end --
+             * once the verdict "at once" is final: it is, or its time has passed. A reading
+             * taken while the host is still re-allocating (faults past half, its RSS growth
+             * not yet, which a loaded machine makes likely) would fix "not at once" for good. */
             int64_t back = cost_refault_bytes(&h->window, ps.minflt, own_minflt(),
                                               sysconf(_SC_PAGESIZE));
-            if (back > h->window.released / 2)
+            if (back > h->window.released / 2 &&
+                (cost_back_at_once(&h->window, back, now, COST_AT_ONCE_NS) ||
+                 now - h->window.ended_ns > COST_AT_ONCE_NS))
                 gap_learn(hk, h, c, back, now, 0);
         }
     }

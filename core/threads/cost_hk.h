@@ -3,7 +3,8 @@
  * (/proc/self/stat), the re-fault windows of every trim, the adaptive gap,
  * the busy-host deferral and the trim budget, behind a few calls the policy
  * makes. Runs on the housekeeper thread only; its state is that thread's;
- * it takes hk->lock only to publish its gauges (skips are counted by the trim service).
+ * it takes hk->lock only to publish its gauges and to read a test's CPU hook
+ * (housekeeper_test_host_cpu); skips are counted by the trim service.
  */
 #ifndef MEMTRIM_COST_HK_H
 #define MEMTRIM_COST_HK_H
@@ -27,6 +28,8 @@ struct cost_hk {
     int gated;                  /* a periodic/burst trim asked to run since the last tick */
     int back_at_once;           /* the last periodic/burst release came back at once
                                  * (cost_back_at_once, within COST_AT_ONCE_NS of the trim's end) */
+    int64_t back_after_ns;      /* that release read back this long after its trim's end
+                                 * (cost_back_after; -1 not back, or no verdict yet) */
     double deferred_seconds;
 };
 

@@ -252,6 +252,15 @@ void housekeeper_test_tick(struct housekeeper *hk, int64_t ns)
     pthread_mutex_unlock(&hk->lock);
 }
 
+void housekeeper_test_host_cpu(struct housekeeper *hk, int64_t (*fn)(void *arg, int64_t now_ns),
+                               void *arg)
+{
+    pthread_mutex_lock(&hk->lock);
+    hk->test_host_cpu = fn;
+    hk->test_host_cpu_arg = arg;
+    pthread_mutex_unlock(&hk->lock);
+}
+
 void housekeeper_init(struct housekeeper *hk)
 {
     pthread_condattr_t attr;
@@ -262,6 +271,7 @@ void housekeeper_init(struct housekeeper *hk)
     pthread_cond_init(&hk->cond, &attr);
     pthread_condattr_destroy(&attr);
     mt_log_limit_init(&hk->trim_log, 10 * MT_SEC, 5);
+    hk->back_after_ns = -1;
 }
 
 void housekeeper_destroy(struct housekeeper *hk)

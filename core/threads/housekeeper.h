@@ -48,9 +48,14 @@ struct housekeeper {
     /* published by cost_hk.c */
     double gap_factor, host_cpu_share, deferred_seconds;
     int deferring, back_at_once;
+    int64_t back_after_ns;        /* the release of that verdict was read back this long
+                                   * after its trim's end (-1: not back, or none yet) */
     struct mt_log_limit trim_log; /* burst trims' lines: 5 per 10 s (its own lock) */
     /* Tests only (housekeeper_test_tick): the wake interval, 0 = the product's 250 ms. */
     int64_t test_tick_ns;
+    /* Tests only (housekeeper_test_host_cpu): the host's CPU time to read each tick. */
+    int64_t (*test_host_cpu)(void *arg, int64_t now_ns);
+    void *test_host_cpu_arg;
     struct housekeeper_deps deps; /* set by housekeeper_start, before the thread runs */
 };
 
@@ -64,6 +69,11 @@ void housekeeper_wake(struct housekeeper *hk);
  * 250 ms (0 restores it), the heap probes' age limits (1 s calm, 250 ms near
  * the limit) shortened in proportion, so unit tests run in fewer seconds. */
 void housekeeper_test_tick(struct housekeeper *hk, int64_t ns);
+/* Tests only, never set by the product: each tick the host's CPU time (ns, memtrim's own
+ * left out) is fn(arg, the tick's monotonic time) instead of /proc/self/stat's, so a test
+ * chooses how busy the host is instead of depending on the scheduler (NULL restores it). */
+void housekeeper_test_host_cpu(struct housekeeper *hk, int64_t (*fn)(void *arg, int64_t now_ns),
+                               void *arg);
 /* Fill the housekeeper's counters of *out. */
 void housekeeper_counters(struct housekeeper *hk, struct mt_counters *out);
 
