@@ -91,7 +91,7 @@ static void check_serving_degraded(struct memtrim *mt, const char *reason_part)
     struct mt_health h;
     struct mt_trim_result r;
     int64_t retry;
-    WAIT_FOR(degraded(mt), 3);
+    WAIT_FOR(degraded(mt), 20);
     mt_health_get(mt, &h);
     CHECK_MSG(h.degraded, "not degraded (db %s)", h.db_state);
     CHECK_CONTAINS(h.reason, reason_part);
@@ -140,7 +140,7 @@ static void test_locked_then_released(void)
     struct memtrim *mt = start_with(db);
     if (!mt)
         return;
-    WAIT_FOR(db_ok(mt), 3);
+    WAIT_FOR(db_ok(mt), 20);
     CHECK(db_ok(mt));
     CHECK_EQ_INT(sqlite3_open(db, &other), SQLITE_OK);
     /* The store may be writing just then (a loaded machine): wait for its
@@ -200,7 +200,7 @@ static void test_disk_full_then_freed(void)
         umount(mnt);
         return;
     }
-    WAIT_FOR(db_ok(mt), 3);
+    WAIT_FOR(db_ok(mt), 20);
     CHECK(db_ok(mt));
     /* Fill the disk to the last byte. */
     snprintf(filler, sizeof(filler), "%s/filler", mnt);
