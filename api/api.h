@@ -1,7 +1,8 @@
 /*
  * api.h - the handlers, one file per resource (healthz.c, stats.c, trim.c,
- * trims.c, series.c, metrics.c, config.c, arenas.c, doctor.c, assets.c),
- * the route table (routes.c) and the small JSON helpers they share (json.c).
+ * trims.c, series.c, metrics.c, config.c, arenas.c, doctor.c, assets.c, and
+ * a worker group's members in group.c), the route table (routes.c), the small
+ * JSON helpers they share (json.c) and a trim's JSON form (trim_json.c).
  * Handlers run on HTTP worker threads; of the engine they see core.h and
  * config.h only (the core takes its own locks), and the store through a
  * reader from the server's pool.
@@ -50,7 +51,7 @@ struct cJSON *api_json_done(struct cJSON *root, int failed);
 /* 500 for a failed store query: "reading <what> failed: <err>"; frees err; returns rc. */
 int api_store_failed(struct server_reply *rep, const char *what, int rc, char *err);
 
-/* A trim result as JSON (shared by /memory/trim and /memory/trims); NULL on OOM. */
+/* A trim result as JSON (trim_json.c: /memory/trim, /memory/trims, the group's); NULL on OOM. */
 struct cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced);
 
 /* Worker groups (group.c): the `pid` parameter (0 when absent; -EINVAL after a 400). */
