@@ -131,7 +131,7 @@ const char *mt_tunable_field(int t);
 const struct server_store *mt_store_readers(struct memtrim *mt);
 
 /*
- * ---- worker groups (core/group.c; docs/groups.md) ----
+ * ---- worker groups (core/instance/group.c; docs/groups.md) ----
  * A preforking server's processes: the leader serves the API and owns the
  * store, the members report to it over a channel made at fork and trim
  * themselves when asked. A single process is in no group and none of this
