@@ -93,6 +93,9 @@ const char *mt_strerror(int err, char *buf, size_t len);
 /* Read a kept descriptor's file whole into buf from offset 0 (pread, so threads may share the
  * descriptor), at most size - 1 bytes, NUL-terminated: the length, or a negative errno. */
 ssize_t mt_pread_all(int fd, char *buf, size_t size);
+/* Read a small file by its path into buf (at most size - 1 bytes, NUL-terminated) with plain
+ * syscalls, no allocation: the length, or a negative errno when it cannot be opened. */
+ssize_t mt_read_small(const char *path, char *buf, size_t size);
 
 /* A CLOCK_MONOTONIC deadline after_ns from now, for pthread_cond_timedwait. */
 struct timespec;

@@ -5,6 +5,7 @@
  * log_lock guards the pair and is held while a line is written.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -148,6 +149,25 @@ ssize_t mt_pread_all(int fd, char *buf, size_t size)
             break;
         total += n;
     }
+    buf[total] = '\0';
+    return total;
+}
+
+ssize_t mt_read_small(const char *path, char *buf, size_t size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n, total = 0;
+    while ((size_t)total < size - 1) {
+        n = read(fd, buf + total, size - 1 - (size_t)total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        total += n;
+    }
+    close(fd);
     buf[total] = '\0';
     return total;
 }

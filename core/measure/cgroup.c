@@ -175,26 +175,6 @@ static int exists_in(const char *dir, const char *file)
     return access(path, F_OK) == 0;
 }
 
-/* Read a small file whole (NUL-terminated); -errno. */
-static ssize_t read_path(const char *path, char *buf, size_t size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    ssize_t n, total = 0;
-    while ((size_t)total < size - 1) {
-        n = read(fd, buf + total, size - 1 - (size_t)total);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        total += n;
-    }
-    close(fd);
-    buf[total] = '\0';
-    return total;
-}
-
 /* The directory for the process's path under a mount; 0 or -ENOENT. */
 static int place(struct cgroup_info *info, const struct mount_pick *m, const char *fsroot,
                  int version)
@@ -246,7 +226,7 @@ static int place(struct cgroup_info *info, const struct mount_pick *m, const cha
             return 0;
     }
     snprintf(lvl, sizeof(lvl), "%.4000s/cgroup.controllers", point);
-    if (read_path(lvl, ctl, sizeof(ctl)) > 0) {
+    if (mt_read_small(lvl, ctl, sizeof(ctl)) > 0) {
         for (char *save = NULL, *t = strtok_r(ctl, " \n", &save); t; t = strtok_r(NULL, " \n", &save))
             if (strcmp(t, "memory") == 0)
                 return 0;

@@ -70,26 +70,6 @@ static ssize_t read_proc(int which, char *buf, size_t size)
     return fd < 0 ? fd : mt_pread_all(fd, buf, size);
 }
 
-/* Read a small file into buf (NUL-terminated) with plain syscalls, no allocation. */
-static ssize_t read_small(const char *path, char *buf, size_t size)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    ssize_t n, total = 0;
-    if (fd < 0)
-        return -errno;
-    while ((size_t)total < size - 1) {
-        n = read(fd, buf + total, size - 1 - (size_t)total);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        total += n;
-    }
-    close(fd);
-    buf[total] = '\0';
-    return total;
-}
-
 static long page_size(void)
 {
     static _Atomic long ps; /* any thread may be first (pressure, housekeeper, HTTP) */
@@ -206,7 +186,7 @@ int probe_stat(struct probe_stat *out)
 static double cgroup_cpu_quota(void)
 {
     char buf[4096], path[PATH_MAX];
-    if (read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
+    if (mt_read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
         return 0;
     const char *line = strstr(buf, "0::");
     if (!line || (line != buf && line[-1] != '\n'))
@@ -215,7 +195,7 @@ static double cgroup_cpu_quota(void)
     size_t len = strcspn(line, "\n");
     snprintf(path, sizeof(path), "/sys/fs/cgroup%.*s/cpu.max", (int)(len < 3000 ? len : 3000),
              line);
-    if (read_small(path, buf, sizeof(buf)) <= 0 || strncmp(buf, "max", 3) == 0)
+    if (mt_read_small(path, buf, sizeof(buf)) <= 0 || strncmp(buf, "max", 3) == 0)
         return 0;
     long long quota = 0, period = 0;
     if (sscanf(buf, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
