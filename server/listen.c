@@ -186,8 +186,15 @@ static int listen_clear_stale(const char *path, const struct sockaddr_un *sun, c
 static int listen_group(const char *name, gid_t *gid, char **err)
 {
     char *end = NULL;
+    errno = 0;
     unsigned long n = strtoul(name, &end, 10);
     if (name[0] >= '0' && name[0] <= '9' && *end == '\0') {
+        /* gid_t is 32 bits, and (gid_t)-1 means "no change" to chown: refuse both */
+        if (errno == ERANGE || n >= (unsigned long)(gid_t)-1) {
+            *err = server_strdupf("HttpSocketGroup '%s': not a group id (0 to %lu)", name,
+                                  (unsigned long)(gid_t)-1 - 1);
+            return -EINVAL;
+        }
         *gid = (gid_t)n;
         return 0;
     }

@@ -223,6 +223,29 @@ static void test_limits(void)
 
 /* libmicrohttpd's panic handler is process-wide: memtrim installs its own only when
  * no other loaded object uses libmicrohttpd (a host's handler is never replaced). */
+/* HttpSocketGroup as a number: a group id that does not fit gid_t, or is (gid_t)-1
+ * ("no change" to chown), is refused with the key's name, not truncated. */
+static void test_socket_group_id(void)
+{
+    char dir[] = "/tmp/memtrim-sockgrp-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    const char *bad[] = {"4294967295", "4294967296", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct server_options o;
+        struct server_listener l;
+        char *err = NULL;
+        memset(&o, 0, sizeof(o));
+        memset(&l, 0, sizeof(l));
+        snprintf(o.bind, sizeof(o.bind), "unix:%s/s.sock", dir);
+        snprintf(o.socket_group, sizeof(o.socket_group), "%s", bad[i]);
+        CHECK_EQ_INT(server_listen_open(&o, &l, &err), -EINVAL);
+        CHECK_MSG(err && strstr(err, "HttpSocketGroup") && strstr(err, "not a group id"),
+                  "%s: %s", bad[i], err ? err : "(no error)");
+        free(err);
+    }
+    rmdir(dir);
+}
+
 static void test_panic_handler_owner(void)
 {
     /* This program links the server statically: it is memtrim's own object. */
@@ -240,6 +263,7 @@ static void test_panic_handler_owner(void)
 int main(void)
 {
     RUN(test_panic_handler_owner);
+    RUN(test_socket_group_id);
     RUN(test_ports);
     RUN(test_http);
     RUN(test_limits);
