@@ -62,9 +62,14 @@ static void *worker_thread(void *arg)
                 exit(3);
             memset(p[i], (int)(i & 0xff), (size_t)block);
         }
+        /* The study's last block stays until the next study: it came from the heap's top,
+         * after every other block, so the freed ones below it stay resident until trimmed.
+         * (A fresh malloc(64) here was not always above them: a small chunk already free in
+         * a forked worker's arena served it, glibc then trimmed the freed study itself,
+         * and the group test saw a worker with nothing left to release.) */
         free(keeper);
-        keeper = malloc(64); /* above the study's blocks: the heap's top stays */
-        for (size_t i = 0; i < n; i++)
+        keeper = n ? p[n - 1] : NULL;
+        for (size_t i = 0; i + 1 < n; i++)
             free(p[i]);
         free(p);
         if (trim_after)

@@ -116,7 +116,10 @@ def test_every_route_over_the_unix_socket(hosts, folder):
                 args += ["-H", "Content-Type: application/json", "--data",
                          '{"TrimIntervalSeconds": 30}']
             code = status(h.sock, path + extra.get(path, ""), *args)
-            assert code == 200, (method, path, code)
+            # /memory/arenas answers 503 probe_budget while malloc_info's budget is spent
+            # (a trim of this loop just ran): the route answered, and said why
+            ok = (200, 503) if path == "/memory/arenas" else (200,)
+            assert code in ok, (method, path, code)
             seen += 1
     assert seen >= 13, seen
     # Any Host is fine (no browser reaches a unix socket): not the loopback Host rule.
