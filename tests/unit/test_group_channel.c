@@ -1,0 +1,226 @@
+/*
+ * test_group_channel.c - the worker group's channels and its "memtrim-group"
+ * threads in the unit builds (plain, ASan, TSan), not only under LD_PRELOAD:
+ * a leader instance forks its members through the fork hooks the FollowFork
+ * group uses (mt_group_fork_prepare / parent / child), each member runs
+ * mt_create_member on its end of the channel, reports, is trimmed through the
+ * leader (mt_group_trim, as POST /memory/trim), one is SIGKILLed, and the
+ * leader must forget it at once (no stale member, its descriptor closed); at
+ * the leader's stop every member sees EOF and stops cleanly.
+ *
+ * The child execs this binary again right after the fork hook (its only calls
+ * before exec are close() and fcntl()): a sanitizer's child of a multi-threaded
+ * fork may neither allocate (ASan) nor start threads (TSan), and the member is
+ * a process of its own in FollowFork too. The main thread plays the host's and
+ * the HTTP threads' part; no thread of the test's own.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "api.h"
+#include "core.h"
+#include "start.h"
+
+#define MEMBERS 3
+#define MEMBER_JSON "{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}"
+
+/* ---- the member process (this binary with --member FD) ---------------------- */
+
+static pthread_mutex_t gone_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gone_cond = PTHREAD_COND_INITIALIZER;
+static int gone;
+
+static void on_leader_gone(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&gone_lock);
+    gone = 1;
+    pthread_cond_signal(&gone_cond);
+    pthread_mutex_unlock(&gone_lock);
+}
+
+/* Exit 0 when the leader's end closed and the member stopped; 2 no start. */
+static int member_main(int fd)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    if (mt_create_member(MEMBER_JSON, fd, on_leader_gone, NULL, &mt, &err) != 0 || !mt) {
+        fprintf(stderr, "member %d: %s\n", (int)getpid(), err ? err : "no start");
+        free(err);
+        return 2;
+    }
+    pthread_mutex_lock(&gone_lock);
+    while (!gone)
+        pthread_cond_wait(&gone_cond, &gone_lock);
+    pthread_mutex_unlock(&gone_lock);
+    mt_destroy(mt);
+    return 0;
+}
+
+/* ---- the leader ------------------------------------------------------------- */
+
+/* The group's channels this process holds: its SOCK_SEQPACKET sockets (nothing else
+ * of memtrim's or the test's is one). */
+static int channels_open(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        int fd = atoi(e->d_name), type = 0;
+        socklen_t len = sizeof(type);
+        if (e->d_name[0] == '.' || fd == dirfd(d))
+            continue;
+        if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_SEQPACKET)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Fork one member through the leader's fork hooks; its pid, or -1. */
+static pid_t fork_member(struct memtrim *mt, char *self, char *fdarg)
+{
+    char *argv[] = {self, "--member", fdarg, NULL};
+    mt_group_fork_prepare(mt);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = mt_group_fork_child(mt);
+        /* Keep the channel across exec on a known number (close-on-exec drops the
+         * original); nothing that allocates before exec. */
+        if (fd < 0 || dup2(fd, 100) < 0)
+            _exit(3);
+        execv("/proc/self/exe", argv);
+        _exit(4);
+    }
+    mt_group_fork_parent(mt);
+    return pid;
+}
+
+static int info(struct memtrim *mt, struct mt_group_info *gi, struct mt_member *m)
+{
+    int n = 0;
+    if (mt_group_info(mt, gi, m, MT_GROUP_MAX, &n) != 0)
+        return -1;
+    return n;
+}
+
+/* Members (the leader included) that joined and reported at least once. */
+static int reported(struct memtrim *mt)
+{
+    struct mt_group_info gi;
+    struct mt_member m[MT_GROUP_MAX];
+    int n = info(mt, &gi, m), k = 0;
+    for (int i = 0; i < n; i++)
+        k += m[i].report_age_ms >= 0 && m[i].snap.cheap.rss_bytes > 0;
+    return k;
+}
+
+static int is_member(struct memtrim *mt, int pid)
+{
+    struct mt_group_info gi;
+    struct mt_member m[MT_GROUP_MAX];
+    int n = info(mt, &gi, m);
+    for (int i = 0; i < n; i++)
+        if (m[i].pid == pid)
+            return 1;
+    return 0;
+}
+
+static void test_members_report_trim_and_leave(void)
+{
+    char self[] = "test_group_channel", fdarg[] = "100";
+    pid_t pids[MEMBERS];
+    struct mt_member_trim out[MT_GROUP_MAX];
+    int n = 0, before = channels_open();
+    struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\", "
+                               "\"ManualTrimMinIntervalMs\": 0}}");
+    if (!mt)
+        return;
+    char *err = NULL;
+    CHECK_EQ_INT(mt_group_lead(mt, &err), 0);
+    free(err);
+
+    for (int i = 0; i < MEMBERS; i++) {
+        pids[i] = fork_member(mt, self, fdarg);
+        CHECK(pids[i] > 0);
+    }
+    CHECK_EQ_INT(channels_open(), before + MEMBERS); /* the leader's ends, no pair left over */
+    WAIT_FOR(reported(mt) == MEMBERS + 1, 60);
+    CHECK_EQ_INT(reported(mt), MEMBERS + 1);
+
+    /* A manual trim through the leader: itself first, then each member in turn. */
+    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(n, MEMBERS + 1);
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(out[i].rc == 0, "pid %d: %d %s", out[i].pid, out[i].rc, out[i].error);
+        CHECK_EQ_INT(out[i].r.pid, out[i].pid);
+    }
+    CHECK_EQ_INT(out[0].pid, getpid());
+    for (int i = 0; i < MEMBERS; i++)
+        CHECK(is_member(mt, pids[i]));
+    /* The members' trims came back over their channels too (trim done: counted). */
+    struct mt_group_info gi;
+    struct mt_member m[MT_GROUP_MAX];
+    WAIT_FOR(info(mt, &gi, m) == MEMBERS + 1 && m[1].trims > 0 && m[2].trims > 0 &&
+                 m[3].trims > 0, 60);
+    for (int i = 1; i < MEMBERS + 1; i++)
+        CHECK_MSG(m[i].trims > 0, "pid %d reported no trim", m[i].pid);
+
+    /* A member killed: its entry and its descriptor go at once (EOF), and no request
+     * waits for it. */
+    int status = 0;
+    CHECK_EQ_INT(kill(pids[1], SIGKILL), 0);
+    CHECK_EQ_INT(waitpid(pids[1], &status, 0), pids[1]);
+    CHECK(WIFSIGNALED(status));
+    WAIT_FOR(!is_member(mt, pids[1]) && channels_open() == before + MEMBERS - 1, 60);
+    CHECK(!is_member(mt, pids[1]));
+    CHECK_EQ_INT(channels_open(), before + MEMBERS - 1);
+    CHECK_EQ_INT(info(mt, &gi, m), MEMBERS);
+    CHECK_EQ_INT(gi.members, MEMBERS);
+    CHECK_EQ_INT(gi.joined, MEMBERS);
+    CHECK_EQ_INT(gi.left, 1);
+    CHECK_EQ_INT(mt_group_trim(mt, pids[1], -1, out, MT_GROUP_MAX, &n, NULL), -ENOENT);
+    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(n, MEMBERS);
+    for (int i = 0; i < n; i++) {
+        CHECK_MSG(out[i].rc == 0, "pid %d: %d %s", out[i].pid, out[i].rc, out[i].error);
+        CHECK(out[i].pid != pids[1]);
+    }
+
+    /* A member forked after one left takes a free place and reports like the others. */
+    pids[1] = fork_member(mt, self, fdarg);
+    CHECK(pids[1] > 0);
+    WAIT_FOR(reported(mt) == MEMBERS + 1, 60);
+    CHECK_EQ_INT(reported(mt), MEMBERS + 1);
+    CHECK_EQ_INT(channels_open(), before + MEMBERS);
+
+    /* The leader's stop closes every channel: each member sees EOF and stops (exit 0). */
+    mt_destroy(mt);
+    CHECK_EQ_INT(channels_open(), before);
+    for (int i = 0; i < MEMBERS; i++) {
+        CHECK_EQ_INT(waitpid(pids[i], &status, 0), pids[i]);
+        CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "member %d: status %#x",
+                  (int)pids[i], status);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--member") == 0)
+        return member_main(atoi(argv[2]));
+    RUN(test_members_report_trim_and_leave);
+    return harness_end();
+}
