@@ -2,7 +2,8 @@
 the test's CA, a wrong CA, TLS 1.1, plain HTTP to the TLS port; every start error names
 its file (missing, not a file, a key others may read, not PEM, a key of another pair, an
 expired certificate); client certificates (HttpsClientCA) with and without one, and one
-of another CA; a certificate renewed while clients poll, with no failed request."""
+of another CA; a certificate renewed while clients poll, with no failed request; the
+clients' CA file rotated while the server runs."""
 import json
 import ssl
 import subprocess
@@ -237,3 +238,33 @@ def test_renewal_that_does_not_load_keeps_the_old_one(start_demo, pki, tmp_path)
     assert "does not match the certificate" in d.output()
     assert same_cert(served_certificate(d.port), pki["srv"][0].read_text())
     assert d.get("/healthz").status_code == 200
+
+
+def test_client_ca_rotated(start_demo, pki, tmp_path):
+    """HttpsClientCA replaced (rename) while the server runs: within seconds new
+    connections need a certificate of the new CA; one of the old CA is refused."""
+    live = tmp_path / "clientca"
+    live.mkdir()
+    ca_file = live / "clients.pem"
+    ca_file.write_bytes(pki["ca"].pem.read_bytes())
+    d = start_demo(tls_config(pki, HttpsClientCA=str(ca_file), AuthToken=TOKEN,
+                              ReadToken=READ),
+                   workers=1, study_mb=4, ca=pki["ca"].pem, cert=pki["client"])
+    url = f"https://localhost:{d.port}/metrics"
+    base = ["--cacert", str(pki["ca"].pem), "-H", f"Authorization: Bearer {READ}",
+            "-o", "/dev/null", "-w", "%{http_code}"]
+
+    def status(pair):
+        rc, out, err = curl(*base, "--cert", str(pair[0]), "--key", str(pair[1]), url)
+        assert rc == 0, (rc, out, err)
+        return out
+
+    assert status(pki["client"]) == "200"
+    assert status(pki["stranger"]) == "403"
+    tmp = live / "clients.new"
+    tmp.write_bytes(pki["other"].pem.read_bytes())  # the clients' CA is now "another CA"
+    tmp.rename(ca_file)
+    wait_for(lambda: status(pki["stranger"]) == "200", 30,
+             "a client of the new CA to be accepted", interval=0.2)
+    assert status(pki["client"]) == "403"
+    assert "renewed: new connections get it" in d.output()
