@@ -78,6 +78,10 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
         }
         api_group_member(list, &m[i], failed);
     }
+    if (gi.name[0])
+        api_json_str(g, "name", gi.name, failed);
+    else
+        api_json_item(g, "name", cJSON_CreateNull(), failed);
     api_json_int(g, "member_count", gi.members, failed);
     api_json_int(g, "rss_bytes", (int64_t)rss, failed);
     api_json_int(g, "rss_anon_bytes", (int64_t)anon, failed);

@@ -20,9 +20,16 @@
  * it as a member on that channel (no port, no store), then waits: when the
  * leader's end closes (it exited), the member stops and, first in the join
  * order, takes the port over as the new leader (docs/groups.md).
+ * Named groups (GroupName, for processes started separately): a
+ * "memtrim-named" thread elects (core/instance/named.c): the winner holds the
+ * group's lock for its life, listens on the group's socket and starts the
+ * full instance; the others connect and run as members on that channel; when
+ * their leader's end closes they elect again (one takes over, the others join
+ * it). The thread ends once this process leads, or for good on a refusal.
  * Locks: preload_lock guards preload_instance and the restart thread's state;
  * it is held across fork() (prepare/parent/child handlers), never across a
- * start or a stop. The PortFile state is written by whichever of the
+ * start or a stop; it also guards the named group's rendezvous (named,
+ * named_chan), so that a forked child closes every copy of its descriptors. The PortFile state is written by whichever of the
  * constructor and the restart thread started memtrim in this process (the
  * pid it records tells a forked child's inherited copy apart) and read by the
  * destructor after it joined that thread.
@@ -49,6 +56,9 @@
 #define CONFIG_FILE_MAX (1024 * 1024)
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
 #define FORK_RETRY_MAX 50    /* ...for 5 s: a daemon's parent exits well within that */
+#define NAMED_RETRY_MS 20    /* a named group's role being taken: ask again this often... */
+#define NAMED_RETRY_MAX 500  /* ...for 10 s */
+#define NAMED_REFUSALS_MAX 5 /* channels closed before a welcome, in a row: give up */
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct memtrim *preload_instance; /* guarded by preload_lock */
@@ -59,6 +69,13 @@ static int restart_running, exiting;
 static int member_fd = -1;              /* a forked child's channel to its leader */
 static int leader_gone;                 /* the leader's end closed */
 static pthread_cond_t preload_cond = PTHREAD_COND_INITIALIZER; /* leader_gone or exiting */
+static struct mt_named named = {.dirfd = -1, .lock_fd = -1, .listen_fd = -1}; /* GroupName's */
+static int named_chan = -1; /* a named member's channel until its instance owns it */
+
+static int named_wanted(const struct mt_config *cfg)
+{
+    return cfg->enabled && cfg->group_name[0] != '\0';
+}
 
 /* Forked children join this process's group: FollowFork on one fixed port. */
 static int group_wanted(const struct mt_config *cfg)
@@ -322,6 +339,8 @@ static int run_member(int fd)
     pthread_mutex_unlock(&preload_lock);
     int index = mt_group_join_index(mt);
     mt_destroy(mt);
+    if (named_wanted(&preload_cfg))
+        return 2; /* the named group elects its next leader (named_main) */
     /* Until the leader is gone for good: the kernel re-parents us after it closed its
      * files, so its store's locks are released by then (at most 5 s). */
     struct timespec tick = {0, 20 * 1000000L};
@@ -347,6 +366,197 @@ static int run_member(int fd)
     return 1;
 }
 
+/* Wait up to ms for exiting (under preload_lock); returns exiting. */
+static int wait_exiting_locked(int ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_nsec += (long)ms * 1000000L;
+    deadline.tv_sec += deadline.tv_nsec / 1000000000L;
+    deadline.tv_nsec %= 1000000000L;
+    if (!exiting)
+        pthread_cond_timedwait(&preload_cond, &preload_lock, &deadline);
+    return exiting;
+}
+
+static int wait_exiting(int ms)
+{
+    pthread_mutex_lock(&preload_lock);
+    int stop = wait_exiting_locked(ms);
+    pthread_mutex_unlock(&preload_lock);
+    return stop;
+}
+
+/* Won the election: serve the port and the store, accept the members. 1 leads, 0 not. */
+static int named_lead(void)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    /* A leader that was killed closes its descriptors one by one: its port may outlive
+     * its lock a moment. */
+    for (int i = 0; i < FORK_RETRY_MAX && !port_free(&preload_cfg); i++)
+        if (wait_exiting(FORK_RETRY_MS))
+            return 0;
+    if (mt_create(preload_json, &api_routes, &mt, &err) != 0 || !mt) {
+        fprintf(stderr, "memtrim: GroupName %s: pid %ld cannot lead the group (see above); "
+                        "the program runs on without memtrim\n", preload_cfg.group_name,
+                (long)getpid());
+        free(err);
+        pthread_mutex_lock(&preload_lock);
+        mt_named_resign(&named); /* another member may take the role */
+        pthread_mutex_unlock(&preload_lock);
+        return 0;
+    }
+    free(err);
+    err = NULL;
+    pthread_mutex_lock(&preload_lock);
+    int listen_fd = named.listen_fd;
+    pthread_mutex_unlock(&preload_lock);
+    if (mt_group_lead_named(mt, listen_fd, preload_cfg.group_name,
+                            preload_cfg.follow_fork && preload_cfg.group, &err) != 0) {
+        mt_log(MT_LOG_WARNING, "preload", "GroupName %s: %s; memtrim stops in this process",
+               preload_cfg.group_name, err ? err : "cannot lead");
+        free(err);
+        mt_destroy(mt);
+        pthread_mutex_lock(&preload_lock);
+        mt_named_resign(&named);
+        pthread_mutex_unlock(&preload_lock);
+        return 0;
+    }
+    free(err);
+    port_file_write(mt);
+    pthread_mutex_lock(&preload_lock);
+    if (exiting) { /* the destructor waits for us; it withdraws the socket after */
+        pthread_mutex_unlock(&preload_lock);
+        port_file_remove(mt_http_port(mt));
+        mt_destroy(mt);
+        return 0;
+    }
+    preload_instance = mt;
+    pthread_mutex_unlock(&preload_lock);
+    return 1;
+}
+
+/* Connected to the leader: run as a member on that channel. 1 joined, 0 not. */
+static int named_join(int fd)
+{
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    int rc = mt_create_member(preload_json, fd, on_leader_gone, NULL, &mt, &err);
+    free(err);
+    pthread_mutex_lock(&preload_lock);
+    named_chan = -1; /* the instance's (or closed) from here on */
+    if (rc != 0 || !mt) {
+        pthread_mutex_unlock(&preload_lock);
+        fprintf(stderr, "memtrim: GroupName %s: pid %ld did not join the group (see above); "
+                        "the program runs on without memtrim\n", preload_cfg.group_name,
+                (long)getpid());
+        return 0;
+    }
+    if (exiting) {
+        pthread_mutex_unlock(&preload_lock);
+        mt_destroy(mt);
+        return 0;
+    }
+    preload_instance = mt;
+    pthread_mutex_unlock(&preload_lock);
+    mt_log(MT_LOG_DEBUG, "preload", "pid %ld joined the worker group %s", (long)getpid(),
+           preload_cfg.group_name);
+    return 1;
+}
+
+/* Elect until this process leads or is a member: 1, or 0 when memtrim stays off here. */
+static int named_attempt(void)
+{
+    for (int tries = 0;; tries++) {
+        int fd = -1;
+        char *err = NULL;
+        pthread_mutex_lock(&preload_lock);
+        if (exiting) {
+            pthread_mutex_unlock(&preload_lock);
+            return 0;
+        }
+        int rc = mt_named_elect(&named, &fd, &err);
+        if (rc == MT_NAMED_MEMBER)
+            named_chan = fd; /* a fork from here on closes the child's copy */
+        pthread_mutex_unlock(&preload_lock);
+        if (rc == MT_NAMED_LEADER) {
+            free(err);
+            return named_lead();
+        }
+        if (rc == MT_NAMED_MEMBER) {
+            free(err);
+            return named_join(fd);
+        }
+        if (rc != -EAGAIN || tries >= NAMED_RETRY_MAX) {
+            if (rc == -EAGAIN)
+                mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the group's lock is held but "
+                                                  "nobody answered on its socket for %d s; "
+                                                  "memtrim stays off in pid %ld",
+                       preload_cfg.group_name, NAMED_RETRY_MAX * NAMED_RETRY_MS / 1000,
+                       (long)getpid());
+            else
+                fprintf(stderr, "memtrim: not started: %s\n", err ? err : strerror(-rc));
+            free(err);
+            return 0;
+        }
+        free(err);
+        if (wait_exiting(NAMED_RETRY_MS))
+            return 0;
+    }
+}
+
+/*
+ * The "memtrim-named" thread: elect; as a member, wait until the leader's end
+ * closes, then elect again. Ends once this process leads (the instance stays
+ * until exit), at exit, or when memtrim stays off here.
+ */
+static void *named_main(void *arg)
+{
+    int refusals = 0;
+    (void)arg;
+    for (;;) {
+        struct memtrim *mt = NULL;
+        pthread_mutex_lock(&preload_lock);
+        while (preload_instance && !leader_gone && !exiting)
+            pthread_cond_wait(&preload_cond, &preload_lock);
+        if (exiting) { /* the destructor stops preload_instance once it joined us */
+            pthread_mutex_unlock(&preload_lock);
+            return NULL;
+        }
+        if (preload_instance && leader_gone) {
+            mt = preload_instance;
+            preload_instance = NULL;
+        }
+        leader_gone = 0;
+        pthread_mutex_unlock(&preload_lock);
+        if (mt) {
+            /* Closed before its welcome: refused (the group is full, or not ours). */
+            refusals = mt_group_join_index(mt) > 0 ? 0 : refusals + 1;
+            mt_destroy(mt);
+            mt_log(MT_LOG_INFO, "preload", "GroupName %s: the group's leader is gone; pid %ld "
+                                           "takes part in choosing the next one",
+                   preload_cfg.group_name, (long)getpid());
+            if (refusals >= NAMED_REFUSALS_MAX) {
+                mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the leader closed the channel "
+                                                  "before welcoming pid %ld %d times in a row; "
+                                                  "memtrim stays off in this process",
+                       preload_cfg.group_name, (long)getpid(), refusals);
+                return NULL;
+            }
+            if (refusals && wait_exiting(FORK_RETRY_MS * refusals))
+                return NULL;
+        }
+        if (!named_attempt())
+            return NULL;
+        pthread_mutex_lock(&preload_lock);
+        int leads = named.lock_fd >= 0;
+        pthread_mutex_unlock(&preload_lock);
+        if (leads)
+            return NULL;
+    }
+}
+
 static void *restart_main(void *arg)
 {
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
@@ -357,7 +567,10 @@ static void *restart_main(void *arg)
     int fd = member_fd;
     member_fd = -1;
     pthread_mutex_unlock(&preload_lock);
-    if (fd >= 0 && !run_member(fd))
+    int rc = fd >= 0 ? run_member(fd) : 1;
+    if (rc == 2 || (fd < 0 && named_wanted(&preload_cfg)))
+        return named_main(arg); /* a named group: its election, not the port's race */
+    if (rc == 0)
         return NULL;
     for (int i = 0; i < FORK_RETRY_MAX && !port_free(&preload_cfg); i++) {
         nanosleep(&pause, NULL);
@@ -417,6 +630,11 @@ static void preload_child_after_fork(void)
     leader_gone = 0;
     pthread_cond_init(&preload_cond, NULL); /* a waiter of the parent's is not here */
     int fd = old ? mt_group_fork_child(old) : -1;
+    mt_named_fork_child(&named); /* the parent's lock and socket: never a child's */
+    if (named_chan >= 0) {
+        close(named_chan);
+        named_chan = -1;
+    }
     pthread_mutex_unlock(&preload_lock);
     if (old)
         close_inherited_listener(mt_http_port(old));
@@ -456,7 +674,26 @@ __attribute__((constructor)) static void preload_init(void)
         free(err);
         return;
     }
-    if (!program_wanted(&preload_cfg) || (preload_cfg.enabled && held_by_ancestor(&preload_cfg))) {
+    int wanted = program_wanted(&preload_cfg);
+    if (wanted && named_wanted(&preload_cfg)) {
+        /* A named group: the election runs on its own thread (it may wait for a leader). */
+        if (mt_named_open(&named, &preload_cfg, &err) != 0) {
+            fprintf(stderr, "memtrim: not started: %s\n", err ? err : "GroupName: no directory");
+            free(err);
+            free(preload_json);
+            preload_json = NULL;
+            return;
+        }
+        pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
+        pthread_mutex_lock(&preload_lock);
+        restart_running = mt_thread_start(&restart_thread, "memtrim-named", named_main, NULL) == 0;
+        pthread_mutex_unlock(&preload_lock);
+        if (!restart_running)
+            fprintf(stderr, "memtrim: not started: GroupName %s: cannot start its thread\n",
+                    preload_cfg.group_name);
+        return;
+    }
+    if (!wanted || (preload_cfg.enabled && held_by_ancestor(&preload_cfg))) {
         free(preload_json);
         preload_json = NULL;
         return;
@@ -493,8 +730,14 @@ __attribute__((destructor)) static void preload_fini(void)
     pthread_mutex_lock(&preload_lock);
     mt = preload_instance;
     preload_instance = NULL;
+    /* A named leader withdraws its socket first: newcomers wait for the next leader
+     * rather than queue at a socket nobody will accept on. */
+    mt_named_unpublish(&named);
     pthread_mutex_unlock(&preload_lock);
     if (mt)
         port_file_remove(mt_http_port(mt));
     mt_destroy(mt);
+    pthread_mutex_lock(&preload_lock);
+    mt_named_close(&named); /* drops the lock: a member takes the role over */
+    pthread_mutex_unlock(&preload_lock);
 }

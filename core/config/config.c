@@ -99,6 +99,10 @@ static const struct config_key keys[] = {
     {.name = "FollowFork", .type = KEY_BOOL, .offset = OFF(follow_fork), .min = 0, .max = 1,
      .def_num = 0},
     {.name = "Group", .type = KEY_BOOL, .offset = OFF(group), .min = 0, .max = 1, .def_num = 1},
+    {.name = "GroupName", .type = KEY_STRING, .offset = OFF(group_name), .size = SZ(group_name),
+     .def_str = "", .nullable = 1},
+    {.name = "GroupDir", .type = KEY_STRING, .offset = OFF(group_dir), .size = SZ(group_dir),
+     .def_str = "", .nullable = 1},
     /* 0 = auto: a small share of the process's descriptors (server.c, server_limits). */
     {.name = "MaxConnections", .type = KEY_INT, .offset = OFF(max_connections), .min = 0,
      .max = 100000, .def_num = 0},
@@ -486,9 +490,51 @@ static int check_relations(const struct mt_config *cfg, int runtime_only, char *
     return 0;
 }
 
-/* The tokens, TLS and the unix socket. */
+/* ASCII only: the host's locale must not widen what a file name in the group's directory may hold. */
+static int ascii_alnum(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+int config_group_name_check(const char *name, char **err)
+{
+    size_t n = strlen(name);
+    *err = NULL;
+    if (n == 0 || n > MT_GROUP_NAME_MAX) {
+        *err = errf("configuration key GroupName: %s (1 to %d bytes)",
+                    n ? "too long" : "must not be empty", MT_GROUP_NAME_MAX);
+        return -EINVAL;
+    }
+    if (!ascii_alnum((unsigned char)name[0])) {
+        *err = errf("configuration key GroupName: \"%.*s\" must start with a letter or a digit",
+                    MT_GROUP_NAME_MAX, name);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        if (!ascii_alnum(c) && c != '.' && c != '_' && c != '-') {
+            *err = errf("configuration key GroupName: \"%.*s\": byte %zu (0x%02x) is not a "
+                        "letter, a digit, '.', '_' or '-'", MT_GROUP_NAME_MAX, name, i + 1, c);
+            return -EINVAL;
+        }
+    }
+    return 0;
+}
+
+/* The tokens, TLS, the unix socket and the named group. */
 static int check_start_relations(const struct mt_config *cfg, char **err)
 {
+    if (cfg->group_name[0] && config_group_name_check(cfg->group_name, err) != 0)
+        return -EINVAL;
+    if (cfg->group_dir[0] && cfg->group_dir[0] != '/') {
+        *err = errf("configuration key GroupDir: \"%s\": needs an absolute path", cfg->group_dir);
+        return -EINVAL;
+    }
+    if (cfg->group_dir[0] && !cfg->group_name[0]) {
+        *err = errf("configuration key GroupDir: needs a GroupName beside it (the group whose "
+                    "socket it holds)");
+        return -EINVAL;
+    }
     if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
         *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
         return -EINVAL;

@@ -13,6 +13,7 @@
 struct cJSON;
 
 #define MT_CONFIG_STR_MAX 512
+#define MT_GROUP_NAME_MAX 64 /* GroupName's length at most */
 
 struct mt_config {
     int enabled;
@@ -37,6 +38,9 @@ struct mt_config {
     int follow_fork;       /* LD_PRELOAD: restart in a forked child */
     int group;             /* LD_PRELOAD, FollowFork with a fixed HttpPort: forked children
                             * join the serving process's worker group (core/instance/group.c) */
+    /* LD_PRELOAD: processes started separately with one GroupName form a group (named.c) */
+    char group_name[MT_GROUP_NAME_MAX + 1]; /* "" = none */
+    char group_dir[MT_CONFIG_STR_MAX];      /* "" = $XDG_RUNTIME_DIR/memtrim, /run/memtrim, ... */
     int max_connections;        /* 0 = auto (server.c) */
     int max_connections_per_ip; /* 0 = auto */
     int connection_timeout_seconds; /* idle time */
@@ -69,6 +73,13 @@ struct mt_config {
     char http_socket_mode[8];                /* octal, for a unix socket HttpBind */
     char http_socket_group[64];              /* "" = the host's own group */
 };
+
+/*
+ * A GroupName: 1 to MT_GROUP_NAME_MAX bytes of letters, digits, '.', '_' and
+ * '-', starting with a letter or digit (it names files in the group's
+ * directory). 0, or -EINVAL with *err naming the key. Pure.
+ */
+int config_group_name_check(const char *name, char **err);
 
 /* Fill *cfg with the defaults. */
 void config_defaults(struct mt_config *cfg);

@@ -10,8 +10,9 @@
  * keeps each message whole. Close-on-exec: a child that execs a new program
  * drops its end, and the leader forgets it the same way.
  *
- * Threads: "memtrim-group" per instance in a group. Leader: polls a wake pipe
- * and every member's channel; every tick (100 ms, 10 ms inside the zone) it
+ * Threads: "memtrim-group" per instance in a group. Leader: polls a wake pipe,
+ * every member's channel and, in a named group, the group's socket (it accepts
+ * this uid or root, SO_PEERCRED; the socket is its caller's, named.c); every tick (100 ms, 10 ms inside the zone) it
  * refreshes its own entry, reads the cgroup's usage, tells members when the
  * zone starts and ends (they probe their heap at the zone's pace), asks the
  * member the decision picks to trim (one request in flight: staggered), and
@@ -81,6 +82,7 @@ struct group_msg {
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
+    int cred_pid;            /* a named group's member: its pid as the kernel says (SO_PEERCRED) */
     char program[GROUP_PROGRAM_MAX];
     int64_t joined_ms, report_ns;
     struct mt_snapshot snap;
@@ -111,6 +113,9 @@ struct group {
     struct group_request req[GROUP_MAX_REQUESTS];
     uint64_t next_req;
     int fork_fds[2];
+    int forks_join;   /* forked children join over a socketpair (FollowFork) */
+    int listen_fd;    /* a named group's socket (the caller's), -1 */
+    char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
     int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
     int64_t zone_seen_ns;             /* the usage was last inside the zone then */
@@ -201,6 +206,7 @@ static struct group *group_alloc(struct memtrim *mt, int role)
     g->role = role;
     g->fd = -1;
     g->fork_fds[0] = g->fork_fds[1] = -1;
+    g->listen_fd = -1;
     g->usage = -1;
     g->limit = -1;
     g->base_usage = -1;
@@ -487,7 +493,8 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
             return -1;
         struct group_msg w;
         pthread_mutex_lock(&g->lock);
-        m->pid = msg->pid;
+        /* A named member's pid is the kernel's word (and in the leader's pid namespace). */
+        m->pid = m->cred_pid > 0 ? m->cred_pid : msg->pid;
         snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
                  msg->u.program);
         for (size_t i = 0; i < sizeof(m->program) && m->program[i]; i++)
@@ -733,12 +740,59 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
     (void)pid;
 }
 
+/* A new member's channel into a free entry (under g->lock); 0, or -1 when the registry is full. */
+static int member_add(struct group *g, int fd, int cred_pid)
+{
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (!g->m[i].used) {
+            memset(&g->m[i], 0, sizeof(g->m[i]));
+            g->m[i].used = 1;
+            g->m[i].fd = fd;
+            g->m[i].cred_pid = cred_pid;
+            return 0;
+        }
+    g->refused++;
+    return -1;
+}
+
+/* A process connected to a named group's socket: this uid or root joins (it says hello next). */
+static void leader_accept(struct group *g)
+{
+    for (int k = 0; k < 16; k++) { /* a bounded batch */
+        int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            return; /* EAGAIN, or a peer gone before we took it */
+        struct ucred cred;
+        socklen_t len = sizeof(cred);
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+            !mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid())) {
+            close(fd);
+            pthread_mutex_lock(&g->lock);
+            g->refused++;
+            pthread_mutex_unlock(&g->lock);
+            mt_log(MT_LOG_WARNING, "group", "GroupName %s: refused pid %ld (uid %u): only uid %u "
+                                            "and root may join this group", g->name,
+                   (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+            continue;
+        }
+        pthread_mutex_lock(&g->lock);
+        int full = member_add(g, fd, (int)cred.pid);
+        pthread_mutex_unlock(&g->lock);
+        if (full) {
+            close(fd); /* it sees EOF before a welcome and runs without memtrim */
+            mt_log(MT_LOG_WARNING, "group", "GroupName %s: refused pid %ld: the group has %d "
+                                            "members already", g->name, (long)cred.pid,
+                   GROUP_MAX_MEMBERS);
+        }
+    }
+}
+
 static void *leader_main(void *arg)
 {
     struct group *g = arg;
     struct memtrim *mt = g->mt;
-    struct pollfd p[GROUP_MAX_MEMBERS + 1];
-    struct group_member *who[GROUP_MAX_MEMBERS + 1];
+    struct pollfd p[GROUP_MAX_MEMBERS + 2];
+    struct group_member *who[GROUP_MAX_MEMBERS + 2];
     struct mt_config cfg;
     uint64_t generation;
     pthread_mutex_lock(&mt->cfg_lock);
@@ -761,6 +815,8 @@ static void *leader_main(void *arg)
         int n = 0;
         p[n] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
         who[n++] = NULL;
+        p[n] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN}; /* -1: ignored by poll */
+        who[n++] = NULL;
         pthread_mutex_lock(&g->lock);
         int zone = g->zone, stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
@@ -776,20 +832,26 @@ static void *leader_main(void *arg)
             continue;
         if (p[0].revents)
             drain(g->wake[0]);
-        for (int i = 1; i < n; i++)
+        if (p[1].revents)
+            leader_accept(g);
+        for (int i = 2; i < n; i++)
             if (p[i].revents)
                 leader_read(g, who[i], cfg.sample_interval_seconds);
     }
     return NULL;
 }
 
-int group_lead(struct memtrim *mt, char **err)
+static int group_lead_with(struct memtrim *mt, int listen_fd, const char *name, int forks_join,
+                           char **err)
 {
     struct group *g = group_alloc(mt, GROUP_LEADER);
     if (!g) {
         *err = mt_strdup("group: out of memory or descriptors");
         return -ENOMEM;
     }
+    g->listen_fd = listen_fd;
+    g->forks_join = forks_join;
+    snprintf(g->name, sizeof(g->name), "%s", name ? name : "");
     g->m[0].used = 1;
     g->m[0].self = 1;
     g->m[0].fd = -1;
@@ -813,9 +875,27 @@ int group_lead(struct memtrim *mt, char **err)
         return -rc;
     }
     g->started = 1;
-    mt_log(MT_LOG_INFO, "group", "pid %ld leads a worker group: its forked children join it "
-                                 "(one port, one store)", (long)getpid());
+    if (g->name[0])
+        mt_log(MT_LOG_INFO, "group", "pid %ld leads the worker group %s: processes started with "
+                                     "GroupName %s join it (one port, one store)",
+               (long)getpid(), g->name, g->name);
+    else
+        mt_log(MT_LOG_INFO, "group", "pid %ld leads a worker group: its forked children join it "
+                                     "(one port, one store)", (long)getpid());
     return 0;
+}
+
+int group_lead(struct memtrim *mt, char **err)
+{
+    return group_lead_with(mt, -1, NULL, 1, err);
+}
+
+int mt_group_lead_named(struct memtrim *mt, int listen_fd, const char *name, int forks_join,
+                        char **err)
+{
+    if (!mt || mt->group || listen_fd < 0)
+        return -EINVAL;
+    return group_lead_with(mt, listen_fd, name, forks_join, err);
 }
 
 int mt_group_lead(struct memtrim *mt, char **err)
@@ -902,7 +982,8 @@ void mt_group_fork_prepare(struct memtrim *mt)
     if (!g || g->role != GROUP_LEADER)
         return;
     pthread_mutex_lock(&g->lock);
-    if (g->stop || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, g->fork_fds) != 0)
+    if (g->stop || !g->forks_join ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, g->fork_fds) != 0)
         g->fork_fds[0] = g->fork_fds[1] = -1;
 }
 
@@ -916,17 +997,9 @@ void mt_group_fork_parent(struct memtrim *mt)
     int added = 0;
     if (g->fork_fds[0] >= 0) {
         close(g->fork_fds[1]);
-        for (int i = 1; i < GROUP_MAX_MEMBERS && !added; i++)
-            if (!g->m[i].used) {
-                memset(&g->m[i], 0, sizeof(g->m[i]));
-                g->m[i].used = 1;
-                g->m[i].fd = g->fork_fds[0];
-                added = 1;
-            }
-        if (!added) {
+        added = member_add(g, g->fork_fds[0], 0) == 0;
+        if (!added)
             close(g->fork_fds[0]); /* full: the child sees EOF and runs without memtrim */
-            g->refused++;
-        }
     }
     g->fork_fds[0] = g->fork_fds[1] = -1;
     pthread_mutex_unlock(&g->lock);
@@ -984,6 +1057,7 @@ int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_memb
     info->limit_bytes = g->limit;
     info->zone = g->zone;
     info->usage_source = g->usage_source;
+    snprintf(info->name, sizeof(info->name), "%s", g->name);
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
         const struct group_member *m = &g->m[i];
         if (!m->used || m->pid <= 0)

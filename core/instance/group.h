@@ -4,7 +4,8 @@
  * port, one store and one pressure decision. The process that serves (the
  * leader) keeps a registry of members; each member reports over its own
  * channel (a SOCK_SEQPACKET socketpair made at fork, so only the two
- * processes hold it) and trims itself when asked, because malloc_trim must
+ * processes hold it; in a named group, a connection accepted on the group's
+ * unix socket, named.c) and trims itself when asked, because malloc_trim must
  * run in the process that owns the heap. Private to core/; api/ and plugin/
  * use core.h.
  *

@@ -505,8 +505,8 @@ static int instance_create(const char *config_json, const struct server_routes *
     if ((rc = run_steps(mt, &ctx, &module, &e)))
         goto fail_running;
     if (mt->member) {
-        mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of its "
-                                     "parent's group", MEMTRIM_VERSION, (long)getpid());
+        mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of a "
+                                     "worker group", MEMTRIM_VERSION, (long)getpid());
         *out = mt;
         return 0;
     }

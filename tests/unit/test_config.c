@@ -102,6 +102,7 @@ static void test_every_key(void)
             {"HttpsClientCA", "{\"HttpsClientCA\": \"z\", \"HttpsCertificate\": \"x\", "
                               "\"HttpsPrivateKey\": \"y\"}"},
             {"HttpSocketMode", "{\"HttpSocketMode\": \"0600\"}"},
+            {"GroupDir", "{\"GroupDir\": \"/run/g\", \"GroupName\": \"web\"}"},
         };
         for (size_t p = 0; p < sizeof(pairs) / sizeof(pairs[0]); p++)
             if (strcmp(name, pairs[p][0]) == 0)
@@ -134,7 +135,7 @@ static void test_every_key(void)
             free(err);
         }
     }
-    CHECK_EQ_INT(nkeys, 46);
+    CHECK_EQ_INT(nkeys, 48);
     /* a key with a list of values names them when given another */
     CHECK_EQ_INT(parse("{\"Allocator\": \"tcmaloc\"}", &cfg, &err), -EINVAL);
     CHECK_CONTAINS(err, "Allocator");

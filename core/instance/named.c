@@ -1,0 +1,345 @@
+/*
+ * named.c - named worker groups (GroupName, docs/groups.md): processes
+ * started separately that load memtrim with one GroupName meet at a unix
+ * socket in a private directory. The first to take the group's lock leads:
+ * it binds <dir>/<name>.sock, serves the API and owns the store; the others
+ * connect and run as members on that channel, with the protocol of the
+ * FollowFork groups (group.c). This file is the rendezvous only: choose and
+ * check the directory, elect, publish and withdraw the socket.
+ *
+ * Why a lock beside the socket: the leader holds flock(<name>.lock) for its
+ * whole life and the kernel drops it however the leader dies (SIGKILL
+ * included), so two leaders can never coexist, and a socket file found while
+ * holding the lock is a dead leader's (it is replaced only after a connect
+ * finds nobody behind it). The directory is private (0700, this uid's own;
+ * checked with lstat then fstat of the opened directory, O_NOFOLLOW, so a
+ * symbolic link or a swapped directory is refused); the socket is reached
+ * through /proc/self/fd/<dirfd>/, the directory already checked, never by
+ * its path again. Peers are checked with SO_PEERCRED: only this uid, or
+ * root, joins.
+ *
+ * Threads and locks: none of its own. A struct mt_named belongs to its
+ * caller (plugin/host_preload.c keeps one under preload_lock); every function
+ * here is a few non-blocking system calls. mt_named_dir_choose and
+ * mt_named_peer_allowed are pure.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "mt_alloc.h"
+#include "core.h"
+
+/* *err = the message (NULL when out of memory: the caller says something general). */
+#define set_err(...)                                                                               \
+    do {                                                                                           \
+        if (mt_asprintf(err, __VA_ARGS__) < 0)                                                     \
+            *err = NULL;                                                                           \
+    } while (0)
+
+int mt_named_dir_choose(const char *group_dir, const char *xdg_runtime_dir, unsigned euid,
+                        char *out, size_t size)
+{
+    int n;
+    if (group_dir && group_dir[0])
+        n = snprintf(out, size, "%s", group_dir);
+    else if (xdg_runtime_dir && xdg_runtime_dir[0] == '/')
+        n = snprintf(out, size, "%s/memtrim", xdg_runtime_dir);
+    else if (euid == 0)
+        n = snprintf(out, size, "/run/memtrim");
+    else /* no runtime directory (a daemon without a login session): tmux's way */
+        n = snprintf(out, size, "/tmp/memtrim-%u", euid);
+    if (n < 0 || (size_t)n >= size)
+        return -ENAMETOOLONG;
+    while (n > 1 && out[n - 1] == '/') /* "/x/" and "/x" are one directory */
+        out[--n] = '\0';
+    return 0;
+}
+
+int mt_named_peer_allowed(unsigned peer_uid, unsigned leader_uid)
+{
+    return peer_uid == leader_uid || peer_uid == 0;
+}
+
+int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **err)
+{
+    struct stat l, f;
+    *err = NULL;
+    if (lstat(path, &l) != 0 && errno == ENOENT) {
+        if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+            set_err("%s %s: cannot create it: %s", what, path, strerror(errno));
+            return -errno;
+        }
+    }
+    if (lstat(path, &l) != 0) {
+        int e = errno;
+        set_err("%s %s: %s", what, path, strerror(e));
+        return -e;
+    }
+    if (S_ISLNK(l.st_mode)) {
+        set_err("%s %s: is a symbolic link; a group's directory must be a directory of "
+                "its own (0700)",
+                what, path);
+        return -ELOOP;
+    }
+    if (!S_ISDIR(l.st_mode)) {
+        set_err("%s %s: is not a directory", what, path);
+        return -ENOTDIR;
+    }
+    if (l.st_uid != euid && euid != 0) { /* said before open() could only say EACCES */
+        set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
+                "directory must be its user's own (0700): not joining",
+                what, path, (unsigned)l.st_uid, euid);
+        return -EPERM;
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        set_err("%s %s: cannot open it: %s", what, path, strerror(e));
+        return -e;
+    }
+    int rc = 0;
+    if (fstat(fd, &f) != 0 || f.st_dev != l.st_dev || f.st_ino != l.st_ino) {
+        set_err("%s %s: changed while it was checked; not used", what, path);
+        rc = -EAGAIN;
+    } else if (f.st_uid != euid && euid != 0) {
+        set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
+                "directory must be its user's own (0700): not joining",
+                what, path, (unsigned)f.st_uid, euid);
+        rc = -EPERM;
+    } else if (f.st_mode & 077) {
+        set_err("%s %s: mode %04o lets other users in; a group's directory must be "
+                "0700 (chmod 700 it)",
+                what, path, (unsigned)(f.st_mode & 07777));
+        rc = -EPERM;
+    }
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+void mt_named_init(struct mt_named *n)
+{
+    memset(n, 0, sizeof(*n));
+    n->dirfd = n->lock_fd = n->listen_fd = -1;
+}
+
+int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err)
+{
+    char what[64];
+    mt_named_init(n);
+    *err = NULL;
+    if (mt_named_dir_choose(cfg->group_dir, getenv("XDG_RUNTIME_DIR"), (unsigned)geteuid(), n->dir,
+                            sizeof(n->dir)) != 0) {
+        set_err("configuration key GroupDir: the directory's path is too long");
+        return -ENAMETOOLONG;
+    }
+    snprintf(n->name, sizeof(n->name), "%s", cfg->group_name);
+    snprintf(what, sizeof(what), "%s",
+             cfg->group_dir[0] ? "configuration key GroupDir:" : "GroupName's directory");
+    int fd = mt_named_dir_open(n->dir, (unsigned)geteuid(), what, err);
+    if (fd < 0)
+        return fd;
+    n->dirfd = fd;
+    return 0;
+}
+
+/* The socket's address: through the checked directory's descriptor when /proc has it. */
+static int named_addr(const struct mt_named *n, struct sockaddr_un *a, socklen_t *len)
+{
+    struct stat d, p;
+    char proc[64];
+    memset(a, 0, sizeof(*a));
+    a->sun_family = AF_UNIX;
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", n->dirfd);
+    int k;
+    if (fstat(n->dirfd, &d) == 0 && stat(proc, &p) == 0 && d.st_dev == p.st_dev &&
+        d.st_ino == p.st_ino)
+        k = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s.sock", proc, n->name);
+    else
+        k = snprintf(a->sun_path, sizeof(a->sun_path), "%s/%s.sock", n->dir, n->name);
+    if (k < 0 || (size_t)k >= sizeof(a->sun_path))
+        return -ENAMETOOLONG;
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)k + 1);
+    return 0;
+}
+
+/* A connected channel to the group's leader (its uid checked), or -errno. */
+static int named_connect(const struct mt_named *n, char **err)
+{
+    struct sockaddr_un a;
+    socklen_t len;
+    int rc = named_addr(n, &a, &len);
+    if (rc)
+        return rc;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&a, len) != 0) {
+        rc = errno == EINPROGRESS ? -EAGAIN : -errno; /* a full backlog: the leader is busy */
+        close(fd);
+        return rc;
+    }
+    struct ucred cred;
+    socklen_t cl = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
+        !mt_named_peer_allowed((unsigned)geteuid(), (unsigned)cred.uid)) {
+        set_err("GroupName %s: the group's leader (pid %ld) runs as uid %u, this "
+                "process as uid %u: only the same uid, or root, may join; memtrim "
+                "stays off in this process",
+                n->name, (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+        close(fd);
+        return -EPERM;
+    }
+    return fd;
+}
+
+static void name_of(const struct mt_named *n, const char *ext, char *out, size_t size)
+{
+    snprintf(out, size, "%s.%s", n->name, ext);
+}
+
+/* Holding the lock: replace what a dead leader left, bind, listen. */
+static int named_bind(struct mt_named *n, char **err)
+{
+    char sock[MT_GROUP_NAME_MAX + 8];
+    struct sockaddr_un a;
+    socklen_t len;
+    struct stat st;
+    name_of(n, "sock", sock, sizeof(sock));
+    if (fstatat(n->dirfd, sock, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            set_err("GroupName %s: %s/%s is not a socket; remove it", n->name, n->dir, sock);
+            return -EEXIST;
+        }
+        if (unlinkat(n->dirfd, sock, 0) != 0 && errno != ENOENT) {
+            set_err("GroupName %s: cannot replace the stale socket %s/%s: %s", n->name, n->dir,
+                    sock, strerror(errno));
+            return -errno;
+        }
+        mt_log(MT_LOG_INFO, "group",
+               "GroupName %s: replaced the socket its last leader left "
+               "(nobody answered on it)",
+               n->name);
+    }
+    int rc = named_addr(n, &a, &len);
+    if (rc) {
+        set_err("GroupName %s: the socket's path is too long", n->name);
+        return rc;
+    }
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, MT_GROUP_MAX) != 0 ||
+        fstatat(n->dirfd, sock, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        rc = -errno;
+        set_err("GroupName %s: cannot listen on %s/%s: %s", n->name, n->dir, sock, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    n->listen_fd = fd;
+    n->sock_dev = (uint64_t)st.st_dev;
+    n->sock_ino = (uint64_t)st.st_ino;
+    return 0;
+}
+
+int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
+{
+    char lock[MT_GROUP_NAME_MAX + 8];
+    *member_fd = -1;
+    *err = NULL;
+    if (n->dirfd < 0)
+        return -EBADF;
+    if (n->lock_fd >= 0)
+        return MT_NAMED_LEADER;
+    name_of(n, "lock", lock, sizeof(lock));
+    int fd = openat(n->dirfd, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        int e = errno;
+        set_err("GroupName %s: cannot open %s/%s: %s", n->name, n->dir, lock, strerror(e));
+        return -e;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e != EWOULDBLOCK) {
+            set_err("GroupName %s: cannot lock %s/%s: %s", n->name, n->dir, lock, strerror(e));
+            return -e;
+        }
+        /* Someone leads, or is taking the role: join it once its socket answers. */
+        int c = named_connect(n, err);
+        if (c >= 0) {
+            *member_fd = c;
+            return MT_NAMED_MEMBER;
+        }
+        return c == -EPERM ? -EPERM : -EAGAIN;
+    }
+    /* The lock is ours: nobody leads. A socket that still answers (a process that holds
+     * a leader's listening socket without its lock) is joined rather than replaced. */
+    int c = named_connect(n, err);
+    if (c >= 0 || c == -EPERM) {
+        close(fd);
+        if (c >= 0)
+            *member_fd = c;
+        return c >= 0 ? MT_NAMED_MEMBER : -EPERM;
+    }
+    int rc = named_bind(n, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    n->lock_fd = fd;
+    return MT_NAMED_LEADER;
+}
+
+void mt_named_unpublish(struct mt_named *n)
+{
+    char sock[MT_GROUP_NAME_MAX + 8];
+    struct stat st;
+    if (n->listen_fd < 0 || n->dirfd < 0 || n->sock_ino == 0)
+        return;
+    name_of(n, "sock", sock, sizeof(sock));
+    /* Only the file this leader bound (the lock keeps anyone else from binding meanwhile). */
+    if (fstatat(n->dirfd, sock, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        (uint64_t)st.st_dev == n->sock_dev && (uint64_t)st.st_ino == n->sock_ino)
+        unlinkat(n->dirfd, sock, 0);
+    n->sock_ino = 0;
+}
+
+void mt_named_resign(struct mt_named *n)
+{
+    mt_named_unpublish(n);
+    if (n->listen_fd >= 0)
+        close(n->listen_fd);
+    if (n->lock_fd >= 0)
+        close(n->lock_fd); /* the next leader may take the role from here */
+    n->listen_fd = n->lock_fd = -1;
+}
+
+void mt_named_fork_child(struct mt_named *n)
+{
+    /* The parent's: a child holding the lock or the listening socket would keep a dead
+     * leader's role alive. Only close() (the lock stays the parent's). */
+    if (n->listen_fd >= 0)
+        close(n->listen_fd);
+    if (n->lock_fd >= 0)
+        close(n->lock_fd);
+    n->listen_fd = n->lock_fd = -1;
+    n->sock_ino = 0;
+}
+
+void mt_named_close(struct mt_named *n)
+{
+    mt_named_resign(n);
+    if (n->dirfd >= 0)
+        close(n->dirfd);
+    n->dirfd = -1;
+}

@@ -1,0 +1,280 @@
+"""Named worker groups (issue 21 item 1, docs/groups.md): processes started
+separately, each an unmodified /usr/bin/python3 with libmemtrim.so preloaded
+and the same GroupName, form one group. The first to take the group's lock
+leads (it serves the one port and owns the store); the others join over the
+group's unix socket in a private directory and trim themselves when asked.
+A leader killed with SIGKILL, or exiting, hands the role to a member; a
+member killed leaves no entry and no descriptor; another name is another
+group; another uid is refused, with the line that says why."""
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import requests
+
+from hosts_util import free_port, http_ok, pid_alive, preload_env, procs, wait_for  # noqa: F401
+
+PYTHON = "/usr/bin/python3"
+MB = 1 << 20
+
+# Frees 40 MB of small malloc'd blocks below one it keeps (glibc keeps the freed pages
+# resident until a trim), says so in its ready file, then waits; SIGTERM ends it with
+# exit(0), so memtrim's destructor runs.
+HOST = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+blocks = [bytearray(1000) for _ in range(40000)]
+keep = bytearray(1000)
+del blocks
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(1)
+"""
+
+# Only the request trims here (a member's own periodic or burst trim could take the
+# memory first).
+QUIET = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRatio": 0,
+         "ManualTrimMinIntervalMs": 0, "SampleIntervalSeconds": 1}
+
+
+@pytest.fixture
+def base():
+    """A directory others may traverse (the uid test needs that), removed after."""
+    d = Path(tempfile.mkdtemp(prefix="memtrim-named-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+class Group:
+    def __init__(self, procs, base, name, port=None, config=None):
+        self.procs, self.base, self.name = procs, base, name
+        self.port = port or free_port()
+        self.api = f"http://127.0.0.1:{self.port}"
+        self.dir = base / "groups"
+        self.cfg = {"HttpPort": self.port, "GroupName": name, "GroupDir": str(self.dir),
+                    "Database": str(base / f"{name}.sqlite")}
+        self.cfg.update(QUIET)
+        self.cfg.update(config or {})
+        (base / "host.py").write_text(HOST)
+        self.hosts = {}
+        self.n = 0
+
+    def start(self, wrap=None, env_extra=None):
+        self.n += 1
+        ready = self.base / f"{self.name}.{self.n}.ready"
+        cmd = [PYTHON, str(self.base / "host.py"), str(ready)]
+        log = self.base / f"{self.name}.{self.n}.log"
+        if wrap:
+            p = self.procs(wrap(cmd), log, env=preload_env(self.cfg, env_extra))
+        else:
+            p = self.procs(cmd, log, env=preload_env(self.cfg, env_extra))
+        pid = int(wait_for(lambda: ready.exists() and ready.read_text(), 30,
+                           f"{self.name} host {self.n} to free its memory"))
+        self.hosts[pid] = p
+        return pid, p
+
+    def stats(self):
+        return requests.get(self.api + "/memory/stats", timeout=10).json()
+
+    def members(self):
+        try:
+            g = self.stats().get("group")
+        except (requests.RequestException, ValueError):
+            return None
+        return sorted(m["pid"] for m in g["members"]) if g else None
+
+    def leader(self):
+        return requests.get(self.api + "/healthz", timeout=5).json()["pid"]
+
+    def wait_members(self, pids, what):
+        want = sorted(pids)
+        wait_for(lambda: http_ok(self.api + "/healthz") and self.members() == want, 30, what)
+
+    def output(self):
+        return "\n".join(p.output() for p in self.hosts.values())
+
+
+def fd_count(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def listeners(port):
+    return subprocess.run(["ss", "-Htlnp", f"sport = :{port}"], capture_output=True,
+                          text=True).stdout
+
+
+def integrity(path):
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_one_port_answers_for_processes_started_separately(procs, base):
+    """Three python3 processes started one by one with GroupName web: one port
+    answers for all three, one trim releases what each one freed in its own
+    process, the one store names each pid; a fourth process with GroupName api
+    leads a group of its own on its own port."""
+    web = Group(procs, base, "web")
+    pids = [web.start()[0] for _ in range(3)]
+    web.wait_members(pids, "the three processes in one group")
+    stats = web.stats()
+    g = stats["group"]
+    assert g["name"] == "web" and g["member_count"] == 3 and g["joined"] == 2, g
+    leader = web.leader()
+    assert leader == pids[0]  # the first to start leads
+    assert [m["pid"] for m in g["members"] if m["serves"]] == [leader]
+    out = listeners(web.port)
+    assert f"pid={leader}," in out and all(f"pid={p}," not in out for p in pids if p != leader), out
+    sock = web.dir / "web.sock"
+    assert sock.is_socket() and (web.dir.stat().st_mode & 0o777) == 0o700
+
+    r = requests.post(web.api + "/memory/trim", timeout=60)
+    assert r.status_code == 200, r.text
+    results = {m["pid"]: m for m in r.json()["group"]["members"]}
+    assert sorted(results) == sorted(pids), r.text
+    for pid in pids:
+        assert results[pid]["released_bytes"] > 20 * MB, results[pid]
+    for pid in pids:
+        wait_for(lambda: requests.get(web.api + f"/memory/trims?pid={pid}", timeout=10)
+                 .json()["summary"]["count"] >= 1, 15, f"pid {pid}'s trim in the store")
+    metrics = requests.get(web.api + "/metrics", timeout=10).text
+    assert "memtrim_group_members 3" in metrics
+    for pid in pids:
+        assert f'memtrim_member_rss_bytes{{pid="{pid}",program="python3"}}' in metrics
+
+    api = Group(procs, base, "api")
+    other = api.start()[0]
+    api.wait_members([other], "the api group of one")
+    assert api.stats()["group"]["name"] == "api"
+    assert web.members() == sorted(pids)  # the web group is as it was
+    assert "(error)" not in web.output() + api.output()
+
+
+def test_leader_killed_hands_over_without_stale_members_or_descriptors(procs, base):
+    """SIGKILL the leader: a member takes the role (the port, the store, the
+    socket: the dead leader's socket file is replaced only after nobody
+    answered on it), the other rejoins; nobody stale, and the member that
+    rejoined holds as many descriptors as before. Then a member killed with
+    SIGKILL leaves the new leader's registry and descriptors as they were."""
+    web = Group(procs, base, "web")
+    pids = [web.start()[0] for _ in range(3)]
+    web.wait_members(pids, "the group")
+    old = web.leader()
+    rest = [p for p in pids if p != old]
+    before = {p: fd_count(p) for p in rest}
+    web.hosts[old].kill()
+    wait_for(lambda: http_ok(web.api + "/healthz") and web.leader() in rest and
+             web.members() == sorted(rest), 30, "a member to take the group over")
+    new = web.leader()
+    other = next(p for p in rest if p != new)
+    assert "replaced the socket its last leader left" in web.hosts[new].output()
+    g = web.stats()["group"]
+    assert g["member_count"] == 2 and old not in [m["pid"] for m in g["members"]], g
+    wait_for(lambda: fd_count(other) == before[other], 10,
+             f"the member that rejoined to hold {before[other]} descriptors again")
+
+    base_fds = fd_count(new)
+    late = web.start()[0]
+    web.wait_members(rest + [late], "a late process to join the new leader")
+    web.hosts[late].kill()
+    wait_for(lambda: web.members() == sorted(rest), 10, "the killed member to leave")
+    wait_for(lambda: fd_count(new) == base_fds, 10,
+             f"the leader to hold {base_fds} descriptors again")
+    r = requests.post(web.api + "/memory/trim", timeout=60)
+    assert sorted(m["pid"] for m in r.json()["group"]["members"]) == sorted(rest), r.text
+    for p in rest:
+        assert web.hosts[p].stop() == 0, web.hosts[p].output()
+    assert integrity(base / "web.sqlite") == "ok"
+    assert not (web.dir / "web.sock").exists()  # the last leader withdrew its socket
+
+
+def test_leader_exit_hands_over_and_withdraws_its_socket(procs, base):
+    """The leader exits (SIGTERM, exit(0)): it withdraws its socket, stops its
+    store, then drops the lock; one member takes over, the other joins it;
+    the history of the old leader stays in the one store."""
+    web = Group(procs, base, "web")
+    pids = [web.start()[0] for _ in range(3)]
+    web.wait_members(pids, "the group")
+    old = web.leader()
+    requests.post(web.api + f"/memory/trim?pid={old}", timeout=60)
+    assert web.hosts[old].stop() == 0, web.hosts[old].output()
+    rest = [p for p in pids if p != old]
+    wait_for(lambda: http_ok(web.api + "/healthz") and web.leader() in rest and
+             web.members() == sorted(rest), 30, "a member to take the group over")
+    new = web.leader()
+    assert "replaced the socket" not in web.hosts[new].output()  # nothing stale was left
+    assert requests.get(web.api + f"/memory/trims?pid={old}", timeout=10) \
+        .json()["summary"]["count"] >= 1
+    assert "(error)" not in web.output()
+
+
+def test_another_uid_is_refused(procs, base):
+    """A process of another uid (nobody) with the same GroupName and GroupDir
+    is refused by the directory's owner check, with the line that names the
+    key and both uids; a client of another uid that gets past the directory
+    (CAP_DAC_OVERRIDE) is refused by the leader's SO_PEERCRED check, said at
+    warning level. Neither appears in the group."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to run a process as nobody")
+    web = Group(procs, base, "web")
+    pids = [web.start()[0] for _ in range(2)]
+    web.wait_members(pids, "the group")
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    # setpriv itself runs without memtrim: it changes uids thread by thread (PR_SET_KEEPCAPS),
+    # which glibc aborts in any process that has threads; the program after it preloads it.
+    cmd = nobody + ["env", f"LD_PRELOAD={preload_env(web.cfg)['LD_PRELOAD']}",
+                    "MEMTRIM_CONFIG=" + json.dumps(web.cfg), PYTHON, "-c", "print('ran')"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MEMTRIM_CONFIG")}
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+    assert r.returncode == 0 and "ran" in r.stdout, r
+    assert "memtrim: not started: configuration key GroupDir:" in r.stderr, r.stderr
+    assert "owned by uid 0, not by this process's uid 65534" in r.stderr, r.stderr
+
+    sock = web.dir / "web.sock"
+    client = ("import socket, sys\n"
+              "s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)\n"
+              "s.connect(sys.argv[1]); s.settimeout(20)\n"
+              "print('closed' if s.recv(4096) == b'' else 'answered')\n")
+    r = subprocess.run(nobody + ["--inh-caps=+dac_override", "--ambient-caps=+dac_override",
+                                 PYTHON, "-c", client, str(sock)],
+                       capture_output=True, text=True, timeout=30, env=env)
+    assert r.stdout.strip() == "closed", r
+    leader = web.hosts[web.leader()]
+    wait_for(lambda: "refused pid" in leader.output(), 10, "the leader's refusal line")
+    line = next(l for l in leader.output().splitlines() if "refused pid" in l)
+    assert "(uid 65534): only uid 0 and root may join" in line and "(warning)" in line, line
+    g = web.stats()["group"]
+    assert sorted(m["pid"] for m in g["members"]) == sorted(pids) and g["refused"] == 1, g
+
+
+def test_bad_names_and_directories_are_refused_with_the_key(procs, base, tmp_path):
+    """A bad GroupName, a group directory open to others, or one that is a
+    symbolic link: the program runs on without memtrim, with one line naming
+    the key."""
+    loose = base / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    link = base / "link"
+    link.symlink_to(loose)
+    cases = [({"GroupName": "../etc"}, "configuration key GroupName:"),
+             ({"GroupName": "x" * 65}, "configuration key GroupName:"),
+             ({"GroupName": "web", "GroupDir": str(loose)}, "mode 0755 lets other users in"),
+             ({"GroupName": "web", "GroupDir": str(link)}, "is a symbolic link")]
+    for cfg, want in cases:
+        cfg = dict(cfg, HttpPort=free_port(), Database=None)
+        r = subprocess.run([PYTHON, "-c", "print('ran')"], capture_output=True, text=True,
+                           timeout=30, env=preload_env(cfg))
+        assert r.returncode == 0 and "ran" in r.stdout, r
+        assert want in r.stderr and "memtrim: not started:" in r.stderr, (cfg, r.stderr)
