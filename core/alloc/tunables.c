@@ -7,7 +7,9 @@
  * never frees an arena, so a later change is not honoured (docs/advice.md, measured).
  * Locking: tun_lock guards `in_force` and serialises the mallopt calls;
  * it is a leaf lock, taken by the starting thread and by PATCH /config (the
- * log limiter's lock and the log's are taken under it).
+ * log limiter's lock and the log's are taken under it). PATCH calls it under
+ * the instance's patch_lock, never under its cfg_lock: mallopt waits for
+ * glibc's main arena lock, and no reader of the configuration may wait too.
  */
 #include <errno.h>
 #include <malloc.h>

@@ -4,6 +4,16 @@
  * PATCH), the shared snapshot, manual trims, counters, health, suspend and
  * resume. Any thread; each function takes only the lock of what it reads
  * (see instance.h). Its life (start, stop) is memtrim.c's.
+ *
+ * The configuration's two locks: cfg_lock guards mt->cfg and its generation and
+ * is held only to copy them in or out (every reader: /memory/stats, /metrics,
+ * the threads' re-reads); patch_lock serialises PATCH /config as a whole. The
+ * rule: mt->cfg is written only under patch_lock (and, for the copy itself,
+ * cfg_lock), so PATCH reads it, parses and applies the tunables with patch_lock
+ * alone; mallopt takes glibc's main arena lock (it waits for any host thread in
+ * malloc), and nothing else waits for that but a second PATCH. Between a
+ * tunable's mallopt and the new configuration's copy a reader still sees the
+ * old one (tunables_get says what is in force).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -77,21 +87,27 @@ void mt_config_get(struct memtrim *mt, struct mt_config *out)
 
 int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 {
-    /* Read /proc/self/status before the lock: every /memory/stats takes cfg_lock, and a probe
-     * (a file opened, the kernel's mm walked) is not held under it. */
+    /* Read /proc/self/status before the locks: a probe (a file opened, the kernel's mm
+     * walked) is held under neither. */
     uint64_t peak_rss = probe_peak_rss();
-    pthread_mutex_lock(&mt->cfg_lock);
-    struct mt_config next = mt->cfg;
+    int glibc = strcmp(mt_allocator_name(mt), "glibc") == 0;
+    struct mt_config old, next;
+    /* patch_lock, not cfg_lock, across the parse and the mallopt calls (see the top). */
+    pthread_mutex_lock(&mt->patch_lock);
+    mt_config_get(mt, &old); /* nobody else writes mt->cfg while patch_lock is held */
+    next = old;
     int rc = config_patch(&next, json, err);
     if (rc == 0)
-        rc = config_patch_limit_check(&mt->cfg, &next, peak_rss, err);
+        rc = config_patch_limit_check(&old, &next, peak_rss, err);
     if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
-        rc = tunables_apply(&mt->cfg, &next, strcmp(mt_allocator_name(mt), "glibc") == 0, err);
+        rc = tunables_apply(&old, &next, glibc, err);
     if (rc == 0) {
+        pthread_mutex_lock(&mt->cfg_lock);
         mt->cfg = next;
         mt->cfg_generation++;
+        pthread_mutex_unlock(&mt->cfg_lock);
     }
-    pthread_mutex_unlock(&mt->cfg_lock);
+    pthread_mutex_unlock(&mt->patch_lock);
     if (rc == 0) {
         /* A client looping on PATCH must not flood the host's log (PATCH_LOG_*). */
         mt_log_limited(&mt->patch_log, MT_LOG_INFO, "config", "runtime configuration changed");

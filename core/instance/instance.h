@@ -3,7 +3,8 @@
  * instance runs: configuration, snapshot cache, trim service, housekeeper,
  * store, HTTP server. Private to core/; other modules use core.h.
  *
- * Locks, never nested except as store.h says: cfg_lock (the configuration),
+ * Locks, never nested except as store.h says: patch_lock (PATCH /config; it
+ * takes cfg_lock and tun_lock under it), cfg_lock (the configuration),
  * the cache's, the trim service's, the housekeeper's and the store's own
  * locks. suspend_depth is an atomic.
  */
@@ -32,7 +33,9 @@ struct group;
 #define PATCH_LOG_WINDOW_NS (10 * MT_SEC)
 
 struct memtrim {
-    pthread_mutex_t cfg_lock;
+    pthread_mutex_t cfg_lock;   /* copies of cfg in and out, nothing else under it */
+    pthread_mutex_t patch_lock; /* PATCH /config as a whole (its mallopt calls): cfg is
+                                 * written only under it (instance.c) */
     struct mt_config cfg;
     uint64_t cfg_generation; /* bumped by PATCH /config; the housekeeper re-reads */
     struct mt_log_limit patch_log; /* the PATCH line: one per 10 s (its own lock) */

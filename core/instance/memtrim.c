@@ -117,6 +117,10 @@ static int cfg_lock_init(struct memtrim *mt, const struct start_ctx *ctx, char *
     atomic_init(&mt->suspend_depth, 0);
     if (pthread_mutex_init(&mt->cfg_lock, NULL))
         return oom(err, "configuration lock");
+    if (pthread_mutex_init(&mt->patch_lock, NULL)) {
+        pthread_mutex_destroy(&mt->cfg_lock);
+        return oom(err, "configuration lock");
+    }
     mt_log_limit_init(&mt->patch_log, PATCH_LOG_WINDOW_NS, PATCH_LOG_BURST);
     return 0;
 }
@@ -124,6 +128,7 @@ static int cfg_lock_init(struct memtrim *mt, const struct start_ctx *ctx, char *
 static int cfg_lock_destroy(struct memtrim *mt)
 {
     pthread_mutex_destroy(&mt->cfg_lock);
+    pthread_mutex_destroy(&mt->patch_lock);
     pthread_mutex_destroy(&mt->patch_log.lock);
     return 0;
 }
