@@ -312,7 +312,7 @@ static OrthancPluginErrorCode host_rest(OrthancPluginRestOutput *out, const char
             .authorization = host_header(r, "authorization"),
             .token = host_token,
             .read_token = host_read_token,
-            .read_requires_auth = host_read_requires_auth || host_read_token[0] != '\0',
+            .read_requires_auth = host_read_requires_auth, /* server_reads_need_auth adds ReadToken */
         };
         server_dispatch_as(api_routes.table, api_routes.count, &req, &who, &rep);
     }

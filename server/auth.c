@@ -1,7 +1,8 @@
 /*
- * auth.c - the bearer-token check. The token is compared in constant time
- * (the time depends on the token's length only, never on where a guess goes
- * wrong) and is never logged or echoed. Runs on HTTP worker threads; no state.
+ * auth.c - the bearer-token check, and when reads need one. The token is
+ * compared in constant time (the time depends on the token's length only,
+ * never on where a guess goes wrong) and is never logged or echoed. Runs on
+ * HTTP worker threads (either host's); no state, no locks.
  */
 #include "http.h"
 
@@ -27,4 +28,11 @@ int server_auth_ok(const char *authorization, const char *token)
         diff |= (unsigned char)(g ^ (unsigned char)token[i]);
     }
     return diff == 0;
+}
+
+int server_reads_need_auth(const struct server_caller *who)
+{
+    int has_token = who->token != NULL && who->token[0] != '\0';
+    int has_read = who->read_token != NULL && who->read_token[0] != '\0';
+    return has_read || (has_token && who->read_requires_auth);
 }

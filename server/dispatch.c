@@ -40,9 +40,8 @@ static int server_authorize(const struct server_route *r, const struct server_ca
 {
     int given, scope = server_scope(who, &given);
     int has_token = who->token != NULL && who->token[0] != '\0';
-    int has_read = who->read_token != NULL && who->read_token[0] != '\0';
     if (r->auth == SERVER_AUTH_READ) {
-        if (!(has_read || (has_token && who->read_requires_auth)) || scope >= 1)
+        if (!server_reads_need_auth(who) || scope >= 1)
             return 0;
         server_unauthorized(rep, r, given);
         return -EACCES;

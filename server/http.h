@@ -89,7 +89,7 @@ struct server_caller {
     const char *authorization; /* the Authorization header, NULL when absent */
     const char *token;         /* AuthToken, "" = none */
     const char *read_token;    /* ReadToken, "" = none (needs a token beside it) */
-    int read_requires_auth;    /* reads need a token (set too when read_token is) */
+    int read_requires_auth;    /* ReadRequiresAuth as configured (server_reads_need_auth) */
     int unix_peer;             /* came over the unix socket listener */
     int peer_admin;            /* ... as the host's uid or root */
     long peer_uid;             /* when unix_peer, for the messages */
@@ -137,6 +137,11 @@ int server_reply_bad_param(struct server_reply *rep, const char *why);
  * Returns 1 when it carries "Bearer <token>", else 0.
  */
 int server_auth_ok(const char *authorization, const char *token);
+/* Whether a SERVER_AUTH_READ route needs a token: ReadRequiresAuth with an AuthToken,
+ * or any ReadToken (a read scope is there to be asked for). The one place of the rule:
+ * server_dispatch_as applies it for every host (request.c, host_orthanc.c), which pass
+ * the configured ReadRequiresAuth as it is. */
+int server_reads_need_auth(const struct server_caller *who);
 
 /*
  * A read connection to the store for this request (readers.c), through

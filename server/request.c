@@ -216,7 +216,7 @@ void server_process(struct server *s, const struct server_input *in, struct serv
         .authorization = in->authorization,
         .token = s->token,
         .read_token = s->read_token,
-        .read_requires_auth = s->read_requires_auth || s->read_token[0] != '\0',
+        .read_requires_auth = s->read_requires_auth, /* and a ReadToken: server_reads_need_auth */
         .unix_peer = in->unix_peer,
         .peer_admin = in->unix_peer && in->peer_uid >= 0 &&
                       (in->peer_uid == 0 || in->peer_uid == (long)s->uid),

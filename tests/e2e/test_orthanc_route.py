@@ -177,3 +177,42 @@ def test_hostile_patches_through_orthanc(orthanc):
     lines = [ln for ln in p.output().splitlines() if "memtrim/config:" in ln or
              "memtrim/tunables:" in ln][before:]
     assert len(lines) <= 4, "\n".join(lines)
+
+
+READ = "e2e-route-read-token-98765"
+
+
+@pytest.fixture
+def orthanc_read(procs, tmp_path):
+    """The plugin with a ReadToken and no ReadRequiresAuth: reads need a token on both hosts."""
+    section = {"HttpPort": 0, "AuthToken": TOKEN, "ReadToken": READ,
+               "ManualTrimMinIntervalMs": 0, "TrimIntervalSeconds": 0, "PressureRatio": 0,
+               "TrimReleasableTriggerBytes": 0}
+    p, base = start_orthanc(procs, tmp_path, section)
+    wait_ready(p, base)
+    yield p, base, f"http://127.0.0.1:{p.api_port()}"
+    assert p.running(), p.output()[-4000:]
+    assert p.stop(signal.SIGTERM, grace=60) == 0, p.output()[-4000:]
+
+
+def test_a_read_token_makes_reads_need_one_on_both_hosts(orthanc_read):
+    """ReadToken set, ReadRequiresAuth not: a read without a token is a 401 on the embedded
+    server and through Orthanc alike (server_reads_need_auth, one rule for both), the read
+    token reads, and writes with it are 403 insufficient_scope."""
+    read = {"Authorization": f"Bearer {READ}"}
+    admin = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/memory/stats", "/memory/trims", "/config"):
+        e, o = both(orthanc_read, "GET", path)
+        same(e, o, status=401)
+        assert o.headers["WWW-Authenticate"] == 'Bearer realm="memtrim"', o.headers
+        e, o = both(orthanc_read, "GET", path, headers=read)
+        same(e, o, status=200, headers=("Content-Type", "Cache-Control"), body=False)
+    e, o = both(orthanc_read, "POST", "/memory/trim", headers=read)
+    same(e, o, status=403)
+    assert o.json()["error"]["code"] == "insufficient_scope", o.text
+    e, o = both(orthanc_read, "POST", "/memory/trim", headers=admin)
+    assert e.status_code == o.status_code == 200, (e.text, o.text)
+    # what stays open without a token: the health check and the API's description
+    for path in ("/healthz", "/openapi.yaml"):
+        e, o = both(orthanc_read, "GET", path)
+        assert e.status_code == o.status_code == 200, (path, e.status_code, o.status_code)

@@ -114,6 +114,29 @@ static unsigned run_as(const char *method, const char *path, const struct server
     return rep->status;
 }
 
+/* When reads need a token: ReadRequiresAuth with an AuthToken, or any ReadToken (the one
+ * rule both hosts' dispatch applies: the embedded server's and Orthanc's route). */
+static void test_reads_need_auth(void)
+{
+    struct server_reply rep;
+    memset(&rep, 0, sizeof(rep));
+    struct server_caller who = {.token = "", .read_token = ""};
+    CHECK_EQ_INT(server_reads_need_auth(&who), 0);
+    who.read_requires_auth = 1; /* without a token there is nothing to ask for */
+    CHECK_EQ_INT(server_reads_need_auth(&who), 0);
+    who.token = "admin-tok";
+    CHECK_EQ_INT(server_reads_need_auth(&who), 1);
+    who.read_requires_auth = 0;
+    CHECK_EQ_INT(server_reads_need_auth(&who), 0);
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 200);
+    who.read_token = "read-tok"; /* a read token without ReadRequiresAuth: reads need it */
+    CHECK_EQ_INT(server_reads_need_auth(&who), 1);
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 401);
+    who.authorization = "Bearer read-tok";
+    CHECK_EQ_INT(run_as("GET", "/read", &who, &rep), 200);
+    server_reply_clear(&rep);
+}
+
 /* Two scopes: the read token reads and gets 403 (not 401) on a write; the admin token does both. */
 static void test_scopes(void)
 {
@@ -229,6 +252,7 @@ int main(void)
     RUN(test_dispatch);
     RUN(test_auth);
     RUN(test_scopes);
+    RUN(test_reads_need_auth);
     RUN(test_unix_peer);
     RUN(test_head);
     RUN(test_bearer);
