@@ -38,7 +38,10 @@ int api_config_patch(const struct server_request *req, struct server_reply *rep)
         return server_reply_error(rep, scan == -E2BIG ? 413 : 400,
                                   scan == -E2BIG ? "body_too_large" : "bad_body",
                                   "PATCH /config: %s", why);
-    cJSON *doc = mt_json_parse(req->body, req->body_len, 0, NULL);
+    cJSON *doc = NULL;
+    if (mt_json_parse(req->body, req->body_len, 0, &doc, NULL) == -ENOMEM)
+        return server_reply_error(rep, 500, "out_of_memory",
+                                  "PATCH /config: out of memory while parsing the body");
     if (doc == NULL || !cJSON_IsObject(doc)) {
         cJSON_Delete(doc);
         return server_reply_error(rep, 400, "bad_body",

@@ -73,15 +73,14 @@ int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_dept
                     size_t whylen);
 
 /*
- * cJSON_ParseWithLengthOpts (require_end: nothing but space may follow the value, and
- * text[len] must be its NUL; *end,
- * when not NULL, where parsing stopped), tried a second time when it fails: cJSON returns
- * NULL alike for a document that is not JSON and for an allocation that failed, and a
- * document that parses the second time was refused for want of memory, not for its
- * syntax. NULL when it fails twice.
+ * cJSON_ParseWithLengthOpts, once (require_end: nothing but space may follow the value,
+ * and text[len] must be its NUL; *end, when not NULL, where parsing stopped). 0 with
+ * *out; -EINVAL, the text is not JSON (*end says where); -ENOMEM, an allocation failed
+ * while parsing (the text may be fine). *out is NULL on failure.
  */
 struct cJSON;
-struct cJSON *mt_json_parse(const char *text, size_t len, int require_end, const char **end);
+int mt_json_parse(const char *text, size_t len, int require_end, struct cJSON **out,
+                  const char **end);
 
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);

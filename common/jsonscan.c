@@ -4,8 +4,8 @@
  * host's own configuration): its size, and how deep its arrays and objects
  * nest, counted in one loop without recursion. cJSON recurses once per
  * level; a body of 999 nested '[' overflowed an Orthanc HTTP thread's stack
- * in it. mt_json_parse: cJSON's parser, tried twice (see common.h). No state, no
- * locks: any thread.
+ * in it. mt_json_parse: cJSON's parser, once, telling a failed allocation from a
+ * document that is not JSON (see common.h). No state, no locks: any thread.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -13,16 +13,21 @@
 
 #include "common.h"
 
-cJSON *mt_json_parse(const char *text, size_t len, int require_end, const char **end)
+int mt_json_parse(const char *text, size_t len, int require_end, cJSON **out, const char **end)
 {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        /* cJSON checks the end against the NUL after the text: count it in */
-        cJSON *doc = cJSON_ParseWithLengthOpts(text, require_end ? len + 1 : len, end,
-                                               require_end);
-        if (doc != NULL)
-            return doc;
-    }
-    return NULL;
+    /* One parse. cJSON returns NULL alike for a document that is not JSON and for an
+     * allocation that failed; the allocation says which: malloc (and fault.c's mt_malloc,
+     * cJSON's hook in the fault build) sets errno to ENOMEM when it fails, and nothing
+     * else cJSON calls does (free keeps errno; strtod sets ERANGE at most). */
+    int saved = errno;
+    errno = 0;
+    /* cJSON checks the end against the NUL after the text: count it in */
+    *out = cJSON_ParseWithLengthOpts(text, require_end ? len + 1 : len, end, require_end);
+    int nomem = *out == NULL && errno == ENOMEM;
+    errno = saved;
+    if (*out != NULL)
+        return 0;
+    return nomem ? -ENOMEM : -EINVAL;
 }
 
 int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_depth, char *why,

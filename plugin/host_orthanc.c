@@ -130,10 +130,11 @@ static int host_read_config(const char *orthanc_json, struct mt_config *cfg, cha
         *err = mt_strdup(msg);
         return -EINVAL;
     }
-    root = mt_json_parse(text, strlen(text), 0, NULL);
-    if (!root) {
-        *err = mt_strdup("Orthanc's configuration is not valid JSON");
-        return -EINVAL;
+    rc = mt_json_parse(text, strlen(text), 0, &root, NULL);
+    if (rc != 0) {
+        *err = mt_strdup(rc == -ENOMEM ? "out of memory while parsing Orthanc's configuration"
+                                       : "Orthanc's configuration is not valid JSON");
+        return rc;
     }
     section = cJSON_DetachItemFromObjectCaseSensitive(root, "MemoryTrim");
     if (!section && !(section = cJSON_CreateObject()))

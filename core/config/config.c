@@ -650,8 +650,12 @@ static int parse_doc(const char *json, cJSON **out, char **err)
         *err = errf("configuration: %s", why);
         return -EINVAL;
     }
-    *out = mt_json_parse(json, strlen(json), 1, &end);
-    if (!*out) {
+    int rc = mt_json_parse(json, strlen(json), 1, out, &end);
+    if (rc == -ENOMEM) {
+        *err = errf("configuration: out of memory while parsing its JSON");
+        return -ENOMEM;
+    }
+    if (rc != 0) {
         size_t at = end ? (size_t)(end - json) : 0;
         *err = errf("configuration: invalid JSON near byte %zu", at);
         return -EINVAL;

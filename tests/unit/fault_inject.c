@@ -118,6 +118,10 @@ static int run_config(long n, void *arg)
         CHECK_MSG(err && err[0], "config: N=%ld failed (%d/%d) without a message", n, rc,
                   patched);
     }
+    /* A failed allocation is out of memory, never the document's syntax (mt_json_parse). */
+    if (fired && (rc != 0 || patched != 0))
+        CHECK_MSG(!h_contains(err, "invalid JSON"), "config: N=%ld: a fault called bad JSON: %s",
+                  n, h_str(err));
     free(err);
     free(printed);
     cJSON_Delete(json);

@@ -1,6 +1,7 @@
 /* test_jsonscan.c - the JSON pre-scan every document passes before cJSON parses it
  * (common/jsonscan.c), and the entry points that use it: config_parse (C ABI start string,
  * file, MEMTRIM_CONFIG) and config_patch (PATCH /config). */
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,9 +93,67 @@ static void test_config_entry_points(void)
     CHECK_EQ_INT(config_parse("{\"MemoryTrim\": {\"Program\": [\"a*\", \"b\"]}}", &cfg, &err), 0);
 }
 
+/* cJSON's allocations through a hook that fails the fail_at-th call once (0: none), as
+ * malloc fails: NULL with errno ENOMEM. */
+static int calls, fail_at;
+static void *failing_malloc(size_t n)
+{
+    if (++calls == fail_at) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return malloc(n);
+}
+
+/* One parse tells a failed allocation (-ENOMEM) from a document that is not JSON
+ * (-EINVAL, *end where it stopped): the failed allocation is not retried away, and a
+ * document is parsed once (as many allocations as one parse makes). */
+static void test_parse_once(void)
+{
+    const char *doc = "{\"a\": [1, 2, {\"b\": \"text\"}]}", *end = NULL;
+    cJSON *out = NULL;
+    cJSON_Hooks hooks = {.malloc_fn = failing_malloc, .free_fn = free};
+    cJSON_InitHooks(&hooks);
+    calls = fail_at = 0;
+    CHECK_EQ_INT(mt_json_parse(doc, strlen(doc), 1, &out, &end), 0);
+    CHECK(out != NULL);
+    cJSON_Delete(out);
+    int one_parse = calls;
+    CHECK(one_parse > 1);
+    for (int k = 1; k <= one_parse; k++) {
+        calls = 0;
+        fail_at = k;
+        out = (cJSON *)1;
+        CHECK_MSG(mt_json_parse(doc, strlen(doc), 1, &out, &end) == -ENOMEM, "allocation %d", k);
+        CHECK(out == NULL);
+        CHECK_MSG(calls == k, "allocation %d failed, %d made: parsed again", k, calls);
+    }
+    calls = fail_at = 0;
+    errno = EBADF;
+    CHECK_EQ_INT(mt_json_parse("{\"a\": [1,, 2]}", 14, 1, &out, &end), -EINVAL);
+    CHECK(out == NULL);
+    CHECK(errno == EBADF); /* the caller's errno is left as it was */
+    CHECK_EQ_INT(mt_json_parse("{} x", 4, 1, &out, &end), -EINVAL);
+    CHECK(out == NULL);
+    CHECK(end != NULL && *end == 'x');
+    CHECK_EQ_INT(mt_json_parse("{} x", 4, 0, &out, NULL), 0); /* the end not required */
+    cJSON_Delete(out);
+    /* A failed allocation in config_parse says out of memory, not invalid JSON. */
+    struct mt_config cfg;
+    char *err = NULL;
+    calls = 0;
+    fail_at = 1;
+    CHECK_EQ_INT(config_parse("{\"MemoryTrim\": {\"TrimIntervalSeconds\": 5}}", &cfg, &err),
+                 -ENOMEM);
+    CHECK_CONTAINS(err, "out of memory");
+    free(err);
+    cJSON_InitHooks(NULL);
+}
+
 int main(void)
 {
     RUN(test_scan);
     RUN(test_config_entry_points);
+    RUN(test_parse_once);
     return harness_end();
 }
