@@ -46,6 +46,25 @@ def rss_bytes(pid):
     return None
 
 
+def children_of(pid):
+    """The pids of pid's children (from /proc), sorted; [] when it is gone."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return sorted(int(x) for x in f.read().split())
+    except OSError:
+        return []
+
+
+def traversable_dir(prefix):
+    """A new directory under /tmp that other users may traverse (0755; pytest's tmp_path
+    is 0700): for a process of another uid (nobody, www-data) that must reach inside.
+    The caller removes it (shutil.rmtree)."""
+    import tempfile
+    d = Path(tempfile.mkdtemp(prefix=prefix))
+    d.chmod(0o755)
+    return d
+
+
 def pid_alive(pid):
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

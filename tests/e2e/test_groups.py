@@ -17,8 +17,8 @@ import time
 import pytest
 import requests
 
-from hosts_util import (build_file, cgroup, free_port, http_ok, pid_alive, preload_env,  # noqa: F401
-                        procs, wait_for)
+from hosts_util import (build_file, cgroup, children_of, free_port, http_ok, pid_alive,  # noqa: F401
+                        preload_env, procs, wait_for)
 
 PYTHON = "/usr/bin/python3"
 
@@ -30,14 +30,6 @@ def group(api):
 def member_pids(api):
     g = group(api)
     return sorted(m["pid"] for m in g["members"]) if g else []
-
-
-def children_of(pid):
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return sorted(int(x) for x in f.read().split())
-    except OSError:
-        return []
 
 
 def fd_count(pid):

@@ -13,13 +13,12 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import tempfile
-from pathlib import Path
 
 import pytest
 import requests
 
-from hosts_util import free_port, http_ok, pid_alive, preload_env, procs, wait_for  # noqa: F401
+from hosts_util import (free_port, http_ok, pid_alive, preload_env, procs,  # noqa: F401
+                        traversable_dir, wait_for)
 
 PYTHON = "/usr/bin/python3"
 MB = 1 << 20
@@ -49,8 +48,7 @@ QUIET = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRat
 @pytest.fixture
 def base():
     """A directory others may traverse (the uid test needs that), removed after."""
-    d = Path(tempfile.mkdtemp(prefix="memtrim-named-"))
-    d.chmod(0o755)
+    d = traversable_dir("memtrim-named-")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
