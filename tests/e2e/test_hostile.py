@@ -399,7 +399,12 @@ def healthz_ok():
 sys.stdout.write("ready\n"); sys.stdout.flush()
 last = time.monotonic(); longest = 0.0; answers = 0
 import select
-while not select.select([sys.stdin], [], [], 0.01)[0]:
+while True:
+    if select.select([sys.stdin], [], [], 0.01)[0]:
+        line = sys.stdin.readline().strip()
+        if line != "count":  # "stop", or the test's end of input
+            break
+        sys.stdout.write(f"{answers}\n"); sys.stdout.flush()
     if healthz_ok():
         now = time.monotonic()
         longest = max(longest, now - last)
@@ -427,6 +432,18 @@ class Reachability:
         self.proc = subprocess.Popen([sys.executable, "-c", PROBE, str(self.port), self.src],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout.readline().strip() == "ready"
+
+    def count(self):
+        """The answers so far."""
+        self.proc.stdin.write("count\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def observe(self, answers, what):
+        """Wait for `answers` more answers (the observation window is answers, not time: a
+        server that stops answering holds the wait, and its gap shows in `longest`)."""
+        target = self.count() + answers
+        wait_for(lambda: self.count() >= target, 60, f"{answers} /healthz answers {what}")
 
     def stop(self):
         out, _ = self.proc.communicate(input="stop\n", timeout=30)
@@ -457,8 +474,13 @@ def test_half_bodies_closed_with_fin_leave_the_api_reachable():
                 s.sendall(b"PATCH /config HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                           b"Content-Length: %d\r\n\r\n" % len(body) + body[:10])
                 s.close()  # FIN with half the body sent
-            time.sleep(0.5)
-        time.sleep(1.5)
+            probe.observe(5, f"after round {round_ + 1}")
+        # The server has met the flood: past the address's share the half-sent ones gave
+        # way (or, the defect, were refused); then 30 answers beside what the flood left.
+        wait_for(lambda: "took the place of one waiting" in demo.output() or
+                 "refused a connection" in demo.output(), 60,
+                 "the server's line on the half-sent connections")
+        probe.observe(30, "after the flood")
         probe.stop()
         assert probe.answers > 10
         assert probe.longest < 1.0, f"/healthz went {probe.longest:.2f} s without an answer"
@@ -489,7 +511,12 @@ def test_loopback_aliases_are_one_address():
                 flood.append(s)
             except OSError:
                 pass
-        time.sleep(1.0)
+        # The server has taken the flood in (it evicts past the loopback share, or refuses,
+        # the defect), then 30 answers while the half-open connections are held.
+        wait_for(lambda: "waiting from loopback of MaxConnectionsPerIp" in demo.output() or
+                 "refused a connection" in demo.output(), 60,
+                 "the server's line on the flood from the loopback aliases")
+        probe.observe(30, "while the flood is held")
         probe.stop()
         assert probe.longest < 1.0, f"/healthz went {probe.longest:.2f} s without an answer"
         # at most 128 open plus 16 + 10 per HTTP thread closing (MaxConnections' share of 1024
