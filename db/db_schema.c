@@ -6,9 +6,10 @@
  * added there becomes a column at the writer's next opening (db_schema_migrate),
  * without a version step; the steps below are the history, never edited.
  *
- * Threads: the writer's thread, at db_writer_open (readers only check). The
- * migration runs in one BEGIN IMMEDIATE transaction, so two writers racing
- * to migrate the same file cannot both apply a step.
+ * Threads: the writer's thread, at db_writer_open (readers only check). No
+ * locks of its own: the migration runs in one BEGIN IMMEDIATE transaction
+ * (SQLite's write lock on the file), so two writers racing to migrate the
+ * same file cannot both apply a step.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,6 +1,9 @@
 /*
  * host_abi.c - the exported C ABI of libmemtrim.so (include/memtrim.h): thin
- * wrappers over the core that check their arguments. No state of its own.
+ * wrappers over the core that check their arguments. Runs on whichever of
+ * the host's threads calls (every function is thread-safe, memtrim.h). No
+ * state and no locks of its own: the core takes its own (instance_lock for
+ * start and stop, each part's lock for the rest).
  * SPDX-License-Identifier: MIT
  */
 #include <errno.h>

@@ -10,7 +10,7 @@
  *         from a crashed host is replaced; one that answers stops the start).
  *         Bound, given HttpSocketMode and HttpSocketGroup before listen()
  *         (nobody can connect before that), removed at stop if it is still ours.
- * Runs on the thread that starts and stops the server; no shared state.
+ * Runs on the thread that starts and stops the server; no shared state, no locks.
  */
 #include <arpa/inet.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * else in the process uses libmicrohttpd: a host (or another library) that
  * links it may have set its own handler, which memtrim must not replace.
  * Runs once per process (pthread_once), on whichever thread starts the first
- * server; no other state.
+ * server; no other state, no locks but pthread_once's.
  */
 #include <dlfcn.h>
 #include <link.h>

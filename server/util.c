@@ -1,6 +1,6 @@
 /*
  * util.c - small helpers the server's files share (error strings, file
- * identity). No state, no locks.
+ * identity). Any thread (HTTP workers, the server's own); no state, no locks.
  */
 #include <stdarg.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
  * back end's own entry point, so a jemalloc linked into the executable,
  * preloaded before memtrim or after it, is found the same way, and a library
  * merely loaded (its malloc not the one in use) is not mistaken for it.
- * Runs at start (mt_create) on the caller's thread; no state of its own.
+ * Runs at start (mt_create) on the caller's thread; no state of its own, no locks.
  */
 #include <dlfcn.h>
 #include <errno.h>

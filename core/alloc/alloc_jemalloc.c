@@ -4,8 +4,10 @@
  * (it walks every arena, under the probe budget like mallinfo2), then
  * stats.allocated/active/resident/mapped/retained/metadata and the merged
  * arenas' dirty and muzzy pages. Release: "arena.<MALLCTL_ARENAS_ALL>.purge"
- * returns every arena's dirty and muzzy pages to the kernel. No state but the
- * resolved pointer (alloc.h); jemalloc takes its own locks.
+ * returns every arena's dirty and muzzy pages to the kernel. Called from the
+ * housekeeper, the pressure thread and HTTP workers as snapshot.c and trim.c
+ * allow. No state but the resolved pointer (alloc.h), set at start; no locks of
+ * its own (jemalloc takes its own).
  */
 #include <errno.h>
 #include <stdbool.h>

@@ -5,7 +5,9 @@
  * in-use and free fields stay unknown). Release: mi_collect(true), which
  * collects the calling thread's heap, abandoned segments and the segment
  * cache (other threads' heaps purge their free pages themselves after
- * mimalloc's reset delay). No state but the resolved pointers (alloc.h).
+ * mimalloc's reset delay). Called from the housekeeper, the pressure thread and
+ * HTTP workers as snapshot.c and trim.c allow. No state but the resolved
+ * pointers (alloc.h), set at start; no locks of its own (mimalloc's are its own).
  */
 #include <errno.h>
 #include <stdbool.h>

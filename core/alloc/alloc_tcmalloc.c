@@ -3,7 +3,9 @@
  * (MallocExtension_*), found with dlsym (no link against libtcmalloc).
  * Stats: numeric properties (each takes tcmalloc's page heap lock briefly).
  * Release: MallocExtension_ReleaseFreeMemory, which unmaps the page heap's
- * free spans. No state but the resolved pointers (alloc.h).
+ * free spans. Called from the housekeeper, the pressure thread and HTTP workers
+ * as snapshot.c and trim.c allow. No state but the resolved pointers (alloc.h),
+ * set at start; no locks of its own.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -2,7 +2,8 @@
  * cost.c - the cost of trimming, as pure functions (see cost.h): re-fault
  * windows, the adaptive gap, the host's CPU share, deferral while it is
  * busy, and the trim budget. No clocks, no locks, no I/O: the housekeeper
- * passes readings and times, and owns the state.
+ * passes readings and times, and owns the state; its thread (memtrim-hk) is
+ * the only caller.
  */
 #include <math.h>
 #include <string.h>

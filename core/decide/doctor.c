@@ -2,7 +2,8 @@
  * doctor.c - the rules of GET /memory/doctor and the exit summary's top
  * finding. Each rule reads only its doctor_input and either adds one finding
  * or stays silent; thresholds are named below. Pure: no clock, no I/O, no
- * state, no locks (the caller gathers the input; see advice.c).
+ * state, no locks (the caller gathers the input; see advice.c); any thread
+ * (HTTP workers for /memory/doctor, the host's at the exit summary).
  */
 #include <stdarg.h>
 #include <stdio.h>

@@ -5,7 +5,8 @@
  * structure and numbers (malformed input is an error that says where). The
  * parser is pure; arenas_read is the glibc-only caller (malloc_info locks
  * every arena: only arenas_cache_get_locked calls it, on the budget).
- * The cache's lock is described in arenas.h.
+ * Threads: HTTP workers (/memory/arenas, the doctor) and the housekeeper read
+ * the cache; the cache's lock is described in arenas.h.
  */
 #include <errno.h>
 #include <malloc.h>

@@ -4,7 +4,9 @@
  * a call that cost d (its CPU time), the next may start d * 100 / budget
  * later, so a 0.5 ms call runs at most every 0.5 s at 0.1 %. Locking: cache->lock guards all
  * fields; a refresher marks `refreshing`, probes unlocked, then publishes and
- * broadcasts, so a hundred pollers cost the host what one does.
+ * broadcasts, so a hundred pollers cost the host what one does. Any thread
+ * reads it (the housekeeper, the pressure and group threads, HTTP workers);
+ * whichever finds it stale refreshes it.
  */
 #include <errno.h>
 #include <stdio.h>

@@ -1,5 +1,7 @@
 /* test_config.c - the configuration table: every key valid and invalid, typos, types, bounds. */
+#include <ctype.h>
 #include <errno.h>
+#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -360,6 +362,46 @@ static int seen_has(const char *seen, const char *key)
     return strstr(seen, want) != NULL;
 }
 
+/* The house rule "each file's top comment states its locking rule and owning thread":
+ * the first comment of every .c file of memtrim's folders names a lock (or mutex, or
+ * atomic: "no locks" counts) and a thread (or the HTTP workers). */
+static void test_top_comments_state_threads_and_locks(void)
+{
+    static const char *const folders[] = {"common", "core/*", "server", "db", "api", "plugin"};
+    int files = 0;
+    for (size_t i = 0; i < sizeof(folders) / sizeof(folders[0]); i++) {
+        char pattern[512];
+        glob_t g;
+        snprintf(pattern, sizeof(pattern), "%s/%s/*.c", MEMTRIM_SOURCE_DIR, folders[i]);
+        if (glob(pattern, 0, NULL, &g) != 0)
+            continue;
+        for (size_t k = 0; k < g.gl_pathc; k++) {
+            char head[4096] = "";
+            FILE *f = fopen(g.gl_pathv[k], "re");
+            size_t n = f ? fread(head, 1, sizeof(head) - 1, f) : 0;
+            if (f)
+                fclose(f);
+            head[n] = '\0';
+            char *open = strstr(head, "/*"), *close = open ? strstr(open, "*/") : NULL;
+            if (close)
+                *close = '\0';
+            for (char *c = head; *c; c++)
+                *c = (char)tolower((unsigned char)*c);
+            const char *name = g.gl_pathv[k] + strlen(MEMTRIM_SOURCE_DIR) + 1;
+            CHECK_MSG(open && close, "%s: no top comment", name);
+            if (!open || !close)
+                continue;
+            CHECK_MSG(strstr(open, "lock") || strstr(open, "mutex") || strstr(open, "atomic"),
+                      "%s: its top comment states no locking rule", name);
+            CHECK_MSG(strstr(open, "thread") || strstr(open, "worker"),
+                      "%s: its top comment names no owning thread", name);
+            files++;
+        }
+        globfree(&g);
+    }
+    CHECK_MSG(files > 50, "only %d source files found", files);
+}
+
 /* The README's configuration table and the key table move together: every key has a
  * row (a row may name several keys, "A / B"), every row names only keys, and the row's
  * PATCH column (the third) says "yes" exactly for the keys PATCH /config may change. */
@@ -626,5 +668,6 @@ int main(void)
     RUN(test_program);
     RUN(test_patch);
     RUN(test_to_json_redacts);
+    RUN(test_top_comments_state_threads_and_locks);
     return harness_end();
 }
