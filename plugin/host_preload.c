@@ -39,6 +39,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,11 @@ static struct mt_config preload_cfg;     /* written by the constructor only */
 static pthread_t restart_thread;         /* guarded by preload_lock, with: */
 static int restart_running, exiting;
 static int member_fd = -1;              /* a forked child's channel to its leader */
+static int member_waits;                /* ...which leads to a member: wait to be adopted */
+/* A member whose leader left, until it leads (or stays off): the channels of the children
+ * forked by it meanwhile or while it was a member, adopted by its new leader instance. */
+static int adopting, adopt_n, adopt_fds[MT_GROUP_MAX];
+static int adopt_pair[2] = {-1, -1};    /* made in the fork prepare handler */
 static int leader_gone;                 /* the leader's end closed */
 static pthread_cond_t preload_cond = PTHREAD_COND_INITIALIZER; /* leader_gone or exiting */
 static struct mt_named named = {.dirfd = -1, .lock_fd = -1, .listen_fd = -1}; /* GroupName's */
@@ -329,6 +335,12 @@ static int run_member(int fd)
     }
     pthread_mutex_lock(&preload_lock);
     preload_instance = mt;
+    /* Children forked before the member started waited on channels to us: it watches them. */
+    int held = mt_group_hold_pending(mt, adopt_fds, adopt_n);
+    for (int i = held; i < adopt_n; i++)
+        close(adopt_fds[i]);
+    adopt_n = 0;
+    adopting = 0;
     while (!leader_gone && !exiting)
         pthread_cond_wait(&preload_cond, &preload_lock);
     if (exiting) { /* the destructor stops preload_instance once it joined us */
@@ -336,6 +348,10 @@ static int run_member(int fd)
         return 0;
     }
     preload_instance = NULL;
+    if (!named_wanted(&preload_cfg)) { /* its waiting children: adopted if it leads */
+        adopting = 1;
+        adopt_n += mt_group_take_pending(mt, adopt_fds + adopt_n, MT_GROUP_MAX - adopt_n);
+    }
     pthread_mutex_unlock(&preload_lock);
     int index = mt_group_join_index(mt);
     mt_destroy(mt);
@@ -557,16 +573,69 @@ static void *named_main(void *arg)
     }
 }
 
+/* The waiting children's channels into leader mt's registry (NULL: closed; they stay off). */
+static void adopt_finish(struct memtrim *mt)
+{
+    pthread_mutex_lock(&preload_lock);
+    int adopted = 0;
+    for (int i = 0; i < adopt_n; i++) {
+        if (mt && mt_group_adopt(mt, adopt_fds[i]) == 0)
+            adopted++;
+        else
+            close(adopt_fds[i]);
+    }
+    if (adopted)
+        mt_log(MT_LOG_DEBUG, "preload", "the new leader pid %ld adopts %d children that "
+                                        "waited for it", (long)getpid(), adopted);
+    adopt_n = 0;
+    adopting = 0;
+    pthread_mutex_unlock(&preload_lock);
+}
+
+/* A child forked by a member: 1 once its parent, now the leader, adopted its channel. */
+static int wait_adopted(int fd)
+{
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, FORK_RETRY_MS) < 0 && errno != EINTR)
+            p.revents = POLLERR;
+        if (p.revents & POLLIN)
+            return 1;
+        pthread_mutex_lock(&preload_lock);
+        int stop = exiting;
+        pthread_mutex_unlock(&preload_lock);
+        if (stop || (p.revents & (POLLHUP | POLLERR | POLLNVAL))) {
+            close(fd);
+            if (!stop)
+                mt_log(MT_LOG_DEBUG, "preload", "pid %ld: forked by a member of a worker "
+                                                "group that did not take it over: memtrim "
+                                                "stays off in this process", (long)getpid());
+            return 0;
+        }
+    }
+}
+
+static void *restart_run(void *arg);
+
 static void *restart_main(void *arg)
+{
+    void *r = restart_run(arg);
+    adopt_finish(NULL); /* channels nobody adopted (this process did not lead) */
+    return r;
+}
+
+static void *restart_run(void *arg)
 {
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
     struct memtrim *mt = NULL;
     char *err = NULL;
 
     pthread_mutex_lock(&preload_lock);
-    int fd = member_fd;
+    int fd = member_fd, waits = member_waits;
     member_fd = -1;
     pthread_mutex_unlock(&preload_lock);
+    if (fd >= 0 && waits && !wait_adopted(fd))
+        return NULL;
     int rc = fd >= 0 ? run_member(fd) : 1;
     if (rc == 2 || (fd < 0 && named_wanted(&preload_cfg)))
         return named_main(arg); /* a named group: its election, not the port's race */
@@ -591,6 +660,8 @@ static void *restart_main(void *arg)
         if (mt_group_lead(mt, &err) != 0)
             mt_log(MT_LOG_WARNING, "preload", "%s; forked children will not join a group",
                    err ? err : "group: cannot lead");
+        else
+            adopt_finish(mt);
         free(err);
     }
     port_file_write(mt);
@@ -611,11 +682,19 @@ static void preload_prepare_fork(void)
 {
     pthread_mutex_lock(&preload_lock);
     mt_group_fork_prepare(preload_instance); /* a leader: the child's channel */
+    if (adopting && !preload_instance && adopt_n < MT_GROUP_MAX &&
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, adopt_pair) != 0)
+        adopt_pair[0] = adopt_pair[1] = -1; /* between roles: the child waits for us */
 }
 
 static void preload_parent_after_fork(void)
 {
     mt_group_fork_parent(preload_instance);
+    if (adopt_pair[0] >= 0) {
+        close(adopt_pair[1]);
+        adopt_fds[adopt_n++] = adopt_pair[0];
+    }
+    adopt_pair[0] = adopt_pair[1] = -1;
     pthread_mutex_unlock(&preload_lock);
 }
 
@@ -629,7 +708,18 @@ static void preload_child_after_fork(void)
     restart_running = 0;
     leader_gone = 0;
     pthread_cond_init(&preload_cond, NULL); /* a waiter of the parent's is not here */
-    int fd = old ? mt_group_fork_child(old) : -1;
+    int waits = 0;
+    int fd = old ? mt_group_fork_child(old, &waits) : -1;
+    if (adopt_pair[1] >= 0) { /* forked between roles: a channel to this parent */
+        close(adopt_pair[0]);
+        fd = adopt_pair[1];
+        waits = 1;
+    }
+    adopt_pair[0] = adopt_pair[1] = -1;
+    for (int i = 0; i < adopt_n; i++)
+        close(adopt_fds[i]); /* the parent's */
+    adopt_n = 0;
+    adopting = 0;
     mt_named_fork_child(&named); /* the parent's lock and socket: never a child's */
     if (named_chan >= 0) {
         close(named_chan);
@@ -646,6 +736,10 @@ static void preload_child_after_fork(void)
     mt_after_fork_child(); /* the core's own atfork handler did it too; be sure */
     pthread_mutex_lock(&preload_lock);
     member_fd = fd;
+    member_waits = waits;
+    /* Until its member starts, children it forks wait on a channel to it (a daemon forks
+     * its workers at once). */
+    adopting = fd >= 0 && !named_wanted(&preload_cfg);
     restart_running = mt_thread_start(&restart_thread, "memtrim-fork", restart_main, NULL) == 0;
     if (!restart_running && member_fd >= 0) {
         close(member_fd);

@@ -191,7 +191,17 @@ int mt_group_lead(struct memtrim *mt, char **err);
  * inherited descriptors (a member's child closes its parent's channel). */
 void mt_group_fork_prepare(struct memtrim *mt);
 void mt_group_fork_parent(struct memtrim *mt);
-int mt_group_fork_child(struct memtrim *mt);
+int mt_group_fork_child(struct memtrim *mt, int *waits);
+/* *waits: the child's channel leads to a member (its parent, not the leader): the child
+ * waits for a first message (adopted) or the channel's end before it starts a member.
+ * A member's side: its waiting children's channels, taken out when it stops to take the
+ * group over (the caller owns them), and the new leader's adoption of each (0, or
+ * -ENOSPC / -ENOTCONN: the caller closes it). */
+int mt_group_take_pending(struct memtrim *mt, int *fds, int cap);
+/* The other way: a new member holds channels made before it started (the first n it
+ * can; the caller closes the rest). */
+int mt_group_hold_pending(struct memtrim *mt, const int *fds, int n);
+int mt_group_adopt(struct memtrim *mt, int fd);
 /* Start as a member on channel fd (owned from here on, closed on failure): no
  * port, no store, no pressure thread of its own. leader_gone runs once, on the
  * member's group thread, when the leader's end closes. */

@@ -130,6 +130,9 @@ struct group {
     int64_t next_total_ns;
     /* member */
     int fd;
+    int forks_wait;                    /* its forked children wait on a channel to it */
+    int pending[GROUP_MAX_MEMBERS];    /* ...their channels: adopted if it takes the group over */
+    int npending;
     atomic_int index; /* its place in the join order (MSG_WELCOME) */
     void (*leader_gone)(void *);
     void *gone_arg;
@@ -231,6 +234,8 @@ static void group_free(struct group *g)
             close(g->m[i].fd);
     if (g->fd >= 0)
         close(g->fd);
+    for (int i = 0; i < g->npending; i++)
+        close(g->pending[i]);
     close(g->wake[0]);
     close(g->wake[1]);
     pthread_cond_destroy(&g->cond);
@@ -324,6 +329,40 @@ static void member_report(struct group *g, const struct mt_snapshot *s)
     msg_send(g, g->fd, &msg);
 }
 
+/*
+ * A member's forked children (FollowFork, no GroupName) wait on a channel to
+ * it, which it adopts into its registry if it takes the group over (a daemon:
+ * the master forked itself away from the process memtrim started in, then its
+ * workers). Until then only their closing is watched (poll, no read: the
+ * child's hello stays queued), so that a child that exits or execs leaves no
+ * descriptor here. Under g->lock.
+ */
+static int pending_poll(struct group *g, struct pollfd *p)
+{
+    pthread_mutex_lock(&g->lock);
+    int n = g->npending;
+    for (int i = 0; i < n; i++)
+        p[i] = (struct pollfd){.fd = g->pending[i], .events = 0}; /* POLLHUP comes anyway */
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+static void pending_reap(struct group *g, const struct pollfd *p, int n)
+{
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < n; i++) {
+        if (!(p[i].revents & (POLLHUP | POLLERR | POLLNVAL)))
+            continue;
+        for (int k = 0; k < g->npending; k++)
+            if (g->pending[k] == p[i].fd) {
+                close(g->pending[k]);
+                g->pending[k] = g->pending[--g->npending];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
 static void *member_main(void *arg)
 {
     struct group *g = arg;
@@ -369,11 +408,14 @@ static void *member_main(void *arg)
         }
         int64_t until = zone && next_watch < next_report ? next_watch : next_report;
         int64_t wait_ms = (until - now) / MT_MS + 1;
-        struct pollfd p[2] = {{.fd = g->fd, .events = POLLIN}, {.fd = g->wake[0], .events = POLLIN}};
-        if (poll(p, 2, (int)wait_ms) < 0 && errno != EINTR)
+        struct pollfd p[2 + GROUP_MAX_MEMBERS] = {{.fd = g->fd, .events = POLLIN},
+                                                  {.fd = g->wake[0], .events = POLLIN}};
+        nfds_t np = 2 + (nfds_t)pending_poll(g, p + 2);
+        if (poll(p, np, (int)wait_ms) < 0 && errno != EINTR)
             break;
         if (p[1].revents)
             drain(g->wake[0]);
+        pending_reap(g, p + 2, (int)np - 2);
         if (stopping(g))
             break;
         while (p[0].revents && !gone) {
@@ -413,6 +455,9 @@ int group_join(struct memtrim *mt, int fd, void (*leader_gone)(void *), void *ar
     g->fd = fd;
     g->leader_gone = leader_gone;
     g->gone_arg = arg;
+    pthread_mutex_lock(&mt->cfg_lock);
+    g->forks_wait = mt->cfg.group_name[0] == '\0'; /* a named member's children join by name */
+    pthread_mutex_unlock(&mt->cfg_lock);
     mt->group = g;
     int rc = mt_thread_start(&g->thread, "memtrim-group", member_main, g);
     if (rc) {
@@ -1019,10 +1064,12 @@ void mt_group_fork_prepare(struct memtrim *mt)
      * per-process state, copied at fork, and the file locked for good. */
     if (mt && !mt->member)
         store_fork_prepare(&mt->store);
-    if (!g || g->role != GROUP_LEADER)
+    if (!g)
         return;
     pthread_mutex_lock(&g->lock);
-    if (g->stop || !g->forks_join ||
+    int wanted = g->role == GROUP_LEADER ? g->forks_join
+                                         : g->forks_wait && g->npending < GROUP_MAX_MEMBERS;
+    if (g->stop || !wanted ||
         socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, g->fork_fds) != 0)
         g->fork_fds[0] = g->fork_fds[1] = -1;
 }
@@ -1032,10 +1079,14 @@ void mt_group_fork_parent(struct memtrim *mt)
     struct group *g = mt ? mt->group : NULL;
     if (mt && !mt->member)
         store_fork_after(&mt->store);
-    if (!g || g->role != GROUP_LEADER)
+    if (!g)
         return;
     int added = 0;
-    if (g->fork_fds[0] >= 0) {
+    if (g->fork_fds[0] >= 0 && g->role != GROUP_LEADER) {
+        close(g->fork_fds[1]);
+        g->pending[g->npending++] = g->fork_fds[0]; /* room checked in prepare */
+        added = 1;
+    } else if (g->fork_fds[0] >= 0) {
         close(g->fork_fds[1]);
         added = member_add(g, g->fork_fds[0], 0) == 0;
         if (!added)
@@ -1047,29 +1098,81 @@ void mt_group_fork_parent(struct memtrim *mt)
         wake(g);
 }
 
-int mt_group_fork_child(struct memtrim *mt)
+int mt_group_fork_child(struct memtrim *mt, int *waits)
 {
     struct group *g = mt ? mt->group : NULL;
     int fd = -1;
+    *waits = 0;
     if (mt && !mt->member)
         store_fork_after(&mt->store); /* taken by this thread in prepare */
     if (!g)
         return -1;
     /* Only close(): this process has none of the instance's threads. */
+    fd = g->fork_fds[1];
+    if (g->fork_fds[0] >= 0)
+        close(g->fork_fds[0]);
     if (g->role == GROUP_LEADER) {
-        fd = g->fork_fds[1];
-        if (g->fork_fds[0] >= 0)
-            close(g->fork_fds[0]);
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
             if (g->m[i].used && g->m[i].fd >= 0)
                 close(g->m[i].fd);
-        pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
-    } else if (g->fd >= 0) {
-        close(g->fd); /* a member's child: the channel is its parent's alone */
+    } else {
+        if (g->fd >= 0)
+            close(g->fd); /* a member's child: the channel to the leader is its parent's */
+        for (int i = 0; i < g->npending; i++)
+            close(g->pending[i]);
+        *waits = fd >= 0; /* its channel leads to a member: it waits to be adopted */
     }
+    pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
     close(g->wake[0]);
     close(g->wake[1]);
     return fd;
+}
+
+int mt_group_take_pending(struct memtrim *mt, int *fds, int cap)
+{
+    struct group *g = mt ? mt->group : NULL;
+    int n = 0;
+    if (!g || g->role != GROUP_MEMBER)
+        return 0;
+    pthread_mutex_lock(&g->lock);
+    while (g->npending > 0 && n < cap)
+        fds[n++] = g->pending[--g->npending];
+    pthread_mutex_unlock(&g->lock);
+    return n;
+}
+
+int mt_group_hold_pending(struct memtrim *mt, const int *fds, int n)
+{
+    struct group *g = mt ? mt->group : NULL;
+    int held = 0;
+    if (!g || g->role != GROUP_MEMBER)
+        return 0;
+    pthread_mutex_lock(&g->lock);
+    while (held < n && g->npending < GROUP_MAX_MEMBERS)
+        g->pending[g->npending++] = fds[held++];
+    pthread_mutex_unlock(&g->lock);
+    wake(g); /* its thread watches them from now on */
+    return held;
+}
+
+int mt_group_adopt(struct memtrim *mt, int fd)
+{
+    struct group *g = mt ? mt->group : NULL;
+    struct group_msg msg;
+    if (!g || g->role != GROUP_LEADER)
+        return -ENOTCONN;
+    pthread_mutex_lock(&g->lock);
+    int rc = g->stop ? -1 : member_add(g, fd, 0);
+    if (rc == 0) { /* the first word on the channel: the waiting child starts its member */
+        msg_init(&msg, MSG_ZONE);
+        msg.arg = g->zone;
+        msg_send(g, fd, &msg);
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (rc)
+        return -ENOSPC;
+    wake(g);
+    return 0;
 }
 
 /* ---- the API's view ------------------------------------------------------------ */

@@ -59,6 +59,33 @@ def uid_of(pid):
     return None
 
 
+def members(api):
+    try:
+        g = requests.get(api + "/memory/stats", timeout=10).json().get("group")
+    except (requests.RequestException, ValueError):
+        return None
+    return sorted(m["pid"] for m in g["members"]) if g else None
+
+
+def need_apache():
+    if not os.path.exists(APACHE) or not os.path.exists(f"{MODULES}/mod_mpm_prefork.so"):
+        pytest.skip("apache2 is not installed (tests/install-deps.sh)")
+    if os.geteuid() != 0:
+        pytest.skip("Apache's children drop to www-data only when the master runs as root")
+
+
+def configure(root):
+    """The pages, Apache's configuration on a free port, and memtrim's (FollowFork, one
+    port; only the requests trim)."""
+    (root / "www").mkdir()
+    (root / "www" / "index.html").write_text(PAGE)
+    port, web = free_port(), free_port()
+    (root / "httpd.conf").write_text(CONF.format(root=root, modules=MODULES, port=web))
+    cfg = {"HttpPort": port, "FollowFork": True, "Database": str(root / "m.sqlite"),
+           "TrimIntervalSeconds": 0, "ManualTrimMinIntervalMs": 0}
+    return port, web, cfg
+
+
 @pytest.fixture
 def root():
     d = traversable_dir("memtrim-apache-")  # the children, www-data, read the pages inside
@@ -72,17 +99,9 @@ def test_apache_prefork(procs, root):
     each pid; a child killed with SIGKILL leaves and its replacement joins; a
     graceful restart's new children replace the old in the group; Apache
     serves its pages throughout and stops cleanly."""
-    if not os.path.exists(APACHE) or not os.path.exists(f"{MODULES}/mod_mpm_prefork.so"):
-        pytest.skip("apache2 is not installed (tests/install-deps.sh)")
-    if os.geteuid() != 0:
-        pytest.skip("Apache's children drop to www-data only when the master runs as root")
+    need_apache()
     www_data = pwd.getpwnam("www-data").pw_uid
-    (root / "www").mkdir()
-    (root / "www" / "index.html").write_text(PAGE)
-    port, web = free_port(), free_port()
-    (root / "httpd.conf").write_text(CONF.format(root=root, modules=MODULES, port=web))
-    cfg = {"HttpPort": port, "FollowFork": True, "Database": str(root / "m.sqlite"),
-           "TrimIntervalSeconds": 0, "ManualTrimMinIntervalMs": 0}
+    port, web, cfg = configure(root)
     env = preload_env(cfg)
     # A session of its own: the master signals its whole process group at a restart and at
     # shutdown (prefork's killpg), which must not reach pytest.
@@ -90,16 +109,9 @@ def test_apache_prefork(procs, root):
               env=env, cwd=root, start_new_session=True)
     api, site = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{web}/"
 
-    def members():
-        try:
-            g = requests.get(api + "/memory/stats", timeout=10).json().get("group")
-        except (requests.RequestException, ValueError):
-            return None
-        return sorted(m["pid"] for m in g["members"]) if g else None
-
     def group_is_master_and_children(n=3):
         kids = children_of(p.pid)
-        return len(kids) == n and http_ok(api + "/healthz") and members() == sorted(kids + [p.pid])
+        return len(kids) == n and http_ok(api + "/healthz") and members(api) == sorted(kids + [p.pid])
 
     wait_for(group_is_master_and_children, 30, "Apache's master and its 3 children in one group")
     kids = children_of(p.pid)
@@ -128,7 +140,7 @@ def test_apache_prefork(procs, root):
 
     # A child killed: it leaves at once, the master forks a replacement, which joins.
     os.kill(kids[0], signal.SIGKILL)
-    wait_for(lambda: kids[0] not in (members() or [kids[0]]) and group_is_master_and_children(),
+    wait_for(lambda: kids[0] not in (members(api) or [kids[0]]) and group_is_master_and_children(),
              30, "the replacement child to join")
     # A graceful restart (apachectl graceful: SIGUSR1 to the master): no re-exec; the old
     # children exit once idle, new ones are forked and join; nobody stale.
@@ -151,3 +163,40 @@ def test_apache_prefork(procs, root):
     pids = {row[0] for row in db.execute("SELECT DISTINCT pid FROM trims")}
     db.close()
     assert set(kids) | {p.pid} <= pids, pids
+
+
+def test_apache_daemonized(procs, root):
+    """apache2 without -DFOREGROUND (as apachectl and Debian's unit start it):
+    the process memtrim started in forks the daemon and exits; the daemon, a
+    member of that first group, takes the port and the store over, and the
+    children it forked meanwhile (www-data) waited on a channel to it and are
+    adopted: one port for the daemon and its 3 children, a trim in each."""
+    need_apache()
+    port, web, cfg = configure(root)
+    starter = procs([APACHE, "-f", str(root / "httpd.conf")], root / "apache.log",
+                    env=preload_env(cfg), cwd=root, start_new_session=True)
+    assert starter.wait(30) == 0, starter.output()
+    pidfile = root / "apache.pid"
+    daemon = int(wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), 20,
+                          "Apache's pid file"))
+    procs.adopt(daemon)
+    api, site = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{web}/"
+
+    try:
+        wait_for(lambda: len(children_of(daemon)) == 3 and http_ok(api + "/healthz") and
+                 members(api) == sorted(children_of(daemon) + [daemon]), 30,
+                 "the daemon and its 3 children in one group")
+        kids = children_of(daemon)
+        health = requests.get(api + "/healthz", timeout=5).json()
+        assert health["pid"] == daemon and health["database"] == "ok", health
+        assert requests.get(site, timeout=10).text == PAGE
+        r = requests.post(api + "/memory/trim", timeout=60)
+        results = {m["pid"]: m for m in r.json()["group"]["members"]}
+        assert sorted(results) == sorted(kids + [daemon]), r.text
+        assert all("released_bytes" in results[k] for k in kids), r.text
+    finally:
+        if pid_alive(daemon):
+            os.kill(daemon, signal.SIGTERM)
+    wait_for(lambda: not pid_alive(daemon), 20, "the daemon to stop")
+    log = (root / "error.log").read_text() + starter.output()
+    assert "(error)" not in log and "(warning)" not in log, log[-3000:]

@@ -97,7 +97,8 @@ static pid_t fork_member(struct memtrim *mt, char *self, char *fdarg)
     mt_group_fork_prepare(mt);
     pid_t pid = fork();
     if (pid == 0) {
-        int fd = mt_group_fork_child(mt);
+        int waits;
+        int fd = mt_group_fork_child(mt, &waits);
         /* Keep the channel across exec on a known number (close-on-exec drops the
          * original); nothing that allocates before exec. */
         if (fd < 0 || dup2(fd, 100) < 0)
