@@ -15,8 +15,10 @@
  * checked with lstat then fstat of the opened directory, O_NOFOLLOW, so a
  * symbolic link or a swapped directory is refused); the socket is reached
  * through /proc/self/fd/<dirfd>/, the directory already checked, never by
- * its path again. Peers are checked with SO_PEERCRED: only this uid, or
- * root, joins.
+ * its path again. The directory must be this uid's own for root too: a root
+ * process that took another user's directory would let that user plant the
+ * group's socket (a leader that sends it trims and reads its reports). Peers
+ * are checked with SO_PEERCRED: only this uid, or root, joins.
  *
  * Threads and locks: none of its own. A struct mt_named belongs to its
  * caller (plugin/host_preload.c keeps one under preload_lock); every function
@@ -93,7 +95,7 @@ int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **
         set_err("%s %s: is not a directory", what, path);
         return -ENOTDIR;
     }
-    if (l.st_uid != euid && euid != 0) { /* said before open() could only say EACCES */
+    if (l.st_uid != euid) { /* said before open() could only say EACCES */
         set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
                 "directory must be its user's own (0700): not joining",
                 what, path, (unsigned)l.st_uid, euid);
@@ -109,7 +111,7 @@ int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **
     if (fstat(fd, &f) != 0 || f.st_dev != l.st_dev || f.st_ino != l.st_ino) {
         set_err("%s %s: changed while it was checked; not used", what, path);
         rc = -EAGAIN;
-    } else if (f.st_uid != euid && euid != 0) {
+    } else if (f.st_uid != euid) {
         set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
                 "directory must be its user's own (0700): not joining",
                 what, path, (unsigned)f.st_uid, euid);

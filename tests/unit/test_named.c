@@ -143,6 +143,16 @@ static void test_dir_checks(void)
     free(err);
     err = NULL;
 
+    /* Root too refuses another user's directory: that user could plant the socket. */
+    if (me == 0) {
+        path_in(p, sizeof(p), "theirs");
+        CHECK(mkdir(p, 0700) == 0 && chown(p, 65534, 65534) == 0);
+        CHECK_EQ_INT(mt_named_dir_open(p, 0, "GroupDir", &err), -EPERM);
+        CHECK(err && strstr(err, "owned by uid 65534"));
+        free(err);
+        err = NULL;
+    }
+
     path_in(p, sizeof(p), "missing/below");
     CHECK(mt_named_dir_open(p, me, "GroupDir", &err) < 0 && err != NULL);
     free(err);
