@@ -55,6 +55,16 @@ def children_of(pid):
         return []
 
 
+def group_member_pids(api):
+    """The pids of the worker group that memtrim at api leads, sorted; None when it does not
+    answer or leads no group."""
+    try:
+        g = requests.get(api + "/memory/stats", timeout=10).json().get("group")
+    except (requests.RequestException, ValueError):
+        return None
+    return sorted(m["pid"] for m in g["members"]) if g else None
+
+
 def traversable_dir(prefix):
     """A new directory under /tmp that other users may traverse (0755; pytest's tmp_path
     is 0700): for a process of another uid (nobody, www-data) that must reach inside.

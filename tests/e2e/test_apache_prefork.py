@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from hosts_util import (children_of, free_port, http_ok, pid_alive, preload_env,  # noqa: F401
-                        procs, traversable_dir, wait_for)
+from hosts_util import (children_of, free_port, group_member_pids as members, http_ok,  # noqa: F401
+                        pid_alive, preload_env, procs, traversable_dir, wait_for)
 
 APACHE = "/usr/sbin/apache2"
 MODULES = "/usr/lib/apache2/modules"
@@ -57,14 +57,6 @@ def uid_of(pid):
         if line.startswith("Uid:"):
             return int(line.split()[1])
     return None
-
-
-def members(api):
-    try:
-        g = requests.get(api + "/memory/stats", timeout=10).json().get("group")
-    except (requests.RequestException, ValueError):
-        return None
-    return sorted(m["pid"] for m in g["members"]) if g else None
 
 
 def need_apache():

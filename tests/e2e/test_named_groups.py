@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import requests
 
-from hosts_util import (free_port, http_ok, pid_alive, preload_env, procs,  # noqa: F401
+from hosts_util import (free_port, group_member_pids, http_ok, pid_alive, preload_env, procs,  # noqa: F401
                         traversable_dir, wait_for)
 
 PYTHON = "/usr/bin/python3"
@@ -85,11 +85,7 @@ class Group:
         return requests.get(self.api + "/memory/stats", timeout=10).json()
 
     def members(self):
-        try:
-            g = self.stats().get("group")
-        except (requests.RequestException, ValueError):
-            return None
-        return sorted(m["pid"] for m in g["members"]) if g else None
+        return group_member_pids(self.api)
 
     def leader(self):
         return requests.get(self.api + "/healthz", timeout=5).json()["pid"]
