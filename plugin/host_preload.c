@@ -19,7 +19,11 @@
  * each child (mt_group_fork_*), and the child's "memtrim-fork" thread starts
  * it as a member on that channel (no port, no store), then waits: when the
  * leader's end closes (it exited), the member stops and, first in the join
- * order, takes the port over as the new leader (docs/groups.md).
+ * order, takes the port over as the new leader (docs/groups.md). A child
+ * that a member forks (or that this process forks between its roles: before
+ * its member started, after its leader left) waits on a channel to it without
+ * starting anything, and joins if its parent takes the group over (the
+ * adopt_* state below, mt_group_adopt): a daemonized master's workers.
  * Named groups (GroupName, for processes started separately): a
  * "memtrim-named" thread elects (core/instance/named.c): the winner holds the
  * group's lock for its life, listens on the group's socket and starts the

@@ -11,7 +11,8 @@
  *
  * Threads: one "memtrim-group" thread per instance in a group (leader or
  * member). Locks: g->lock guards the registry, the requests and the
- * counters; it is held across fork() by the leader's fork hooks (prepare ..
+ * counters (a member's: its waiting children's channels); it is held across
+ * fork() by the fork hooks of a leader and of a member (prepare ..
  * parent/child), never across a trim, a store push or a blocking send. It
  * may be taken while holding preload_lock (plugin/host_preload.c), never the
  * reverse. The pure pressure decision is core/decide/group_policy.c.

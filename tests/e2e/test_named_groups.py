@@ -102,6 +102,14 @@ def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def channels(pid):
+    """pid's unix SOCK_SEQPACKET sockets: the group's socket and its channels (its other
+    descriptors, the store's files and HTTP connections, come and go on their own)."""
+    out = subprocess.run(["ss", "-Hxap"], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines()
+               if line.startswith("u_seq") and f"pid={pid}," in line)
+
+
 def listeners(port):
     return subprocess.run(["ss", "-Htlnp", f"sport = :{port}"], capture_output=True,
                           text=True).stdout
@@ -179,13 +187,14 @@ def test_leader_killed_hands_over_without_stale_members_or_descriptors(procs, ba
     wait_for(lambda: fd_count(other) == before[other], 10,
              f"the member that rejoined to hold {before[other]} descriptors again")
 
-    base_fds = fd_count(new)
+    chans = channels(new)
+    assert chans == 2, chans  # its socket, and the channel of the member that rejoined
     late = web.start()[0]
     web.wait_members(rest + [late], "a late process to join the new leader")
+    assert channels(new) == 3
     web.hosts[late].kill()
     wait_for(lambda: web.members() == sorted(rest), 10, "the killed member to leave")
-    wait_for(lambda: fd_count(new) == base_fds, 10,
-             f"the leader to hold {base_fds} descriptors again")
+    wait_for(lambda: channels(new) == chans, 10, f"the leader to hold {chans} channels again")
     r = requests.post(web.api + "/memory/trim", timeout=60)
     assert sorted(m["pid"] for m in r.json()["group"]["members"]) == sorted(rest), r.text
     for p in rest:
