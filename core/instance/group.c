@@ -43,8 +43,6 @@
 #include "probe.h"
 #include "proctree.h"
 
-#define GROUP_MAGIC 0x4d544752u /* "MTGR" */
-#define GROUP_VERSION 1
 #define LEADER_TICK_NS (100 * MT_MS)
 #define LEADER_ZONE_TICK_NS (10 * MT_MS)
 #define REPORT_NS (250 * MT_MS)
@@ -56,31 +54,6 @@
 #define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
-
-enum group_msg_kind {
-    MSG_HELLO = 1,   /* member -> leader: pid, program */
-    MSG_WELCOME,     /* leader -> member: arg = its place in the join order */
-    MSG_REPORT,      /* member -> leader: its snapshot */
-    MSG_TRIM_REQ,    /* leader -> member: req_id, arg = trigger, pad */
-    MSG_TRIM_ANSWER, /* member -> leader: req_id, arg = rc, the result */
-    MSG_TRIM_DONE,   /* member -> leader: a trim it ran (any trigger), for the store */
-    MSG_REFAULT,     /* member -> leader: a trim's re-fault figure */
-    MSG_ZONE,        /* leader -> member: arg = 1 inside the pressure zone, 0 outside */
-};
-
-struct group_msg {
-    uint32_t magic;
-    uint16_t version, kind;
-    int32_t pid, arg;
-    uint64_t req_id;
-    int64_t pad;
-    union {
-        char program[GROUP_PROGRAM_MAX];
-        struct mt_snapshot snap;
-        struct mt_trim_result trim;
-        struct mt_refault refault;
-    } u;
-};
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
@@ -560,10 +533,41 @@ static void leader_sample(struct group *g, struct group_member *m, const struct 
 }
 
 /* One message from member m. Returns -1 when the member must go. */
+/* A member's message as the leader may use it (group.h), or -1 (nonsense: the member is
+ * dropped). The member strips its pointers before it sends (snap_strip), but
+ * a named group's socket takes any process of this uid: nothing a message
+ * says may be followed as a pointer, read past its array, or index a table. */
+int group_msg_check(struct group_msg *msg)
+{
+    switch (msg->kind) {
+    case MSG_REPORT: {
+        struct mt_snapshot *s = &msg->u.snap;
+        snap_strip(s);
+        s->allocator_version[sizeof(s->allocator_version) - 1] = '\0';
+        if (s->heap.arena_count < -1 || s->heap.arena_count > (1 << 20))
+            s->heap.arena_count = -1;
+        return 0;
+    }
+    case MSG_TRIM_DONE:
+    case MSG_TRIM_ANSWER:
+        if (msg->u.trim.trigger < 0 || msg->u.trim.trigger >= MT_TRIGGER_COUNT)
+            return -1;
+        if (msg->u.trim.arena_count < -1 || msg->u.trim.arena_count > (1 << 20))
+            msg->u.trim.arena_count = -1;
+        return 0;
+    case MSG_REFAULT:
+        return msg->u.refault.trigger < 0 || msg->u.refault.trigger >= MT_TRIGGER_COUNT ? -1 : 0;
+    default:
+        return 0;
+    }
+}
+
 static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
                          double sample_s)
 {
     int64_t now = mt_mono_ns();
+    if (group_msg_check(msg) < 0)
+        return -1;
     switch (msg->kind) {
     case MSG_HELLO: {
         if (m->pid != 0 || msg->pid <= 0)

@@ -31,6 +31,40 @@ struct memtrim;
 #define GROUP_MAX_REQUESTS 16  /* trim requests waiting for a member's answer */
 #define GROUP_PROGRAM_MAX 64
 
+/* ---- the wire: one SOCK_SEQPACKET message each (group.c) -------------------- */
+
+#define GROUP_MAGIC 0x4d544752u /* "MTGR" */
+#define GROUP_VERSION 1
+
+enum group_msg_kind {
+    MSG_HELLO = 1,   /* member -> leader: pid, program */
+    MSG_WELCOME,     /* leader -> member: arg = its place in the join order */
+    MSG_REPORT,      /* member -> leader: its snapshot */
+    MSG_TRIM_REQ,    /* leader -> member: req_id, arg = trigger, pad */
+    MSG_TRIM_ANSWER, /* member -> leader: req_id, arg = rc, the result */
+    MSG_TRIM_DONE,   /* member -> leader: a trim it ran (any trigger), for the store */
+    MSG_REFAULT,     /* member -> leader: a trim's re-fault figure */
+    MSG_ZONE,        /* leader -> member: arg = 1 inside the pressure zone, 0 outside */
+};
+
+struct group_msg {
+    uint32_t magic;
+    uint16_t version, kind;
+    int32_t pid, arg;
+    uint64_t req_id;
+    int64_t pad;
+    union {
+        char program[GROUP_PROGRAM_MAX];
+        struct mt_snapshot snap;
+        struct mt_trim_result trim;
+        struct mt_refault refault;
+    } u;
+};
+
+/* A member's message made safe for the leader to use: pointers cleared, strings
+ * ended, counts in range; -1 when it is nonsense (the member is then dropped). */
+int group_msg_check(struct group_msg *msg);
+
 /* ---- the instance's group (group.c) ----------------------------------------- */
 
 enum group_role { GROUP_NONE = 0, GROUP_LEADER, GROUP_MEMBER };

@@ -29,6 +29,7 @@
 #include "harness.h"
 #include "api.h"
 #include "core.h"
+#include "group.h"
 #include "start.h"
 
 #define MEMBERS 3
@@ -218,10 +219,52 @@ static void test_members_report_trim_and_leave(void)
     }
 }
 
+/* What a member sends is checked before the leader uses it: a named group's socket
+ * takes any process of this uid, so a report's pointers, strings and counts, and a
+ * trim's trigger (an index into the trigger tables), are not taken on its word. */
+static void test_member_messages_are_checked(void)
+{
+    struct group_msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.magic = GROUP_MAGIC;
+    msg.version = GROUP_VERSION;
+    msg.kind = MSG_REPORT;
+    msg.u.snap.allocator = (const char *)(uintptr_t)0x4141414141;
+    msg.u.snap.allocator_release = (const char *)(uintptr_t)0x4242424242;
+    msg.u.snap.heap.allocator = (const char *)(uintptr_t)0x4343434343;
+    msg.u.snap.heap.nfigures = 1000;
+    memset(msg.u.snap.allocator_version, 'x', sizeof(msg.u.snap.allocator_version));
+    msg.u.snap.heap.arena_count = 2147483647;
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+    CHECK(msg.u.snap.allocator == NULL && msg.u.snap.allocator_release == NULL);
+    CHECK(msg.u.snap.heap.allocator == NULL && msg.u.snap.heap.nfigures == 0);
+    CHECK(strlen(msg.u.snap.allocator_version) < sizeof(msg.u.snap.allocator_version));
+    CHECK_EQ_INT(msg.u.snap.heap.arena_count, -1);
+
+    int kinds[] = {MSG_TRIM_DONE, MSG_TRIM_ANSWER};
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        memset(&msg.u, 0, sizeof(msg.u));
+        msg.kind = (uint16_t)kinds[k];
+        msg.u.trim.trigger = MT_TRIGGER_PRESSURE;
+        CHECK_EQ_INT(group_msg_check(&msg), 0);
+        msg.u.trim.trigger = 99;
+        CHECK_EQ_INT(group_msg_check(&msg), -1);
+        msg.u.trim.trigger = -1;
+        CHECK_EQ_INT(group_msg_check(&msg), -1);
+    }
+    memset(&msg.u, 0, sizeof(msg.u));
+    msg.kind = MSG_REFAULT;
+    msg.u.refault.trigger = MT_TRIGGER_COUNT;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.refault.trigger = MT_TRIGGER_PERIODIC;
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--member") == 0)
         return member_main(atoi(argv[2]));
+    RUN(test_member_messages_are_checked);
     RUN(test_members_report_trim_and_leave);
     return harness_end();
 }
