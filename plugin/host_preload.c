@@ -782,6 +782,7 @@ __attribute__((constructor)) static void preload_init(void)
             preload_json = NULL;
             return;
         }
+        mt_fork_hooks_install(); /* the core's handlers before ours (see core.h) */
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
         pthread_mutex_lock(&preload_lock);
         restart_running = mt_thread_start(&restart_thread, "memtrim-named", named_main, NULL) == 0;

@@ -22,6 +22,11 @@ struct server_store;
  * by the first start; adapters may call it again.
  */
 void mt_after_fork_child(void);
+/* Install the core's atfork handlers now (once; the first start does it otherwise). An
+ * adapter that registers its own handlers before any start calls it first: the core's
+ * child handler must run before an adapter's that calls mt_after_fork_child (child
+ * handlers run in registration order, and the core's prepare handler holds its lock). */
+void mt_fork_hooks_install(void);
 
 /* Lifecycle (the C ABI wraps these). */
 /* routes: what the HTTP server serves (the adapters give api/'s table, api_routes). */

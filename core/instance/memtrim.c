@@ -62,6 +62,11 @@ static void fork_hooks_install(void)
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+void mt_fork_hooks_install(void)
+{
+    pthread_once(&fork_once, fork_hooks_install);
+}
+
 void mt_after_fork_child(void)
 {
     /* The atfork handler did the work; this is for adapters that want to be sure. */
@@ -482,7 +487,7 @@ static int instance_create(const char *config_json, const struct server_routes *
     }
     if (member)
         cfg.database[0] = '\0'; /* the leader owns the store */
-    pthread_once(&fork_once, fork_hooks_install);
+    mt_fork_hooks_install();
     pthread_mutex_lock(&instance_lock);
     if (instance_running) {
         pthread_mutex_unlock(&instance_lock);

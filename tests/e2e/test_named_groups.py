@@ -281,3 +281,51 @@ def test_bad_names_and_directories_are_refused_with_the_key(procs, base, tmp_pat
                            timeout=30, env=preload_env(cfg))
         assert r.returncode == 0 and "ran" in r.stdout, r
         assert want in r.stderr and "memtrim: not started:" in r.stderr, (cfg, r.stderr)
+
+
+FORKING_HOST = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+child = os.fork()          # a worker, forked after memtrim started here
+if child == 0:
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+    while True:
+        time.sleep(1)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {child}")
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    time.sleep(1)
+"""
+
+
+def test_named_and_forked(procs, base):
+    """GroupName with FollowFork: the leader's forked child joins over the
+    socketpair made at fork, a member's forked child joins by name; when the
+    leader is killed, its child, the other process and that one's child elect
+    a new leader among them and all stay in the group."""
+    web = Group(procs, base, "web", config={"FollowFork": True})
+    (base / "fork.py").write_text(FORKING_HOST)
+    pids = []
+    for n in range(2):
+        ready = base / f"fork.{n}.ready"
+        p = procs([PYTHON, str(base / "fork.py"), str(ready)], base / f"fork.{n}.log",
+                  env=preload_env(web.cfg))
+        parent, child = map(int, wait_for(lambda: ready.exists() and ready.read_text().split(),
+                                          30, f"process {n} and its child"))
+        procs.adopt(child)
+        web.hosts[parent] = p
+        pids += [parent, child]
+        web.wait_members(pids, f"process {n} and its child in the group")
+    leader = web.leader()
+    assert leader == pids[0]
+    web.hosts[leader].kill()
+    rest = pids[1:]
+    wait_for(lambda: http_ok(web.api + "/healthz") and web.leader() in rest and
+             web.members() == sorted(rest), 30, "the three others to elect a leader")
+    r = requests.post(web.api + "/memory/trim", timeout=60)
+    assert sorted(m["pid"] for m in r.json()["group"]["members"]) == sorted(rest), r.text
+    for pid in pids[1:]:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not any(pid_alive(p) for p in rest), 20, "the processes to exit")
+    assert integrity(base / "web.sqlite") == "ok"
