@@ -4,12 +4,15 @@ studies of 80 MB in 1 KB blocks each, one long-lived worker thread per
 worker, the workers 100 ms apart) in one memory cgroup v1/v2, by limit x
 pause x mode: none, malloc_trim after every study, per-process memtrim
 (FollowFork, HttpPort 0: an instance per worker), the group (FollowFork, one
-port). Prints workers finished, the cgroup's peak and the wall time per run,
-and the load average around each cell. Needs root. Usage:
-  bench/group/bench.py [--build build] [--limits 250,300] [--pauses 0,250,500] [--runs 2]"""
+port). Prints workers finished (per run and the median), the cgroup's peak
+(per run and the median) and the wall time per run, and the load average
+before each cell. Needs root. Usage:
+  bench/group/bench.py [--build build] [--limits 250,300] [--pauses 0,250,500] [--runs 3]
+                       [--workers 4]"""
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -18,10 +21,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", 
 from hosts_util import Cgroup  # noqa: E402
 
 
-def run(build, limit_mb, pause, mode, n):
+def run(build, limit_mb, pause, mode, n, workers):
     cg = Cgroup(f"memtrim-gbench-{os.getpid()}-{n}", limit_mb << 20)
     try:
-        args = [f"{build}/memtrim-prefork", "--workers", "4", "--studies", "20", "--study-mb",
+        args = [f"{build}/memtrim-prefork", "--workers", str(workers), "--studies", "20", "--study-mb",
                 "80", "--pause-ms", str(pause), "--stagger-ms", "100"]
         env = dict(os.environ)
         if mode == "trim-after":
@@ -46,12 +49,14 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--limits", default="250,300")
     ap.add_argument("--pauses", default="0,250,500")
-    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--modes", default="none,trim-after,per-process,group")
     a = ap.parse_args()
     n = 0
-    print("| limit | pause | mode | workers finished (per run) | peak MB | wall s | load before |")
-    print("|---|---|---|---|---|---|---|")
+    print("| limit | pause | mode | workers finished (per run) | median | peak MB | median peak "
+          "| wall s | load before |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for limit in map(int, a.limits.split(",")):
         for pause in map(int, a.pauses.split(",")):
             for mode in a.modes.split(","):
@@ -59,10 +64,13 @@ def main():
                 res = []
                 for _ in range(a.runs):
                     n += 1
-                    res.append(run(a.build, limit, pause, mode, n))
+                    res.append(run(a.build, limit, pause, mode, n, a.workers))
+                w = a.workers
                 print(f"| {limit} MB | {pause} ms | {mode} | "
-                      f"{', '.join(f'{d}/4' for d, _, _ in res)} | "
+                      f"{', '.join(f'{d}/{w}' for d, _, _ in res)} | "
+                      f"{statistics.median(d for d, _, _ in res):g}/{w} | "
                       f"{', '.join(str(pk) for _, pk, _ in res)} | "
+                      f"{statistics.median(pk for _, pk, _ in res):g} | "
                       f"{', '.join(f'{w:.1f}' for _, _, w in res)} | {load} |", flush=True)
 
 

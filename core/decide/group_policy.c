@@ -27,22 +27,26 @@ static int candidate(const struct group_pressure_in *in, const struct group_cand
 {
     if (c->busy)
         return 0;
-    if (c->estimate_fresh) /* it said what it holds, lately and after its last trim */
-        return c->releasable >= in->min_releasable;
+    /* it said what it holds, lately and after its last trim */
+    if (c->estimate_fresh && c->releasable >= in->min_releasable)
+        return 1;
     if (!urgent)
         return 0;
     int64_t since = c->last_trim_ns ? in->now_ns - c->last_trim_ns : INT64_MAX;
+    /* ...little, but its RSS grew since that reading: what it grew by may be free now */
+    if (c->estimate_fresh)
+        return since >= GROUP_RETRIM_STALE_NS && c->rss_since_estimate >= in->min_releasable;
     /* Said nothing lately: it may hold what it grew by since its last trim. */
     return since >= GROUP_RETRIM_STALE_NS &&
            (c->rss_after_trim == 0 || c->rss >= c->rss_after_trim + in->min_releasable);
 }
 
-/* What c is thought to hold free: its estimate once read after its last trim, else
- * what its RSS grew by since. */
+/* What c is thought to hold free: its estimate once read after its last trim (and what
+ * its RSS grew by since that reading), else what its RSS grew by since the trim. */
 static uint64_t held(const struct group_candidate *c)
 {
     if (c->estimate_fresh || c->estimate_after_trim)
-        return c->releasable;
+        return c->releasable + c->rss_since_estimate;
     return c->rss > c->rss_after_trim ? c->rss - c->rss_after_trim : 0;
 }
 

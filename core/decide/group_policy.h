@@ -16,6 +16,8 @@ struct group_candidate {
                               * and is younger than GROUP_ESTIMATE_STALE_NS */
     int estimate_after_trim; /* it was read after the member's last group trim (maybe old) */
     uint64_t rss;            /* its last RSS */
+    uint64_t rss_since_estimate; /* what its RSS grew by since the heap reading of that estimate
+                              * (freed since, or live: not known until the next reading) */
     uint64_t rss_after_trim; /* its RSS right after its last trim (any), 0 none yet */
     int64_t last_trim_ns;    /* monotonic start of its last group pressure trim, 0 none */
     int busy;                /* a group request to it is in flight */
@@ -56,7 +58,11 @@ int64_t group_growth_step(int64_t limit);
  * it counts when its RSS grew by TrimMinReleasableBytes since its last trim,
  * by that growth); below the line without growth, only when the fresh
  * estimates add up to more than the headroom to the line, or one member holds
- * burst_bytes free. A member trimmed by
+ * burst_bytes free. A fresh estimate is no proof that a member holds little
+ * when its RSS grew by TrimMinReleasableBytes since that reading (a worker's
+ * study read mid-way, freed since; its heap readings spaced out by the probe
+ * budget): at the line or after growth it counts, estimate plus that growth,
+ * as a member that said nothing. A member trimmed by
  * the group is asked again once a fresh estimate shows it holds
  * TrimMinReleasableBytes, or once its estimate is stale (older than its
  * last trim or than GROUP_ESTIMATE_STALE_NS) and its RSS grew as said

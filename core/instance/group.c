@@ -50,6 +50,11 @@
 #define ZONE_WATCH_NS (10 * MT_MS)  /* a member's heap reading inside the zone (its budget) */
 #define USAGE_MOVED_BYTES (1LL << 20)
 #define ZONE_BUDGET_FACTOR 10.0 /* as the housekeeper's inside the zone */
+/* The zone's watch (ZONE_WATCH_NS): a reading every 10 ms at most, and the budget may
+ * space them no further than that costs. Measured under qemu TCG, where a heap reading
+ * costs some 15 times the host's: at 10 times the budget a worker's freed study went
+ * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
+#define WATCH_BUDGET_FACTOR 100.0
 #define ZONE_HOLD_NS (5 * MT_SEC)
 #define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
@@ -64,6 +69,8 @@ struct group_member {
     uint64_t trims, released, pressure_trims;
     int64_t last_trim_ns, last_trim_ms; /* the group's last pressure trim of it */
     uint64_t rss_after;                 /* its RSS right after its last trim (any trigger) */
+    int64_t heap_ms_seen;               /* the heap reading its reports carry */
+    uint64_t rss_at_heap;               /* its RSS in the first report that carried it */
     int64_t last_sample_ns;
     uint64_t press_req;                 /* its pressure request in flight, 0 none */
     int64_t press_sent_ns;              /* ...sent then */
@@ -225,19 +232,21 @@ static int stopping(struct group *g)
 }
 
 /*
- * The instance's own snapshot. Outside the zone it never forces a heap probe
- * (the housekeeper decides those); inside the group's zone a member's report
- * asks for a heap reading as old as its period at most, on ten times the
- * budget (the cache keeps it), since the group decides on that estimate.
+ * The instance's own snapshot. Outside the zone (factor 0) it never forces a
+ * heap probe (the housekeeper decides those); inside the group's zone a
+ * member's report asks for a heap reading as old as its period at most, on
+ * `factor` times the budget (the cache keeps it), since the group decides on
+ * that estimate.
  */
-static uint64_t own_snapshot(struct memtrim *mt, int64_t cheap_age_ns, int zone,
+static uint64_t own_snapshot(struct memtrim *mt, int64_t cheap_age_ns, double factor,
                              struct mt_snapshot *out)
 {
-    struct snapshot_want want = {.stale_ok = 1, .heap_max_age_ns = zone ? cheap_age_ns : INT64_MAX};
+    struct snapshot_want want = {.stale_ok = 1,
+                                 .heap_max_age_ns = factor > 0 ? cheap_age_ns : INT64_MAX};
     pthread_mutex_lock(&mt->cfg_lock);
     uint64_t min_releasable = (uint64_t)mt->cfg.trim_min_releasable_bytes;
     want.cheap_max_age_ns = cheap_age_ns;
-    want.budget_percent = mt->cfg.probe_budget_percent * (zone ? ZONE_BUDGET_FACTOR : 1.0);
+    want.budget_percent = mt->cfg.probe_budget_percent * (factor > 0 ? factor : 1.0);
     want.memory_limit_cfg = mt->cfg.memory_limit_bytes;
     pthread_mutex_unlock(&mt->cfg_lock);
     snapshot_get(&mt->cache, &want, out);
@@ -354,7 +363,7 @@ static void *member_main(void *arg)
         int64_t period = zone ? REPORT_ZONE_NS : REPORT_NS, now = mt_mono_ns();
         struct mt_snapshot s;
         if (now >= next_report) {
-            own_snapshot(mt, period, zone, &s);
+            own_snapshot(mt, period, zone ? ZONE_BUDGET_FACTOR : 0, &s);
             member_report(g, &s);
             reported_free = s.releasable_estimate_bytes;
             next_report = now + period;
@@ -369,7 +378,7 @@ static void *member_main(void *arg)
              * it first. (Measured: at the zone's 50 ms reports, a worker's freed study
              * was seen 50-90 ms late, and the limit was reached meanwhile.)
              */
-            uint64_t min = own_snapshot(mt, ZONE_WATCH_NS, 1, &s);
+            uint64_t min = own_snapshot(mt, ZONE_WATCH_NS, WATCH_BUDGET_FACTOR, &s);
             if (s.releasable_estimate_bytes >= reported_free + (min ? min : 1)) {
                 member_report(g, &s);
                 next_report = now + period;
@@ -520,6 +529,15 @@ static void leader_answer(struct group *g, struct group_member *m, const struct 
     pthread_mutex_unlock(&g->lock);
 }
 
+/* A new heap reading in m's snapshot: the RSS it came with (growth since counts). Locked. */
+static void note_heap(struct group_member *m)
+{
+    if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {
+        m->heap_ms_seen = m->snap.heap.timestamp_ms;
+        m->rss_at_heap = m->snap.cheap.rss_bytes;
+    }
+}
+
 static void leader_sample(struct group *g, struct group_member *m, const struct mt_snapshot *s,
                           int64_t now, double interval_s)
 {
@@ -603,6 +621,7 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
         pthread_mutex_lock(&g->lock);
         m->snap = msg->u.snap;
         m->report_ns = now;
+        note_heap(m);
         pthread_mutex_unlock(&g->lock);
         leader_sample(g, m, &msg->u.snap, now, sample_s);
         return 0;
@@ -650,6 +669,7 @@ static void leader_self_refresh(struct group *g, int64_t now, double sample_s)
     pthread_mutex_lock(&g->lock);
     g->m[0].snap = s;
     g->m[0].report_ns = now;
+    note_heap(&g->m[0]);
     pthread_mutex_unlock(&g->lock);
 }
 
@@ -745,6 +765,9 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
                               now_ms - heap_ms < GROUP_ESTIMATE_STALE_NS / MT_MS,
             .estimate_after_trim = heap_ms > m->last_trim_ms,
             .rss = m->snap.cheap.rss_bytes,
+            .rss_since_estimate = heap_ms && m->snap.cheap.rss_bytes > m->rss_at_heap
+                                      ? m->snap.cheap.rss_bytes - m->rss_at_heap
+                                      : 0,
             .rss_after_trim = m->rss_after,
             .last_trim_ns = m->last_trim_ns,
             .busy = m->press_req != 0 || waiting,

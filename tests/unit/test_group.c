@@ -114,6 +114,35 @@ static void test_growth_rule(void)
     CHECK_EQ_INT(group_growth_step((int64_t)MB(1024)), (int64_t)MB(32));
 }
 
+static void test_growth_since_a_fresh_estimate(void)
+{
+    /* A member read its heap mid-study (1 MB free at 30 MB RSS) and its RSS grew to 85 MB
+     * since: what it grew by may be free now (its study ended, the next reading is spaced
+     * out by the probe budget). Below the line without growth its word stands... */
+    struct group_candidate c[2] = {fresh(1, 85), fresh(0, 40)};
+    c[0].rss_since_estimate = MB(55);
+    c[1].rss_since_estimate = MB(4); /* under TrimMinReleasableBytes: nothing new */
+    struct group_pressure_in i = in(200, 200);
+    int rule;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* ...at the line it is asked (the other, grown by less than 8 MB, is not) */
+    i = in(230, 230);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_LINE);
+    /* ...and after growth by a step, ranked by estimate plus growth: a member holding
+     * 40 MB by a fresh reading goes before one that grew 30 MB since its reading */
+    i = in(200, 150);
+    c[0].rss_since_estimate = MB(30);
+    c[1] = fresh(40, 45);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 1);
+    CHECK_EQ_INT(rule, GROUP_RULE_GROWTH);
+    c[1].busy = 1;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    /* ...not again within GROUP_RETRIM_STALE_NS of its last ask */
+    c[0].last_trim_ns = i.now_ns - GROUP_RETRIM_STALE_NS / 2;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+}
+
 int main(void)
 {
     RUN(test_outside_the_zone_nothing);
@@ -121,5 +150,6 @@ int main(void)
     RUN(test_one_at_a_time);
     RUN(test_line_asks_members_that_said_nothing);
     RUN(test_growth_rule);
+    RUN(test_growth_since_a_fresh_estimate);
     return harness_end();
 }
