@@ -235,8 +235,8 @@ int mt_named_dir_choose(const char *group_dir, const char *xdg_runtime_dir, unsi
                         char *out, size_t size);
 /* Pure: whether a process of peer_uid may join a leader of leader_uid (same uid, or root). */
 int mt_named_peer_allowed(unsigned peer_uid, unsigned leader_uid);
-/* Create (0700) or check the directory: a directory (no symbolic link), owned by euid (any
- * owner for root), no group or other bits. Its descriptor, or -errno with *err (what: the
+/* Create (0700) or check the directory: a directory (no symbolic link), owned by euid (root
+ * too: another user's directory would let that user plant the socket), no group or other bits. Its descriptor, or -errno with *err (what: the
  * key or the role that named the path, for the message). */
 int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **err);
 void mt_named_init(struct mt_named *n);

@@ -550,11 +550,55 @@ static void leader_sample(struct group *g, struct group_member *m, const struct 
     store_push_sample(&g->mt->store, &copy);
 }
 
-/* One message from member m. Returns -1 when the member must go. */
+/* A byte count or a time a member may report: the leader adds up to GROUP_MAX_MEMBERS of
+ * them in int64_t (rss_sum) and subtracts times (now_ms - heap_ms); 2^56 bytes (64 PiB)
+ * and 2^53 ms keep those sums and differences far from overflow. */
+#define PEER_BYTES_MAX (UINT64_C(1) << 56)
+#define PEER_MS_MAX (INT64_C(1) << 53)
+
+static int peer_bytes_ok(uint64_t v)
+{
+    return v <= PEER_BYTES_MAX;
+}
+
+static int peer_sbytes_ok(int64_t v) /* signed: -1 unknown, or a (negative) difference */
+{
+    return v >= -(int64_t)PEER_BYTES_MAX && v <= (int64_t)PEER_BYTES_MAX;
+}
+
+static int peer_ms_ok(int64_t v)
+{
+    return v >= 0 && v <= PEER_MS_MAX;
+}
+
+/* The figures the leader adds up or subtracts (the group's totals, the policy's inputs). */
+static int report_in_range(const struct mt_snapshot *s)
+{
+    const struct mt_cheap *c = &s->cheap;
+    const struct mt_heap *h = &s->heap;
+    const uint64_t bytes[] = {c->rss_bytes,          c->rss_anon_bytes,     c->rss_file_bytes,
+                              c->swap_bytes,         h->arena_bytes,        h->heap_in_use_bytes,
+                              h->heap_free_bytes,    h->heap_mmapped_bytes,
+                              s->releasable_estimate_bytes};
+    for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
+        if (!peer_bytes_ok(bytes[i]))
+            return 0;
+    return peer_ms_ok(c->timestamp_ms) && peer_ms_ok(h->timestamp_ms);
+}
+
+static int trim_in_range(const struct mt_trim_result *t)
+{
+    return peer_ms_ok(t->start_ms) && peer_bytes_ok(t->rss_before_bytes) &&
+           peer_bytes_ok(t->rss_after_bytes) && peer_bytes_ok(t->heap_free_before_bytes) &&
+           peer_bytes_ok(t->heap_free_after_bytes) && peer_sbytes_ok(t->released_bytes) &&
+           peer_sbytes_ok(t->refaulted_bytes);
+}
+
 /* A member's message as the leader may use it (group.h), or -1 (nonsense: the member is
  * dropped). The member strips its pointers before it sends (snap_strip), but
  * a named group's socket takes any process of this uid: nothing a message
- * says may be followed as a pointer, read past its array, or index a table. */
+ * says may be followed as a pointer, read past its array, or index a table,
+ * nor may its figures overflow what the leader adds up (PEER_*_MAX). */
 int group_msg_check(struct group_msg *msg)
 {
     switch (msg->kind) {
@@ -564,7 +608,9 @@ int group_msg_check(struct group_msg *msg)
         s->allocator_version[sizeof(s->allocator_version) - 1] = '\0';
         if (s->heap.arena_count < -1 || s->heap.arena_count > (1 << 20))
             s->heap.arena_count = -1;
-        return 0;
+        if (!(s->fragmentation_ratio >= 0 && s->fragmentation_ratio <= 1e9)) /* NaN too */
+            s->fragmentation_ratio = 0;
+        return report_in_range(s) ? 0 : -1;
     }
     case MSG_TRIM_DONE:
     case MSG_TRIM_ANSWER:
@@ -572,14 +618,19 @@ int group_msg_check(struct group_msg *msg)
             return -1;
         if (msg->u.trim.arena_count < -1 || msg->u.trim.arena_count > (1 << 20))
             msg->u.trim.arena_count = -1;
-        return 0;
+        return trim_in_range(&msg->u.trim) ? 0 : -1;
     case MSG_REFAULT:
-        return msg->u.refault.trigger < 0 || msg->u.refault.trigger >= MT_TRIGGER_COUNT ? -1 : 0;
+        if (msg->u.refault.trigger < 0 || msg->u.refault.trigger >= MT_TRIGGER_COUNT)
+            return -1;
+        return peer_ms_ok(msg->u.refault.start_ms) && peer_sbytes_ok(msg->u.refault.refaulted_bytes)
+                   ? 0
+                   : -1;
     default:
         return 0;
     }
 }
 
+/* One message from member m. Returns -1 when the member must go. */
 static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
                          double sample_s)
 {
@@ -874,7 +925,7 @@ static void leader_accept(struct group *g)
         int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return; /* EAGAIN, or a peer gone before we took it */
-        struct ucred cred;
+        struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* getsockopt failed */
         socklen_t len = sizeof(cred);
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
             !mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid())) {

@@ -191,7 +191,7 @@ static int named_connect(const struct mt_named *n, char **err)
         close(fd);
         return rc;
     }
-    struct ucred cred;
+    struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* if getsockopt fails */
     socklen_t cl = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0 ||
         !mt_named_peer_allowed((unsigned)geteuid(), (unsigned)cred.uid)) {

@@ -258,6 +258,35 @@ static void test_member_messages_are_checked(void)
     CHECK_EQ_INT(group_msg_check(&msg), -1);
     msg.u.refault.trigger = MT_TRIGGER_PERIODIC;
     CHECK_EQ_INT(group_msg_check(&msg), 0);
+    msg.u.refault.start_ms = -1;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+
+    /* Figures the leader adds up (rss_sum, the group's totals) or subtracts from its clock
+     * (now_ms - heap_ms): a peer's huge or negative ones drop it rather than overflow. */
+    memset(&msg.u, 0, sizeof(msg.u));
+    msg.kind = MSG_REPORT;
+    msg.u.snap.cheap.rss_bytes = 300ull << 20;
+    msg.u.snap.heap.timestamp_ms = 1764633600000; /* 2025-12-02 */
+    msg.u.snap.fragmentation_ratio = 0.0 / 0.0;
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+    CHECK(msg.u.snap.fragmentation_ratio == 0);
+    msg.u.snap.cheap.rss_bytes = UINT64_MAX / 2;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.snap.cheap.rss_bytes = 300ull << 20;
+    msg.u.snap.releasable_estimate_bytes = UINT64_MAX;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.snap.releasable_estimate_bytes = 0;
+    msg.u.snap.heap.timestamp_ms = INT64_MIN;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    memset(&msg.u, 0, sizeof(msg.u));
+    msg.kind = MSG_TRIM_DONE;
+    msg.u.trim.released_bytes = -4096; /* a busy host's RSS grew: allowed */
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+    msg.u.trim.released_bytes = INT64_MIN;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.trim.released_bytes = 0;
+    msg.u.trim.rss_after_bytes = UINT64_MAX;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
 }
 
 int main(int argc, char **argv)
