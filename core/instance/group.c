@@ -59,6 +59,7 @@
 #define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
+#define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
@@ -97,6 +98,8 @@ struct group {
     int fork_fds[2];
     int forks_join;   /* forked children join over a socketpair (FollowFork) */
     int listen_fd;    /* a named group's socket (the caller's), -1 */
+    int64_t accept_after_ns; /* ...not polled until then: accept failed for want of resources */
+    struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
     int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
@@ -194,6 +197,7 @@ static struct group *group_alloc(struct memtrim *mt, int role)
     g->fd = -1;
     g->fork_fds[0] = g->fork_fds[1] = -1;
     g->listen_fd = -1;
+    mt_log_limit_init(&g->accept_log, 10 * MT_SEC, 5);
     g->usage = -1;
     g->limit = -1;
     g->base_usage = -1;
@@ -220,6 +224,7 @@ static void group_free(struct group *g)
     close(g->wake[1]);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
+    pthread_mutex_destroy(&g->accept_log.lock);
     free(g);
 }
 
@@ -923,6 +928,17 @@ static void leader_accept(struct group *g)
 {
     for (int k = 0; k < 16; k++) { /* a bounded batch */
         int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            /* The connection stays queued and the socket readable: polled at once again,
+             * it would spin this thread (and the tick's cgroup reads) on a host that ran
+             * out of descriptors. Try again in a while. */
+            int e = errno;
+            g->accept_after_ns = mt_mono_ns() + ACCEPT_PAUSE_NS;
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                           "GroupName %s: cannot accept a new member: %s; trying again in 1 s",
+                           g->name, strerror(e));
+            return;
+        }
         if (fd < 0)
             return; /* EAGAIN, or a peer gone before we took it */
         struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* getsockopt failed */
@@ -933,9 +949,10 @@ static void leader_accept(struct group *g)
             pthread_mutex_lock(&g->lock);
             g->refused++;
             pthread_mutex_unlock(&g->lock);
-            mt_log(MT_LOG_WARNING, "group", "GroupName %s: refused pid %ld (uid %u): only uid %u "
-                                            "and root may join this group", g->name,
-                   (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                           "GroupName %s: refused pid %ld (uid %u): only uid %u and root may "
+                           "join this group",
+                           g->name, (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
             continue;
         }
         pthread_mutex_lock(&g->lock);
@@ -943,9 +960,9 @@ static void leader_accept(struct group *g)
         pthread_mutex_unlock(&g->lock);
         if (full) {
             close(fd); /* it sees EOF before a welcome and runs without memtrim */
-            mt_log(MT_LOG_WARNING, "group", "GroupName %s: refused pid %ld: the group has %d "
-                                            "members already", g->name, (long)cred.pid,
-                   GROUP_MAX_MEMBERS);
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                           "GroupName %s: refused pid %ld: the group has %d members already",
+                           g->name, (long)cred.pid, GROUP_MAX_MEMBERS);
         }
     }
 }
@@ -978,7 +995,8 @@ static void *leader_main(void *arg)
         int n = 0;
         p[n] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
         who[n++] = NULL;
-        p[n] = (struct pollfd){.fd = g->listen_fd, .events = POLLIN}; /* -1: ignored by poll */
+        p[n] = (struct pollfd){.fd = now >= g->accept_after_ns ? g->listen_fd : -1,
+                               .events = POLLIN}; /* -1: ignored by poll */
         who[n++] = NULL;
         pthread_mutex_lock(&g->lock);
         int zone = g->zone || mt_mono_ns() < g->moving_until_ns, stop = g->stop;

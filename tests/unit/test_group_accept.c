@@ -1,0 +1,139 @@
+/*
+ * test_group_accept.c - a named group's leader whose accept fails for want
+ * of descriptors (EMFILE: the host ran out) must not spin: the connection
+ * stays queued and the socket readable, so polling it again at once made the
+ * "memtrim-group" thread loop (each turn reading the cgroup's usage). This
+ * binary's own accept4 (memtrim's static libraries take the call from it)
+ * fails with EMFILE on the group's socket while the test says so and counts
+ * the calls; the test plays a member over a socketpair (mt_group_adopt) and
+ * wakes the leader 20 times with reports, each waited for in mt_group_info:
+ * the failing accept must have been retried a few times at most meanwhile.
+ * Then accept works again and the queued process joins. Threads: the test's
+ * main thread and the instance's; the counters are atomics.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "api.h"
+#include "core.h"
+#include "group.h"
+#include "start.h"
+
+#define FAKE_PID 999999 /* the test's member (its hello's word: an adopted channel) */
+#define ROUNDS 20
+
+static atomic_int listen_fd = -1, failing, calls;
+
+int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
+{
+    if (fd == atomic_load(&listen_fd)) {
+        atomic_fetch_add(&calls, 1);
+        if (atomic_load(&failing)) {
+            errno = EMFILE;
+            return -1;
+        }
+    }
+    return (int)syscall(SYS_accept4, fd, addr, len, flags);
+}
+
+static void send_msg(int fd, int kind, uint64_t rss)
+{
+    struct group_msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.magic = GROUP_MAGIC;
+    msg.version = GROUP_VERSION;
+    msg.kind = (uint16_t)kind;
+    msg.pid = FAKE_PID;
+    if (kind == MSG_HELLO)
+        snprintf(msg.u.program, sizeof(msg.u.program), "test");
+    msg.u.snap.cheap.rss_bytes = rss;
+    CHECK(send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) == (ssize_t)sizeof(msg));
+}
+
+/* 1 when the leader shows the test's member with rss (the report was handled). */
+static int shows(struct memtrim *mt, uint64_t rss)
+{
+    struct mt_group_info info;
+    struct mt_member m[MT_GROUP_MAX];
+    int n = 0;
+    if (mt_group_info(mt, &info, m, MT_GROUP_MAX, &n) != 0)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (m[i].pid == FAKE_PID && m[i].snap.cheap.rss_bytes == rss)
+            return 1;
+    return 0;
+}
+
+static int members(struct memtrim *mt)
+{
+    struct mt_group_info info;
+    struct mt_member m[MT_GROUP_MAX];
+    int n = 0;
+    return mt_group_info(mt, &info, m, MT_GROUP_MAX, &n) == 0 ? info.members : -1;
+}
+
+static void test_accept_out_of_descriptors_does_not_spin(void)
+{
+    struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}");
+    if (!mt)
+        return;
+    /* The group's socket: abstract (no file), as named.c's but for the path. */
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "memtrim-test-accept-%ld", (long)getpid());
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(a.sun_path + 1));
+    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, alen) == 0 && listen(l, 8) == 0);
+    atomic_store(&listen_fd, l);
+    char *err = NULL;
+    CHECK_EQ_INT(mt_group_lead_named(mt, l, "accept", 0, &err), 0);
+    free(err);
+
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0); /* the leader owns pair[0] from here */
+    send_msg(pair[1], MSG_HELLO, 0);
+    WAIT_FOR(members(mt) == 2, 60);
+    CHECK_EQ_INT(members(mt), 2);
+
+    /* A process connects and says hello; the leader's accept fails: no descriptor left. */
+    atomic_store(&failing, 1);
+    int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0 && connect(c, (struct sockaddr *)&a, alen) == 0);
+    send_msg(c, MSG_HELLO, 0);
+    WAIT_FOR(atomic_load(&calls) >= 1, 60);
+    CHECK(atomic_load(&calls) >= 1);
+    int before = atomic_load(&calls);
+    for (uint64_t i = 1; i <= ROUNDS; i++) { /* each one wakes the leader at least once */
+        send_msg(pair[1], MSG_REPORT, i << 20);
+        WAIT_FOR(shows(mt, i << 20), 60);
+        CHECK(shows(mt, i << 20));
+    }
+    int retried = atomic_load(&calls) - before;
+    /* One retry a second at most (ROUNDS wake-ups take milliseconds; 10 would need 10 s). */
+    CHECK_MSG(retried < ROUNDS / 2, "accept retried %d times over %d wake-ups: a busy loop",
+              retried, ROUNDS);
+
+    /* Descriptors again: the queued process is accepted and joins. */
+    atomic_store(&failing, 0);
+    WAIT_FOR(members(mt) == 3, 60);
+    CHECK_EQ_INT(members(mt), 3);
+
+    mt_destroy(mt);
+    atomic_store(&listen_fd, -1);
+    close(l);
+    close(c);
+    close(pair[1]);
+}
+
+int main(void)
+{
+    RUN(test_accept_out_of_descriptors_does_not_spin);
+    return harness_end();
+}
