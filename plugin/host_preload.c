@@ -62,7 +62,8 @@
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
 #define FORK_RETRY_MAX 50    /* ...for 5 s: a daemon's parent exits well within that */
 #define NAMED_RETRY_MS 20    /* a named group's role being taken: ask again this often... */
-#define NAMED_RETRY_MAX 500  /* ...for 10 s */
+#define NAMED_RETRY_MAX 500  /* ...for 10 s, then: */
+#define NAMED_RETRY_SLOW_MS 1000 /* once a second, for as long as the lock stays held */
 #define NAMED_REFUSALS_MAX 5 /* channels closed before a welcome, in a row: give up */
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -508,20 +509,22 @@ static int named_attempt(void)
             free(err);
             return named_join(fd);
         }
-        if (rc != -EAGAIN || tries >= NAMED_RETRY_MAX) {
-            if (rc == -EAGAIN)
-                mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the group's lock is held but "
-                                                  "nobody answered on its socket for %d s; "
-                                                  "memtrim stays off in pid %ld",
-                       preload_cfg.group_name, NAMED_RETRY_MAX * NAMED_RETRY_MS / 1000,
-                       (long)getpid());
-            else
-                fprintf(stderr, "memtrim: not started: %s\n", err ? err : strerror(-rc));
+        if (rc != -EAGAIN) {
+            fprintf(stderr, "memtrim: not started: %s\n", err ? err : strerror(-rc));
             free(err);
             return 0;
         }
+        /* The lock is held and nobody answers: a leader stopping slowly, or stopped
+         * (SIGSTOP, a debugger). Ask fast for 10 s, then once a second for as long as it
+         * lasts: giving up would leave this process without memtrim until it restarts. */
+        if (tries == NAMED_RETRY_MAX)
+            mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the group's lock is held but "
+                                              "nobody answered on its socket for %d s; pid %ld "
+                                              "asks again every second",
+                   preload_cfg.group_name, NAMED_RETRY_MAX * NAMED_RETRY_MS / 1000,
+                   (long)getpid());
         free(err);
-        if (wait_exiting(NAMED_RETRY_MS))
+        if (wait_exiting(tries >= NAMED_RETRY_MAX ? NAMED_RETRY_SLOW_MS : NAMED_RETRY_MS))
             return 0;
     }
 }
