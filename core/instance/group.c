@@ -58,12 +58,14 @@
 #define ZONE_HOLD_NS (5 * MT_SEC)
 #define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
+#define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
 #define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
     int cred_pid;            /* a named group's member: its pid as the kernel says (SO_PEERCRED) */
+    int64_t accepted_ns;     /* a named group's member: when its connection was accepted */
     char program[GROUP_PROGRAM_MAX];
     int64_t joined_ms, report_ns;
     struct mt_snapshot snap;
@@ -917,10 +919,33 @@ static int member_add(struct group *g, int fd, int cred_pid)
             g->m[i].used = 1;
             g->m[i].fd = fd;
             g->m[i].cred_pid = cred_pid;
+            g->m[i].accepted_ns = mt_mono_ns();
             return 0;
         }
     g->refused++;
     return -1;
+}
+
+/* A connection to a named group's socket that never said hello: a memtrim says it at
+ * once, so after HELLO_DEADLINE_NS it is something else holding a place (63 silent
+ * connections of this uid would keep every real member out). Forked members are not
+ * timed: their channel is made at fork and nobody else holds it. */
+static void leader_drop_silent(struct group *g, int64_t now)
+{
+    struct group_member *silent[GROUP_MAX_MEMBERS];
+    int n = 0;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid == 0 && g->m[i].cred_pid > 0 &&
+            now - g->m[i].accepted_ns > HELLO_DEADLINE_NS)
+            silent[n++] = &g->m[i];
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < n; i++) {
+        mt_log(MT_LOG_DEBUG, "group", "pid %d connected to the group's socket and said nothing "
+                                      "for %d s: dropped", silent[i]->cred_pid,
+               (int)(HELLO_DEADLINE_NS / MT_SEC));
+        member_remove(g, silent[i]);
+    }
 }
 
 /* A process connected to a named group's socket: this uid or root joins (it says hello next). */
@@ -998,6 +1023,7 @@ static void *leader_main(void *arg)
         p[n] = (struct pollfd){.fd = now >= g->accept_after_ns ? g->listen_fd : -1,
                                .events = POLLIN}; /* -1: ignored by poll */
         who[n++] = NULL;
+        leader_drop_silent(g, now);
         pthread_mutex_lock(&g->lock);
         int zone = g->zone || mt_mono_ns() < g->moving_until_ns, stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)

@@ -329,3 +329,37 @@ def test_named_and_forked(procs, base):
         os.kill(pid, signal.SIGTERM)
     wait_for(lambda: not any(pid_alive(p) for p in rest), 20, "the processes to exit")
     assert integrity(base / "web.sqlite") == "ok"
+
+
+def test_a_connection_that_never_says_hello_is_dropped(procs, base):
+    """Any process of this uid may connect to the group's socket; one that never
+    says hello (it is no memtrim) must not keep its place: the leader closes it
+    after 30 s (else 63 such connections keep every real member out), and a real
+    member still joins meanwhile."""
+    web = Group(procs, base, "web")
+    leader = web.start()[0]
+    web.wait_members([leader], "the leader alone")
+    silent = []
+    for _ in range(3):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        s.connect(str(web.dir / "web.sock"))
+        s.settimeout(0)
+        silent.append(s)
+    member = web.start()[0]
+    web.wait_members([leader, member], "a real member beside the silent connections")
+
+    def closed(s):
+        try:
+            return s.recv(4096) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    try:
+        wait_for(lambda: all(closed(s) for s in silent), 90,
+                 "the leader to close the silent connections", interval=0.5)
+    finally:
+        for s in silent:
+            s.close()
+    assert web.members() == sorted([leader, member])
