@@ -67,6 +67,7 @@
 #define NAMED_REFUSALS_MAX 5 /* channels closed before a welcome, in a row: give up */
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
+static int wait_exiting(int ms); /* 1 once the process exits (preload_lock not held) */
 static struct memtrim *preload_instance; /* guarded by preload_lock */
 static char *preload_json;               /* the configuration, kept for FollowFork */
 static struct mt_config preload_cfg;     /* written by the constructor only */
@@ -364,9 +365,9 @@ static int run_member(int fd)
         return 2; /* the named group elects its next leader (named_main) */
     /* Until the leader is gone for good: the kernel re-parents us after it closed its
      * files, so its store's locks are released by then (at most 5 s). */
-    struct timespec tick = {0, 20 * 1000000L};
     for (int i = 0; i < 250 && (getppid() == leader || process_running(leader)); i++)
-        nanosleep(&tick, NULL);
+        if (wait_exiting(20))
+            return 0; /* this process exits meanwhile: its exit must not wait 5 s for us */
     /* Members take over in their join order, 300 ms apart: the first binds the port,
      * the others then find it taken and stay off, without racing each other for it. */
     struct timespec pause = {0, FORK_RETRY_MS * 1000000L};
