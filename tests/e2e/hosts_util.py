@@ -319,3 +319,12 @@ def assert_oom_killed(rc, out, cg):
 def cgroup():
     """Factory: cgroup(limit_bytes) -> Cgroup (memtrim-test-*), removed at the end."""
     yield from cgroups("memtrim-test")
+
+
+def channels(pid):
+    """pid's unix SOCK_SEQPACKET sockets: a worker group's socket and its channels (its
+    other descriptors, the store's files and HTTP connections, come and go on their own)."""
+    import subprocess
+    out = subprocess.run(["ss", "-Hxap"], capture_output=True, text=True).stdout
+    return sum(1 for line in out.splitlines()
+               if line.startswith("u_seq") and f"pid={pid}," in line)

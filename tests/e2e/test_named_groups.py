@@ -17,7 +17,7 @@ import subprocess
 import pytest
 import requests
 
-from hosts_util import (free_port, group_member_pids, http_ok, pid_alive, preload_env, procs,  # noqa: F401
+from hosts_util import (channels, free_port, group_member_pids, http_ok, pid_alive, preload_env, procs,  # noqa: F401
                         traversable_dir, wait_for)
 
 PYTHON = "/usr/bin/python3"
@@ -100,14 +100,6 @@ class Group:
 
 def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def channels(pid):
-    """pid's unix SOCK_SEQPACKET sockets: the group's socket and its channels (its other
-    descriptors, the store's files and HTTP connections, come and go on their own)."""
-    out = subprocess.run(["ss", "-Hxap"], capture_output=True, text=True).stdout
-    return sum(1 for line in out.splitlines()
-               if line.startswith("u_seq") and f"pid={pid}," in line)
 
 
 def listeners(port):
