@@ -324,7 +324,6 @@ def cgroup():
 def channels(pid):
     """pid's unix SOCK_SEQPACKET sockets: a worker group's socket and its channels (its
     other descriptors, the store's files and HTTP connections, come and go on their own)."""
-    import subprocess
     out = subprocess.run(["ss", "-Hxap"], capture_output=True, text=True).stdout
     return sum(1 for line in out.splitlines()
                if line.startswith("u_seq") and f"pid={pid}," in line)
