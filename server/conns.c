@@ -149,6 +149,7 @@ void server_admit_decide(const struct server_conn *head, const struct server_add
     out->waiting_here = here;
     if (open + gone >= lim->hard) {
         out->refuse = 1;
+        out->gone = gone;
     } else if (here >= lim->per_addr && oldest_here != NULL) {
         out->victim = (struct server_conn *)oldest_here;
     } else if (open >= lim->cap) {
@@ -182,6 +183,14 @@ int server_conns_admit(struct server_watchdog *w, const struct server_addr_key *
     char from[64], whose[64];
     if (a.refuse || a.victim != NULL)
         server_addr_key_text(key, from, sizeof(from));
+    if (a.refuse && a.gone > 0) {
+        mt_log_limited(&w->refuse_log, MT_LOG_WARNING, "server",
+                       "refused a connection from %s: %u connections open and %u given up but "
+                       "not yet closed reach the hard limit %u (MaxConnections %u and room for "
+                       "evictions in progress)",
+                       from, a.open, a.gone, lim.hard, lim.cap);
+        return 0;
+    }
     if (a.refuse) {
         mt_log_limited(&w->refuse_log, MT_LOG_WARNING, "server",
                        "refused a connection from %s: %u connections open, none waiting to be "

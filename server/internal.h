@@ -83,6 +83,7 @@ struct server_limits {
 /* What to do with a new connection from `key`, given the open ones (pure, under the lock). */
 struct server_admit {
     int refuse;                 /* 1: close the new connection at once */
+    unsigned gone;              /* with refuse: evicted connections MHD has not closed yet */
     struct server_conn *victim; /* else: NULL, or the waiting connection to evict first */
     unsigned open;              /* open connections that are not gone */
     unsigned waiting_here;      /* waiting connections of the new one's address */

@@ -222,7 +222,7 @@ static void test_cap_and_busy(void)
     c[2]->deadline_ns = c[3]->deadline_ns = 0;
     /* Full of busy connections: the new one is refused (nothing to give up). */
     server_admit_decide(&l->head, &z, &lim, &a);
-    CHECK(a.refuse && a.victim == NULL);
+    CHECK(a.refuse && a.victim == NULL && a.gone == 0);
     CHECK_EQ_INT(a.open, 4);
     /* Evicted ones still closing count towards `hard` only. */
     c[3]->gone = 1;
@@ -233,6 +233,7 @@ static void test_cap_and_busy(void)
     list_add(l, z, 0)->gone = 1;
     server_admit_decide(&l->head, &z, &lim, &a); /* 4 open + 2 gone = hard */
     CHECK(a.refuse);
+    CHECK_EQ_INT(a.gone, 2); /* the log line names the hard limit, not "none waiting" */
     free(l);
 }
 
