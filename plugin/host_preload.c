@@ -516,9 +516,14 @@ static int named_attempt(void)
             return 0;
         }
         /* The lock is held and nobody answers: a leader stopping slowly, or stopped
-         * (SIGSTOP, a debugger). Ask fast for 10 s, then once a second for as long as it
-         * lasts: giving up would leave this process without memtrim until it restarts. */
-        if (tries == NAMED_RETRY_MAX)
+         * (SIGSTOP, a debugger); or the socket's backlog is full (*err says so). Ask fast
+         * for 10 s, then once a second for as long as it lasts: giving up would leave this
+         * process without memtrim until it restarts. */
+        if (tries == NAMED_RETRY_MAX && err)
+            mt_log(MT_LOG_WARNING, "preload", "%s (for %d s now); pid %ld asks again every "
+                                              "second",
+                   err, NAMED_RETRY_MAX * NAMED_RETRY_MS / 1000, (long)getpid());
+        else if (tries == NAMED_RETRY_MAX)
             mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the group's lock is held but "
                                               "nobody answered on its socket for %d s; pid %ld "
                                               "asks again every second",

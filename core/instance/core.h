@@ -244,7 +244,7 @@ void mt_named_init(struct mt_named *n);
 int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err);
 /* One non-blocking election: MT_NAMED_LEADER (n->lock_fd, n->listen_fd set),
  * MT_NAMED_MEMBER (*member_fd connected to the leader, its uid checked), -EAGAIN
- * (the role is being taken: try again soon), -EPERM (another uid leads) or another
+ * (the role is being taken, or the socket's backlog is full: try again soon), -EPERM (another uid leads) or another
  * -errno, with *err. */
 int mt_named_elect(struct mt_named *n, int *member_fd, char **err);
 /* Remove the socket file this leader bound (new joiners then wait for the next one). */

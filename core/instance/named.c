@@ -285,13 +285,23 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         return c == -EPERM ? -EPERM : -EAGAIN;
     }
     /* The lock is ours: nobody leads. A socket that still answers (a process that holds
-     * a leader's listening socket without its lock) is joined rather than replaced. */
+     * a leader's listening socket without its lock: a child forked without the atfork
+     * handlers) is joined rather than replaced, and so is one whose backlog is full
+     * (EAGAIN: somebody listens there, busy): never replaced, asked again later. Only
+     * ECONNREFUSED (nobody listens) or ENOENT (no socket) lets this process bind. */
     int c = named_connect(n, err);
-    if (c >= 0 || c == -EPERM) {
+    if (c >= 0 || (c != -ECONNREFUSED && c != -ENOENT)) {
         close(fd);
         if (c >= 0)
             *member_fd = c;
-        return c >= 0 ? MT_NAMED_MEMBER : -EPERM;
+        else if (c == -EAGAIN && !*err)
+            set_err("GroupName %s: %s/%s.sock is served but its backlog is full (its leader "
+                    "is busy); asking again",
+                    n->name, n->dir, n->name);
+        else if (c != -EPERM && !*err)
+            set_err("GroupName %s: cannot connect to %s/%s.sock: %s", n->name, n->dir, n->name,
+                    strerror(-c));
+        return c >= 0 ? MT_NAMED_MEMBER : c;
     }
     int rc = named_bind(n, err);
     if (rc) {

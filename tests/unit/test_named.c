@@ -4,7 +4,8 @@
  * directory's choice and checks (mode, owner, symbolic link, not a
  * directory), who may join, and the election in a temporary directory (the
  * first leads, the next joins, a dead leader's socket is replaced, a held
- * lock with nobody behind the socket says "try again"). One thread, no
+ * lock with nobody behind the socket says "try again", and so does a live socket whose
+ * backlog is full, which is never replaced). One thread, no
  * clock; tests/e2e/test_named_groups.py runs real processes.
  */
 #include <errno.h>
@@ -13,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -234,6 +237,64 @@ static void test_election(void)
     mt_named_close(&c);
 }
 
+/* A live socket whose backlog is full while the lock is free (its leader forked a child
+ * without the atfork handlers, which kept the listening socket and closed the lock, say):
+ * connect says EAGAIN. Somebody listens there: never replaced, asked again later. */
+static void test_busy_socket_is_not_replaced(void)
+{
+    char dir[128], sock[160], *err = NULL;
+    struct mt_named a, b;
+    struct stat before, after;
+    int fd = -1, conns[MT_GROUP_MAX + 8], nconn = 0;
+    path_in(dir, sizeof(dir), "busy");
+    CHECK_EQ_INT(open_group(&a, dir, "web"), 0);
+    CHECK_EQ_INT(open_group(&b, dir, "web"), 0);
+    CHECK_EQ_INT(mt_named_elect(&a, &fd, &err), MT_NAMED_LEADER);
+    snprintf(sock, sizeof(sock), "%s/web.sock", dir);
+    CHECK(lstat(sock, &before) == 0);
+    close(a.lock_fd); /* the lock given up, the listening socket still open and live */
+    a.lock_fd = -1;
+    /* Fill its backlog (nobody accepts): the next connect says EAGAIN. */
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    CHECK(strlen(sock) < sizeof(addr.sun_path));
+    memcpy(addr.sun_path, sock, strlen(sock) + 1 < sizeof(addr.sun_path) ? strlen(sock) + 1 : 0);
+    int full = 0;
+    while (nconn < (int)(sizeof(conns) / sizeof(conns[0])) && !full) {
+        int c = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        CHECK(c >= 0);
+        if (c < 0)
+            break;
+        if (connect(c, (struct sockaddr *)&addr, sizeof(addr)) == 0) {
+            conns[nconn++] = c;
+            continue;
+        }
+        full = errno == EAGAIN;
+        CHECK_MSG(full, "connect: %s", strerror(errno));
+        close(c);
+    }
+    CHECK(full);
+    int rc = mt_named_elect(&b, &fd, &err);
+    CHECK_EQ_INT(rc, -EAGAIN);
+    CHECK(b.lock_fd < 0 && b.listen_fd < 0); /* the lock given back: not a leader */
+    CHECK(err && strstr(err, "backlog is full"));
+    free(err);
+    err = NULL;
+    CHECK(lstat(sock, &after) == 0 && after.st_ino == before.st_ino); /* not replaced */
+    /* The live socket still takes a member once there is room. */
+    for (int i = 0; i < nconn; i++) {
+        int c = accept4(a.listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c >= 0)
+            close(c);
+        close(conns[i]);
+    }
+    CHECK_EQ_INT(mt_named_elect(&b, &fd, &err), MT_NAMED_MEMBER);
+    if (fd >= 0)
+        close(fd);
+    free(err);
+    mt_named_close(&a);
+    mt_named_close(&b);
+}
+
 int main(void)
 {
     snprintf(base, sizeof(base), "/tmp/memtrim-test-named.XXXXXX");
@@ -247,6 +308,7 @@ int main(void)
     RUN(test_who_may_join);
     RUN(test_dir_checks);
     RUN(test_election);
+    RUN(test_busy_socket_is_not_replaced);
     char cmd[128];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", base);
     if (system(cmd) != 0)
