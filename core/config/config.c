@@ -521,6 +521,14 @@ int config_group_name_check(const char *name, char **err)
     return 0;
 }
 
+size_t config_group_sock_len(const char *dir, const char *name)
+{
+    size_t d = strlen(dir);
+    while (d > 1 && dir[d - 1] == '/')
+        d--;
+    return d + 1 + strlen(name) + sizeof(".sock") - 1;
+}
+
 /* The tokens, TLS, the unix socket and the named group. */
 static int check_start_relations(const struct mt_config *cfg, char **err)
 {
@@ -533,6 +541,14 @@ static int check_start_relations(const struct mt_config *cfg, char **err)
     if (cfg->group_dir[0] && !cfg->group_name[0]) {
         *err = errf("configuration key GroupDir: needs a GroupName beside it (the group whose "
                     "socket it holds)");
+        return -EINVAL;
+    }
+    size_t sock = cfg->group_dir[0] ? config_group_sock_len(cfg->group_dir, cfg->group_name) : 0;
+    if (sock > MT_GROUP_SOCK_PATH_MAX) {
+        *err = errf("configuration keys GroupDir and GroupName: the group's socket %s/%s.sock "
+                    "would be %zu bytes long; a unix socket's path holds %d at most "
+                    "(sun_path): choose a shorter GroupDir or GroupName",
+                    cfg->group_dir, cfg->group_name, sock, MT_GROUP_SOCK_PATH_MAX);
         return -EINVAL;
     }
     if (cfg->auth_token[0] && cfg->auth_token_file[0]) {

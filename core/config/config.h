@@ -81,6 +81,12 @@ struct mt_config {
  */
 int config_group_name_check(const char *name, char **err);
 
+/* A unix socket's path holds this many bytes at most (sun_path, its NUL aside). */
+#define MT_GROUP_SOCK_PATH_MAX 107
+/* The length of the group's socket's path, <dir>/<name>.sock (dir's trailing '/'
+ * dropped, as the group does). Pure. */
+size_t config_group_sock_len(const char *dir, const char *name);
+
 /* Fill *cfg with the defaults. */
 void config_defaults(struct mt_config *cfg);
 

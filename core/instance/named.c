@@ -39,6 +39,9 @@
 #include "mt_alloc.h"
 #include "core.h"
 
+_Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) == MT_GROUP_SOCK_PATH_MAX + 1,
+               "MT_GROUP_SOCK_PATH_MAX is sun_path's size without its NUL");
+
 /* *err = the message (NULL when out of memory: the caller says something general). */
 #define set_err(...)                                                                               \
     do {                                                                                           \
@@ -146,6 +149,17 @@ int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err)
         return -ENAMETOOLONG;
     }
     snprintf(n->name, sizeof(n->name), "%s", cfg->group_name);
+    /* The socket is reached through /proc/self/fd/N/ when /proc has it, by its path
+     * otherwise: that path must fit (config.c says so for GroupDir at parse time). */
+    size_t sock = config_group_sock_len(n->dir, n->name);
+    if (sock > MT_GROUP_SOCK_PATH_MAX) {
+        set_err("GroupName %s: the group's socket %s/%s.sock would be %zu bytes long; a unix "
+                "socket's path holds %d at most (sun_path): set GroupDir to a shorter "
+                "directory%s",
+                n->name, n->dir, n->name, sock, MT_GROUP_SOCK_PATH_MAX,
+                cfg->group_dir[0] ? "" : " (this one comes from XDG_RUNTIME_DIR)");
+        return -ENAMETOOLONG;
+    }
     snprintf(what, sizeof(what), "%s",
              cfg->group_dir[0] ? "configuration key GroupDir:" : "GroupName's directory");
     int fd = mt_named_dir_open(n->dir, (unsigned)geteuid(), what, err);
@@ -181,8 +195,12 @@ static int named_connect(const struct mt_named *n, char **err)
     struct sockaddr_un a;
     socklen_t len;
     int rc = named_addr(n, &a, &len);
-    if (rc)
+    if (rc) {
+        set_err("GroupName %s: the group's socket %s/%s.sock is longer than a unix socket's "
+                "path may be (%d bytes): set GroupDir to a shorter directory",
+                n->name, n->dir, n->name, MT_GROUP_SOCK_PATH_MAX);
         return rc;
+    }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -errno;
@@ -235,7 +253,9 @@ static int named_bind(struct mt_named *n, char **err)
     }
     int rc = named_addr(n, &a, &len);
     if (rc) {
-        set_err("GroupName %s: the socket's path is too long", n->name);
+        set_err("GroupName %s: the group's socket %s/%s is longer than a unix socket's path "
+                "may be (%d bytes): set GroupDir to a shorter directory",
+                n->name, n->dir, sock, MT_GROUP_SOCK_PATH_MAX);
         return rc;
     }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -282,7 +302,13 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
             *member_fd = c;
             return MT_NAMED_MEMBER;
         }
-        return c == -EPERM ? -EPERM : -EAGAIN;
+        if (c == -EPERM || c == -ENAMETOOLONG)
+            return c; /* no retry helps (*err says why) */
+        if (c == -EAGAIN && !*err)
+            set_err("GroupName %s: %s/%s.sock is served but its backlog is full (its leader "
+                    "is busy); asking again",
+                    n->name, n->dir, n->name);
+        return -EAGAIN;
     }
     /* The lock is ours: nobody leads. A socket that still answers (a process that holds
      * a leader's listening socket without its lock: a child forked without the atfork

@@ -255,9 +255,9 @@ def test_another_uid_is_refused(procs, base):
 
 
 def test_bad_names_and_directories_are_refused_with_the_key(procs, base, tmp_path):
-    """A bad GroupName, a group directory open to others, or one that is a
-    symbolic link: the program runs on without memtrim, with one line naming
-    the key."""
+    """A bad GroupName, a group directory open to others, one that is a
+    symbolic link, or one whose socket's path would not fit a unix socket's:
+    the program runs on without memtrim, with one line naming the key."""
     loose = base / "loose"
     loose.mkdir(mode=0o755)
     loose.chmod(0o755)
@@ -266,7 +266,9 @@ def test_bad_names_and_directories_are_refused_with_the_key(procs, base, tmp_pat
     cases = [({"GroupName": "../etc"}, "configuration key GroupName:"),
              ({"GroupName": "x" * 65}, "configuration key GroupName:"),
              ({"GroupName": "web", "GroupDir": str(loose)}, "mode 0755 lets other users in"),
-             ({"GroupName": "web", "GroupDir": str(link)}, "is a symbolic link")]
+             ({"GroupName": "web", "GroupDir": str(link)}, "is a symbolic link"),
+             ({"GroupName": "web", "GroupDir": "/tmp/" + "d" * 110},
+              "a unix socket's path holds 107 at most")]
     for cfg, want in cases:
         cfg = dict(cfg, HttpPort=free_port(), Database=None)
         r = subprocess.run([PYTHON, "-c", "print('ran')"], capture_output=True, text=True,

@@ -72,6 +72,50 @@ static void test_config_keys(void)
     }
 }
 
+/* The socket's path must fit a unix socket's (107 bytes): said at configuration time for
+ * GroupDir, at start for a directory from XDG_RUNTIME_DIR, with the path and the limit. */
+static void test_socket_path_length(void)
+{
+    struct mt_config cfg;
+    struct mt_named n;
+    char json[512], dir[128], *err = NULL;
+    /* "/srv/" + 97 x's + "/web.sock" = 111 bytes; one of 93 makes exactly 107. */
+    char longdir[128] = "/srv/";
+    memset(longdir + 5, 'x', 97);
+    longdir[102] = '\0';
+    snprintf(json, sizeof(json), "{\"GroupName\": \"web\", \"GroupDir\": \"%s\"}", longdir);
+    CHECK_EQ_INT(config_parse(json, &cfg, &err), -EINVAL);
+    CHECK(err && strstr(err, "GroupDir") && strstr(err, longdir) && strstr(err, "web.sock") &&
+          strstr(err, "111 bytes") && strstr(err, "107 at most"));
+    free(err);
+    err = NULL;
+    longdir[98] = '\0'; /* 107 bytes: fits */
+    snprintf(json, sizeof(json), "{\"GroupName\": \"web\", \"GroupDir\": \"%s\"}", longdir);
+    CHECK_EQ_INT(config_parse(json, &cfg, &err), 0);
+    CHECK_EQ_INT((int)config_group_sock_len(longdir, "web"), MT_GROUP_SOCK_PATH_MAX);
+    CHECK_EQ_INT((int)config_group_sock_len("/a/", "web"), 11); /* "/a/web.sock" */
+
+    /* No GroupDir: the directory comes from XDG_RUNTIME_DIR, known at start. */
+    snprintf(dir, sizeof(dir), "/run/user/");
+    memset(dir + 10, 'y', 90);
+    dir[100] = '\0';
+    const char *old = getenv("XDG_RUNTIME_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_RUNTIME_DIR", dir, 1);
+    config_defaults(&cfg);
+    snprintf(cfg.group_name, sizeof(cfg.group_name), "web");
+    CHECK_EQ_INT(mt_named_open(&n, &cfg, &err), -ENAMETOOLONG);
+    CHECK(err && strstr(err, dir) && strstr(err, "/memtrim/web.sock") && strstr(err, "107") &&
+          strstr(err, "XDG_RUNTIME_DIR") && strstr(err, "GroupDir"));
+    CHECK(n.dirfd < 0); /* nothing made, nothing opened */
+    free(err);
+    if (saved)
+        setenv("XDG_RUNTIME_DIR", saved, 1);
+    else
+        unsetenv("XDG_RUNTIME_DIR");
+    free(saved);
+}
+
 static void test_dir_choice(void)
 {
     char out[128];
@@ -304,6 +348,7 @@ int main(void)
     }
     RUN(test_group_names);
     RUN(test_config_keys);
+    RUN(test_socket_path_length);
     RUN(test_dir_choice);
     RUN(test_who_may_join);
     RUN(test_dir_checks);
