@@ -12,7 +12,7 @@
  *
  * Threads: "memtrim-group" per instance in a group. Leader: polls a wake pipe,
  * every member's channel and, in a named group, the group's socket (it accepts
- * this uid or root, SO_PEERCRED; the socket is its caller's, named.c); every tick (100 ms, 10 ms inside the zone) it
+ * this uid or root, SO_PEERCRED, in its pid namespace; the socket is its caller's, named.c); every tick (100 ms, 10 ms inside the zone) it
  * refreshes its own entry, reads the cgroup's usage, tells members when the
  * zone starts and ends (they probe their heap at the zone's pace), asks the
  * member the decision picks to trim (one request in flight: staggered), and
@@ -650,7 +650,9 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
             return -1;
         struct group_msg w;
         pthread_mutex_lock(&g->lock);
-        /* A named member's pid is the kernel's word (and in the leader's pid namespace). */
+        /* A named member's pid is the kernel's word, in the leader's pid namespace (one
+         * for which the kernel has none is refused at accept); a forked member's, whose
+         * channel was made at fork, is its hello's. */
         m->pid = m->cred_pid > 0 ? m->cred_pid : msg->pid;
         snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
                  msg->u.program);
@@ -968,16 +970,25 @@ static void leader_accept(struct group *g)
             return; /* EAGAIN, or a peer gone before we took it */
         struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* getsockopt failed */
         socklen_t len = sizeof(cred);
+        char why[160] = "";
         if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-            !mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid())) {
+            !mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid()))
+            snprintf(why, sizeof(why), "pid %ld (uid %u): only uid %u and root may join this "
+                     "group", (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+        else if (cred.pid <= 0)
+            /* The kernel gives pid 0 for a peer in a pid namespace this one does not
+             * contain: its pid (its own claim) would name another process, or none, here,
+             * and ?pid= trims, the history and the metrics' labels go by pid. */
+            snprintf(why, sizeof(why), "a process of uid %u in another pid namespace "
+                     "(SO_PEERCRED gives it no pid in the leader's): a group's processes must "
+                     "share one pid namespace", (unsigned)cred.uid);
+        if (why[0]) {
             close(fd);
             pthread_mutex_lock(&g->lock);
             g->refused++;
             pthread_mutex_unlock(&g->lock);
-            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
-                           "GroupName %s: refused pid %ld (uid %u): only uid %u and root may "
-                           "join this group",
-                           g->name, (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group", "GroupName %s: refused %s",
+                           g->name, why);
             continue;
         }
         pthread_mutex_lock(&g->lock);

@@ -8,16 +8,21 @@
  * the calls; the test plays a member over a socketpair (mt_group_adopt) and
  * wakes the leader 20 times with reports, each waited for in mt_group_info:
  * the failing accept must have been retried a few times at most meanwhile.
- * Then accept works again and the queued process joins. Threads: the test's
- * main thread and the instance's; the counters are atomics.
+ * Then accept works again and the queued process joins. And a process in a
+ * pid namespace the leader's does not contain (SO_PEERCRED's pid 0) is
+ * refused: real namespaces (unshare, as root), the leader pid 1 in its own.
+ * Threads: the test's main thread and the instance's; the counters are atomics.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -132,8 +137,92 @@ static void test_accept_out_of_descriptors_does_not_spin(void)
     close(pair[1]);
 }
 
+static int refused(struct memtrim *mt)
+{
+    struct mt_group_info info;
+    struct mt_member m[MT_GROUP_MAX];
+    int n = 0;
+    return mt_group_info(mt, &info, m, MT_GROUP_MAX, &n) == 0 ? (int)info.refused : -1;
+}
+
+/* The leader, in a pid namespace of its own (pid 1 there): a process outside it connects
+ * and says hello with a pid of its own namespace; the kernel's SO_PEERCRED gives pid 0.
+ * The exit status: the checks' (harness_end). */
+static int pidns_leader(const struct sockaddr_un *a, socklen_t alen, int ready)
+{
+    struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}");
+    if (!mt)
+        return harness_end();
+    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    CHECK(l >= 0 && bind(l, (const struct sockaddr *)a, alen) == 0 && listen(l, 8) == 0);
+    char *err = NULL;
+    CHECK_EQ_INT(mt_group_lead_named(mt, l, "pidns", 0, &err), 0);
+    free(err);
+    CHECK(write(ready, "r", 1) == 1);
+    WAIT_FOR(refused(mt) >= 1 || members(mt) >= 2, 60);
+    CHECK_EQ_INT(refused(mt), 1);
+    CHECK_EQ_INT(members(mt), 1); /* the leader alone: the claimed pid is nobody's here */
+    mt_destroy(mt);
+    close(l);
+    int rc = harness_end();
+    fflush(NULL); /* its caller _exits */
+    return rc;
+}
+
+static void test_peer_in_another_pid_namespace_is_refused(void)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "memtrim-test-pidns-%ld", (long)getpid());
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(a.sun_path + 1));
+    int ready[2];
+    CHECK(pipe(ready) == 0);
+    pid_t outer = fork(); /* unshare(CLONE_NEWPID) there: this process may start threads */
+    CHECK(outer >= 0);
+    if (outer == 0) {
+        close(ready[0]);
+        if (unshare(CLONE_NEWPID) != 0) {
+            fprintf(stderr, "unshare(CLONE_NEWPID): %s (needs CAP_SYS_ADMIN: CI runs as root)\n",
+                    strerror(errno));
+            _exit(1);
+        }
+        pid_t leader = fork(); /* pid 1 of the new namespace */
+        if (leader == 0)
+            _exit(pidns_leader(&a, alen, ready[1]));
+        int st = 0;
+        _exit(leader > 0 && waitpid(leader, &st, 0) == leader && WIFEXITED(st) ? WEXITSTATUS(st)
+                                                                             : 1);
+    }
+    close(ready[1]);
+    char c = 0;
+    CHECK(read(ready[0], &c, 1) == 1); /* the leader listens */
+    close(ready[0]);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, alen) == 0);
+    /* Its hello says "pid FAKE_PID": a claim the leader cannot check. The leader may have
+     * closed the connection already (EPIPE): then the hello is not needed. */
+    struct group_msg msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.magic = GROUP_MAGIC;
+    msg.version = GROUP_VERSION;
+    msg.kind = MSG_HELLO;
+    msg.pid = FAKE_PID;
+    ssize_t sent = send(fd, &msg, sizeof(msg), MSG_NOSIGNAL);
+    CHECK_MSG(sent == (ssize_t)sizeof(msg) || errno == EPIPE, "send: %s", strerror(errno));
+    struct timeval tv = {.tv_sec = 30};
+    CHECK(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0);
+    ssize_t r = recv(fd, &msg, sizeof(msg), 0); /* closed: 0, or ECONNRESET (hello unread) */
+    CHECK_MSG(r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE)),
+              "the leader welcomed a peer it has no pid for (recv %zd: %s)", r,
+              r < 0 ? strerror(errno) : "a message");
+    close(fd);
+    int st = 0;
+    CHECK(waitpid(outer, &st, 0) == outer);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the leader's checks (above) failed: %d", st);
+}
+
 int main(void)
 {
+    RUN(test_peer_in_another_pid_namespace_is_refused); /* first: it forks, no thread yet */
     RUN(test_accept_out_of_descriptors_does_not_spin);
     return harness_end();
 }
