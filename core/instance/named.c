@@ -73,6 +73,28 @@ int mt_named_peer_allowed(unsigned peer_uid, unsigned leader_uid)
     return peer_uid == leader_uid || peer_uid == 0;
 }
 
+/*
+ * Another user's directory. Where GroupDir did not name it (the default
+ * /tmp/memtrim-<uid>, which anyone may create first in /tmp), say what the
+ * operator does: a GroupDir of this user's own, or XDG_RUNTIME_DIR (systemd's
+ * /run/user/<uid>, which nobody else can create).
+ */
+static int owner_err(const char *path, unsigned owner, unsigned euid, const char *what,
+                     char **err)
+{
+    int chosen = strstr(what, "GroupDir") != NULL;
+    set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's directory must "
+            "be its user's own (0700): not joining%s%u%s",
+            what, path, owner, euid,
+            chosen ? "; set GroupDir to a directory of uid "
+                   : " (another user created it first); set GroupDir to a directory of uid ",
+            euid,
+            chosen ? "'s own (0700)"
+                   : "'s own (0700), or start the process with XDG_RUNTIME_DIR set (systemd's "
+                     "/run/user/<uid>)");
+    return -EPERM;
+}
+
 int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **err)
 {
     struct stat l, f;
@@ -98,12 +120,8 @@ int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **
         set_err("%s %s: is not a directory", what, path);
         return -ENOTDIR;
     }
-    if (l.st_uid != euid) { /* said before open() could only say EACCES */
-        set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
-                "directory must be its user's own (0700): not joining",
-                what, path, (unsigned)l.st_uid, euid);
-        return -EPERM;
-    }
+    if (l.st_uid != euid) /* said before open() could only say EACCES */
+        return owner_err(path, (unsigned)l.st_uid, euid, what, err);
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -115,10 +133,7 @@ int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **
         set_err("%s %s: changed while it was checked; not used", what, path);
         rc = -EAGAIN;
     } else if (f.st_uid != euid) {
-        set_err("%s %s: owned by uid %u, not by this process's uid %u; a group's "
-                "directory must be its user's own (0700): not joining",
-                what, path, (unsigned)f.st_uid, euid);
-        rc = -EPERM;
+        rc = owner_err(path, (unsigned)f.st_uid, euid, what, err);
     } else if (f.st_mode & 077) {
         set_err("%s %s: mode %04o lets other users in; a group's directory must be "
                 "0700 (chmod 700 it)",

@@ -254,6 +254,39 @@ def test_another_uid_is_refused(procs, base):
     assert sorted(m["pid"] for m in g["members"]) == sorted(pids) and g["refused"] == 1, g
 
 
+def test_a_squatted_default_directory_says_what_to_do(procs, base):
+    """Without GroupDir and XDG_RUNTIME_DIR a user's group lives in
+    /tmp/memtrim-<uid>, which another user may create first: memtrim refuses
+    it (that user could plant the group's socket) and its one line says so and
+    what to do: GroupDir, or XDG_RUNTIME_DIR. The program runs on."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv (util-linux) to run a process as nobody")
+    squatted = "/tmp/memtrim-65534"
+    aside = None
+    if os.path.lexists(squatted):  # a real one from an earlier run: put back afterwards
+        aside = f"{squatted}.aside-{os.getpid()}"
+        os.rename(squatted, aside)
+    os.mkdir(squatted, 0o700)  # root's: "another user created it first"
+    try:
+        cfg = {"GroupName": "web", "HttpPort": free_port(), "Database": None}
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+        cmd = nobody + ["env", f"LD_PRELOAD={preload_env(cfg)['LD_PRELOAD']}",
+                        "MEMTRIM_CONFIG=" + json.dumps(cfg), PYTHON, "-c", "print('ran')"]
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("LD_PRELOAD", "MEMTRIM_CONFIG", "XDG_RUNTIME_DIR")}
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
+        assert r.returncode == 0 and "ran" in r.stdout, r
+        line = next((l for l in r.stderr.splitlines() if "memtrim: not started:" in l), "")
+        assert f"{squatted}: owned by uid 0, not by this process's uid 65534" in line, r.stderr
+        assert "another user created it first" in line and "set GroupDir" in line, line
+        assert "XDG_RUNTIME_DIR" in line, line
+        assert os.stat(squatted).st_uid == 0  # left as it was
+    finally:
+        os.rmdir(squatted)
+        if aside:
+            os.rename(aside, squatted)
+
+
 def test_bad_names_and_directories_are_refused_with_the_key(procs, base, tmp_path):
     """A bad GroupName, a group directory open to others, one that is a
     symbolic link, or one whose socket's path would not fit a unix socket's:

@@ -186,7 +186,14 @@ static void test_dir_checks(void)
     /* Another user's directory (here: ours, seen by a process of another uid). */
     path_in(p, sizeof(p), "new");
     CHECK_EQ_INT(mt_named_dir_open(p, me + 4242, "GroupDir", &err), -EPERM);
-    CHECK(err && strstr(err, "owned by uid"));
+    CHECK(err && strstr(err, "owned by uid") && strstr(err, "set GroupDir to a directory of uid"));
+    CHECK(err && !strstr(err, "XDG_RUNTIME_DIR")); /* GroupDir named it: that is the fix */
+    free(err);
+    err = NULL;
+    /* The default directory (/tmp/memtrim-<uid>), made first by another user: what to do. */
+    CHECK_EQ_INT(mt_named_dir_open(p, me + 4242, "GroupName's directory", &err), -EPERM);
+    CHECK(err && strstr(err, "another user created it first") && strstr(err, "set GroupDir") &&
+          strstr(err, "XDG_RUNTIME_DIR"));
     free(err);
     err = NULL;
 
