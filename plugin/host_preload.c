@@ -618,7 +618,8 @@ static int wait_adopted(int fd)
         int stop = exiting;
         pthread_mutex_unlock(&preload_lock);
         if (stop || (p.revents & (POLLHUP | POLLERR | POLLNVAL))) {
-            close(fd);
+            if (!(p.revents & POLLNVAL)) /* closed by someone else: the number is not ours */
+                close(fd);
             if (!stop)
                 mt_log(MT_LOG_DEBUG, "preload", "pid %ld: forked by a member of a worker "
                                                 "group that did not take it over: memtrim "

@@ -20,6 +20,9 @@
  * trim requests (its own trim service), reports every 250 ms (100 ms in the
  * zone), and calls leader_gone when the leader's end closes. HTTP threads
  * (mt_group_trim) send requests and wait for their answers on g->cond.
+ * Descriptors closed by someone else (a host closing every descriptor): each
+ * channel's identity (its socket's inode) is kept; a number that says POLLNVAL
+ * or is no longer that socket is dropped without read, send or close (chan_id).
  * Locks: g->lock (see group.h) guards members, requests, counters; sends are
  * non-blocking and may happen under it; trims, store pushes, snapshot reads
  * and log lines happen outside it.
@@ -32,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,9 +65,11 @@
 #define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
 #define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
+#define CHAN_CHECK_NS (1 * MT_SEC)           /* every channel's identity checked this often */
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
+    uint64_t chan;           /* fd's identity (chan_id) when it became the group's */
     int cred_pid;            /* a named group's member: its pid as the kernel says (SO_PEERCRED) */
     int64_t accepted_ns;     /* a named group's member: when its connection was accepted */
     char program[GROUP_PROGRAM_MAX];
@@ -101,6 +107,7 @@ struct group {
     int forks_join;   /* forked children join over a socketpair (FollowFork) */
     int listen_fd;    /* a named group's socket (the caller's), -1 */
     int64_t accept_after_ns; /* ...not polled until then: accept failed for want of resources */
+    int64_t chan_check_ns;   /* the channels' identities next checked then (leader_drop_lost) */
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
@@ -115,14 +122,49 @@ struct group {
     int64_t next_total_ns;
     /* member */
     int fd;
+    uint64_t fd_chan;                  /* fd's identity (chan_id), set before the thread starts */
+    atomic_int fd_lost;                /* fd was closed by someone else: never used again */
     int forks_wait;                    /* its forked children wait on a channel to it */
     int pending[GROUP_MAX_MEMBERS];    /* ...their channels: adopted if it takes the group over */
+    uint64_t pending_chan[GROUP_MAX_MEMBERS]; /* ...their identities */
     int npending;
     atomic_int index; /* its place in the join order (MSG_WELCOME) */
     void (*leader_gone)(void *);
     void *gone_arg;
     atomic_uint_fast64_t send_dropped;
 };
+
+/*
+ * A channel's identity: its socket's inode when it became the group's. A host
+ * that closes descriptors it does not own (a daemon closing "every descriptor"
+ * after its fork) frees the number, and its next open() may take it: poll then
+ * says POLLNVAL, or reports the new file's events. Such a number is no channel
+ * of ours: its entry is dropped without reading or closing it (a close() would
+ * close the host's file). 0: no socket.
+ */
+static uint64_t chan_id(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? (uint64_t)st.st_ino : 0;
+}
+
+static int chan_ours(int fd, uint64_t id)
+{
+    return id != 0 && chan_id(fd) == id;
+}
+
+static void chan_close(int fd, uint64_t id)
+{
+    if (chan_ours(fd, id))
+        close(fd);
+}
+
+static void chan_lost_log(int fd, int pid, const char *what)
+{
+    mt_log(MT_LOG_WARNING, "group", "descriptor %d, %s (pid %d), was closed by someone else in "
+                                    "pid %ld (the host?): dropped from the group, left alone",
+           fd, what, pid, (long)getpid());
+}
 
 static void msg_init(struct group_msg *msg, int kind)
 {
@@ -141,6 +183,16 @@ static int msg_send(struct group *g, int fd, const struct group_msg *msg)
         return 0;
     atomic_fetch_add(&g->send_dropped, 1);
     return n < 0 ? -errno : -EIO;
+}
+
+/* To a channel only while its number is still that channel (chan_id): else dropped. */
+static int chan_send(struct group *g, int fd, uint64_t chan, const struct group_msg *msg)
+{
+    if (!chan_ours(fd, chan)) {
+        atomic_fetch_add(&g->send_dropped, 1);
+        return -EBADF;
+    }
+    return msg_send(g, fd, msg);
 }
 
 /* 1 with *msg, 0 nothing to read now, -1 the channel closed or spoke nonsense. */
@@ -172,6 +224,16 @@ static void wake(struct group *g)
     }
 }
 
+/* The wake pipe's read end was closed by someone else (POLLNVAL): not polled any more
+ * (the threads' ticks still see a stop) and not closed. The group thread's. */
+static void wake_lost(struct group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    chan_lost_log(g->wake[0], (int)getpid(), "the group thread's wake pipe");
+    g->wake[0] = -1;
+    pthread_mutex_unlock(&g->lock);
+}
+
 static void drain(int fd)
 {
     char buf[64];
@@ -197,6 +259,7 @@ static struct group *group_alloc(struct memtrim *mt, int role)
     g->mt = mt;
     g->role = role;
     g->fd = -1;
+    atomic_init(&g->fd_lost, 0);
     g->fork_fds[0] = g->fork_fds[1] = -1;
     g->listen_fd = -1;
     mt_log_limit_init(&g->accept_log, 10 * MT_SEC, 5);
@@ -217,12 +280,13 @@ static void group_free(struct group *g)
 {
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
         if (g->m[i].used && g->m[i].fd >= 0)
-            close(g->m[i].fd);
-    if (g->fd >= 0)
-        close(g->fd);
+            chan_close(g->m[i].fd, g->m[i].chan);
+    if (g->fd >= 0 && !atomic_load(&g->fd_lost))
+        chan_close(g->fd, g->fd_chan);
     for (int i = 0; i < g->npending; i++)
-        close(g->pending[i]);
-    close(g->wake[0]);
+        chan_close(g->pending[i], g->pending_chan[i]);
+    if (g->wake[0] >= 0)
+        close(g->wake[0]);
     close(g->wake[1]);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
@@ -262,6 +326,16 @@ static uint64_t own_snapshot(struct memtrim *mt, int64_t cheap_age_ns, double fa
 
 /* ==== the member =========================================================== */
 
+/* To the leader, unless its channel was lost (closed by someone else: the number may be
+ * the host's now). */
+static void member_send(struct group *g, const struct group_msg *msg)
+{
+    if (atomic_load(&g->fd_lost))
+        atomic_fetch_add(&g->send_dropped, 1);
+    else if (chan_send(g, g->fd, g->fd_chan, msg) == -EBADF)
+        atomic_store(&g->fd_lost, 1); /* its thread leaves at its next turn */
+}
+
 void group_member_trim_sink(void *arg, const struct mt_trim_result *r)
 {
     struct memtrim *mt = arg;
@@ -270,7 +344,7 @@ void group_member_trim_sink(void *arg, const struct mt_trim_result *r)
         return;
     msg_init(&msg, MSG_TRIM_DONE);
     msg.u.trim = *r;
-    msg_send(mt->group, mt->group->fd, &msg);
+    member_send(mt->group, &msg);
 }
 
 void group_member_refault_sink(void *arg, const struct mt_refault *rf)
@@ -281,7 +355,7 @@ void group_member_refault_sink(void *arg, const struct mt_refault *rf)
         return;
     msg_init(&msg, MSG_REFAULT);
     msg.u.refault = *rf;
-    msg_send(mt->group, mt->group->fd, &msg);
+    member_send(mt->group, &msg);
 }
 
 static void member_trim(struct group *g, const struct group_msg *req)
@@ -306,7 +380,7 @@ static void member_trim(struct group *g, const struct group_msg *req)
         ans.arg = trim_run(&mt->trims, &mt->cache, trigger, pad, -1, TRIM_WAIT_IF_BUSY,
                            &ans.u.trim, NULL);
     }
-    msg_send(g, g->fd, &ans);
+    member_send(g, &ans);
 }
 
 static void member_report(struct group *g, const struct mt_snapshot *s)
@@ -315,7 +389,7 @@ static void member_report(struct group *g, const struct mt_snapshot *s)
     msg_init(&msg, MSG_REPORT);
     msg.u.snap = *s;
     snap_strip(&msg.u.snap);
-    msg_send(g, g->fd, &msg);
+    member_send(g, &msg);
 }
 
 /*
@@ -344,8 +418,11 @@ static void pending_reap(struct group *g, const struct pollfd *p, int n)
             continue;
         for (int k = 0; k < g->npending; k++)
             if (g->pending[k] == p[i].fd) {
-                close(g->pending[k]);
+                /* POLLNVAL, or a number that is no longer our channel: not closed */
+                if (!(p[i].revents & POLLNVAL) && chan_ours(g->pending[k], g->pending_chan[k]))
+                    close(g->pending[k]);
                 g->pending[k] = g->pending[--g->npending];
+                g->pending_chan[k] = g->pending_chan[g->npending];
                 break;
             }
     }
@@ -362,7 +439,7 @@ static void *member_main(void *arg)
 
     msg_init(&msg, MSG_HELLO);
     proctree_self(exe, sizeof(exe), msg.u.program, sizeof(msg.u.program));
-    msg_send(g, g->fd, &msg);
+    member_send(g, &msg);
     int64_t next_report = 0, next_watch = 0;
     uint64_t reported_free = 0; /* the releasable estimate of the last report */
     while (!gone) {
@@ -402,11 +479,19 @@ static void *member_main(void *arg)
         nfds_t np = 2 + (nfds_t)pending_poll(g, p + 2);
         if (poll(p, np, (int)wait_ms) < 0 && errno != EINTR)
             break;
-        if (p[1].revents)
+        if (p[1].revents & POLLNVAL)
+            wake_lost(g);
+        else if (p[1].revents)
             drain(g->wake[0]);
         pending_reap(g, p + 2, (int)np - 2);
         if (stopping(g))
             break;
+        if ((p[0].revents && ((p[0].revents & POLLNVAL) || !chan_ours(g->fd, g->fd_chan))) ||
+            atomic_load(&g->fd_lost)) {
+            atomic_store(&g->fd_lost, 1); /* its number is not ours to read or close */
+            chan_lost_log(g->fd, (int)getpid(), "this member's channel to its leader");
+            gone = 1;
+        }
         while (p[0].revents && !gone) {
             int rc = msg_recv(g->fd, &msg);
             if (rc == 0)
@@ -442,6 +527,7 @@ int group_join(struct memtrim *mt, int fd, void (*leader_gone)(void *), void *ar
         return -ENOMEM;
     }
     g->fd = fd;
+    g->fd_chan = chan_id(fd);
     g->leader_gone = leader_gone;
     g->gone_arg = arg;
     pthread_mutex_lock(&mt->cfg_lock);
@@ -486,7 +572,7 @@ static void member_remove(struct group *g, struct group_member *m)
     int pid;
     pthread_mutex_lock(&g->lock);
     pid = m->pid;
-    close(m->fd);
+    chan_close(m->fd, m->chan); /* not when the number is no longer this channel */
     if (pid > 0) {
         g->left++;
         fail_requests(g, pid, -ECONNRESET);
@@ -664,11 +750,11 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
         g->joined++;
         msg_init(&w, MSG_WELCOME);
         w.arg = (int32_t)g->joined;
-        msg_send(g, m->fd, &w);
+        chan_send(g, m->fd, m->chan, &w);
         if (g->zone) {
             msg_init(&w, MSG_ZONE);
             w.arg = 1;
-            msg_send(g, m->fd, &w);
+            chan_send(g, m->fd, m->chan, &w);
         }
         pthread_mutex_unlock(&g->lock);
         mt_log(MT_LOG_DEBUG, "group", "pid %d (%s) joined the group", m->pid, m->program);
@@ -784,7 +870,7 @@ static void leader_zone(struct group *g, int zone)
     g->zone = zone;
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
         if (g->m[i].used && g->m[i].pid > 0)
-            msg_send(g, g->m[i].fd, &msg);
+            chan_send(g, g->m[i].fd, g->m[i].chan, &msg);
     pthread_mutex_unlock(&g->lock);
 }
 
@@ -892,7 +978,7 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         req.arg = MT_TRIGGER_PRESSURE;
         req.pad = cfg->trim_pad_bytes;
         pthread_mutex_lock(&g->lock);
-        if (m->press_req == id && msg_send(g, fd, &req) != 0)
+        if (m->press_req == id && chan_send(g, fd, m->chan, &req) != 0)
             m->press_req = 0;
         pthread_mutex_unlock(&g->lock);
         return;
@@ -920,6 +1006,7 @@ static int member_add(struct group *g, int fd, int cred_pid)
             memset(&g->m[i], 0, sizeof(g->m[i]));
             g->m[i].used = 1;
             g->m[i].fd = fd;
+            g->m[i].chan = chan_id(fd);
             g->m[i].cred_pid = cred_pid;
             g->m[i].accepted_ns = mt_mono_ns();
             return 0;
@@ -947,6 +1034,27 @@ static void leader_drop_silent(struct group *g, int64_t now)
                                       "for %d s: dropped", silent[i]->cred_pid,
                (int)(HELLO_DEADLINE_NS / MT_SEC));
         member_remove(g, silent[i]);
+    }
+}
+
+/* A member's channel whose number is no longer that channel (closed by someone else, the
+ * number maybe reused): dropped without a close() within CHAN_CHECK_NS even when the file
+ * now behind the number never wakes poll, so that the poll set holds no such number. */
+static void leader_drop_lost(struct group *g, int64_t now)
+{
+    struct group_member *lost[GROUP_MAX_MEMBERS];
+    int n = 0;
+    if (now < g->chan_check_ns)
+        return;
+    g->chan_check_ns = now + CHAN_CHECK_NS;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].fd >= 0 && !chan_ours(g->m[i].fd, g->m[i].chan))
+            lost[n++] = &g->m[i];
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < n; i++) {
+        chan_lost_log(lost[i]->fd, lost[i]->pid, "a member's channel");
+        member_remove(g, lost[i]); /* which does not close it: not ours */
     }
 }
 
@@ -1035,6 +1143,7 @@ static void *leader_main(void *arg)
                                .events = POLLIN}; /* -1: ignored by poll */
         who[n++] = NULL;
         leader_drop_silent(g, now);
+        leader_drop_lost(g, now);
         pthread_mutex_lock(&g->lock);
         int zone = g->zone || mt_mono_ns() < g->moving_until_ns, stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
@@ -1048,13 +1157,26 @@ static void *leader_main(void *arg)
         int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : LEADER_TICK_NS) / MT_MS);
         if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
             continue;
-        if (p[0].revents)
+        if (p[0].revents & POLLNVAL)
+            wake_lost(g);
+        else if (p[0].revents)
             drain(g->wake[0]);
-        if (p[1].revents)
+        if (p[1].revents & POLLNVAL) { /* the caller's socket, closed by someone else */
+            chan_lost_log(g->listen_fd, (int)getpid(), "the named group's socket");
+            g->listen_fd = -1;
+        } else if (p[1].revents) {
             leader_accept(g);
-        for (int i = 2; i < n; i++)
-            if (p[i].revents)
-                leader_read(g, who[i], cfg.sample_interval_seconds);
+        }
+        for (int i = 2; i < n; i++) {
+            if (!p[i].revents)
+                continue;
+            if ((p[i].revents & POLLNVAL) || !chan_ours(who[i]->fd, who[i]->chan)) {
+                chan_lost_log(who[i]->fd, who[i]->pid, "a member's channel");
+                member_remove(g, who[i]); /* which does not close it: not ours */
+                continue;
+            }
+            leader_read(g, who[i], cfg.sample_interval_seconds);
+        }
     }
     return NULL;
 }
@@ -1217,6 +1339,7 @@ void mt_group_fork_parent(struct memtrim *mt)
     int added = 0;
     if (g->fork_fds[0] >= 0 && g->role != GROUP_LEADER) {
         close(g->fork_fds[1]);
+        g->pending_chan[g->npending] = chan_id(g->fork_fds[0]);
         g->pending[g->npending++] = g->fork_fds[0]; /* room checked in prepare */
         added = 1;
     } else if (g->fork_fds[0] >= 0) {
@@ -1281,8 +1404,10 @@ int mt_group_hold_pending(struct memtrim *mt, const int *fds, int n)
     if (!g || g->role != GROUP_MEMBER)
         return 0;
     pthread_mutex_lock(&g->lock);
-    while (held < n && g->npending < GROUP_MAX_MEMBERS)
+    while (held < n && g->npending < GROUP_MAX_MEMBERS) {
+        g->pending_chan[g->npending] = chan_id(fds[held]);
         g->pending[g->npending++] = fds[held++];
+    }
     pthread_mutex_unlock(&g->lock);
     wake(g); /* its thread watches them from now on */
     return held;
@@ -1384,7 +1509,7 @@ static void request_member(struct group *g, int pid, int64_t pad, struct mt_memb
     msg.req_id = q->id;
     msg.arg = MT_TRIGGER_MANUAL;
     msg.pad = pad;
-    int rc = msg_send(g, m->fd, &msg);
+    int rc = chan_send(g, m->fd, m->chan, &msg);
     struct timespec deadline;
     mt_deadline(&deadline, REQUEST_TIMEOUT_NS);
     while (rc == 0 && !q->done)

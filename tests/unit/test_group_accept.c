@@ -29,6 +29,7 @@
 #include "api.h"
 #include "core.h"
 #include "group.h"
+#include "group_peer.h"
 #include "start.h"
 
 #define FAKE_PID 999999 /* the test's member (its hello's word: an adopted channel) */
@@ -51,13 +52,7 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags)
 static void send_msg(int fd, int kind, uint64_t rss)
 {
     struct group_msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.magic = GROUP_MAGIC;
-    msg.version = GROUP_VERSION;
-    msg.kind = (uint16_t)kind;
-    msg.pid = FAKE_PID;
-    if (kind == MSG_HELLO)
-        snprintf(msg.u.program, sizeof(msg.u.program), "test");
+    peer_msg(&msg, kind, FAKE_PID);
     msg.u.snap.cheap.rss_bytes = rss;
     CHECK(send(fd, &msg, sizeof(msg), MSG_NOSIGNAL) == (ssize_t)sizeof(msg));
 }
@@ -201,11 +196,7 @@ static void test_peer_in_another_pid_namespace_is_refused(void)
     /* Its hello says "pid FAKE_PID": a claim the leader cannot check. The leader may have
      * closed the connection already (EPIPE): then the hello is not needed. */
     struct group_msg msg;
-    memset(&msg, 0, sizeof(msg));
-    msg.magic = GROUP_MAGIC;
-    msg.version = GROUP_VERSION;
-    msg.kind = MSG_HELLO;
-    msg.pid = FAKE_PID;
+    peer_msg(&msg, MSG_HELLO, FAKE_PID);
     ssize_t sent = send(fd, &msg, sizeof(msg), MSG_NOSIGNAL);
     CHECK_MSG(sent == (ssize_t)sizeof(msg) || errno == EPIPE, "send: %s", strerror(errno));
     struct timeval tv = {.tv_sec = 30};
