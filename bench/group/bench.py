@@ -6,9 +6,13 @@ pause x mode: none, malloc_trim after every study, per-process memtrim
 (FollowFork, HttpPort 0: an instance per worker), the group (FollowFork, one
 port). Prints workers finished (per run and the median), the cgroup's peak
 (per run and the median) and the wall time per run, and the load average
-before each cell. Needs root. Usage:
+before each run (min-max per cell). The modes of a cell take turns run by
+run (none, trim-after, per-process, group, none, ...), so they see the same
+load. --schedule is memtrim-prefork's (absolute: each worker's studies in
+fixed slots, the workers stagger-ms apart; relative: the pause after each
+study's end). Needs root. Usage:
   bench/group/bench.py [--build build] [--limits 250,300] [--pauses 0,250,500] [--runs 3]
-                       [--workers 4]"""
+                       [--workers 4] [--schedule absolute|relative]"""
 import argparse
 import json
 import os
@@ -21,11 +25,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests", 
 from hosts_util import Cgroup  # noqa: E402
 
 
-def run(build, limit_mb, pause, mode, n, workers):
+def run(build, limit_mb, pause, mode, n, workers, schedule):
     cg = Cgroup(f"memtrim-gbench-{os.getpid()}-{n}", limit_mb << 20)
     try:
         args = [f"{build}/memtrim-prefork", "--workers", str(workers), "--studies", "20", "--study-mb",
-                "80", "--pause-ms", str(pause), "--stagger-ms", "100"]
+                "80", "--pause-ms", str(pause), "--stagger-ms", "100", "--schedule", schedule]
         env = dict(os.environ)
         if mode == "trim-after":
             args.append("--trim-after")
@@ -52,6 +56,7 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--modes", default="none,trim-after,per-process,group")
+    ap.add_argument("--schedule", default="absolute", choices=("absolute", "relative"))
     a = ap.parse_args()
     n = 0
     print("| limit | pause | mode | workers finished (per run) | median | peak MB | median peak "
@@ -59,19 +64,24 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for limit in map(int, a.limits.split(",")):
         for pause in map(int, a.pauses.split(",")):
-            for mode in a.modes.split(","):
-                load = open("/proc/loadavg").read().split()[0]
-                res = []
-                for _ in range(a.runs):
+            modes = a.modes.split(",")
+            res = {m: [] for m in modes}
+            loads = []
+            for _ in range(a.runs):  # the modes take turns: they see the same load
+                for mode in modes:
+                    loads.append(float(open("/proc/loadavg").read().split()[0]))
                     n += 1
-                    res.append(run(a.build, limit, pause, mode, n, a.workers))
-                w = a.workers
+                    res[mode].append(run(a.build, limit, pause, mode, n, a.workers, a.schedule))
+            load = f"{min(loads):.2f}-{max(loads):.2f}"
+            w = a.workers
+            for mode in modes:
+                r = res[mode]
                 print(f"| {limit} MB | {pause} ms | {mode} | "
-                      f"{', '.join(f'{d}/{w}' for d, _, _ in res)} | "
-                      f"{statistics.median(d for d, _, _ in res):g}/{w} | "
-                      f"{', '.join(str(pk) for _, pk, _ in res)} | "
-                      f"{statistics.median(pk for _, pk, _ in res):g} | "
-                      f"{', '.join(f'{w:.1f}' for _, _, w in res)} | {load} |", flush=True)
+                      f"{', '.join(f'{d}/{w}' for d, _, _ in r)} | "
+                      f"{statistics.median(d for d, _, _ in r):g}/{w} | "
+                      f"{', '.join(str(pk) for _, pk, _ in r)} | "
+                      f"{statistics.median(pk for _, pk, _ in r):g} | "
+                      f"{', '.join(f'{x:.1f}' for _, _, x in r)} | {load} |", flush=True)
 
 
 if __name__ == "__main__":
