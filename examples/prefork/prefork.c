@@ -23,7 +23,8 @@
  *   (docs/groups.md, measured); the absolute one keeps the workers stagger-ms
  *   apart, as issue 21's workload says.
  * --trace FILE: each worker appends one JSON line per study (times in ms since
- *   the master started: start, allocated, freed, trimmed; the thread's CPU ms
+ *   the master started, and that start as CLOCK_MONOTONIC ms: start, allocated, freed,
+ *   trimmed; the thread's CPU ms
  *   and minor faults in the study).
  * --cycles N: N more workers after those, one at a time, each doing its
  *   studies and exiting (fork/exit churn).
@@ -91,9 +92,10 @@ static void trace_study(int s, int64_t start, int64_t alloc, int64_t freed, int6
         return;
     char line[256];
     int len = snprintf(line, sizeof(line),
-                       "{\"w\":%d,\"pid\":%ld,\"s\":%d,\"start\":%.3f,\"alloc\":%.3f,"
-                       "\"freed\":%.3f,\"trimmed\":%.3f,\"cpu\":%.3f,\"minflt\":%ld}\n",
-                       worker_index, (long)getpid(), s, (start - t0_ns) / 1e6,
+                       "{\"w\":%d,\"pid\":%ld,\"s\":%d,\"t0\":%.3f,\"start\":%.3f,"
+                       "\"alloc\":%.3f,\"freed\":%.3f,\"trimmed\":%.3f,\"cpu\":%.3f,"
+                       "\"minflt\":%ld}\n",
+                       worker_index, (long)getpid(), s, t0_ns / 1e6, (start - t0_ns) / 1e6,
                        (alloc - t0_ns) / 1e6, (freed - t0_ns) / 1e6, (trimmed - t0_ns) / 1e6,
                        cpu_ns / 1e6, minflt);
     if (len > 0 && write(trace_fd, line, (size_t)len) < 0) {
