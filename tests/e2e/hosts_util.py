@@ -264,6 +264,17 @@ class Cgroup:
         return {k: int(v) for k, v in
                 (line.split() for line in (self.path / "memory.events").read_text().splitlines())}
 
+    def stat(self):
+        """v2 memory.stat as a dict of byte counts (anon, file, shmem, ...), plus "current"
+        (memory.current); {} when the cgroup is gone."""
+        try:
+            st = {k: int(v) for k, v in
+                  (line.split() for line in (self.path / "memory.stat").read_text().splitlines())}
+            st["current"] = int((self.path / "memory.current").read_text())
+        except (OSError, ValueError):
+            return {}
+        return st
+
     def remove(self):
         """Kill what is left inside, then remove the directory."""
         def emptied():
