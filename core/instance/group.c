@@ -22,7 +22,9 @@
  * (mt_group_trim) send requests and wait for their answers on g->cond.
  * Descriptors closed by someone else (a host closing every descriptor): each
  * channel's identity (its socket's inode) is kept; a number that says POLLNVAL
- * or is no longer that socket is dropped without read, send or close (chan_id).
+ * or is no longer that socket is dropped without read, send or close (chan_id);
+ * so are the wake pipe (pipe_id: never read, written or closed once its number
+ * is another file) and a named group's socket (never accepted on).
  * Locks: g->lock (see group.h) guards members, requests, counters; sends are
  * non-blocking and may happen under it; trims, store pushes, snapshot reads
  * and log lines happen outside it.
@@ -99,6 +101,7 @@ struct group {
     pthread_t thread;
     int started, stop;   /* stop: guarded by lock */
     int wake[2];
+    uint64_t wake_id;    /* the wake pipe's identity (pipe_id): its two ends share it */
     /* leader */
     struct group_member m[GROUP_MAX_MEMBERS]; /* m[0]: the leader itself */
     struct group_request req[GROUP_MAX_REQUESTS];
@@ -106,6 +109,7 @@ struct group {
     int fork_fds[2];
     int forks_join;   /* forked children join over a socketpair (FollowFork) */
     int listen_fd;    /* a named group's socket (the caller's), -1 */
+    uint64_t listen_chan; /* ...its identity (chan_id) */
     int64_t accept_after_ns; /* ...not polled until then: accept failed for want of resources */
     int64_t chan_check_ns;   /* the channels' identities next checked then (leader_drop_lost) */
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
@@ -151,6 +155,18 @@ static uint64_t chan_id(int fd)
 static int chan_ours(int fd, uint64_t id)
 {
     return id != 0 && chan_id(fd) == id;
+}
+
+/* The wake pipe's identity, as chan_id's: its inode (both ends'), 0 no pipe. */
+static uint64_t pipe_id(int fd)
+{
+    struct stat st;
+    return fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) ? (uint64_t)st.st_ino : 0;
+}
+
+static int pipe_ours(const struct group *g, int fd)
+{
+    return g->wake_id != 0 && pipe_id(fd) == g->wake_id;
 }
 
 static void chan_close(int fd, uint64_t id)
@@ -219,13 +235,15 @@ static void snap_strip(struct mt_snapshot *s)
 static void wake(struct group *g)
 {
     char c = 1;
-    if (write(g->wake[1], &c, 1) < 0) {
+    /* Only into our pipe: a number the host closed and reused is its file now. */
+    if (pipe_ours(g, g->wake[1]) && write(g->wake[1], &c, 1) < 0) {
         /* full: the thread is awake already */
     }
 }
 
-/* The wake pipe's read end was closed by someone else (POLLNVAL): not polled any more
- * (the threads' ticks still see a stop) and not closed. The group thread's. */
+/* The wake pipe's read end was closed by someone else (POLLNVAL, or its number is another
+ * file now): not polled, read or closed any more (the threads' ticks still see a stop).
+ * The group thread's. */
 static void wake_lost(struct group *g)
 {
     pthread_mutex_lock(&g->lock);
@@ -256,6 +274,7 @@ static struct group *group_alloc(struct memtrim *mt, int role)
         free(g);
         return NULL;
     }
+    g->wake_id = pipe_id(g->wake[0]);
     g->mt = mt;
     g->role = role;
     g->fd = -1;
@@ -285,9 +304,10 @@ static void group_free(struct group *g)
         chan_close(g->fd, g->fd_chan);
     for (int i = 0; i < g->npending; i++)
         chan_close(g->pending[i], g->pending_chan[i]);
-    if (g->wake[0] >= 0)
+    if (g->wake[0] >= 0 && pipe_ours(g, g->wake[0]))
         close(g->wake[0]);
-    close(g->wake[1]);
+    if (pipe_ours(g, g->wake[1]))
+        close(g->wake[1]);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
     pthread_mutex_destroy(&g->accept_log.lock);
@@ -479,7 +499,7 @@ static void *member_main(void *arg)
         nfds_t np = 2 + (nfds_t)pending_poll(g, p + 2);
         if (poll(p, np, (int)wait_ms) < 0 && errno != EINTR)
             break;
-        if (p[1].revents & POLLNVAL)
+        if ((p[1].revents & POLLNVAL) || (p[1].revents && !pipe_ours(g, g->wake[0])))
             wake_lost(g);
         else if (p[1].revents)
             drain(g->wake[0]);
@@ -1157,11 +1177,13 @@ static void *leader_main(void *arg)
         int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : LEADER_TICK_NS) / MT_MS);
         if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
             continue;
-        if (p[0].revents & POLLNVAL)
+        if ((p[0].revents & POLLNVAL) || (p[0].revents && !pipe_ours(g, g->wake[0])))
             wake_lost(g);
         else if (p[0].revents)
             drain(g->wake[0]);
-        if (p[1].revents & POLLNVAL) { /* the caller's socket, closed by someone else */
+        /* the caller's socket, closed by someone else (its number maybe the host's file) */
+        if ((p[1].revents & POLLNVAL) ||
+            (p[1].revents && !chan_ours(g->listen_fd, g->listen_chan))) {
             chan_lost_log(g->listen_fd, (int)getpid(), "the named group's socket");
             g->listen_fd = -1;
         } else if (p[1].revents) {
@@ -1190,6 +1212,7 @@ static int group_lead_with(struct memtrim *mt, int listen_fd, const char *name, 
         return -ENOMEM;
     }
     g->listen_fd = listen_fd;
+    g->listen_chan = chan_id(listen_fd);
     g->forks_join = forks_join;
     snprintf(g->name, sizeof(g->name), "%s", name ? name : "");
     g->m[0].used = 1;
@@ -1379,8 +1402,10 @@ int mt_group_fork_child(struct memtrim *mt, int *waits)
         *waits = fd >= 0; /* its channel leads to a member: it waits to be adopted */
     }
     pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
-    close(g->wake[0]);
-    close(g->wake[1]);
+    if (g->wake[0] >= 0 && pipe_ours(g, g->wake[0]))
+        close(g->wake[0]);
+    if (pipe_ours(g, g->wake[1]))
+        close(g->wake[1]);
     return fd;
 }
 

@@ -84,12 +84,10 @@ static void test_accept_out_of_descriptors_does_not_spin(void)
     struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}");
     if (!mt)
         return;
-    /* The group's socket: abstract (no file), as named.c's but for the path. */
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "memtrim-test-accept-%ld", (long)getpid());
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(a.sun_path + 1));
-    int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, alen) == 0 && listen(l, 8) == 0);
+    struct sockaddr_un a;
+    socklen_t alen;
+    int l = peer_listener("accept", &a, &alen); /* the group's socket: abstract (no file) */
+    CHECK(l >= 0);
     atomic_store(&listen_fd, l);
     char *err = NULL;
     CHECK_EQ_INT(mt_group_lead_named(mt, l, "accept", 0, &err), 0);

@@ -8,14 +8,21 @@
  * elsewhere and reused at once), and after the group dropped the entry the
  * pipe must still be open. The leader's member channel, a member's channel to
  * its leader and a member's waiting child's channel, and a channel closed
- * outright (POLLNVAL). Threads: the test's main thread and the instance's.
+ * outright (POLLNVAL); the group thread's wake pipe and a named group's
+ * socket, whose numbers the host reuses for its own files (a file it reads,
+ * one it writes, its own TCP listener): never read, written, accepted on or
+ * closed. Threads: the test's main thread and the instance's.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -155,9 +162,118 @@ static void test_member_drops_reused_channels_without_closing_them(void)
     close(leader[1]);
 }
 
+/* The open descriptors (3..1023) into set; the directory's own is not one. */
+static void open_fds(char set[1024])
+{
+    memset(set, 0, 1024);
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int n = atoi(e->d_name);
+        if (n > 2 && n < 1024 && n != dirfd(d))
+            set[n] = 1;
+    }
+    closedir(d);
+}
+
+/* A temporary file of the host's with `text` in it, its offset at 0. */
+static int host_file(const char *text)
+{
+    char path[] = "/tmp/memtrim-test-lost-fd.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return -1;
+    unlink(path);
+    size_t n = strlen(text);
+    CHECK(write(fd, text, n) == (ssize_t)n);
+    CHECK(lseek(fd, 0, SEEK_SET) == 0);
+    return fd;
+}
+
+static void test_reused_wake_pipe_and_socket_are_left_alone(void)
+{
+    struct memtrim *mt = start(JSON);
+    if (!mt)
+        return;
+    struct sockaddr_un a;
+    socklen_t alen;
+    int l = peer_listener("lost-fd", &a, &alen); /* the named group's socket */
+    CHECK(l >= 0);
+    char before[1024], after[1024], *err = NULL;
+    open_fds(before);
+    CHECK_EQ_INT(mt_group_lead_named(mt, l, "lostfd", 0, &err), 0);
+    free(err);
+    open_fds(after);
+    int rd = -1, wr = -1; /* the group's wake pipe: the new pipe's two ends */
+    for (int i = 3; i < 1024; i++) {
+        char link[64] = "", path[64];
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", i);
+        if (!after[i] || before[i] || readlink(path, link, sizeof(link) - 1) <= 0 ||
+            strncmp(link, "pipe:", 5) != 0)
+            continue;
+        if ((fcntl(i, F_GETFL) & O_ACCMODE) == O_RDONLY)
+            rd = i;
+        else
+            wr = i;
+    }
+    CHECK_MSG(rd >= 0 && wr >= 0, "the group's wake pipe was not found (%d, %d)", rd, wr);
+    if (rd < 0 || wr < 0) {
+        mt_destroy(mt);
+        return;
+    }
+    /* The host closed them and opened its files on the numbers: one it reads, one it
+     * writes, and its own TCP listener where the group's socket was. */
+    int f = host_file("host data");
+    CHECK(dup2(f, rd) == rd);
+    close(f);
+    f = host_file("");
+    CHECK(dup2(f, wr) == wr);
+    close(f);
+    int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    struct sockaddr_in in = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t inlen = sizeof(in);
+    CHECK(t >= 0 && bind(t, (struct sockaddr *)&in, sizeof(in)) == 0 && listen(t, 8) == 0 &&
+          getsockname(t, (struct sockaddr *)&in, &inlen) == 0);
+    CHECK(dup2(t, l) == l);
+    close(t);
+    /* A client of the host's is waiting on its listener before the group's next turn... */
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(c >= 0 && connect(c, (struct sockaddr *)&in, sizeof(in)) == 0);
+    /* ...which a member's hello brings (its adoption wakes the group: wake()). */
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0);
+    send_hello(pair[1]);
+    WAIT_FOR(members(mt) == 2, 60);
+    CHECK_EQ_INT(members(mt), 2);
+    CHECK_MSG(lseek(rd, 0, SEEK_CUR) == 0, "the host's file on the wake pipe's number was read");
+    struct stat st;
+    CHECK_MSG(fstat(wr, &st) == 0 && st.st_size == 0,
+              "the wake pipe's byte was written into the host's file");
+    struct pollfd pl = {.fd = l, .events = POLLIN}; /* the host's connection is there */
+    CHECK(poll(&pl, 1, 30000) == 1);
+    int h = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    CHECK_MSG(h >= 0, "the host's connection was accepted (and closed) by the group: %s",
+              strerror(errno));
+    if (h >= 0)
+        close(h);
+    close(c);
+    mt_destroy(mt);
+    CHECK_MSG(is_open(rd) && is_open(wr) && is_open(l), "a host's file was closed by memtrim");
+    close(rd);
+    close(wr);
+    close(l);
+    close(pair[1]);
+}
+
 int main(void)
 {
     RUN(test_leader_drops_a_reused_channel_without_closing_it);
     RUN(test_member_drops_reused_channels_without_closing_them);
+    RUN(test_reused_wake_pipe_and_socket_are_left_alone);
     return harness_end();
 }
