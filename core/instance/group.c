@@ -529,9 +529,14 @@ static void *member_main(void *arg)
                 next_report = 0; /* report at the zone's pace from now */
         }
     }
-    if (gone) {
+    if (gone && atomic_load(&g->fd_lost)) /* said at warning level above */
+        mt_log(MT_LOG_INFO, "group", "pid %ld leaves the group: its channel to the leader "
+                                     "was closed in this process, not by the leader",
+               (long)getpid());
+    else if (gone)
         mt_log(MT_LOG_INFO, "group", "the group's leader closed its channel (it exited): "
                                      "pid %ld leaves the group", (long)getpid());
+    if (gone) {
         if (g->leader_gone)
             g->leader_gone(g->gone_arg);
     }
