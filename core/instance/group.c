@@ -1391,19 +1391,20 @@ int mt_group_fork_child(struct memtrim *mt, int *waits)
         store_fork_after(&mt->store); /* taken by this thread in prepare */
     if (!g)
         return -1;
-    /* Only close(): this process has none of the instance's threads. */
+    /* Only close() (and fstat, chan_ours): this process has none of the instance's
+     * threads. A number the host reused is the child's copy of the host's file: kept. */
     fd = g->fork_fds[1];
     if (g->fork_fds[0] >= 0)
         close(g->fork_fds[0]);
     if (g->role == GROUP_LEADER) {
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
             if (g->m[i].used && g->m[i].fd >= 0)
-                close(g->m[i].fd);
+                chan_close(g->m[i].fd, g->m[i].chan);
     } else {
-        if (g->fd >= 0)
-            close(g->fd); /* a member's child: the channel to the leader is its parent's */
+        if (g->fd >= 0 && !atomic_load(&g->fd_lost))
+            chan_close(g->fd, g->fd_chan); /* a member's child: the leader's channel is its parent's */
         for (int i = 0; i < g->npending; i++)
-            close(g->pending[i]);
+            chan_close(g->pending[i], g->pending_chan[i]);
         *waits = fd >= 0; /* its channel leads to a member: it waits to be adopted */
     }
     pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
