@@ -1104,8 +1104,10 @@ static void leader_accept(struct group *g)
         struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* getsockopt failed */
         socklen_t len = sizeof(cred);
         char why[160] = "";
-        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-            !mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid()))
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+            snprintf(why, sizeof(why), "a connection whose credentials the kernel did not give "
+                     "(SO_PEERCRED: %s)", strerror(errno));
+        else if (!mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid()))
             snprintf(why, sizeof(why), "pid %ld (uid %u): only uid %u and root may join this "
                      "group", (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
         else if (cred.pid <= 0)
