@@ -146,10 +146,16 @@ struct group {
  * of ours: its entry is dropped without reading or closing it (a close() would
  * close the host's file). 0: no socket.
  */
-static uint64_t chan_id(int fd)
+static uint64_t fd_ino(int fd, mode_t type)
 {
     struct stat st;
-    return fd >= 0 && fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) ? (uint64_t)st.st_ino : 0;
+    return fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & S_IFMT) == type ? (uint64_t)st.st_ino
+                                                                             : 0;
+}
+
+static uint64_t chan_id(int fd)
+{
+    return fd_ino(fd, S_IFSOCK);
 }
 
 static int chan_ours(int fd, uint64_t id)
@@ -160,13 +166,21 @@ static int chan_ours(int fd, uint64_t id)
 /* The wake pipe's identity, as chan_id's: its inode (both ends'), 0 no pipe. */
 static uint64_t pipe_id(int fd)
 {
-    struct stat st;
-    return fd >= 0 && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) ? (uint64_t)st.st_ino : 0;
+    return fd_ino(fd, S_IFIFO);
 }
 
 static int pipe_ours(const struct group *g, int fd)
 {
     return g->wake_id != 0 && pipe_id(fd) == g->wake_id;
+}
+
+/* Both ends of the wake pipe, each only while its number is still the pipe. */
+static void wake_close(struct group *g)
+{
+    if (pipe_ours(g, g->wake[0]))
+        close(g->wake[0]);
+    if (pipe_ours(g, g->wake[1]))
+        close(g->wake[1]);
 }
 
 static void chan_close(int fd, uint64_t id)
@@ -304,10 +318,7 @@ static void group_free(struct group *g)
         chan_close(g->fd, g->fd_chan);
     for (int i = 0; i < g->npending; i++)
         chan_close(g->pending[i], g->pending_chan[i]);
-    if (g->wake[0] >= 0 && pipe_ours(g, g->wake[0]))
-        close(g->wake[0]);
-    if (pipe_ours(g, g->wake[1]))
-        close(g->wake[1]);
+    wake_close(g);
     pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
     pthread_mutex_destroy(&g->accept_log.lock);
@@ -1410,10 +1421,7 @@ int mt_group_fork_child(struct memtrim *mt, int *waits)
         *waits = fd >= 0; /* its channel leads to a member: it waits to be adopted */
     }
     pthread_mutex_unlock(&g->lock); /* taken by this thread in prepare */
-    if (g->wake[0] >= 0 && pipe_ours(g, g->wake[0]))
-        close(g->wake[0]);
-    if (pipe_ours(g, g->wake[1]))
-        close(g->wake[1]);
+    wake_close(g);
     return fd;
 }
 

@@ -288,6 +288,14 @@ static int named_bind(struct mt_named *n, char **err)
     return 0;
 }
 
+/* The group's socket answers but its backlog is full: somebody leads there, busy. */
+static void busy_err(const struct mt_named *n, char **err)
+{
+    set_err("GroupName %s: %s/%s.sock is served but its backlog is full (its leader is busy); "
+            "asking again",
+            n->name, n->dir, n->name);
+}
+
 int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
 {
     char lock[MT_GROUP_NAME_MAX + 8];
@@ -320,9 +328,7 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         if (c == -EPERM || c == -ENAMETOOLONG)
             return c; /* no retry helps (*err says why) */
         if (c == -EAGAIN && !*err)
-            set_err("GroupName %s: %s/%s.sock is served but its backlog is full (its leader "
-                    "is busy); asking again",
-                    n->name, n->dir, n->name);
+            busy_err(n, err);
         return -EAGAIN;
     }
     /* The lock is ours: nobody leads. A socket that still answers (a process that holds
@@ -336,9 +342,7 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         if (c >= 0)
             *member_fd = c;
         else if (c == -EAGAIN && !*err)
-            set_err("GroupName %s: %s/%s.sock is served but its backlog is full (its leader "
-                    "is busy); asking again",
-                    n->name, n->dir, n->name);
+            busy_err(n, err);
         else if (c != -EPERM && !*err)
             set_err("GroupName %s: cannot connect to %s/%s.sock: %s", n->name, n->dir, n->name,
                     strerror(-c));
