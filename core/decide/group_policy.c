@@ -50,6 +50,62 @@ static uint64_t held(const struct group_candidate *c)
     return c->rss > c->rss_after_trim ? c->rss - c->rss_after_trim : 0;
 }
 
+static void q_expire(struct group_rise_q *q, int64_t since)
+{
+    while (q->n > 0 && q->t[q->head] < since) {
+        q->head = (q->head + 1) % GROUP_RISE_SLOTS;
+        q->n--;
+    }
+}
+
+/* Push (t, v) at the back after dropping the entries behind which v makes useless:
+ * those >= v in the increasing queue (keep_greater 0), <= v in the decreasing one. */
+static void q_push(struct group_rise_q *q, int64_t t, int64_t v, int keep_greater)
+{
+    while (q->n > 0) {
+        int back = (q->head + q->n - 1) % GROUP_RISE_SLOTS;
+        if (keep_greater ? q->v[back] > v : q->v[back] < v)
+            break;
+        q->n--;
+    }
+    if (q->n == GROUP_RISE_SLOTS) { /* full: the oldest goes */
+        q->head = (q->head + 1) % GROUP_RISE_SLOTS;
+        q->n--;
+    }
+    int at = (q->head + q->n) % GROUP_RISE_SLOTS;
+    q->t[at] = t;
+    q->v[at] = v;
+    q->n++;
+}
+
+void group_rise_note(struct group_rise *r, int64_t now, int64_t usage)
+{
+    if (usage < 0)
+        return;
+    int64_t since = now - GROUP_RISE_WINDOW_NS;
+    q_expire(&r->low, since);
+    int64_t climb = r->low.n > 0 && usage > r->low.v[r->low.head] ? usage - r->low.v[r->low.head]
+                                                                   : 0;
+    q_push(&r->low, now, usage, 0);
+    q_expire(&r->climb, since);
+    q_push(&r->climb, now, climb, 1);
+}
+
+uint64_t group_rise(struct group_rise *r, int64_t now)
+{
+    q_expire(&r->climb, now - GROUP_RISE_WINDOW_NS);
+    return r->climb.n > 0 ? (uint64_t)r->climb.v[r->climb.head] : 0;
+}
+
+int group_ahead(const struct group_pressure_in *in)
+{
+    if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0)
+        return 0;
+    uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
+    return in->rise >= (uint64_t)group_growth_step(in->limit) &&
+           in->rise >= in->min_releasable && (uint64_t)in->usage + in->rise >= floor;
+}
+
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
                         int n, int *rule)
 {
@@ -59,10 +115,12 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
     uint64_t usage = (uint64_t)in->usage;
-    if (usage < floor)
+    int ahead = group_ahead(in);
+    if (usage < floor && !ahead)
         return -1;
     int at_line = usage >= line;
-    int grew = in->base_usage >= 0 && in->usage - in->base_usage >= group_growth_step(in->limit);
+    int grew = usage >= floor && in->base_usage >= 0 &&
+               in->usage - in->base_usage >= group_growth_step(in->limit);
     int urgent = at_line || grew;
     int best = -1;
     uint64_t fresh_sum = 0;
@@ -84,9 +142,16 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     }
     /* Below the line: only when what the members hold free exceeds the headroom,
      * i.e. a member growing into memory another keeps would cross the line. */
-    if (fresh_sum >= line - usage || (in->burst_bytes && c[best].estimate_fresh &&
+    if (fresh_sum >= line - usage || (usage >= floor && in->burst_bytes &&
+                                       c[best].estimate_fresh &&
                                        c[best].releasable >= in->burst_bytes)) {
         *rule = GROUP_RULE_ESTIMATE;
+        return best;
+    }
+    /* Ahead of the next climb: what a member freed goes back before that climb needs it
+     * (candidate() took only a fresh estimate of min_releasable, and more than nothing). */
+    if (ahead && c[best].estimate_fresh && c[best].releasable > 0) {
+        *rule = GROUP_RULE_AHEAD;
         return best;
     }
     return -1;

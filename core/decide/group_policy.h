@@ -33,6 +33,7 @@ struct group_pressure_in {
     uint64_t burst_bytes;    /* TrimReleasableTriggerBytes: inside the zone, a member holding
                               * this much free trims at once (its own burst rule would, but
                               * for its cost rules) */
+    uint64_t rise;           /* the usage's largest recent climb (group_rise), 0 none */
 };
 
 #define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */
@@ -44,7 +45,41 @@ enum group_rule {
     GROUP_RULE_LINE,     /* usage at PressureRatio of the limit: biggest first, whatever they said */
     GROUP_RULE_ESTIMATE, /* inside the zone, the members hold free more than the headroom */
     GROUP_RULE_GROWTH,   /* inside the zone, the usage grew by a step since the last trim */
+    GROUP_RULE_AHEAD,    /* the usage's last climb, again from here, would reach the zone */
 };
+
+/*
+ * The usage's largest climb over the last GROUP_RISE_WINDOW_NS: for each reading,
+ * how far it lies above the lowest reading of the window before it, and the
+ * largest of those within the window (two monotonic queues: O(1) a reading,
+ * amortized; a full queue forgets its oldest entry). A worker's study shows as
+ * a climb of its size; studies that overlap, as one climb of their sum.
+ */
+#define GROUP_RISE_WINDOW_NS (2LL * 1000 * 1000 * 1000) /* 2 s */
+#define GROUP_RISE_SLOTS 1024
+
+struct group_rise_q {
+    int64_t t[GROUP_RISE_SLOTS], v[GROUP_RISE_SLOTS];
+    int head, n;
+};
+
+struct group_rise {
+    struct group_rise_q low;   /* the usage, increasing: its front is the window's lowest */
+    struct group_rise_q climb; /* the climbs, decreasing: its front is the largest */
+};
+
+/* One reading of the usage (bytes, >= 0) at now (monotonic ns). */
+void group_rise_note(struct group_rise *r, int64_t now, int64_t usage);
+
+/* The largest climb whose reading lies within the window before now; 0 none. */
+uint64_t group_rise(struct group_rise *r, int64_t now);
+
+/*
+ * Would the usage's recent climb, repeated from the usage now, reach the zone? (Inside
+ * the zone, after such a climb, it would.) Only a climb of a growth step or more counts:
+ * a server that sits still, or drifts, never is "ahead".
+ */
+int group_ahead(const struct group_pressure_in *in);
 
 /* The growth rule's step for a limit. */
 int64_t group_growth_step(int64_t limit);
@@ -67,6 +102,12 @@ int64_t group_growth_step(int64_t limit);
  * TrimMinReleasableBytes, or once its estimate is stale (older than its
  * last trim or than GROUP_ESTIMATE_STALE_NS) and its RSS grew as said
  * (GROUP_RETRIM_STALE_NS apart at least).
+ * Ahead of the zone (group_ahead: the usage's last climb, repeated from here,
+ * would reach the zone), below the zone too: the member holding the most free
+ * by a fresh estimate of TrimMinReleasableBytes or more trims at once, so that
+ * a worker's freed study is given back before the next worker's climb needs
+ * it, as `malloc_trim` after every study would, and not only once that climb
+ * has brought the usage into the zone (measured: 50-60 ms later).
  * The caller runs one at a time (staggered).
  */
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,

@@ -119,6 +119,7 @@ struct group {
     int64_t zone_seen_ns;             /* the usage was last inside the zone then */
     int64_t moved_usage;              /* the usage when it last moved by USAGE_MOVED_BYTES */
     int64_t moving_until_ns;          /* the zone's tick until then (the usage climbs) */
+    struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
     int zone;
     const char *usage_source;
     int64_t last_manual_ns;
@@ -531,9 +532,13 @@ static void *member_main(void *arg)
                 gone = 1;
                 break;
             }
-            if (msg.kind == MSG_TRIM_REQ)
+            if (msg.kind == MSG_TRIM_REQ) {
                 member_trim(g, &msg);
-            else if (msg.kind == MSG_WELCOME)
+                /* what was left, or freed meanwhile (a study trimmed mid-way through its
+                 * free), is told at the next watch: the leader's word is now "after the
+                 * trim", and a rise from the old report would come too late */
+                reported_free = 0;
+            } else if (msg.kind == MSG_WELCOME)
                 atomic_store(&g->index, msg.arg);
             else if (msg.kind == MSG_ZONE && atomic_exchange(&mt->group_zone, msg.arg != 0) !=
                                                  (msg.arg != 0))
@@ -962,20 +967,28 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
     if (g->base_usage < 0 || in.usage < g->base_usage)
         g->base_usage = in.usage;
     in.base_usage = g->base_usage;
+    group_rise_note(&g->rise, now, in.usage);
+    in.rise = group_rise(&g->rise, now);
     g->usage = in.usage;
-    /* Climbing above a quarter of the limit: the next readings at the zone's tick for a
-     * second (a worker fills 80 MB in 50 ms: the 100 ms tick saw the zone half of that late). */
+    /* Climbing above a quarter of the limit, or by a growth step since the last reading
+     * (a study starting far below it: its climb is what group_ahead learns from): the
+     * next readings at the zone's tick for a second (a worker fills 80 MB in 50 ms: the
+     * 100 ms tick saw the zone half of that late, and a first study's climb not at all). */
     if (in.usage - g->moved_usage >= USAGE_MOVED_BYTES ||
         g->moved_usage - in.usage >= USAGE_MOVED_BYTES) {
-        if (in.limit > 0 && in.usage >= in.limit / 4 && in.usage > g->moved_usage)
+        if (in.limit > 0 && in.usage > g->moved_usage &&
+            (in.usage >= in.limit / 4 || in.usage - g->moved_usage >= group_growth_step(in.limit)))
             g->moving_until_ns = now + MT_SEC;
         g->moved_usage = in.usage;
     }
     g->limit = in.limit > 0 ? in.limit : -1;
     g->usage_source = usage >= 0 ? "cgroup" : "members";
     int was_zone = g->zone;
-    int inside = in.limit > 0 && cfg->pressure_ratio > 0 &&
-                 (uint64_t)in.usage >= pressure_zone_floor(in.limit, cfg->pressure_ratio);
+    /* Inside the zone, or ahead of it (the last climb, again from here, would reach it):
+     * there the members watch their heap, so that a freed study is seen at once. */
+    int inside = (in.limit > 0 && cfg->pressure_ratio > 0 &&
+                  (uint64_t)in.usage >= pressure_zone_floor(in.limit, cfg->pressure_ratio)) ||
+                 group_ahead(&in);
     /* The members keep the zone's pace ZONE_HOLD_NS after the usage left it: a group's
      * usage swings in and out with every study, and the next one must find them fast. */
     if (inside)

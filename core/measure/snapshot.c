@@ -94,13 +94,35 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     }
 }
 
-/* The budget gate after a call that cost what h says (its CPU, else its time). Locked. */
+/*
+ * When a reader allowed `budget` percent may probe again. The spacing of the
+ * last charge, d * 100 / charged budget, is shortened for a reader allowed
+ * more (d * 100 / its budget): a probe charged at ProbeBudgetPercent (the
+ * housekeeper's, 0.5 ms -> 500 ms at 0.1 %) must not hold back a reader on
+ * a hundred times that (a worker group's watch inside its zone, which may
+ * probe again after 5 ms) for the whole 500 ms. Locked.
+ */
+static int64_t heap_allowed_at(const struct snapshot_cache *c, double budget)
+{
+    if (budget <= c->heap_gate_budget || c->heap_gate_budget <= 0 ||
+        c->heap_next_allowed_ns <= c->heap_gate_from_ns)
+        return c->heap_next_allowed_ns;
+    double spacing = (double)(c->heap_next_allowed_ns - c->heap_gate_from_ns);
+    return c->heap_gate_from_ns + (int64_t)(spacing * c->heap_gate_budget / budget);
+}
+
+/* The budget gate after a call that cost what h says (its CPU, else its time), at the
+ * budget last asked for: the spacing runs from the gate as that budget sees it (a debt
+ * charged at a lower rate is shortened by the ratio, heap_allowed_at), or from now. Locked. */
 static void charge_heap_locked(struct snapshot_cache *c, const struct mt_heap *h, int64_t now)
 {
     double budget = c->budget_percent > 0 ? c->budget_percent : 0.1;
     int64_t cost = h->cpu_ns > 0 ? h->cpu_ns : h->duration_ns;
-    int64_t from = c->heap_next_allowed_ns > now ? c->heap_next_allowed_ns : now;
+    int64_t gate = heap_allowed_at(c, budget);
+    int64_t from = gate > now ? gate : now;
     c->heap_next_allowed_ns = from + (int64_t)((double)cost * 100.0 / budget);
+    c->heap_gate_from_ns = from;
+    c->heap_gate_budget = budget;
 }
 
 static void count_heap_locked(struct snapshot_cache *c, const struct mt_heap *h)
@@ -122,11 +144,12 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
     int do_cheap, do_heap, arenas;
 
     pthread_mutex_lock(&c->lock);
+    double budget = want->budget_percent > 0 ? want->budget_percent : c->budget_percent;
     if (want->stale_ok && want->heap_max_age_ns != INT64_MAX) {
         now = mt_mono_ns();
         if (!c->heap_mono_ns || now - c->heap_mono_ns > want->heap_max_age_ns) {
             c->reader_heap_wanted++;
-            c->reader_heap_refused += now < c->heap_next_allowed_ns;
+            c->reader_heap_refused += now < heap_allowed_at(c, budget);
         }
     }
     if (want->budget_percent > 0)
@@ -136,7 +159,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         do_cheap = !c->cheap_mono_ns || now - c->cheap_mono_ns > want->cheap_max_age_ns;
         do_heap = want->heap_max_age_ns != INT64_MAX &&
                   (!c->heap_mono_ns || now - c->heap_mono_ns > want->heap_max_age_ns) &&
-                  now >= c->heap_next_allowed_ns;
+                  now >= heap_allowed_at(c, budget);
         if (!do_cheap && !do_heap)
             break;
         if (c->refreshing) {
@@ -253,9 +276,12 @@ void snapshot_budget_charge(struct snapshot_cache *c, int64_t cost_ns, double bu
 {
     double budget = budget_percent > 0 ? budget_percent : 0.1;
     pthread_mutex_lock(&c->lock);
-    int64_t next = mt_mono_ns() + (int64_t)((double)cost_ns * 100.0 / budget);
-    if (next > c->heap_next_allowed_ns)
+    int64_t now = mt_mono_ns(), next = now + (int64_t)((double)cost_ns * 100.0 / budget);
+    if (next > c->heap_next_allowed_ns) {
         c->heap_next_allowed_ns = next;
+        c->heap_gate_from_ns = now;
+        c->heap_gate_budget = budget;
+    }
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -23,7 +23,10 @@ struct snapshot_cache {
     struct mt_heap heap;
     int64_t cheap_mono_ns; /* when taken; 0 = never */
     int64_t heap_mono_ns;
-    int64_t heap_next_allowed_ns; /* the budget gate */
+    int64_t heap_next_allowed_ns; /* the budget gate, at the rate it was charged at */
+    int64_t heap_gate_from_ns;    /* ...the spacing runs from then */
+    double heap_gate_budget;      /* ...charged at this budget (a reader allowed more
+                                   * sees the spacing shortened by the ratio) */
     double budget_percent;        /* the last ProbeBudgetPercent asked for (0 = default) */
     unsigned heap_count_since_arenas;
     int arena_count;             /* last known, -1 unknown */

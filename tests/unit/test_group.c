@@ -3,6 +3,8 @@
  * synthetic readings: which member trims next, and why; no threads, no
  * clock, no processes (tests/e2e/test_groups.py runs the real group).
  */
+#include <string.h>
+
 #include "group_policy.h"
 #include "harness.h"
 
@@ -143,6 +145,94 @@ static void test_growth_since_a_fresh_estimate(void)
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
 }
 
+static void test_rise_is_the_largest_recent_climb(void)
+{
+    static struct group_rise r; /* 32 KiB: not on the stack */
+    memset(&r, 0, sizeof(r));
+    CHECK_EQ_INT(group_rise(&r, MS(0)), 0);
+    /* a study: 5 MB -> 85 MB in 50 ms, held, then trimmed back to 5 */
+    group_rise_note(&r, MS(0), (int64_t)MB(5));
+    group_rise_note(&r, MS(25), (int64_t)MB(45));
+    group_rise_note(&r, MS(50), (int64_t)MB(85));
+    group_rise_note(&r, MS(100), (int64_t)MB(85));
+    group_rise_note(&r, MS(150), (int64_t)MB(5));
+    CHECK_EQ_INT(group_rise(&r, MS(150)), MB(80));
+    /* two studies at once: one climb of their sum */
+    group_rise_note(&r, MS(200), (int64_t)MB(85));
+    group_rise_note(&r, MS(250), (int64_t)MB(165));
+    CHECK_EQ_INT(group_rise(&r, MS(260)), MB(160));
+    /* a fall is no climb; after the window (2 s) the climbs are forgotten */
+    group_rise_note(&r, MS(300), (int64_t)MB(5));
+    CHECK_EQ_INT(group_rise(&r, MS(2200)), MB(160));
+    group_rise_note(&r, MS(2400), (int64_t)MB(5));
+    CHECK_EQ_INT(group_rise(&r, MS(2400)), 0);
+    /* a slow drift (1 MB every 100 ms for 10 s) counts as what it climbed in the window,
+     * not as the 100 MB since its start */
+    for (int t = 0; t <= 100; t++)
+        group_rise_note(&r, MS(3000 + 100 * t), (int64_t)MB(5 + t));
+    uint64_t drift = group_rise(&r, MS(13000));
+    CHECK_MSG(drift >= MB(19) && drift <= MB(21), "drift %llu MB", (unsigned long long)(drift >> 20));
+    /* more readings than the queues hold (a reading every 1 us, climbing): the oldest go,
+     * nothing overflows, and the climb is still seen */
+    memset(&r, 0, sizeof(r));
+    for (int t = 0; t < 3 * GROUP_RISE_SLOTS; t++)
+        group_rise_note(&r, 1000 * (int64_t)t, (int64_t)MB(5) + 4096 * (int64_t)t);
+    CHECK(group_rise(&r, 1000 * 3 * GROUP_RISE_SLOTS) >= 4096 * (uint64_t)(GROUP_RISE_SLOTS - 1));
+    group_rise_note(&r, MS(10), -1); /* an unknown usage is no reading */
+    CHECK(group_rise(&r, MS(10)) > 0);
+}
+
+static void test_ahead_of_the_zone(void)
+{
+    /* A worker freed its 80 MB study: 85 MB used, below the zone (125 MB). The usage's
+     * last climb was 80 MB: the next worker's study, from here, would reach the zone, so
+     * the member holding it free trims now, not once that climb has begun. */
+    struct group_candidate c[2] = {fresh(81, 85), fresh(0, 4)};
+    struct group_pressure_in i = in(85, 5);
+    int rule;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1); /* no climb seen: as before */
+    i.rise = MB(80);
+    CHECK(group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_AHEAD);
+    /* a climb that from here stays below the zone: nothing (a server at a quarter of its
+     * limit, its studies small) */
+    i.rise = MB(30);
+    CHECK(!group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* a climb smaller than a growth step is no climb (jitter), wherever the usage is */
+    i = in(120, 120);
+    i.rise = MB(6);
+    CHECK(!group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* ahead, but nobody holds TrimMinReleasableBytes by a fresh reading: nothing */
+    i = in(85, 5);
+    i.rise = MB(80);
+    c[0] = fresh(6, 85);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    c[0] = fresh(81, 85);
+    c[0].estimate_fresh = 0; /* read before its last trim, or over a second ago */
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* inside the zone, below the line, under the burst size, less than the headroom:
+     * the estimate rule holds it, the climb does not */
+    c[0] = fresh(40, 45);
+    i = in(170, 170);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    i.rise = MB(40);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_AHEAD);
+    /* TrimMinReleasableBytes 0: a member holding nothing is never asked */
+    i.min_releasable = 0;
+    c[0] = fresh(0, 45);
+    c[1] = fresh(0, 4);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* no limit known: never ahead */
+    i = in(85, 5);
+    i.rise = MB(80);
+    i.limit = 0;
+    CHECK(!group_ahead(&i));
+}
+
 int main(void)
 {
     RUN(test_outside_the_zone_nothing);
@@ -151,5 +241,7 @@ int main(void)
     RUN(test_line_asks_members_that_said_nothing);
     RUN(test_growth_rule);
     RUN(test_growth_since_a_fresh_estimate);
+    RUN(test_rise_is_the_largest_recent_climb);
+    RUN(test_ahead_of_the_zone);
     return harness_end();
 }

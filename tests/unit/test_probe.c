@@ -244,6 +244,48 @@ static void test_single_flight(void)
     snapshot_destroy(&cache);
 }
 
+/*
+ * The budget gate as each reader sees it: a probe charged at ProbeBudgetPercent
+ * (its spacing a second long here) holds back a reader at that budget, but one
+ * allowed a hundred times more (a worker group's watch inside its zone) sees the
+ * spacing shortened by the ratio; and its own probe's spacing then runs from now,
+ * not from the end of the lower rate's second.
+ */
+static void test_budget_gate_per_reader(void)
+{
+    struct mt_snapshot s;
+    struct mt_counters c;
+    CHECK_EQ_INT(snapshot_init(&cache), 0);
+    struct snapshot_want low = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                                .budget_percent = 0.1, .stale_ok = 1};
+    snapshot_get(&cache, &low, &s); /* the first reading */
+    pthread_mutex_lock(&cache.lock);
+    int64_t now = mt_mono_ns();
+    cache.heap_gate_from_ns = now - 10 * 1000000LL; /* 1 ms of cost at 0.1 %: 1 s */
+    cache.heap_next_allowed_ns = cache.heap_gate_from_ns + 1000 * 1000000LL;
+    cache.heap_gate_budget = 0.1;
+    int64_t old_next = cache.heap_next_allowed_ns;
+    pthread_mutex_unlock(&cache.lock);
+    memset(&c, 0, sizeof(c));
+    snapshot_counters(&cache, &c);
+    uint64_t probes = c.heap_probes;
+    snapshot_get(&cache, &low, &s); /* its own rate: refused for the second */
+    snapshot_counters(&cache, &c);
+    CHECK_EQ_INT(c.heap_probes, probes);
+    struct snapshot_want watch = low;
+    watch.budget_percent = 10; /* 100 x: the spacing is 10 ms, over already */
+    snapshot_get(&cache, &watch, &s);
+    snapshot_counters(&cache, &c);
+    CHECK_EQ_INT(c.heap_probes, probes + 1);
+    CHECK_EQ_INT(s.heap_age_ms, 0);
+    pthread_mutex_lock(&cache.lock);
+    int64_t next = cache.heap_next_allowed_ns;
+    pthread_mutex_unlock(&cache.lock);
+    CHECK_MSG(next < old_next, "the watch's spacing ran from the old gate: %lld ms later",
+              (long long)((next - old_next) / 1000000));
+    snapshot_destroy(&cache);
+}
+
 int main(void)
 {
     RUN(test_cheap);
@@ -252,5 +294,6 @@ int main(void)
     RUN(test_cgroup_limit);
     RUN(test_cgroup_v2_only);
     RUN(test_single_flight);
+    RUN(test_budget_gate_per_reader);
     return harness_end();
 }
