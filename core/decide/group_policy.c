@@ -103,7 +103,8 @@ int group_ahead(const struct group_pressure_in *in)
         return 0;
     uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
     return in->rise >= (uint64_t)group_growth_step(in->limit) &&
-           in->rise >= in->min_releasable && (uint64_t)in->usage + in->rise >= floor;
+           in->rise >= in->min_releasable && (uint64_t)in->usage + in->rise >= floor &&
+           in->kept >= floor;
 }
 
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,

@@ -34,6 +34,8 @@ struct group_pressure_in {
                               * this much free trims at once (its own burst rule would, but
                               * for its cost rules) */
     uint64_t rise;           /* the usage's largest recent climb (group_rise), 0 none */
+    uint64_t kept;           /* the usage were every member at its recent peak RSS (what it
+                              * would hold had nobody trimmed it since), 0 unknown */
 };
 
 #define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */
@@ -77,7 +79,12 @@ uint64_t group_rise(struct group_rise *r, int64_t now);
 /*
  * Would the usage's recent climb, repeated from the usage now, reach the zone? (Inside
  * the zone, after such a climb, it would.) Only a climb of a growth step or more counts:
- * a server that sits still, or drifts, never is "ahead".
+ * a server that sits still, or drifts, never is "ahead". Nor is a group whose members,
+ * each at its recent peak RSS, would stay below the zone (in->kept): there a worker that
+ * kept what it freed would reuse it for its next study, the usage would not climb
+ * again, and trimming it ahead would only make the next study fault its pages back in
+ * (2 workers of 80 MB under 400 MB: trimmed, each study climbs anew, and the climbs would
+ * keep the group "ahead" for ever).
  */
 int group_ahead(const struct group_pressure_in *in);
 

@@ -68,6 +68,7 @@
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
 #define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
 #define CHAN_CHECK_NS (1 * MT_SEC)           /* every channel's identity checked this often */
+#define PEAK_NS (10 * MT_SEC)                /* a member's peak RSS: over about this long */
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
@@ -83,6 +84,8 @@ struct group_member {
     int64_t heap_ms_seen;               /* the heap reading its reports carry */
     uint64_t rss_at_heap;               /* its RSS in the first report that carried it */
     int64_t last_sample_ns;
+    uint64_t peak_rss;                  /* its RSS high-water mark since peak_ns (group_ahead) */
+    int64_t peak_ns;                    /* ...started again from its RSS then, every PEAK_NS */
     uint64_t press_req;                 /* its pressure request in flight, 0 none */
     int64_t press_sent_ns;              /* ...sent then */
 };
@@ -639,6 +642,16 @@ static void leader_store_trim(struct group *g, struct group_member *m, struct mt
     store_wake(&g->mt->store);
 }
 
+/* m's RSS was rss at now: its peak over about PEAK_NS (what it would hold, had no trim
+ * taken it since: group_ahead's in->kept). Locked. */
+static void note_peak(struct group_member *m, uint64_t rss, int64_t now)
+{
+    if (rss >= m->peak_rss || now - m->peak_ns > PEAK_NS) {
+        m->peak_rss = rss;
+        m->peak_ns = now;
+    }
+}
+
 static void leader_answer(struct group *g, struct group_member *m, const struct group_msg *msg)
 {
     pthread_mutex_lock(&g->lock);
@@ -654,6 +667,7 @@ static void leader_answer(struct group *g, struct group_member *m, const struct 
         m->press_req = 0;
         if (msg->arg == 0) {
             m->rss_after = msg->u.trim.rss_after_bytes;
+            note_peak(m, msg->u.trim.rss_before_bytes, mt_mono_ns());
             m->pressure_trims++;
             g->pressure_trims++;
             if (msg->u.trim.released_bytes > 0)
@@ -809,6 +823,7 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
         m->snap = msg->u.snap;
         m->report_ns = now;
         note_heap(m);
+        note_peak(m, m->snap.cheap.rss_bytes, now);
         pthread_mutex_unlock(&g->lock);
         leader_sample(g, m, &msg->u.snap, now, sample_s);
         return 0;
@@ -857,6 +872,7 @@ static void leader_self_refresh(struct group *g, int64_t now, double sample_s)
     g->m[0].snap = s;
     g->m[0].report_ns = now;
     note_heap(&g->m[0]);
+    note_peak(&g->m[0], s.cheap.rss_bytes, now);
     pthread_mutex_unlock(&g->lock);
 }
 
@@ -920,7 +936,7 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
 {
     struct group_candidate c[GROUP_MAX_MEMBERS];
     int idx[GROUP_MAX_MEMBERS], n = 0, rule;
-    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0;
+    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0, peak_sum = 0;
     struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
                                    .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
                                    .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
@@ -945,6 +961,9 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         if (!m->used || m->pid <= 0 || m->report_ns == 0)
             continue;
         rss_sum += (int64_t)m->snap.cheap.rss_bytes;
+        peak_sum += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
+                                  ? m->peak_rss
+                                  : m->snap.cheap.rss_bytes);
         int64_t heap_ms = m->snap.heap.timestamp_ms;
         c[n] = (struct group_candidate){
             .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
@@ -969,6 +988,9 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
     in.base_usage = g->base_usage;
     group_rise_note(&g->rise, now, in.usage);
     in.rise = group_rise(&g->rise, now);
+    /* The members at their peaks, or the usage if more: the usage less the members' RSS
+     * is no measure of the rest (their reports lag the cgroup's reading mid-study). */
+    in.kept = (uint64_t)(peak_sum > in.usage ? peak_sum : in.usage);
     g->usage = in.usage;
     /* Climbing above a quarter of the limit, or by a growth step since the last reading
      * (a study starting far below it: its climb is what group_ahead learns from): the

@@ -300,14 +300,10 @@ def test_the_group_survives_the_shared_limit(procs, cgroup, tmp_path):
     pressure trims are stored under each pid.
 
     The absolute schedule (each worker's studies in its own slots, 100 ms apart).
-    Not yet reliable (issue 21 open): the test passed 10 runs of 10 at load 2-8
-    (2026-12-02 02:40-03:04 UTC), but by hand the group finished 4/4 in 14 of 22
-    runs at load 3-7, malloc_trim after every study in 5 of 10 interleaved: the
-    losses came with three or four workers mid-study at once (docs/groups.md).
-    MEMTRIM_GROUP_SURVIVAL=1 runs it; the 8-worker case below runs always."""
-    if not os.environ.get("MEMTRIM_GROUP_SURVIVAL"):
-        pytest.skip("issue 21 open: by hand the 4-worker group under 250 MB finished 4/4 in "
-                    "14 of 22 runs (MEMTRIM_GROUP_SURVIVAL=1 runs it)")
+    Listed as a skip until the group trimmed a freed study ahead of the next
+    worker's climb (group_ahead): before, a freed study waited a median 75 ms
+    for the next climb to bring the usage into the zone, and at load 3-7 the
+    group finished 4/4 in 14 of 22 runs by hand (docs/groups.md)."""
     survives(procs, cgroup, tmp_path, 4, 250, "absolute")
 
 

@@ -190,11 +190,29 @@ static void test_ahead_of_the_zone(void)
     struct group_candidate c[2] = {fresh(81, 85), fresh(0, 4)};
     struct group_pressure_in i = in(85, 5);
     int rule;
+    i.kept = MB(340); /* 4 workers at their peak, 85 MB each: the zone without trims */
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1); /* no climb seen: as before */
     i.rise = MB(80);
     CHECK(group_ahead(&i));
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
     CHECK_EQ_INT(rule, GROUP_RULE_AHEAD);
+    i.kept = 0; /* not known: not ahead */
+    CHECK(!group_ahead(&i));
+    /* 2 such workers under 400 MB (the zone from 200 MB): one holds its last study, the
+     * other has just freed hers; 165 MB, and an 80 MB climb from here would reach the
+     * zone. But each at its peak is 170 MB, below it: a worker that keeps its freed
+     * study reuses it, nothing climbs; a trim would only fault it back in. */
+    struct group_pressure_in two = in(165, 85);
+    two.limit = (int64_t)MB(400);
+    two.rise = MB(80);
+    two.kept = MB(170);
+    CHECK(!group_ahead(&two));
+    CHECK_EQ_INT(group_pressure_pick(&two, c, 2, &rule), -1);
+    two.kept = MB(255); /* three of them: their peaks would reach the zone */
+    CHECK(group_ahead(&two));
+    CHECK_EQ_INT(group_pressure_pick(&two, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_AHEAD);
+    i.kept = MB(340);
     /* a climb that from here stays below the zone: nothing (a server at a quarter of its
      * limit, its studies small) */
     i.rise = MB(30);
@@ -202,12 +220,14 @@ static void test_ahead_of_the_zone(void)
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
     /* a climb smaller than a growth step is no climb (jitter), wherever the usage is */
     i = in(120, 120);
+    i.kept = MB(340);
     i.rise = MB(6);
     CHECK(!group_ahead(&i));
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
     /* ahead, but nobody holds TrimMinReleasableBytes by a fresh reading: nothing */
     i = in(85, 5);
     i.rise = MB(80);
+    i.kept = MB(340);
     c[0] = fresh(6, 85);
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
     c[0] = fresh(81, 85);
@@ -217,6 +237,7 @@ static void test_ahead_of_the_zone(void)
      * the estimate rule holds it, the climb does not */
     c[0] = fresh(40, 45);
     i = in(170, 170);
+    i.kept = MB(250);
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
     i.rise = MB(40);
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
@@ -229,6 +250,7 @@ static void test_ahead_of_the_zone(void)
     /* no limit known: never ahead */
     i = in(85, 5);
     i.rise = MB(80);
+    i.kept = MB(340);
     i.limit = 0;
     CHECK(!group_ahead(&i));
 }
