@@ -78,8 +78,10 @@ def main():
         c.close()
     lags = []
     for s in studies:
-        freed = s["t0"] + s["freed"]
-        after = [t for t in trims if t[1] == s["pid"] and t[0] >= freed - 5]
+        # the first trim of the worker after its free began (a trim may come mid-way
+        # through the free): how long after the free's end (0 when before it)
+        began, freed = s["t0"] + s["alloc"], s["t0"] + s["freed"]
+        after = [t for t in trims if t[1] == s["pid"] and t[0] >= began]
         if after and after[0][0] - freed < a.pause_ms:
             lags.append(max(after[0][0] - freed, 0.0))
     lags.sort()
@@ -87,7 +89,9 @@ def main():
         print(f"freed -> trimmed: {len(lags)} of {len(studies)} studies before the worker's next; "
               f"median {lags[len(lags) // 2]:.0f} ms, p90 {lags[int(len(lags) * 0.9)]:.0f} ms, "
               f"max {lags[-1]:.0f} ms")
-    print(f"peak {max((u for _, u in usage), default=0)} MB, {len(trims)} trims stored")
+    peak_t, peak = max(usage, key=lambda x: x[1], default=(0, 0))
+    t_start = min((s["t0"] for s in studies), default=peak_t)
+    print(f"peak {peak} MB at {peak_t - t_start:.0f} ms, {len(trims)} trims stored")
     if a.v:
         events = [(t, f"usage {u} MB") for t, u in usage]
         pid_w = {s["pid"]: s["w"] for s in studies}
