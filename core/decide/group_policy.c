@@ -102,9 +102,15 @@ int group_ahead(const struct group_pressure_in *in)
     if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0)
         return 0;
     uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
+    /* Inside the zone kept >= usage >= floor always: there the members at their peaks
+     * must reach the line (a worker that kept what it freed would reuse it, and its
+     * next request would not climb: trimmed, it faults it back in, a climb that keeps
+     * the group ahead for ever). */
+    uint64_t peaks_reach = (uint64_t)in->usage >= floor ? line : floor;
     return in->rise >= (uint64_t)group_growth_step(in->limit) &&
            in->rise >= in->min_releasable && (uint64_t)in->usage + in->rise >= floor &&
-           in->kept >= floor;
+           in->kept >= peaks_reach;
 }
 
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,

@@ -84,7 +84,10 @@ uint64_t group_rise(struct group_rise *r, int64_t now);
  * kept what it freed would reuse it for its next study, the usage would not climb
  * again, and trimming it ahead would only make the next study fault its pages back in
  * (2 workers of 80 MB under 400 MB: trimmed, each study climbs anew, and the climbs would
- * keep the group "ahead" for ever).
+ * keep the group "ahead" for ever). Inside the zone (where in->kept, at least the usage,
+ * is always there) the members at their peaks must reach the line instead: a worker
+ * whose 20 MB requests reuse what it freed, beside another's 120 MB under 256 MB, would
+ * else be trimmed after every request, each one's refault a climb of a growth step.
  */
 int group_ahead(const struct group_pressure_in *in);
 

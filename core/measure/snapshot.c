@@ -113,15 +113,26 @@ static int64_t heap_allowed_at(const struct snapshot_cache *c, double budget)
 
 /* The budget gate after a call that cost what h says (its CPU, else its time), at the
  * budget last asked for: the spacing runs from the gate as that budget sees it (a debt
- * charged at a lower rate is shortened by the ratio, heap_allowed_at), or from now. Locked. */
+ * charged at a lower rate is shortened by the ratio, heap_allowed_at), or from now.
+ * A charge while that gate is still ahead (a trim's reading after the one before it)
+ * adds to the debt from the same start, so that a reader allowed more sees the whole
+ * debt shortened, not the first charge's spacing in full and only the last one's
+ * shortened; not when charged at less than the debt's budget (then its gate, as that
+ * budget sees it, is the debt's end, unshortened: it starts anew from there). Locked. */
 static void charge_heap_locked(struct snapshot_cache *c, const struct mt_heap *h, int64_t now)
 {
     double budget = c->budget_percent > 0 ? c->budget_percent : 0.1;
     int64_t cost = h->cpu_ns > 0 ? h->cpu_ns : h->duration_ns;
+    int64_t spacing = (int64_t)((double)cost * 100.0 / budget);
     int64_t gate = heap_allowed_at(c, budget);
-    int64_t from = gate > now ? gate : now;
-    c->heap_next_allowed_ns = from + (int64_t)((double)cost * 100.0 / budget);
-    c->heap_gate_from_ns = from;
+    if (gate > now && c->heap_gate_budget > 0 && budget >= c->heap_gate_budget &&
+        c->heap_next_allowed_ns > c->heap_gate_from_ns) {
+        c->heap_next_allowed_ns = gate + spacing; /* heap_gate_from_ns kept */
+    } else {
+        int64_t from = gate > now ? gate : now;
+        c->heap_next_allowed_ns = from + spacing;
+        c->heap_gate_from_ns = from;
+    }
     c->heap_gate_budget = budget;
 }
 

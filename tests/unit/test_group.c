@@ -255,6 +255,36 @@ static void test_ahead_of_the_zone(void)
     CHECK(!group_ahead(&i));
 }
 
+static void test_ahead_inside_the_zone_needs_the_peaks_at_the_line(void)
+{
+    /* 256 MB: the zone from 128 MB, the line at 230, a growth step of 8 MiB. One worker
+     * holds 120 MB live, the other serves requests of 20 MB, each freed after it: 150 MB
+     * used. Untrimmed, the second reuses what it freed and the usage stays flat; trimmed,
+     * each request faults its 20 MB back in, a climb of more than a step, which would
+     * keep the group ahead, and trimming it after each request, for ever. Their peaks
+     * (30 + 125 MB) stay below the line: nothing needs those pages. */
+    struct group_candidate c[2] = {fresh(20, 30), fresh(0, 125)};
+    struct group_pressure_in i = in(150, 150);
+    int rule;
+    i.limit = (int64_t)MB(256);
+    i.rise = MB(20);
+    i.kept = MB(155);
+    CHECK(!group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    CHECK_EQ_INT(rule, GROUP_RULE_NONE);
+    /* members whose peaks would reach the line: ahead, as below the zone */
+    i.kept = MB(235);
+    CHECK(group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_AHEAD);
+    /* below the zone the peaks need only reach the zone (the 4-worker case) */
+    i = in(100, 100);
+    i.limit = (int64_t)MB(256);
+    i.rise = MB(80);
+    i.kept = MB(155);
+    CHECK(group_ahead(&i));
+}
+
 int main(void)
 {
     RUN(test_outside_the_zone_nothing);
@@ -265,5 +295,6 @@ int main(void)
     RUN(test_growth_since_a_fresh_estimate);
     RUN(test_rise_is_the_largest_recent_climb);
     RUN(test_ahead_of_the_zone);
+    RUN(test_ahead_inside_the_zone_needs_the_peaks_at_the_line);
     return harness_end();
 }

@@ -286,6 +286,53 @@ static void test_budget_gate_per_reader(void)
     snapshot_destroy(&cache);
 }
 
+/*
+ * A trim's two heap readings (before and after it), charged back to back at
+ * ProbeBudgetPercent, make one debt: a reader allowed a hundred times more sees
+ * all of it shortened by the ratio (2 x 10 ms at 10 %: 200 ms), not the first
+ * reading's spacing in full (10 s) and only the second one's shortened.
+ */
+static void test_budget_gate_chained(void)
+{
+    struct mt_snapshot s;
+    struct mt_counters c;
+    CHECK_EQ_INT(snapshot_init(&cache), 0);
+    struct snapshot_want low = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                                .budget_percent = 0.1, .stale_ok = 1};
+    snapshot_get(&cache, &low, &s); /* the first reading; the budget last asked for: 0.1 % */
+    pthread_mutex_lock(&cache.lock);
+    cache.heap_next_allowed_ns = cache.heap_gate_from_ns = 0; /* its own charge: spent */
+    cache.heap_gate_budget = 0;
+    pthread_mutex_unlock(&cache.lock);
+    struct mt_heap h;
+    memset(&h, 0, sizeof(h));
+    h.cpu_ns = 10 * 1000000LL; /* 10 ms each: 10 s at 0.1 % */
+    snapshot_count_heap(&cache, &h); /* the reading before the trim */
+    snapshot_count_heap(&cache, &h); /* and the one after it, while the first's gate runs */
+    /* 500 ms later (moved back rather than waited for): the watch's 200 ms are over,
+     * a reader at 0.1 % still waits for its 20 s */
+    pthread_mutex_lock(&cache.lock);
+    int64_t span = cache.heap_next_allowed_ns - cache.heap_gate_from_ns;
+    cache.heap_gate_from_ns -= 500 * 1000000LL;
+    cache.heap_next_allowed_ns -= 500 * 1000000LL;
+    pthread_mutex_unlock(&cache.lock);
+    CHECK_MSG(span >= 19000 * 1000000LL, "the two charges span %lld ms, not 20 s",
+              (long long)(span / 1000000));
+    memset(&c, 0, sizeof(c));
+    snapshot_counters(&cache, &c);
+    uint64_t probes = c.heap_probes;
+    snapshot_get(&cache, &low, &s);
+    snapshot_counters(&cache, &c);
+    CHECK_EQ_INT(c.heap_probes, probes); /* its own rate: refused */
+    struct snapshot_want watch = low;
+    watch.budget_percent = 10;
+    snapshot_get(&cache, &watch, &s);
+    snapshot_counters(&cache, &c);
+    CHECK_MSG(c.heap_probes == probes + 1,
+              "the watch was held back by the first reading's full 10 s");
+    snapshot_destroy(&cache);
+}
+
 int main(void)
 {
     RUN(test_cheap);
@@ -295,5 +342,6 @@ int main(void)
     RUN(test_cgroup_v2_only);
     RUN(test_single_flight);
     RUN(test_budget_gate_per_reader);
+    RUN(test_budget_gate_chained);
     return harness_end();
 }
