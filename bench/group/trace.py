@@ -7,7 +7,8 @@ usage, and how long after its free each study's memory was trimmed (median, p90,
 max over the studies trimmed before the worker's next one). -v prints the timeline.
 Needs root (a memory cgroup v1 or v2). Usage:
   bench/group/trace.py [--build build] [--mode group|trim-after] [--limit-mb 250]
-                       [--workers 4] [--pause-ms 400] [--schedule absolute] [-v]"""
+                       [--workers 4] [--pause-ms 400] [--schedule absolute] [-v]
+                       [--study-mb 80] [--shared-mb 0 (the master's, shared by the workers)]"""
 import argparse
 import json
 import os
@@ -28,6 +29,8 @@ def main():
     ap.add_argument("--mode", default="group", choices=("group", "trim-after"))
     ap.add_argument("--limit-mb", type=int, default=250)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--study-mb", type=int, default=80)
+    ap.add_argument("--shared-mb", type=int, default=0)
     ap.add_argument("--pause-ms", type=int, default=400)
     ap.add_argument("--schedule", default="absolute", choices=("absolute", "relative"))
     ap.add_argument("--port", type=int, default=18999)
@@ -37,7 +40,7 @@ def main():
     trace, db = os.path.join(tmp, "studies.jsonl"), os.path.join(tmp, "m.sqlite")
     cg = Cgroup(f"memtrim-gtrace-{os.getpid()}", a.limit_mb << 20)
     args = [f"{a.build}/memtrim-prefork", "--workers", str(a.workers), "--studies", "20",
-            "--study-mb", "80", "--pause-ms", str(a.pause_ms), "--stagger-ms", "100",
+            "--study-mb", str(a.study_mb), "--shared-mb", str(a.shared_mb), "--pause-ms", str(a.pause_ms), "--stagger-ms", "100",
             "--schedule", a.schedule, "--trace", trace]
     env = dict(os.environ)
     if a.mode == "group":

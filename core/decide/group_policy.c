@@ -97,6 +97,15 @@ uint64_t group_rise(struct group_rise *r, int64_t now)
     return r->climb.n > 0 ? (uint64_t)r->climb.v[r->climb.head] : 0;
 }
 
+uint64_t group_kept(int64_t usage, uint64_t rss_sum, uint64_t peak_sum)
+{
+    if (usage < 0)
+        return 0;
+    uint64_t u = (uint64_t)usage, twice = rss_sum > u ? rss_sum - u : 0;
+    uint64_t kept = peak_sum > twice ? peak_sum - twice : 0;
+    return kept > u ? kept : u;
+}
+
 int group_ahead(const struct group_pressure_in *in)
 {
     if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0)

@@ -91,6 +91,16 @@ uint64_t group_rise(struct group_rise *r, int64_t now);
  */
 int group_ahead(const struct group_pressure_in *in);
 
+/*
+ * in->kept from the usage, the members' RSS now and their recent peaks, each summed:
+ * the peaks less what the RSS sum exceeds the usage by (pages that forked workers
+ * share with their master, files mapped in each: counted once in every member's
+ * RSS, once in the usage), and at least the usage. A member's report that lags the
+ * usage mid-study makes that excess smaller: then it is the peaks summed. 0 when the
+ * usage is unknown (< 0).
+ */
+uint64_t group_kept(int64_t usage, uint64_t rss_sum, uint64_t peak_sum);
+
 /* The growth rule's step for a limit. */
 int64_t group_growth_step(int64_t limit);
 

@@ -936,7 +936,7 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
 {
     struct group_candidate c[GROUP_MAX_MEMBERS];
     int idx[GROUP_MAX_MEMBERS], n = 0, rule;
-    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0, peak_sum = 0;
+    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0, peak_sum = 0, now_sum = 0;
     struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
                                    .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
                                    .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
@@ -964,6 +964,12 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         peak_sum += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
                                   ? m->peak_rss
                                   : m->snap.cheap.rss_bytes);
+        /* its RSS now: after a pressure trim since its report, what that trim left (its
+         * report says what it held before; or the last trim's, lower: less taken off) */
+        now_sum += (int64_t)(m->last_trim_ns > m->report_ns && m->rss_after > 0 &&
+                                     m->rss_after < m->snap.cheap.rss_bytes
+                                 ? m->rss_after
+                                 : m->snap.cheap.rss_bytes);
         int64_t heap_ms = m->snap.heap.timestamp_ms;
         c[n] = (struct group_candidate){
             .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
@@ -988,9 +994,10 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
     in.base_usage = g->base_usage;
     group_rise_note(&g->rise, now, in.usage);
     in.rise = group_rise(&g->rise, now);
-    /* The members at their peaks, or the usage if more: the usage less the members' RSS
-     * is no measure of the rest (their reports lag the cgroup's reading mid-study). */
-    in.kept = (uint64_t)(peak_sum > in.usage ? peak_sum : in.usage);
+    /* The members at their peaks, less what their RSS counts twice, or the usage if more
+     * (group_kept): the usage less the members' RSS is no measure of the rest (their
+     * reports lag the cgroup's reading mid-study). */
+    in.kept = group_kept(in.usage, (uint64_t)now_sum, (uint64_t)peak_sum);
     g->usage = in.usage;
     /* Climbing above a quarter of the limit, or by a growth step since the last reading
      * (a study starting far below it: its climb is what group_ahead learns from): the

@@ -10,7 +10,7 @@
  *   memtrim-prefork [--workers 4] [--studies 20] [--study-mb 80] [--block 1024]
  *                   [--pause-ms 400] [--stagger-ms 100] [--trim-after]
  *                   [--schedule relative|absolute] [--trace FILE]
- *                   [--cycles N] [--hold] [--pid-dir DIR]
+ *                   [--cycles N] [--hold] [--pid-dir DIR] [--shared-mb 0]
  *
  * --trim-after: malloc_trim(0) after every study (the comparison).
  * --schedule: relative (the default): each study starts pause-ms after the
@@ -26,6 +26,8 @@
  *   the master started, and that start as CLOCK_MONOTONIC ms: start, allocated, freed,
  *   trimmed; the thread's CPU ms
  *   and minor faults in the study).
+ * --shared-mb N: the master touches N MB before it forks (a preloaded
+ *   application's pages): the workers share them, and each one's RSS counts them.
  * --cycles N: N more workers after those, one at a time, each doing its
  *   studies and exiting (fork/exit churn).
  * --hold: after the workers, the master waits for SIGTERM (and the workers
@@ -51,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+static int shared_mb = 0;
 static int workers = 4, studies = 20, study_mb = 80, block = 1024, pause_ms = 400,
            stagger_ms = 100, trim_after, cycles, hold, absolute;
 static const char *pid_dir;
@@ -209,6 +212,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--studies")) studies = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--study-mb")) study_mb = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--block")) block = arg_int(argc, argv, &i);
+        else if (!strcmp(argv[i], "--shared-mb")) shared_mb = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--pause-ms")) pause_ms = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--stagger-ms")) stagger_ms = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--cycles")) cycles = arg_int(argc, argv, &i);
@@ -241,6 +245,9 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     pid_t *pids = calloc((size_t)workers + 1, sizeof(*pids));
+    char *shared = shared_mb ? malloc((size_t)shared_mb << 20) : NULL;
+    if (shared)
+        memset(shared, 1, (size_t)shared_mb << 20); /* kept for the master's life */
     int finished = 0, total = workers + cycles;
     char killed[4096] = "";
     size_t klen = 0;

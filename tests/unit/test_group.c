@@ -285,6 +285,35 @@ static void test_ahead_inside_the_zone_needs_the_peaks_at_the_line(void)
     CHECK(group_ahead(&i));
 }
 
+static void test_kept_counts_shared_pages_once(void)
+{
+    /* A master and 2 workers forked after it touched 40 MB they still share (5 MB of
+     * their own each), 70 MB studies, 400 MB (the zone from 200). Both workers hold
+     * their freed study: 40 + 15 + 140 = 195 MB used, 275 by their RSS summed. Kept,
+     * each study reuses its worker's pages: nothing climbs, they stay below the zone.
+     * The RSS peaks summed (275) say the zone; less the 80 MB counted twice, 195. */
+    CHECK_EQ_INT(group_kept((int64_t)MB(195), MB(275), MB(275)), MB(195));
+    struct group_candidate c[2] = {fresh(70, 115), fresh(70, 115)};
+    struct group_pressure_in i = in(195, 195);
+    int rule;
+    i.limit = (int64_t)MB(400);
+    i.rise = MB(70);                     /* the last study's climb */
+    i.kept = MB(275);                    /* the peaks summed, as before */
+    CHECK(group_ahead(&i));              /* trimmed every study, each faulted back */
+    i.kept = group_kept(i.usage, MB(275), MB(275));
+    CHECK(!group_ahead(&i));
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    /* one worker trimmed (45 MB) and 40 MB into its next study, its report lagging at
+     * 45: the usage 165, the RSS 205, the peaks 275: 235, above the 195 it would hold
+     * untrimmed (the lag counts those 40 MB twice): a lag errs toward the peaks summed */
+    CHECK_EQ_INT(group_kept((int64_t)MB(165), MB(205), MB(275)), MB(235));
+    /* no RSS counted twice (the usage above the RSS: page cache, a lagging report):
+     * the peaks; never below the usage; unknown usage: 0 */
+    CHECK_EQ_INT(group_kept((int64_t)MB(300), MB(250), MB(340)), MB(340));
+    CHECK_EQ_INT(group_kept((int64_t)MB(100), MB(400), MB(350)), MB(100));
+    CHECK_EQ_INT(group_kept(-1, MB(400), MB(350)), 0);
+}
+
 int main(void)
 {
     RUN(test_outside_the_zone_nothing);
@@ -296,5 +325,6 @@ int main(void)
     RUN(test_rise_is_the_largest_recent_climb);
     RUN(test_ahead_of_the_zone);
     RUN(test_ahead_inside_the_zone_needs_the_peaks_at_the_line);
+    RUN(test_kept_counts_shared_pages_once);
     return harness_end();
 }
