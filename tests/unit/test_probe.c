@@ -244,6 +244,23 @@ static void test_single_flight(void)
     snapshot_destroy(&cache);
 }
 
+/* The heap probes the cache has made so far. */
+static uint64_t heap_probes(void)
+{
+    struct mt_counters c;
+    memset(&c, 0, sizeof(c));
+    snapshot_counters(&cache, &c);
+    return c.heap_probes;
+}
+
+/* A reader that wants fresh readings, allowed `budget` percent. */
+static struct snapshot_want fresh_at(double budget)
+{
+    struct snapshot_want w = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
+                              .budget_percent = budget, .stale_ok = 1};
+    return w;
+}
+
 /*
  * The budget gate as each reader sees it: a probe charged at ProbeBudgetPercent
  * (its spacing a second long here) holds back a reader at that budget, but one
@@ -254,10 +271,8 @@ static void test_single_flight(void)
 static void test_budget_gate_per_reader(void)
 {
     struct mt_snapshot s;
-    struct mt_counters c;
     CHECK_EQ_INT(snapshot_init(&cache), 0);
-    struct snapshot_want low = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
-                                .budget_percent = 0.1, .stale_ok = 1};
+    struct snapshot_want low = fresh_at(0.1), watch = fresh_at(10);
     snapshot_get(&cache, &low, &s); /* the first reading */
     pthread_mutex_lock(&cache.lock);
     int64_t now = mt_mono_ns();
@@ -266,17 +281,11 @@ static void test_budget_gate_per_reader(void)
     cache.heap_gate_budget = 0.1;
     int64_t old_next = cache.heap_next_allowed_ns;
     pthread_mutex_unlock(&cache.lock);
-    memset(&c, 0, sizeof(c));
-    snapshot_counters(&cache, &c);
-    uint64_t probes = c.heap_probes;
+    uint64_t probes = heap_probes();
     snapshot_get(&cache, &low, &s); /* its own rate: refused for the second */
-    snapshot_counters(&cache, &c);
-    CHECK_EQ_INT(c.heap_probes, probes);
-    struct snapshot_want watch = low;
-    watch.budget_percent = 10; /* 100 x: the spacing is 10 ms, over already */
-    snapshot_get(&cache, &watch, &s);
-    snapshot_counters(&cache, &c);
-    CHECK_EQ_INT(c.heap_probes, probes + 1);
+    CHECK_EQ_INT(heap_probes(), probes);
+    snapshot_get(&cache, &watch, &s); /* 100 x: the spacing is 10 ms, over already */
+    CHECK_EQ_INT(heap_probes(), probes + 1);
     CHECK_EQ_INT(s.heap_age_ms, 0);
     pthread_mutex_lock(&cache.lock);
     int64_t next = cache.heap_next_allowed_ns;
@@ -295,10 +304,8 @@ static void test_budget_gate_per_reader(void)
 static void test_budget_gate_chained(void)
 {
     struct mt_snapshot s;
-    struct mt_counters c;
     CHECK_EQ_INT(snapshot_init(&cache), 0);
-    struct snapshot_want low = {.cheap_max_age_ns = 0, .heap_max_age_ns = 0,
-                                .budget_percent = 0.1, .stale_ok = 1};
+    struct snapshot_want low = fresh_at(0.1), watch = fresh_at(10);
     snapshot_get(&cache, &low, &s); /* the first reading; the budget last asked for: 0.1 % */
     pthread_mutex_lock(&cache.lock);
     cache.heap_next_allowed_ns = cache.heap_gate_from_ns = 0; /* its own charge: spent */
@@ -318,17 +325,11 @@ static void test_budget_gate_chained(void)
     pthread_mutex_unlock(&cache.lock);
     CHECK_MSG(span >= 19000 * 1000000LL, "the two charges span %lld ms, not 20 s",
               (long long)(span / 1000000));
-    memset(&c, 0, sizeof(c));
-    snapshot_counters(&cache, &c);
-    uint64_t probes = c.heap_probes;
+    uint64_t probes = heap_probes();
     snapshot_get(&cache, &low, &s);
-    snapshot_counters(&cache, &c);
-    CHECK_EQ_INT(c.heap_probes, probes); /* its own rate: refused */
-    struct snapshot_want watch = low;
-    watch.budget_percent = 10;
+    CHECK_EQ_INT(heap_probes(), probes); /* its own rate: refused */
     snapshot_get(&cache, &watch, &s);
-    snapshot_counters(&cache, &c);
-    CHECK_MSG(c.heap_probes == probes + 1,
+    CHECK_MSG(heap_probes() == probes + 1,
               "the watch was held back by the first reading's full 10 s");
     snapshot_destroy(&cache);
 }
