@@ -30,7 +30,15 @@
 #include "common.h"
 #include "internal.h"
 
-#define SERVER_BACKLOG 256
+/* The kernel's queue of connections whose handshake is done and that the server
+ * has not accepted yet (clamped to net.core.somaxconn, 4096 by default). It costs
+ * the host no descriptors. At 256, a burst of 400 connections that came while the
+ * server's thread was off the CPU for a few ms filled it, the kernel dropped the
+ * next SYN, and a legitimate client waited for its 1 s retransmission (ci failed
+ * so, twice: /healthz went 1.02 s without an answer beside 400 half-open
+ * connections). What the queue holds is accepted, evicted or refused at once
+ * (server_conns_admit), ten to a round. */
+#define SERVER_BACKLOG 4096
 
 int server_addr_is_loopback(const struct sockaddr_storage *addr)
 {

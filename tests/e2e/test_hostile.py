@@ -11,6 +11,7 @@ connections, 8 per address) and RequestTimeoutSeconds 3.
 """
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -79,6 +80,17 @@ def kernel_holds(port):
             elif state == "03":  # SYN_RECV
                 n += 1
     return n
+
+
+def listen_overflows():
+    """The kernel's count of connections it dropped because a listening socket's
+    accept queue was full (ListenOverflows, /proc/net/netstat; this namespace's)."""
+    with open("/proc/net/netstat") as f:
+        lines = f.read().splitlines()
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            return int(dict(zip(names.split(), values.split()))["ListenOverflows"])
+    return 0
 
 
 def read_reply(s, seconds):
@@ -365,8 +377,9 @@ def test_connection_flood(host):
     # a flood at all: far past the host's 16 connections (the rest wait or are refused)
     assert len(flood) >= 100, f"only {len(flood)} flood connections opened"
     # The flood's connect()s have returned, but the kernel may still hold some of them:
-    # 1,100 overflow the listen backlog (256), and a connection whose handshake's last ACK
-    # came while the queue was full is handed to the server later, after ours. Eight of
+    # 1,100 may overflow the listen backlog (4096, or net.core.somaxconn if less), and a
+    # connection whose handshake's last ACK came while the queue was full is handed to the
+    # server later, after ours; those already queued are handed over in rounds. Eight of
     # those (MaxConnectionsPerIp at this RLIMIT_NOFILE) would evict ours as the flood's
     # address does its own (ci failed so: 'cut'). So wait until the kernel holds none.
     wait_for(lambda: kernel_holds(demo.port) == 0, 30,
@@ -534,6 +547,7 @@ def test_loopback_aliases_are_one_address():
         base_fds = len(os.listdir(f"/proc/{demo.proc.pid}/fd"))
         probe = Reachability(demo.port)
         probe.start()
+        overflows = listen_overflows()
         for i in range(400):
             try:
                 s = connect(demo, f"127.0.0.{2 + i % 40}")
@@ -548,13 +562,71 @@ def test_loopback_aliases_are_one_address():
                  "the server's line on the flood from the loopback aliases")
         probe.observe(30, "while the flood is held")
         probe.stop()
-        assert probe.longest < 1.0, f"/healthz went {probe.longest:.2f} s without an answer"
+        # A gap of just over 1 s is a SYN the kernel dropped and resent 1 s later (ci saw
+        # 1.02 s twice with a 256-deep listen backlog): the message says if it was that.
+        assert probe.longest < 1.0, (f"/healthz went {probe.longest:.2f} s without an answer; "
+                                     f"{listen_overflows() - overflows} SYNs dropped meanwhile "
+                                     f"on a full accept queue")
         # at most 128 open plus 16 + 10 per HTTP thread closing (MaxConnections' share of 1024
         # and its slack, server_limits)
         assert watch.max_fds - base_fds <= 128 + 16 + 20 + 4, (watch.max_fds, base_fds)
         out = demo.output()
         assert "waiting from loopback of MaxConnectionsPerIp 96" in out, out[-3000:]
     finally:
+        for s in flood:
+            s.close()
+        watch.stop()
+        assert demo.stop() == 0
+
+
+def test_a_burst_while_the_host_is_stopped_waits_in_the_kernel():
+    """400 connections that arrive while the host is off the CPU (here stopped
+    with SIGSTOP; a busy or descheduled host for a few ms is the same to the
+    kernel) wait in the listening socket's queue, none dropped: with a 256-deep
+    backlog the kernel dropped the 257th SYN, and a client then waited 1 s for
+    its retransmission (ci: /healthz 1.02 s without an answer beside a flood).
+    Once the host runs again it answers /healthz and sheds the burst within
+    memtrim's share of descriptors."""
+    with open("/proc/sys/net/core/somaxconn") as f:
+        somaxconn = int(f.read())
+    if somaxconn < 512:
+        pytest.skip(f"net.core.somaxconn is {somaxconn}: the kernel caps the backlog below 400")
+    demo = Demo({}, workers=1, study_mb=1, pause_ms=1000, quiet=False, nofile=LIMITS_NOFILE)
+    watch = Watch(demo)
+    watch.start()
+    flood = []
+    stopped = False
+    try:
+        base_fds = len(os.listdir(f"/proc/{demo.proc.pid}/fd"))
+        assert demo.get("/healthz").status_code == 200
+        overflows = listen_overflows()
+        os.kill(demo.proc.pid, signal.SIGSTOP)
+        stopped = True
+        for i in range(400):
+            # A dropped SYN is resent after 1 s and again after 3 s: a 5 s connect times
+            # out only if the queue is full (the host is stopped; nothing drains it).
+            try:
+                s = socket.create_connection(("127.0.0.1", demo.port), timeout=5,
+                                             source_address=(f"127.0.0.{2 + i % 40}", 0))
+            except OSError as e:
+                raise AssertionError(f"connection {i + 1} of 400 to the stopped host: {e} "
+                                     f"({listen_overflows() - overflows} SYNs dropped on a "
+                                     f"full accept queue)")
+            s.sendall(b"GET /memory/stats HTTP/1.1\r\nX-Slow: ")
+            flood.append(s)
+        assert kernel_holds(demo.port) >= 390, kernel_holds(demo.port)
+        os.kill(demo.proc.pid, signal.SIGCONT)
+        stopped = False
+        wait_for(lambda: kernel_holds(demo.port) == 0, 30,
+                 "the kernel handed the burst to the host")
+        ok = socket.create_connection(("127.0.0.1", demo.port), timeout=10)
+        ok.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        assert read_reply(ok, 10) == 200, demo.output()[-3000:]
+        ok.close()
+        assert watch.max_fds - base_fds <= 128 + 16 + 20 + 4, (watch.max_fds, base_fds)
+    finally:
+        if stopped:
+            os.kill(demo.proc.pid, signal.SIGCONT)
         for s in flood:
             s.close()
         watch.stop()
