@@ -57,8 +57,9 @@ def studies(demo):
     return sum(1 for line in demo.output().splitlines() if line.startswith("study "))
 
 
-def connect(demo, src="127.0.0.1"):
-    s = socket.create_connection(("127.0.0.1", demo.port), timeout=30, source_address=(src, 0))
+def connect(demo, src="127.0.0.1", timeout=30):
+    s = socket.create_connection(("127.0.0.1", demo.port), timeout=timeout,
+                                 source_address=(src, 0))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return s
 
@@ -416,6 +417,9 @@ def test_connection_flood(host):
 # ---- connection limits (hosts of their own, at the common RLIMIT_NOFILE) ----
 
 LIMITS_NOFILE = 1024  # memtrim's share: 128 connections, 96 waiting per address
+# The most descriptors a flood may add there: 128 open plus 16 + 10 per HTTP thread
+# closing (MaxConnections' share of 1024 and its slack, server_limits).
+LIMITS_FDS_ADDED = 128 + 16 + 20 + 4
 
 
 PROBE = r"""
@@ -567,9 +571,7 @@ def test_loopback_aliases_are_one_address():
         assert probe.longest < 1.0, (f"/healthz went {probe.longest:.2f} s without an answer; "
                                      f"{listen_overflows() - overflows} SYNs dropped meanwhile "
                                      f"on a full accept queue")
-        # at most 128 open plus 16 + 10 per HTTP thread closing (MaxConnections' share of 1024
-        # and its slack, server_limits)
-        assert watch.max_fds - base_fds <= 128 + 16 + 20 + 4, (watch.max_fds, base_fds)
+        assert watch.max_fds - base_fds <= LIMITS_FDS_ADDED, (watch.max_fds, base_fds)
         out = demo.output()
         assert "waiting from loopback of MaxConnectionsPerIp 96" in out, out[-3000:]
     finally:
@@ -606,8 +608,7 @@ def test_a_burst_while_the_host_is_stopped_waits_in_the_kernel():
             # A dropped SYN is resent after 1 s and again after 3 s: a 5 s connect times
             # out only if the queue is full (the host is stopped; nothing drains it).
             try:
-                s = socket.create_connection(("127.0.0.1", demo.port), timeout=5,
-                                             source_address=(f"127.0.0.{2 + i % 40}", 0))
+                s = connect(demo, f"127.0.0.{2 + i % 40}", timeout=5)
             except OSError as e:
                 raise AssertionError(f"connection {i + 1} of 400 to the stopped host: {e} "
                                      f"({listen_overflows() - overflows} SYNs dropped on a "
@@ -619,11 +620,8 @@ def test_a_burst_while_the_host_is_stopped_waits_in_the_kernel():
         stopped = False
         wait_for(lambda: kernel_holds(demo.port) == 0, 30,
                  "the kernel handed the burst to the host")
-        ok = socket.create_connection(("127.0.0.1", demo.port), timeout=10)
-        ok.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        assert read_reply(ok, 10) == 200, demo.output()[-3000:]
-        ok.close()
-        assert watch.max_fds - base_fds <= 128 + 16 + 20 + 4, (watch.max_fds, base_fds)
+        assert demo.get("/healthz", timeout=10).status_code == 200, demo.output()[-3000:]
+        assert watch.max_fds - base_fds <= LIMITS_FDS_ADDED, (watch.max_fds, base_fds)
     finally:
         if stopped:
             os.kill(demo.proc.pid, signal.SIGCONT)
