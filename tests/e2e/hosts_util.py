@@ -6,6 +6,7 @@ memory cgroups (v1 memory.limit_in_bytes or v2 memory.max).
 The build to test is MEMTRIM_BUILD_DIR (default: <repo>/build).
 """
 import os
+import random
 import re
 import signal
 import socket
@@ -29,8 +30,38 @@ def build_file(name):
     return path
 
 
+_handed_out = set()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port():
-    with socket.socket() as s:
+    """A loopback port nothing holds now, for a host to bind later. Not one the kernel
+    picks for bind(0): those lie in its ephemeral range (ip_local_port_range), where
+    any connection opened meanwhile (the suite opens thousands) may take the port
+    before the host binds it (ci: Orthanc's "TCP port ... already in use", 55281).
+    Below that range only a program that names the port takes it; above pkg_util's
+    ports (19500-19599); never the same one twice from this process."""
+    low = _ephemeral_low()
+    if low - 20000 >= 1000:
+        for _ in range(1000):
+            port = random.randrange(20000, low)
+            if port in _handed_out:
+                continue
+            with socket.socket() as s:  # no SO_REUSEADDR: a port in TIME_WAIT fails too
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _handed_out.add(port)
+            return port
+    with socket.socket() as s:  # no room below the ephemeral range: the kernel's pick
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
