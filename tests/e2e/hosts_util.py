@@ -106,12 +106,24 @@ def traversable_dir(prefix):
     return d
 
 
-def pid_alive(pid):
+def proc_state(pid, tid=None):
+    """The state letter of a process (or of its thread tid) in /proc: R, S, T, Z...;
+    None when it is gone."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(path).read_text().rsplit(")", 1)[1].split()[0]
     except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
+        return None
+
+
+def pid_alive(pid):
+    return proc_state(pid) not in (None, "Z")
+
+
+def all_threads_stopped(pid):
+    """Whether every thread of pid has stopped (state T or t): kill(SIGSTOP) returns
+    before the threads stop, and one still running may, say, accept a connection."""
+    return all(proc_state(pid, tid) in (None, "T", "t") for tid in os.listdir(f"/proc/{pid}/task"))
 
 
 def http_ok(url):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Demo
+from hosts_util import all_threads_stopped
 from wait import wait_for
 
 NOFILE = 256
@@ -81,21 +82,6 @@ def kernel_holds(port):
             elif state == "03":  # SYN_RECV
                 n += 1
     return n
-
-
-def all_threads_stopped(pid):
-    """Whether every thread of pid has stopped (state T in /proc/pid/task/*/stat):
-    kill(SIGSTOP) returns before the threads stop, and one still running may
-    accept a few connections meanwhile."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                state = f.read().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            continue  # the thread ended meanwhile
-        if state not in ("T", "t"):
-            return False
-    return True
 
 
 def listen_overflows():
