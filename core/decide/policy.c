@@ -14,12 +14,13 @@ static int64_t interval_ns(const struct mt_config *c, double gap)
 
 void policy_reset(const struct mt_config *c, struct policy_state *s, int64_t now)
 {
-    s->next_periodic = now + interval_ns(c, 1.0);
+    s->next_periodic = s->base_periodic = now + interval_ns(c, 1.0);
 }
 
 int policy_periodic_due(const struct mt_config *c, const struct policy_state *s, int64_t now)
 {
-    return c->trim_interval_seconds > 0 && now >= s->next_periodic;
+    return c->trim_interval_seconds > 0 &&
+           (now >= s->next_periodic || now >= s->base_periodic);
 }
 
 /*
@@ -62,9 +63,16 @@ struct policy_decision policy_decide(const struct mt_config *c, const struct pol
             return d;
         }
     }
-    /* 2. Periodic, skipped when not worth it. */
+    /* 2. Periodic, skipped when not worth it. The gap factor lengthened the interval
+     * while the host worked; a heap found mostly free once the base interval has passed
+     * is decided on then (the host went quiet since: its free memory is idle now), not
+     * up to TrimGapMaxFactor intervals later. */
     if (!policy_periodic_due(c, s, now))
         return d;
+    if (now < s->next_periodic && !d.mostly_free) {
+        d.looked = 1;
+        return d;
+    }
     d.want = POLICY_SKIP;
     if (r->suspended)
         d.skip_reason = MT_SKIP_SUSPENDED;
@@ -77,11 +85,22 @@ struct policy_decision policy_decide(const struct mt_config *c, const struct pol
     return d;
 }
 
+/* The next periodic decision: one interval on, lengthened by the gap factor; the base
+ * interval's look then too. */
+static void reschedule(const struct mt_config *c, struct policy_state *s,
+                       const struct policy_readings *r, int64_t now)
+{
+    s->next_periodic = now + interval_ns(c, gap_factor(r));
+    s->base_periodic = now + interval_ns(c, 1.0);
+}
+
 void policy_update(const struct mt_config *c, struct policy_state *s,
                    const struct policy_decision *d, const struct policy_outcome *out,
                    const struct policy_readings *r, int64_t now)
 {
     int gate = d->want == POLICY_TRIM && out ? out->gate : COST_GATE_RUN;
+    if (d->looked) /* the next look one base interval on; the lengthened decision stays */
+        s->base_periodic = now + interval_ns(c, 1.0);
     if (d->want == POLICY_NOTHING)
         return;
     if (d->trigger == MT_TRIGGER_BURST) {
@@ -90,10 +109,10 @@ void policy_update(const struct mt_config *c, struct policy_state *s,
             return;
         if (out && out->ran)
             s->last_burst = now;
-        s->next_periodic = now + interval_ns(c, gap_factor(r));
+        reschedule(c, s, r, now);
         return;
     }
     /* A busy host keeps the periodic trim due: it is asked again next tick. */
     if (gate != COST_GATE_WAIT)
-        s->next_periodic = now + interval_ns(c, gap_factor(r));
+        reschedule(c, s, r, now);
 }

@@ -17,7 +17,9 @@
 
 /* What the policy remembers between ticks (monotonic ns). */
 struct policy_state {
-    int64_t next_periodic; /* the next periodic decision is due then */
+    int64_t next_periodic; /* the next periodic decision is due then (the gap factor's) */
+    int64_t base_periodic; /* one interval after the last decision, whatever the factor: a
+                            * heap found mostly free then is decided on at once (policy.c) */
     int64_t last_burst;    /* start of the last burst trim that ran */
 };
 
@@ -45,6 +47,8 @@ struct policy_decision {
     int mostly_free; /* more than half of RSS is releasable, and the last release did not come
                       * back at once or the host is quiet: the adaptive gap and the trim
                       * budget do not hold this trim back (see policy.c) */
+    int looked;      /* the base interval passed before the lengthened one and the heap was
+                      * not mostly free: nothing decided, the next look an interval on */
 };
 
 /* What became of a POLICY_TRIM: the cost gate's answer, and whether the trim ran. */
@@ -57,7 +61,9 @@ struct policy_outcome {
  * interval after now). */
 void policy_reset(const struct mt_config *c, struct policy_state *s, int64_t now);
 
-/* Whether a periodic decision is due now (then it wants a fresh estimate). */
+/* Whether a periodic decision may be due now (then it wants a fresh estimate): the
+ * lengthened interval has passed, or the base one has (a mostly free heap does not wait
+ * for the gap factor, and only a reading tells). */
 int policy_periodic_due(const struct mt_config *c, const struct policy_state *s, int64_t now);
 
 /* The decision: burst when much is releasable (at most one per TrimMinGapSeconds),

@@ -167,11 +167,57 @@ static void test_due_edge(void)
     CHECK(policy_periodic_due(&c, &s, S(130)));
 }
 
+/* A gap lengthened while the host worked (factor 32: 30 s becomes 16 min) does not keep a
+ * heap that went mostly free since: one base interval on, a look finds it and trims; a
+ * look that finds it in use decides nothing and looks again an interval later (one
+ * estimate per base interval, as without the factor). CI once found the demo at 132 MB
+ * three seconds after its workload with TrimIntervalSeconds 1, where it ends near 2 MB. */
+static void test_mostly_free_does_not_wait_for_the_gap(void)
+{
+    struct mt_config c = config();
+    c.trim_releasable_trigger_bytes = 0; /* periodic trims only */
+    struct policy_state s = {.last_burst = S(-3600)};
+    policy_reset(&c, &s, 0);
+    /* at 30 s: the host at work, its releases back at once: the factor holds (x32) */
+    struct policy_readings busy = {.heap_known = 1, .releasable = MB(300), .rss = MB(400),
+                                   .gap_factor = 32, .back_at_once = 1, .host_quiet = 0};
+    struct policy_decision d = policy_decide(&c, &s, &busy, S(30));
+    struct policy_outcome out = {.gate = COST_GATE_RUN, .ran = 1};
+    CHECK_EQ_INT(d.want, POLICY_TRIM);
+    policy_update(&c, &s, &d, &out, &busy, S(30));
+    CHECK_MSG(s.next_periodic == S(30 + 30 * 32), "next periodic %.3f s", s.next_periodic / 1e9);
+    CHECK(!policy_periodic_due(&c, &s, S(60) - 1));
+    /* at 60 s it still works: a look, nothing decided, the next look at 90 s */
+    CHECK(policy_periodic_due(&c, &s, S(60)));
+    d = policy_decide(&c, &s, &busy, S(60));
+    CHECK_EQ_INT(d.want, POLICY_NOTHING);
+    CHECK(d.looked);
+    policy_update(&c, &s, &d, NULL, &busy, S(60));
+    CHECK(!policy_periodic_due(&c, &s, S(75)));
+    CHECK_MSG(s.next_periodic == S(30 + 30 * 32), "the lengthened decision moved: %.3f s",
+              s.next_periodic / 1e9);
+    /* at 90 s it has gone quiet, its heap mostly free: trimmed then, the gap at 1 again */
+    struct policy_readings quiet = busy;
+    quiet.host_quiet = 1;
+    CHECK(policy_periodic_due(&c, &s, S(90)));
+    d = policy_decide(&c, &s, &quiet, S(90));
+    CHECK(d.want == POLICY_TRIM && d.trigger == MT_TRIGGER_PERIODIC && d.mostly_free);
+    policy_update(&c, &s, &d, &out, &quiet, S(90));
+    CHECK_MSG(s.next_periodic == S(120), "next periodic %.3f s", s.next_periodic / 1e9);
+    /* a quiet heap with little free: the look decides nothing, as before the change */
+    struct policy_readings little = quiet;
+    little.releasable = MB(100);
+    s.next_periodic = S(1000);
+    d = policy_decide(&c, &s, &little, S(120));
+    CHECK(d.want == POLICY_NOTHING && d.looked);
+}
+
 int main(void)
 {
     RUN(test_script);
     RUN(test_mostly_free);
     RUN(test_off);
     RUN(test_due_edge);
+    RUN(test_mostly_free_does_not_wait_for_the_gap);
     return harness_end();
 }
