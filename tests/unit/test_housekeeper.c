@@ -180,20 +180,24 @@ static void test_suspend(void)
     CHECK_EQ_INT(mt_suspend(mt), 2); /* nesting */
     WAIT_FOR(skips(mt, MT_SKIP_SUSPENDED) >= 2, 5);
     CHECK_MSG(skips(mt, MT_SKIP_SUSPENDED) >= 2, "suspended skips: %llu", (unsigned long long)skips(mt, MT_SKIP_SUSPENDED));
-    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
+    /* A periodic trim that passed the trim service's suspend check just before
+     * mt_suspend() returned runs to its end (valgrind's pace made one, ci: 1 != 0);
+     * periodic trims run on the housekeeper's thread only, so once a tick counted a
+     * suspended skip none is in flight: none may come after this count. */
+    uint64_t before = trims(mt, MT_TRIGGER_PERIODIC);
     CHECK_EQ_INT(mt_resume(mt), 1);
     /* Two more periodic decisions, both skipped: still suspended once. */
     uint64_t skipped = skips(mt, MT_SKIP_SUSPENDED);
     WAIT_FOR(skips(mt, MT_SKIP_SUSPENDED) >= skipped + 2, 5);
     CHECK(skips(mt, MT_SKIP_SUSPENDED) >= skipped + 2);
-    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), 0);
+    CHECK_EQ_INT(trims(mt, MT_TRIGGER_PERIODIC), before);
     struct mt_health h;
     mt_health_get(mt, &h);
     CHECK_EQ_INT(h.suspended, 1);
     CHECK_EQ_INT(mt_resume(mt), 0);
     CHECK_EQ_INT(mt_resume(mt), -ERANGE);
-    WAIT_FOR(trims(mt, MT_TRIGGER_PERIODIC) >= 1, 5);
-    CHECK(trims(mt, MT_TRIGGER_PERIODIC) >= 1);
+    WAIT_FOR(trims(mt, MT_TRIGGER_PERIODIC) >= before + 1, 5);
+    CHECK(trims(mt, MT_TRIGGER_PERIODIC) >= before + 1);
     /* Manual trims still run while suspended. */
     CHECK_EQ_INT(mt_suspend(mt), 1);
     struct mt_trim_result r;
