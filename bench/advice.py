@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Advice benchmark (docs/benchmarks.md, "Advice: tunables and the doctor"):
+"""Advice benchmark (docs/benchmarks.md, "Advice: glibc's tunables and the doctor"):
 peak RSS, RSS after a burst and the host's throughput, on the demo workload
 and on Debian's Orthanc (uploads + anonymizations, as tests/e2e/test_orthanc.py),
 in five set-ups, one run each, in this order:
