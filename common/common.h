@@ -73,6 +73,15 @@ int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_dept
                     size_t whylen);
 
 /*
+ * The first \u0000 escape inside a string of text (cJSON decodes it into a NUL that cuts the
+ * value short: "\u0000secret" would read as ""): its byte offset, or -1. *key gets the name
+ * of the object member whose value holds it, *top the member of the outermost
+ * object it is under ("" for none), each cut to its size. No allocation: any thread.
+ */
+long mt_json_find_nul(const char *text, size_t len, char *key, size_t keysize, char *top,
+                      size_t topsize);
+
+/*
  * cJSON_ParseWithLengthOpts, once (require_end: nothing but space may follow the value,
  * and text[len] must be its NUL; *end, when not NULL, where parsing stopped). 0 with
  * *out; -EINVAL, the text is not JSON (*end says where); -ENOMEM, an allocation failed
@@ -81,6 +90,10 @@ int mt_json_prescan(const char *text, size_t len, size_t max_bytes, int max_dept
 struct cJSON;
 int mt_json_parse(const char *text, size_t len, int require_end, struct cJSON **out,
                   const char **end);
+
+/* Whether a secret file (a token, a TLS private key) of owner uid may be used: it belongs to
+ * the user running the host or to root, as ssh asks of a private key. */
+int mt_secret_owner_ok(unsigned uid);
 
 /* Wall clock in ms since the epoch; monotonic clock in ns. */
 int64_t mt_now_ms(void);

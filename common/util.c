@@ -184,3 +184,8 @@ int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), vo
         pthread_setname_np(*thread, name);
     return rc;
 }
+
+int mt_secret_owner_ok(unsigned uid)
+{
+    return uid == (unsigned)geteuid() || uid == 0;
+}

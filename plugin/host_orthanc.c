@@ -130,6 +130,8 @@ static int host_read_config(const char *orthanc_json, struct mt_config *cfg, cha
         *err = mt_strdup(msg);
         return -EINVAL;
     }
+    if ((rc = config_nul_check(text, 1, err)) != 0)
+        return rc;
     rc = mt_json_parse(text, strlen(text), 0, &root, NULL);
     if (rc != 0) {
         *err = mt_strdup(rc == -ENOMEM ? "out of memory while parsing Orthanc's configuration"

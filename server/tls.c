@@ -73,6 +73,11 @@ static int tls_read_file(const char *key, const char *path, int secret, char **o
         *err = server_strdupf("%s '%s' has mode %04o: its group or others may read the private key; "
                         "make it readable by its owner only (chmod 600)",
                         key, path, (unsigned)(st.st_mode & 07777));
+    } else if (secret && !mt_secret_owner_ok(st.st_uid)) {
+        rc = -EACCES;
+        *err = server_strdupf("%s '%s' belongs to another user (uid %u); it must belong to the "
+                              "user running the host (uid %u) or root, as token files must",
+                              key, path, (unsigned)st.st_uid, (unsigned)geteuid());
     } else if (st.st_size <= 0 || st.st_size > TLS_FILE_MAX) {
         rc = -EINVAL;
         *err = server_strdupf("%s '%s': %s", key, path, st.st_size <= 0 ? "empty" : "larger than 1 MiB");

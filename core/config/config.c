@@ -551,6 +551,9 @@ static int check_start_relations(const struct mt_config *cfg, char **err)
                     cfg->group_dir, cfg->group_name, sock, MT_GROUP_SOCK_PATH_MAX);
         return -EINVAL;
     }
+    if (config_token_check("AuthToken", cfg->auth_token, err) != 0 ||
+        config_token_check("ReadToken", cfg->read_token, err) != 0)
+        return -EINVAL;
     if (cfg->auth_token[0] && cfg->auth_token_file[0]) {
         *err = errf("configuration keys AuthToken and AuthTokenFile: give one, not both");
         return -EINVAL;
@@ -656,6 +659,19 @@ int config_apply(const cJSON *section, struct mt_config *cfg, int runtime_only, 
     return 0;
 }
 
+int config_nul_check(const char *json, int section_only, char **err)
+{
+    char key[64], top[64];
+    long at = mt_json_find_nul(json, strlen(json), key, sizeof(key), top, sizeof(top));
+    if (at < 0 || (section_only && strcmp(top, "MemoryTrim") != 0))
+        return 0;
+    *err = errf("configuration key %s: its value holds \\u0000 (a NUL character, at byte %ld), "
+                "which would cut it short (\"\\u0000secret\" would read as \"\"); no value "
+                "takes one",
+                key[0] ? key : "(none)", at);
+    return -EINVAL;
+}
+
 static int parse_doc(const char *json, cJSON **out, char **err)
 {
     const char *end = NULL;
@@ -666,6 +682,8 @@ static int parse_doc(const char *json, cJSON **out, char **err)
         *err = errf("configuration: %s", why);
         return -EINVAL;
     }
+    if (config_nul_check(json, 0, err) != 0)
+        return -EINVAL;
     int rc = mt_json_parse(json, strlen(json), 1, out, &end);
     if (rc == -ENOMEM) {
         *err = errf("configuration: out of memory while parsing its JSON");

@@ -127,6 +127,16 @@ struct cJSON *config_to_json(const struct mt_config *cfg);
  */
 int config_read_token_file(struct mt_config *cfg, char **err);
 
+/* A \u0000 escape in a configuration document's strings is refused, naming its key: cJSON
+ * would cut the value short there (an AuthToken "\u0000secret" would mean no token).
+ * section_only: only under a top-level "MemoryTrim" (a host's whole configuration, Orthanc's).
+ * 0, or -EINVAL with *err (caller frees). */
+int config_nul_check(const char *json, int section_only, char **err);
+
+/* The rule every token follows, wherever it comes from (token.c): printable ASCII, no space,
+ * no control character. 0, or -EINVAL with *err naming key (caller frees). */
+int config_token_check(const char *key, const char *tok, char **err);
+
 /* The closest known key to `key` (for "did you mean"), or NULL. */
 const char *config_closest_key(const char *key);
 

@@ -2,7 +2,8 @@
  * token.c - AuthTokenFile and ReadTokenFile: the bearer tokens (admin and read
  * scope) read from a file at start, so
  * that it never appears in a command line or an environment (both readable
- * in /proc/PID). Like ssh with a private key, a file that its group or
+ * in /proc/PID), and the rule every token follows, inline ones too
+ * (config_token_check). Like ssh with a private key, a file that its group or
  * others may read, or that belongs to another user, is refused.
  * Runs on the thread that starts the instance; no state, no locks.
  */
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "mt_alloc.h"
+#include "common.h"
 #include "config.h"
 
 #define TOKEN_FILE_MAX 4096
@@ -47,6 +49,31 @@ static ssize_t token_read_all(int fd, char *buf, size_t size)
     return (ssize_t)total;
 }
 
+/* The offset of the first byte a bearer token may not hold (a space, a control character,
+ * a non-ASCII byte: an HTTP header would carry it badly, if at all), or -1. */
+static long token_bad_byte(const char *tok, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        if ((unsigned char)tok[i] <= ' ' || (unsigned char)tok[i] >= 0x7f)
+            return (long)i;
+    return -1;
+}
+
+int config_token_check(const char *key, const char *tok, char **err)
+{
+    long at = token_bad_byte(tok, strlen(tok));
+    if (at < 0)
+        return 0;
+    char buf[256];
+    snprintf(buf, sizeof(buf),
+             "configuration key %s: the token holds a space, a control character or a "
+             "non-ASCII byte (byte 0x%02x at offset %ld); a token is printable ASCII, as a "
+             "bearer token in an HTTP header must be",
+             key, (unsigned char)tok[at], at);
+    *err = mt_strdup(buf);
+    return -EINVAL;
+}
+
 /* One token file (key names it in messages) into dest[size]. */
 static int token_file_read(const char *key, const char *path, char *dest, size_t size, char **err)
 {
@@ -72,7 +99,7 @@ static int token_file_read(const char *key, const char *path, char *dest, size_t
                                   "readable by its owner only (chmod 600), as ssh asks of a "
                                   "private key"),
                         path, why);
-    } else if (st.st_uid != geteuid() && st.st_uid != 0) {
+    } else if (!mt_secret_owner_ok(st.st_uid)) {
         rc = token_fail(err, -EACCES,
                         TOKEN_FMT("'%.400s' %s; it must belong to the user running the host (or "
                                   "root)"),
@@ -95,12 +122,11 @@ static int token_file_read(const char *key, const char *path, char *dest, size_t
         rc = token_fail(err, -EINVAL, TOKEN_FMT("the token in '%.400s' is %s"), path, why);
         goto out;
     }
-    for (ssize_t i = 0; i < n; i++)
-        if ((unsigned char)buf[i] <= ' ' || (unsigned char)buf[i] >= 0x7f) {
-            rc = token_fail(err, -EINVAL, TOKEN_FMT("the token in '%.400s' %s"), path,
-                            "holds a space, a control character or a non-ASCII byte");
-            goto out;
-        }
+    if (token_bad_byte(buf, (size_t)n) >= 0) {
+        rc = token_fail(err, -EINVAL, TOKEN_FMT("the token in '%.400s' %s"), path,
+                        "holds a space, a control character or a non-ASCII byte");
+        goto out;
+    }
     memcpy(dest, buf, (size_t)n + 1);
 #undef TOKEN_FMT
 out:

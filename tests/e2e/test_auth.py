@@ -89,3 +89,20 @@ def test_read_token_refused(start_demo, tmp_path):
             Demo(cfg, workers=1, study_mb=1)
         assert why in str(e.value), str(e.value)[-500:]
         assert READ not in str(e.value)
+
+
+def test_token_refuses_nul_space_control(tmp_path):
+    """#31 F10: "\\u0000supersecret" once read as no token (a trim without one got 200);
+    " " and "tok\\n" were taken but could never match. Each is a start-up error naming its
+    key, inline or read token alike, and the secret is never echoed."""
+    import pytest
+    from conftest import Demo
+    for cfg, key in (({"AuthToken": "\x00supersecret"}, "AuthToken"),
+                     ({"AuthToken": " "}, "AuthToken"),
+                     ({"AuthToken": "tok\n"}, "AuthToken"),
+                     ({"AuthToken": TOKEN, "ReadToken": "\x00supersecret"}, "ReadToken"),
+                     ({"AuthToken": TOKEN, "ReadToken": "read\x7f"}, "ReadToken")):
+        with pytest.raises(RuntimeError) as e:
+            Demo(cfg, workers=1, study_mb=1)
+        assert f"configuration key {key}:" in str(e.value), str(e.value)[-500:]
+        assert "supersecret" not in str(e.value)

@@ -268,3 +268,43 @@ def test_client_ca_rotated(start_demo, pki, tmp_path):
              "a client of the new CA to be accepted", interval=0.2)
     assert status(pki["client"]) == "403"
     assert "renewed: new connections get it" in d.output()
+
+
+def nobody_uid():
+    import pwd
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def test_key_of_another_user_refused(start_demo, pki, tmp_path):
+    """#31 F11: a private key owned by another user (0600, nobody) was loaded by a root host,
+    and its later changes followed. It gets the token files' owner rule at start and at every
+    reload: the host's user or root. Run as root (CI's user) so the file can be given away."""
+    import os
+    assert os.geteuid() == 0, "giving a file to nobody needs root (CI runs as root)"
+    cert, key = live_copy(pki, tmp_path)
+    theirs = tmp_path / "theirs.key"
+    theirs.write_bytes(key.read_bytes())
+    theirs.chmod(0o600)
+    os.chown(theirs, nobody_uid(), -1)
+    msg = start_error({"HttpsCertificate": str(cert), "HttpsPrivateKey": str(theirs)})
+    assert f"HttpsPrivateKey '{theirs}' belongs to another user (uid {nobody_uid()})" in msg, \
+        msg[-600:]
+    # The reload: a renewed pair whose key another user owns keeps the old certificate.
+    d = start_demo({"HttpsCertificate": str(cert), "HttpsPrivateKey": str(key)},
+                   workers=1, study_mb=4, ca=pki["ca"].pem)
+    renewed = pki["ca"].issue("localhost-theirs")
+    for src, dst, owner in ((renewed[1], key, nobody_uid()), (renewed[0], cert, -1)):
+        tmp = dst.with_suffix(".new")
+        tmp.write_bytes(src.read_bytes())
+        tmp.chmod(0o600)
+        os.chown(tmp, owner, -1)
+        tmp.rename(dst)
+    wait_for(lambda: "cannot be used, the previous certificate stays in use" in d.output(), 30,
+             "the log to say the renewal cannot be used", interval=0.1)
+    assert f"HttpsPrivateKey '{key}' belongs to another user" in d.output()
+    assert same_cert(served_certificate(d.port), pki["srv"][0].read_text())
+    # Given back to the host's user, the same files load.
+    os.chown(key, 0, -1)
+    wait_for(lambda: same_cert(served_certificate(d.port), renewed[0].read_text()), 30,
+             "the renewed certificate to be served once its key is the host user's",
+             interval=0.1)

@@ -336,6 +336,46 @@ static void test_to_json_redacts(void)
     cJSON_Delete(o);
 }
 
+/* Tokens refuse NUL, whitespace and control characters wherever they come from (#31 F10):
+ * "\u0000secret" once read as "" (no token at all), " " and "tok\n" never matched. */
+static void test_tokens_printable(void)
+{
+    static const struct {
+        const char *json, *key;
+    } bad[] = {
+        {"{\"AuthToken\": \"\\u0000supersecret\"}", "AuthToken"},
+        {"{\"MemoryTrim\": {\"AuthToken\": \"\\u0000supersecret\"}}", "AuthToken"},
+        {"{\"AuthToken\": \"tok\\u0000en\"}", "AuthToken"},
+        {"{\"AuthToken\": \" \"}", "AuthToken"},
+        {"{\"AuthToken\": \"tok\\n\"}", "AuthToken"},
+        {"{\"AuthToken\": \"to ken\"}", "AuthToken"},
+        {"{\"AuthToken\": \"tok\\u0007\"}", "AuthToken"},
+        {"{\"AuthToken\": \"tok\\u00e9\"}", "AuthToken"},
+        {"{\"AuthToken\": \"admin-token\", \"ReadToken\": \"\\u0000r\"}", "ReadToken"},
+        {"{\"AuthToken\": \"admin-token\", \"ReadToken\": \"read\\t\"}", "ReadToken"},
+        {"{\"Database\": \"a\\u0000b\"}", "Database"},
+    };
+    struct mt_config cfg;
+    char *err;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_EQ_INT(parse(bad[i].json, &cfg, &err), -EINVAL);
+        char want[64];
+        snprintf(want, sizeof(want), "configuration key %s:", bad[i].key);
+        CHECK_CONTAINS(err, want);
+        free(err);
+    }
+    /* an escaped backslash before u0000 is text, not a NUL */
+    CHECK_EQ_INT(parse("{\"AuthToken\": \"a\\\\u0000\"}", &cfg, &err), 0);
+    CHECK(strcmp(cfg.auth_token, "a\\u0000") == 0);
+    CHECK_EQ_INT(parse("{\"AuthToken\": \"Tok-3n_~!\"}", &cfg, &err), 0);
+    CHECK(strcmp(cfg.auth_token, "Tok-3n_~!") == 0);
+    /* the NUL check of a host's whole configuration looks inside MemoryTrim only */
+    CHECK_EQ_INT(config_nul_check("{\"Name\": \"a\\u0000\", \"MemoryTrim\": {}}", 1, &err), 0);
+    CHECK_EQ_INT(config_nul_check("{\"Name\": \"a\\u0000\"}", 0, &err), -EINVAL);
+    CHECK_CONTAINS(err, "configuration key Name:");
+    free(err);
+}
+
 /* A file of the source tree, or NULL (a failed check). */
 static FILE *open_source(const char *name)
 {
@@ -668,6 +708,7 @@ int main(void)
     RUN(test_program);
     RUN(test_patch);
     RUN(test_to_json_redacts);
+    RUN(test_tokens_printable);
     RUN(test_top_comments_state_threads_and_locks);
     return harness_end();
 }
