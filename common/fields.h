@@ -105,6 +105,19 @@ enum mt_metric_kind { MT_METRIC_NONE = 0, MT_METRIC_GAUGE, MT_METRIC_COUNTER };
     X(cgroup_events_oom_kill, MT_FIELD_I64, cheap.cgroup_events[MT_CG_EV_OOM_KILL],                \
       MT_KNOWN_NONNEG, 20, MT_METRIC_COUNTER, "memtrim_cgroup_events_total{event=\"oom_kill\"}",   \
       "")                                                                                          \
+    X(rss_without_memtrim_bytes, MT_FIELD_U64, saved.rss_without_memtrim_bytes, MT_KNOWN_ALWAYS,  \
+      21, MT_METRIC_GAUGE, "memtrim_rss_without_memtrim_bytes",                                    \
+      "The RSS the host would have without memtrim (estimate: RSS + saved).")                      \
+    X(saved_bytes, MT_FIELD_U64, saved.saved_bytes, MT_KNOWN_ALWAYS, 22, MT_METRIC_GAUGE,          \
+      "memtrim_saved_bytes", "Memory memtrim's trims released that has not come back.")            \
+    X(rss_peak_bytes, MT_FIELD_U64, saved.rss_peak_bytes, MT_KNOWN_ALWAYS, 0, MT_METRIC_GAUGE,     \
+      "memtrim_rss_peak_bytes", "The highest RSS (VmHWM).")                                        \
+    X(rss_without_memtrim_peak_bytes, MT_FIELD_U64, saved.rss_without_memtrim_peak_bytes,          \
+      MT_KNOWN_ALWAYS, 0, MT_METRIC_GAUGE, "memtrim_rss_without_memtrim_peak_bytes",               \
+      "The highest RSS the host would have reached without memtrim (estimate).")                   \
+    X(saved_byte_seconds_total, MT_FIELD_F64, saved.saved_byte_seconds_total, MT_KNOWN_ALWAYS, 0,  \
+      MT_METRIC_COUNTER, "memtrim_saved_byte_seconds_total",                                       \
+      "saved_bytes integrated over time (byte-seconds; / 3.6e12 for GB-hours).")                   \
     X(cheap_probe_duration_seconds, MT_FIELD_NS, cheap.duration_ns, MT_KNOWN_ALWAYS, 0,            \
       MT_METRIC_NONE, "", "")                                                                      \
     /* from here on the heap reading's (api/stats.c writes probe_error before them) */             \

@@ -30,6 +30,7 @@ struct mt_cheap {
     uint64_t rss_shmem_bytes;
     uint64_t swap_bytes;
     uint64_t vm_size_bytes;
+    uint64_t rss_peak_bytes; /* VmHWM: the kernel's high-water mark of RSS */
     uint64_t minor_faults;
     uint64_t major_faults;
     int64_t cgroup_usage_bytes; /* -1 unknown */
@@ -96,6 +97,15 @@ struct mt_heap {
     } figures[MT_ALLOC_FIGURES];
 };
 
+/* What memtrim saved (core/measure/saved.c): the RSS the host would have without it. */
+struct mt_saved {
+    uint64_t rss_without_memtrim_bytes;      /* RSS + saved_bytes: never below RSS */
+    uint64_t saved_bytes;                    /* released by trims and not come back */
+    uint64_t rss_peak_bytes;                 /* the highest RSS (VmHWM) */
+    uint64_t rss_without_memtrim_peak_bytes; /* the highest counterfactual */
+    double saved_byte_seconds_total;         /* saved_bytes integrated over time */
+};
+
 /* What /memory/stats shows and what a stored sample holds. */
 struct mt_snapshot {
     struct mt_cheap cheap;
@@ -105,6 +115,7 @@ struct mt_snapshot {
     int64_t memory_limit_bytes;       /* effective limit: config or cgroup; -1 none */
     int64_t heap_age_ms;              /* age of the heap part when read */
     int64_t cheap_age_ms;             /* age of the cheap part when read */
+    struct mt_saved saved;            /* the counterfactual at this reading */
     const char *allocator;            /* the back end in use (static name) */
     const char *allocator_release;    /* its release call (static text) */
     char allocator_version[48];

@@ -330,6 +330,7 @@ int probe_cheap(struct probe_cgroup *cg, struct mt_cheap *out)
         out->rss_shmem_bytes = status_kb(buf, "RssShmem:");
         out->swap_bytes = status_kb(buf, "VmSwap:");
         out->vm_size_bytes = status_kb(buf, "VmSize:");
+        out->rss_peak_bytes = status_kb(buf, "VmHWM:");
     } else if (rc == 0) {
         rc = out->read_errno = n < 0 ? (int)n : -EIO;
     }

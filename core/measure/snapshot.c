@@ -32,6 +32,7 @@ int snapshot_init(struct snapshot_cache *c)
         pthread_mutex_destroy(&c->lock);
         return -ENOMEM;
     }
+    saved_init(&c->saved);
     probe_cgroup_init(&c->cg); /* no cgroup is not an error */
     snapshot_set_alloc(c, &alloc_glibc);
     probe_proc_open();
@@ -67,6 +68,7 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     if (out->heap.arena_count < 0)
         out->heap.arena_count = c->arena_count;
     out->cheap_age_ms = c->cheap_mono_ns ? (now - c->cheap_mono_ns) / 1000000 : -1;
+    saved_view(&c->saved, c->cheap.rss_bytes, &out->saved);
     out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
     out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
     out->allocator = c->alloc->name;
@@ -209,11 +211,13 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             c->cheap_mono_ns = now;
             c->cheap_probes++;
             c->cheap_seconds += (double)cheap.duration_ns / 1e9;
+            saved_on_rss(&c->saved, cheap.rss_bytes, cheap.rss_peak_bytes, now);
         }
         if (do_heap) {
             c->heap = heap;
             c->heap_mono_ns = now;
             c->heap_rss_anon = cheap.rss_anon_bytes;
+            saved_on_heap(&c->saved, &heap);
         }
         c->refreshing = 0;
         pthread_cond_broadcast(&c->cond);
@@ -223,11 +227,14 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
     pthread_mutex_unlock(&c->lock);
 }
 
-void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
-                         const struct mt_heap *heap)
+void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
+                         const struct mt_cheap *cheap, const struct mt_heap *heap)
 {
     pthread_mutex_lock(&c->lock);
     int64_t now = mt_mono_ns();
+    saved_on_trim(&c->saved, rss_before, cheap->rss_bytes, now);
+    saved_on_rss(&c->saved, cheap->rss_bytes, cheap->rss_peak_bytes, now);
+    saved_on_heap(&c->saved, heap);
     int64_t limit = c->cheap.cgroup_limit_bytes;
     c->cheap = *cheap;
     if (cheap->cgroup_limit_bytes < 0)

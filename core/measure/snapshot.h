@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include "probe.h"
+#include "saved.h"
 #include "types.h"
 
 struct snapshot_cache {
@@ -33,6 +34,7 @@ struct snapshot_cache {
     uint64_t nonheap_baseline;   /* rss_anon - heap in use right after the last trim */
     uint64_t heap_rss_anon;      /* rss_anon read together with the heap part */
     uint64_t trim_generation;    /* bumped by snapshot_after_trim */
+    struct saved_ledger saved;   /* what memtrim saved, fed by every reading here */
     /* counters */
     uint64_t heap_probes, cheap_probes;
     double heap_seconds, cheap_seconds, heap_last_seconds;
@@ -63,9 +65,10 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
                   struct mt_snapshot *out);
 
 /* Record readings taken around a trim (they are fresh: readers get them for free);
- * heap NULL when the trim skipped its heap readings. The heap reading is charged to the budget. */
-void snapshot_after_trim(struct snapshot_cache *c, const struct mt_cheap *cheap,
-                         const struct mt_heap *heap);
+ * heap NULL when the trim skipped its heap readings. The heap reading is charged to the budget.
+ * rss_before: RSS right before the release (what memtrim saved counts the difference). */
+void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
+                         const struct mt_cheap *cheap, const struct mt_heap *heap);
 
 /* Count a heap probe taken outside the cache (the one before a trim) and charge it to the
  * budget. */

@@ -82,7 +82,7 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     r->refaulted_bytes = -1; /* known when its window closes (the housekeeper) */
     r->heap_free_after_bytes = r->heap_skipped ? 0 : after.heap_free_bytes;
     r->released_bytes = (int64_t)r->rss_before_bytes - (int64_t)r->rss_after_bytes;
-    snapshot_after_trim(sc, &cheap_after, r->heap_skipped ? NULL : &after);
+    snapshot_after_trim(sc, r->rss_before_bytes, &cheap_after, r->heap_skipped ? NULL : &after);
     /* An allocator that reports no free heap (mimalloc): those fields are unknown too. */
     if (!r->heap_skipped && !(after.known & MT_HEAP_HAS_FREE))
         r->heap_skipped = 1;

@@ -48,6 +48,11 @@ static void snap_fill(struct mt_snapshot *s, int which)
         c->cgroup_events[i] = which == 1 || (which == 2 && (i == MT_CG_EV_HIGH || i == MT_CG_EV_OOM))
                                   ? -1 : 10 + i;
     s->allocator = "glibc"; s->allocator_release = "malloc_trim";
+    if (which != 1) {
+        s->saved.rss_without_memtrim_bytes = 5400000000ULL; s->saved.saved_bytes = 400000000ULL;
+        s->saved.rss_peak_bytes = 6000000000ULL; s->saved.rss_without_memtrim_peak_bytes = 6500000000ULL;
+        s->saved.saved_byte_seconds_total = 1234.5;
+    }
     if (which == 1) { s->heap_age_ms = -1; return; }
     h->timestamp_ms = 1764600000000LL;
     s->heap_age_ms = 123;
@@ -73,6 +78,9 @@ static const char *const golden_json[3] = {
     "\"cgroup_anon_bytes\":5500000000,\"cgroup_file_bytes\":400000000,\"cgroup_shmem_bytes\":4096,"
     "\"cgroup_events_high\":10,\"cgroup_events_max\":11,\"cgroup_events_oom\":12,"
     "\"cgroup_events_oom_kill\":13,"
+    "\"rss_without_memtrim_bytes\":5400000000,\"saved_bytes\":400000000,"
+    "\"rss_peak_bytes\":6000000000,\"rss_without_memtrim_peak_bytes\":6500000000,"
+    "\"saved_byte_seconds_total\":1234.5,"
     "\"cheap_probe_duration_seconds\":0.000123456,\"probe_error\":null,"
     "\"heap_timestamp_ms\":1764600000000,\"heap_age_ms\":123,"
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":1000000000,"
@@ -95,6 +103,8 @@ static const char *const golden_json[3] = {
     "\"cgroup_max_bytes\":null,\"cgroup_high_bytes\":null,\"cgroup_anon_bytes\":null,"
     "\"cgroup_file_bytes\":null,\"cgroup_shmem_bytes\":null,\"cgroup_events_high\":null,"
     "\"cgroup_events_max\":null,\"cgroup_events_oom\":null,\"cgroup_events_oom_kill\":null,"
+    "\"rss_without_memtrim_bytes\":0,\"saved_bytes\":0,\"rss_peak_bytes\":0,"
+    "\"rss_without_memtrim_peak_bytes\":0,\"saved_byte_seconds_total\":0,"
     "\"cheap_probe_duration_seconds\":0.000123456,"
     "\"probe_error\":\"reading /proc/self failed: Permission denied\","
     "\"heap_timestamp_ms\":null,\"heap_age_ms\":null,\"heap_in_use_bytes\":null,"
@@ -116,6 +126,9 @@ static const char *const golden_json[3] = {
     "\"cgroup_anon_bytes\":5500000000,\"cgroup_file_bytes\":400000000,\"cgroup_shmem_bytes\":4096,"
     "\"cgroup_events_high\":null,\"cgroup_events_max\":11,\"cgroup_events_oom\":null,"
     "\"cgroup_events_oom_kill\":13,"
+    "\"rss_without_memtrim_bytes\":5400000000,\"saved_bytes\":400000000,"
+    "\"rss_peak_bytes\":6000000000,\"rss_without_memtrim_peak_bytes\":6500000000,"
+    "\"saved_byte_seconds_total\":1234.5,"
     "\"cheap_probe_duration_seconds\":0.000123456,\"probe_error\":null,"
     "\"heap_timestamp_ms\":1764600000000,\"heap_age_ms\":123,"
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":null,"

@@ -1,0 +1,41 @@
+/*
+ * saved.h - what memtrim saved: the RSS the host would have had without it (the
+ * counterfactual), kept as a ledger of what trims released and what came back,
+ * from readings memtrim takes anyway (each trim's RSS before and after, the
+ * snapshot cache's cheap and heap readings). No allocator call of its own.
+ * Pure: the snapshot cache keeps one under its lock (cache->lock) and feeds it;
+ * docs/policy.md ("What memtrim saved") has the estimator and where it cannot hold.
+ */
+#ifndef MEMTRIM_SAVED_H
+#define MEMTRIM_SAVED_H
+
+#include <stdint.h>
+#include "types.h"
+
+struct saved_ledger {
+    uint64_t outstanding;   /* released by trims and not come back: counterfactual - RSS */
+    uint64_t rss, rss_peak; /* the last RSS fed, the highest */
+    uint64_t cf_peak;       /* the highest counterfactual */
+    double byte_seconds;    /* outstanding integrated over time */
+    int64_t last_ns;        /* monotonic time of the last reading fed; 0 = none */
+    int clamp;              /* the last heap reading reported free memory: bound by it */
+};
+
+/* Start empty. */
+void saved_init(struct saved_ledger *l);
+
+/* An RSS reading at monotonic time now_ns (peak_rss: the kernel's VmHWM, 0 unknown). */
+void saved_on_rss(struct saved_ledger *l, uint64_t rss, uint64_t peak_rss, int64_t now_ns);
+
+/* A trim: RSS right before and right after the release, at now_ns. */
+void saved_on_trim(struct saved_ledger *l, uint64_t rss_before, uint64_t rss_after,
+                   int64_t now_ns);
+
+/* A heap reading: what memtrim released and is not back is still free in the allocator
+ * (glibc's fordblks counts madvised chunks; jemalloc and tcmalloc move it to retained). */
+void saved_on_heap(struct saved_ledger *l, const struct mt_heap *h);
+
+/* The view at rss (the snapshot's), into *out. */
+void saved_view(const struct saved_ledger *l, uint64_t rss, struct mt_saved *out);
+
+#endif /* MEMTRIM_SAVED_H */
