@@ -142,10 +142,16 @@ enum mt_skip_reason {
 };
 
 /* One measured malloc_trim. */
+/* Trim ids are in [1, MT_TRIM_ID_MAX]: 2^53 - 1, the largest a JSON client reads exactly,
+ * and far from int64_t's end, so the next id never overflows (ids from the clock in ms
+ * reach it in 285,000 years). A member's or a stored id past it is not believed. */
+#define MT_TRIM_ID_MAX ((INT64_C(1) << 53) - 1)
+
 struct mt_trim_result {
     int64_t id;          /* unique for the life of the store: counts up from the wall
                           * clock in ms at start, and above the store's largest id
-                          * (trim_ids_above), so a restart never reuses one */
+                          * (trim_ids_above), so a restart never reuses one; at most
+                          * MT_TRIM_ID_MAX */
     int trigger;         /* enum mt_trigger */
     int64_t start_ms;    /* wall clock when malloc_trim was called */
     int64_t duration_ns; /* malloc_trim alone */

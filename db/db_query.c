@@ -31,8 +31,10 @@ static const char *const db_rsql[DB_R_COUNT] = {
     [DB_R_TRIM_ROWS] = "SELECT " DB_TRIM_COLUMNS " FROM trims WHERE %s"
                        " ORDER BY start_ms DESC, rowid DESC LIMIT ?4",
     [DB_R_TRIM_SUMMARY] = "SELECT count(*), max(duration_ns),"
-                          " coalesce(sum(CASE WHEN released_bytes > 0 THEN released_bytes END), 0),"
-                          " coalesce(sum(refaulted_bytes), 0)"
+                          /* total(), a double: sum() of integers fails with "integer
+                           * overflow" (200 rows of 2^56 made every query a 500) */
+                          " total(CASE WHEN released_bytes > 0 THEN released_bytes END),"
+                          " total(CASE WHEN refaulted_bytes > 0 THEN refaulted_bytes END)"
                           " FROM trims WHERE %s",
     /* One sort for the three ranks (nearest-rank percentiles). */
     [DB_R_TRIM_PCTL] = "SELECT rn, duration_ns FROM (SELECT duration_ns,"
@@ -165,6 +167,14 @@ static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, i
     return 0;
 }
 
+/* A sum of non-negative byte counts read as a double (total()), saturated at INT64_MAX. */
+static int64_t db_sum_int64(double v)
+{
+    if (!(v > 0))
+        return 0;
+    return v >= 9223372036854775807.0 ? INT64_MAX : (int64_t)v;
+}
+
 static int db_query_trim_summary(sqlite3_stmt *sum, sqlite3_stmt *pctl,
                                  const struct db_trim_query *q, struct db_trim_summary *s,
                                  char **err)
@@ -182,8 +192,8 @@ static int db_query_trim_summary(sqlite3_stmt *sum, sqlite3_stmt *pctl,
         return db_fail_sql(err, sqlite3_db_handle(sum), rc, "summarise trims");
     s->count = sqlite3_column_int64(sum, 0);
     s->duration_max_seconds = (double)sqlite3_column_int64(sum, 1) / 1e9;
-    s->released_bytes = sqlite3_column_int64(sum, 2);
-    s->refaulted_bytes = sqlite3_column_int64(sum, 3);
+    s->released_bytes = db_sum_int64(sqlite3_column_double(sum, 2));
+    s->refaulted_bytes = db_sum_int64(sqlite3_column_double(sum, 3));
     sqlite3_reset(sum);
     if (s->count == 0)
         return 0;

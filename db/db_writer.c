@@ -267,11 +267,15 @@ const char *db_writer_reader_path(const struct db_writer *w)
 int db_writer_max_trim_id(struct db_writer *w, int64_t *max_id, char **err)
 {
     sqlite3_stmt *st = NULL;
-    int rc = db_prepare(w->db, "SELECT coalesce(max(seq), 0) FROM trims", &st, err);
+    /* Ids past MT_TRIM_ID_MAX (a member's, before they were checked) would hide the largest
+     * real one: they are not counted. */
+    int rc = db_prepare(w->db, "SELECT coalesce(max(seq), 0) FROM trims WHERE seq <= ?1", &st,
+                        err);
 
     *max_id = 0;
     if (rc < 0)
         return rc;
+    sqlite3_bind_int64(st, 1, MT_TRIM_ID_MAX);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         *max_id = sqlite3_column_int64(st, 0);

@@ -22,7 +22,7 @@ int trim_service_init(struct trim_service *ts)
      * ones rate-limited: they cannot outrun the clock between two runs), and
      * from above the store's largest id once it is open (a clock set back). */
     int64_t now = mt_now_ms();
-    ts->next_id = now > 0 ? now : 1;
+    ts->next_id = now > 0 && now < MT_TRIM_ID_MAX ? now : 1;
     if (pthread_mutex_init(&ts->lock, NULL))
         return -ENOMEM;
     if (pthread_cond_init(&ts->done, NULL)) {
@@ -35,7 +35,9 @@ int trim_service_init(struct trim_service *ts)
 void trim_ids_above(struct trim_service *ts, int64_t max_id)
 {
     pthread_mutex_lock(&ts->lock);
-    if (max_id >= ts->next_id && max_id < INT64_MAX)
+    /* An id past the range (a member's, or one stored before ids were checked) is not
+     * followed: max_id + 1 near INT64_MAX overflowed the next id into negative ones. */
+    if (max_id >= ts->next_id && max_id < MT_TRIM_ID_MAX)
         ts->next_id = max_id + 1;
     pthread_mutex_unlock(&ts->lock);
 }
@@ -93,7 +95,9 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
     double s = (double)r->duration_ns / 1e9;
     int b = 0;
 
-    r->id = ts->next_id++;
+    r->id = ts->next_id;
+    if (ts->next_id < MT_TRIM_ID_MAX) /* never reached from the clock; never past it */
+        ts->next_id++;
     ts->trims[r->trigger]++;
     if (r->released_bytes > 0)
         ts->released[r->trigger] += (uint64_t)r->released_bytes;

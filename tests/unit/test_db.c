@@ -582,6 +582,48 @@ static void test_percentiles(void)
     db_writer_close(w);
 }
 
+/* #31 F6 (the SQL part) and F7: 200 rows of released_bytes 2^56 (what a member may report)
+ * once made every /memory/trims a 500 (sum(): integer overflow); the sums saturate. A stored
+ * id past MT_TRIM_ID_MAX does not hide the largest real one. */
+static void test_sums_and_ids_bounded(void)
+{
+    const char *p = tpath("huge.sqlite");
+    struct db_writer *w = NULL;
+    struct db_reader *r = NULL;
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0};
+    struct db_trim_row *rows = NULL;
+    struct db_trim_summary s;
+    size_t n = 0;
+    int64_t max_id = -1;
+
+    CHECK_OK(db_writer_open(p, &w, E));
+    for (int i = 0; i < 200; i++) {
+        struct mt_trim_result t = trim(20000 + i, 1, 1);
+        t.released_bytes = INT64_C(1) << 56;
+        t.refaulted_bytes = INT64_C(1) << 56;
+        CHECK_OK(db_writer_add_trim(w, &t, E));
+    }
+    struct mt_trim_result bogus = trim(30000, 1, 1);
+    bogus.id = INT64_MAX - 1;
+    CHECK_OK(db_writer_add_trim(w, &bogus, E));
+    CHECK_OK(db_writer_flush(w, E));
+    CHECK_OK(db_writer_max_trim_id(w, &max_id, E));
+    CHECK_EQ_INT(max_id, 20199);
+    CHECK_OK(db_reader_open(p, &r, E));
+    CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
+    CHECK_EQ_INT(s.count, 201);
+    CHECK_EQ_INT(s.released_bytes, INT64_MAX);
+    CHECK_EQ_INT(s.refaulted_bytes, INT64_MAX);
+    free(rows);
+    /* Below the end, the sum is exact. */
+    q.until_ms = 20002;
+    CHECK_OK(db_query_trims(r, &q, &rows, &n, &s, E));
+    CHECK_EQ_INT(s.released_bytes, INT64_C(2) << 56);
+    free(rows);
+    db_reader_close(r);
+    db_writer_close(w);
+}
+
 static void test_retention(void)
 {
     const char *p = tpath("retention.sqlite");
@@ -684,6 +726,7 @@ int main(void)
     RUN(test_roundtrip);
     RUN(test_bucketing);
     RUN(test_percentiles);
+    RUN(test_sums_and_ids_bounded);
     RUN(test_retention);
     RUN(test_batch_cap);
     RUN(test_memory);

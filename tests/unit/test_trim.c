@@ -223,6 +223,32 @@ static void test_ids_unique_across_restarts(void)
     trim_service_destroy(&b);
 }
 
+/* #31 F7: a member-supplied or stored id near INT64_MAX once made the next id overflow
+ * (UBSan aborted the host; the plain build handed out negative ids). Ids past
+ * MT_TRIM_ID_MAX are not followed, and the next id stops at it rather than pass it. */
+static void test_ids_never_overflow(void)
+{
+    struct trim_service svc;
+    struct mt_trim_result r;
+
+    CHECK_EQ_INT(trim_service_init(&svc), 0);
+    CHECK_EQ_INT(trim_run(&svc, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), 0);
+    int64_t sane = r.id;
+    trim_ids_above(&svc, INT64_MAX - 1);
+    trim_ids_above(&svc, INT64_MAX);
+    trim_ids_above(&svc, MT_TRIM_ID_MAX);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ_INT(trim_run(&svc, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), 0);
+        CHECK_EQ_INT(r.id, sane + 1 + i);
+    }
+    trim_ids_above(&svc, MT_TRIM_ID_MAX - 1); /* the last id in range */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ_INT(trim_run(&svc, &cache, MT_TRIGGER_PERIODIC, 0, -1, 0, &r, NULL), 0);
+        CHECK_EQ_INT(r.id, MT_TRIM_ID_MAX);
+    }
+    trim_service_destroy(&svc);
+}
+
 /* Every trim reaches the sink (the store's queue in an instance), in id order;
  * a coalesced request is not a trim of its own. */
 static struct mt_trim_result sunk[64];
@@ -392,6 +418,7 @@ int main(void)
     RUN(test_request_rules);
     RUN(test_suspend_and_trim_cannot_cross);
     RUN(test_ids_unique_across_restarts);
+    RUN(test_ids_never_overflow);
     trim_service_destroy(&ts);
     snapshot_destroy(&cache);
     return harness_end();
