@@ -1,5 +1,5 @@
 /*
- * group.c - what a worker group adds to the replies (core/instance/group.c,
+ * group.c - what a worker group adds to the replies (core/group/,
  * docs/groups.md): the "group" object of /memory/stats (totals and each
  * member), the per-member results of /memory/trim, and the `pid` parameter
  * of /memory/trim, /memory/trims and /memory/series. A process in no group

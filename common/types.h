@@ -304,4 +304,40 @@ struct mt_tunables {
     int glibc;                       /* 0: another allocator serves malloc, nothing applied */
 };
 
+/* ---- worker groups (core/group/; the API prints these) ---- */
+#define MT_GROUP_NAME_MAX 64 /* GroupName's length at most */
+#define MT_GROUP_MAX 64 /* members in a group, the leader included */
+
+struct mt_member {
+    int pid;
+    int self;                   /* the process that serves the API */
+    char program[64];           /* its comm */
+    int64_t joined_ms;          /* wall clock */
+    int64_t report_age_ms;      /* age of its last report */
+    struct mt_snapshot snap;    /* its last report (the leader's: its own snapshot) */
+    uint64_t trims;             /* trims it reported since it joined */
+    uint64_t released_bytes;    /* their positive releases */
+    uint64_t pressure_trims;    /* of which the group's pressure asked for */
+};
+
+struct mt_group_info {
+    int role;                   /* 0 no group, 1 leader, 2 member */
+    int members;                /* live members, the leader included */
+    uint64_t joined, left, refused; /* since start; refused: the registry was full */
+    uint64_t pressure_trims;    /* trims the group's pressure decision asked for */
+    uint64_t pressure_released_bytes;
+    int64_t usage_bytes;        /* what the decision reads: the cgroup's usage, or the sum of RSS */
+    int64_t limit_bytes;        /* -1 none */
+    int zone;                   /* usage inside the pressure zone at the last reading */
+    const char *usage_source;   /* "cgroup", "members" or "none" (static) */
+    char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" for a FollowFork group */
+};
+
+struct mt_member_trim {
+    int pid;
+    int rc;                     /* 0, or why it has no result (negative errno) */
+    char error[96];             /* with rc: what happened */
+    struct mt_trim_result r;
+};
+
 #endif /* MEMTRIM_TYPES_H */

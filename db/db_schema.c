@@ -91,7 +91,7 @@ static const char db_schema_v4[] = "ALTER TABLE trims ADD COLUMN reaction_second
 static const char db_schema_v5[] = "UPDATE trims SET seq = rowid WHERE seq < 1000000000000;";
 
 /*
- * Version 6: worker groups (core/instance/group.c). A trim names the member that ran
+ * Version 6: worker groups (core/group/). A trim names the member that ran
  * it (NULL: the process that owns the store, as before); each member's
  * samples go to their own table keyed by (pid, time), while `samples` keeps
  * the host's view: the process, or in a group the group's totals.

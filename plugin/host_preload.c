@@ -25,7 +25,7 @@
  * starting anything, and joins if its parent takes the group over (the
  * adopt_* state below, mt_group_adopt): a daemonized master's workers.
  * Named groups (GroupName, for processes started separately): a
- * "memtrim-named" thread elects (core/instance/named.c): the winner holds the
+ * "memtrim-named" thread elects (core/group/named.c): the winner holds the
  * group's lock for its life, listens on the group's socket and starts the
  * full instance; the others connect and run as members on that channel; when
  * their leader's end closes they elect again (one takes over, the others join
@@ -56,6 +56,7 @@
 #include "config.h"
 #include "api.h"
 #include "core.h"
+#include "named.h"
 #include "proctree.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)

@@ -9,11 +9,11 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "types.h" /* MT_GROUP_NAME_MAX */
 
 struct cJSON;
 
 #define MT_CONFIG_STR_MAX 512
-#define MT_GROUP_NAME_MAX 64 /* GroupName's length at most */
 
 struct mt_config {
     int enabled;
@@ -37,7 +37,7 @@ struct mt_config {
     double retention_hours;
     int follow_fork;       /* LD_PRELOAD: restart in a forked child */
     int group;             /* LD_PRELOAD, FollowFork with a fixed HttpPort: forked children
-                            * join the serving process's worker group (core/instance/group.c) */
+                            * join the serving process's worker group (core/group/) */
     /* LD_PRELOAD: processes started separately with one GroupName form a group (named.c) */
     char group_name[MT_GROUP_NAME_MAX + 1]; /* "" = none */
     char group_dir[MT_CONFIG_STR_MAX];      /* "" = $XDG_RUNTIME_DIR/memtrim, /run/memtrim, ... */

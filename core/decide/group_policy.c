@@ -1,7 +1,7 @@
 /*
  * group_policy.c - the pure part of a worker group's pressure decision:
  * which member trims next. No locks, no threads, no clock of its own: the
- * group thread (core/instance/group.c) hands it the readings; tests/unit/test_group.c
+ * group thread (core/group/group_pressure.c) hands it the readings; tests/unit/test_group.c
  * drives it directly.
  *
  * Why the group decides on the cgroup's usage and not on each member's RSS:

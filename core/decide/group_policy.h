@@ -1,7 +1,7 @@
 /*
  * group_policy.h - the pure part of a worker group's pressure decision
  * (group_policy.c): which member trims next. No locks, no threads; the
- * group thread (core/instance/group.c) hands it the readings.
+ * group thread (core/group/group_pressure.c) hands it the readings.
  */
 #ifndef MEMTRIM_GROUP_POLICY_H
 #define MEMTRIM_GROUP_POLICY_H

@@ -136,49 +136,17 @@ const char *mt_tunable_field(int t);
 const struct server_store *mt_store_readers(struct memtrim *mt);
 
 /*
- * ---- worker groups (core/instance/group.c; docs/groups.md) ----
+ * ---- worker groups (core/group/; docs/groups.md) ----
+ * The value types (struct mt_group_info, mt_member, mt_member_trim) are in
+ * common/types.h; the instance's group calls are core/instance/group_calls.c.
  * A preforking server's processes: the leader serves the API and owns the
  * store, the members report to it over a channel made at fork and trim
  * themselves when asked. A single process is in no group and none of this
  * changes its replies.
  */
-#define MT_GROUP_MAX 64 /* members in a group, the leader included */
-
-struct mt_member {
-    int pid;
-    int self;                   /* the process that serves the API */
-    char program[64];           /* its comm */
-    int64_t joined_ms;          /* wall clock */
-    int64_t report_age_ms;      /* age of its last report */
-    struct mt_snapshot snap;    /* its last report (the leader's: its own snapshot) */
-    uint64_t trims;             /* trims it reported since it joined */
-    uint64_t released_bytes;    /* their positive releases */
-    uint64_t pressure_trims;    /* of which the group's pressure asked for */
-};
-
-struct mt_group_info {
-    int role;                   /* 0 no group, 1 leader, 2 member */
-    int members;                /* live members, the leader included */
-    uint64_t joined, left, refused; /* since start; refused: the registry was full */
-    uint64_t pressure_trims;    /* trims the group's pressure decision asked for */
-    uint64_t pressure_released_bytes;
-    int64_t usage_bytes;        /* what the decision reads: the cgroup's usage, or the sum of RSS */
-    int64_t limit_bytes;        /* -1 none */
-    int zone;                   /* usage inside the pressure zone at the last reading */
-    const char *usage_source;   /* "cgroup", "members" or "none" (static) */
-    char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" for a FollowFork group */
-};
-
 /* The group and up to cap members (leader first); 0, or -ENOTCONN in no group. */
 int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_member *members,
                   int cap, int *n);
-
-struct mt_member_trim {
-    int pid;
-    int rc;                     /* 0, or why it has no result (negative errno) */
-    char error[96];             /* with rc: what happened */
-    struct mt_trim_result r;
-};
 
 /*
  * A manual trim of every member (pid 0: the leader first, then the others one
@@ -212,48 +180,6 @@ int mt_group_adopt(struct memtrim *mt, int fd);
  * member's group thread, when the leader's end closes. */
 int mt_create_member(const char *config_json, int fd, void (*leader_gone)(void *), void *arg,
                      struct memtrim **out, char **err);
-/*
- * ---- named groups (core/instance/named.c; docs/groups.md) ----
- * Processes started separately with one GroupName: the first to take
- * <dir>/<name>.lock leads (and holds the lock for its life) and listens on
- * <dir>/<name>.sock; the others connect and run as members on that channel.
- * A struct mt_named is its caller's (no lock of its own).
- */
-struct mt_named {
-    int dirfd;                 /* the checked private directory, -1 none */
-    int lock_fd;               /* the leader's lock, held for its life; -1 */
-    int listen_fd;             /* the leader's socket; -1 */
-    uint64_t sock_dev, sock_ino; /* the socket file it bound (withdrawn only if still it) */
-    char dir[MT_CONFIG_STR_MAX];
-    char name[MT_GROUP_NAME_MAX + 1];
-};
-#define MT_NAMED_MEMBER 0
-#define MT_NAMED_LEADER 1
-/* Pure: the directory: GroupDir, else $XDG_RUNTIME_DIR/memtrim, else /run/memtrim (root),
- * else /tmp/memtrim-<uid>. 0, or -ENAMETOOLONG. */
-int mt_named_dir_choose(const char *group_dir, const char *xdg_runtime_dir, unsigned euid,
-                        char *out, size_t size);
-/* Pure: whether a process of peer_uid may join a leader of leader_uid (same uid, or root). */
-int mt_named_peer_allowed(unsigned peer_uid, unsigned leader_uid);
-/* Create (0700) or check the directory: a directory (no symbolic link), owned by euid (root
- * too: another user's directory would let that user plant the socket), no group or other bits. Its descriptor, or -errno with *err (what: the
- * key or the role that named the path, for the message). */
-int mt_named_dir_open(const char *path, unsigned euid, const char *what, char **err);
-void mt_named_init(struct mt_named *n);
-/* Choose and check the directory of cfg's GroupName. 0, or -errno with *err. */
-int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err);
-/* One non-blocking election: MT_NAMED_LEADER (n->lock_fd, n->listen_fd set),
- * MT_NAMED_MEMBER (*member_fd connected to the leader, its uid checked), -EAGAIN
- * (the role is being taken, or the socket's backlog is full: try again soon), -EPERM (another uid leads) or another
- * -errno, with *err. */
-int mt_named_elect(struct mt_named *n, int *member_fd, char **err);
-/* Remove the socket file this leader bound (new joiners then wait for the next one). */
-void mt_named_unpublish(struct mt_named *n);
-/* Unpublish, close the socket, drop the lock: the next leader may take over. */
-void mt_named_resign(struct mt_named *n);
-/* In a forked child: close the parent's lock and socket (copies), keep the directory. */
-void mt_named_fork_child(struct mt_named *n);
-void mt_named_close(struct mt_named *n);
 /* Lead the named group: accept members on listen_fd (the caller's; polled until the group
  * stops); forks_join: forked children also join over a socketpair (FollowFork). */
 int mt_group_lead_named(struct memtrim *mt, int listen_fd, const char *name, int forks_join,

@@ -19,6 +19,7 @@
 #include "arenas.h"
 #include "common.h"
 #include "config.h"
+#include "group.h"
 #include "housekeeper.h"
 #include "snapshot.h"
 #include "store.h"
@@ -54,13 +55,16 @@ struct memtrim {
 
     struct arenas_cache arenas; /* /memory/arenas (arenas.c; read by advice.c); its own lock */
 
-    /* Worker groups (group.c): set before the group's thread starts, cleared after it stopped. */
+    /* Worker groups (core/group/): set before the group's thread starts, cleared after it stopped. */
     struct group *group;
     atomic_int group_zone;  /* the group's usage is in the pressure zone (the housekeeper
                              * probes the heap at the zone's pace) */
     atomic_int record_pid;  /* stamped on own trims and samples: 0 alone, getpid() leading */
     int member;             /* a group member: no server, no store, no pressure thread */
 };
+
+/* memtrim.c: what a group is handed (group_calls.c, the member's start step). */
+struct group_deps mt_group_deps(struct memtrim *mt);
 
 /* advice.c: the exit summary, logged by mt_destroy once the housekeeper stopped. */
 void advice_exit_summary(struct memtrim *mt);

@@ -188,7 +188,7 @@ static void instance_trim_done(void *arg, const struct mt_trim_result *r)
     struct mt_trim_result copy = *r;
     copy.pid = atomic_load(&mt->record_pid);
     if (copy.pid)
-        group_count_self(mt, r);
+        group_count_self(mt->group, r);
     store_push_trim(&mt->store, &copy);
 }
 
@@ -198,6 +198,19 @@ static void instance_refault_done(void *arg, const struct mt_refault *rf)
     struct mt_refault copy = *rf;
     copy.pid = atomic_load(&mt->record_pid);
     store_push_refault(&mt->store, &copy);
+}
+
+/* A member's sinks: every result and re-fault figure to its leader (group_member.c). */
+static void member_trim_done(void *arg, const struct mt_trim_result *r)
+{
+    struct memtrim *mt = arg;
+    group_member_trim_sink(mt->group, r);
+}
+
+static void member_refault_done(void *arg, const struct mt_refault *rf)
+{
+    struct memtrim *mt = arg;
+    group_member_refault_sink(mt->group, rf);
 }
 
 static void instance_store_wake(void *arg)
@@ -210,8 +223,8 @@ static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
 {
     if (trim_service_init(&mt->trims))
         return oom(err, "trim service");
-    mt->trims.sink = mt->member ? group_member_trim_sink : instance_trim_done;
-    mt->trims.refault_sink = mt->member ? group_member_refault_sink : instance_refault_done;
+    mt->trims.sink = mt->member ? member_trim_done : instance_trim_done;
+    mt->trims.refault_sink = mt->member ? member_refault_done : instance_refault_done;
     mt->trims.sink_wake = mt->member ? NULL : instance_store_wake;
     mt->trims.sink_arg = mt;
     mt->trims.suspend_depth = &mt->suspend_depth;
@@ -231,6 +244,21 @@ static int trims_destroy(struct memtrim *mt)
 static struct mt_config_feed config_feed(struct memtrim *mt)
 {
     return (struct mt_config_feed){&mt->cfg_lock, &mt->cfg, &mt->cfg_generation};
+}
+
+/* What a group (core/group/) is handed: the instance's parts it uses. */
+struct group_deps mt_group_deps(struct memtrim *mt)
+{
+    return (struct group_deps){
+        .config = config_feed(mt),
+        .suspend_depth = &mt->suspend_depth,
+        .cache = &mt->cache,
+        .trims = &mt->trims,
+        .store = &mt->store,
+        .zone = &mt->group_zone,
+        .record_pid = &mt->record_pid,
+        .pid = (int)mt->pid,
+    };
 }
 
 static int pressure_make(struct memtrim *mt, const struct start_ctx *ctx, char **err)
@@ -372,12 +400,13 @@ static int group_run(struct memtrim *mt, const struct start_ctx *ctx, char **err
         return 0;
     int fd = *ctx->member_fd;
     *ctx->member_fd = -1; /* group_join's now: it closes it on failure, group_stop after */
-    return group_join(mt, fd, ctx->leader_gone, ctx->gone_arg, err);
+    struct group_deps d = mt_group_deps(mt);
+    return group_join(&mt->group, &d, fd, ctx->leader_gone, ctx->gone_arg, err);
 }
 
 static int group_halt(struct memtrim *mt)
 {
-    group_stop(mt);
+    group_stop(&mt->group);
     return 0;
 }
 

@@ -29,7 +29,7 @@
 #include "harness.h"
 #include "api.h"
 #include "core.h"
-#include "group.h"
+#include "group_int.h"
 #include "start.h"
 
 #define MEMBERS 3

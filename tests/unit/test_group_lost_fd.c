@@ -27,7 +27,7 @@
 #include "harness.h"
 #include "api.h"
 #include "core.h"
-#include "group.h"
+#include "group_int.h"
 #include "group_peer.h"
 #include "start.h"
 

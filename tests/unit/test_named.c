@@ -1,5 +1,5 @@
 /*
- * test_named.c - named worker groups' rendezvous (core/instance/named.c) and
+ * test_named.c - named worker groups' rendezvous (core/group/named.c) and
  * GroupName's validation (core/config/config.c): the name's rules, the
  * directory's choice and checks (mode, owner, symbolic link, not a
  * directory), who may join, and the election in a temporary directory (the
@@ -21,6 +21,7 @@
 
 #include "config.h"
 #include "core.h"
+#include "named.h"
 #include "harness.h"
 
 static void test_group_names(void)

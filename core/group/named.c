@@ -37,7 +37,8 @@
 #include <unistd.h>
 
 #include "mt_alloc.h"
-#include "core.h"
+#include "common.h"
+#include "named.h"
 
 _Static_assert(sizeof(((struct sockaddr_un *)0)->sun_path) == MT_GROUP_SOCK_PATH_MAX + 1,
                "MT_GROUP_SOCK_PATH_MAX is sun_path's size without its NUL");

@@ -1,0 +1,82 @@
+/*
+ * group.h - the face of core/group/, worker groups: the processes of a
+ * preforking server (a master and the workers it forks with FollowFork, or
+ * processes started with one GroupName) share one memory limit, one API port,
+ * one store and one pressure decision. The process that serves (the leader)
+ * keeps a registry of members; each member reports over its own channel (a
+ * SOCK_SEQPACKET socketpair made at fork, so only the two processes hold it;
+ * in a named group, a connection accepted on the group's unix socket,
+ * named.c) and trims itself when asked, because malloc_trim must run in the
+ * process that owns the heap. The instance (core/instance) hands a group what
+ * it uses (struct group_deps) and keeps the struct group it gets back; api/ and
+ * plugin/ reach it through core.h (core/instance/group_calls.c). What the
+ * room's files share is group_int.h; its locking rule is there.
+ */
+#ifndef MEMTRIM_GROUP_H
+#define MEMTRIM_GROUP_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include "common.h"
+#include "config.h"
+
+struct group;
+struct snapshot_cache;
+struct trim_service;
+struct store;
+
+/* What a group uses, each part with its own lock (the instance fills it). */
+struct group_deps {
+    struct mt_config_feed config;    /* re-read when PATCH /config changed it */
+    const atomic_int *suspend_depth; /* mt_suspend's nesting: > 0 holds pressure trims off */
+    struct snapshot_cache *cache;    /* the instance's readings; its cgroup, found at start */
+    struct trim_service *trims;      /* runs this process's trims */
+    struct store *store;             /* the leader's: the members' samples, trims, re-faults */
+    atomic_int *zone;                /* the group's usage is in the pressure zone (the
+                                      * housekeeper probes the heap at the zone's pace) */
+    atomic_int *record_pid;          /* stamped on the instance's own trims and samples:
+                                      * getpid() while it leads, 0 otherwise */
+    int pid;                         /* the process that started the instance */
+};
+
+enum group_role { GROUP_NONE = 0, GROUP_LEADER, GROUP_MEMBER };
+
+/* Start leading a group (the instance serves the API): its thread and registry. *slot
+ * is set before the thread starts (the trim sinks read it), NULL again on failure.
+ * listen_fd: a named group's socket (the caller's), -1; forks_join: forked children
+ * join over a socketpair (FollowFork). */
+int group_lead(struct group **slot, const struct group_deps *d, int listen_fd, const char *name,
+               int forks_join, char **err);
+/* Start as a member on channel fd (owned from here on); leader_gone runs on the
+ * group thread once, when the leader's end closes. */
+int group_join(struct group **slot, const struct group_deps *d, int fd,
+               void (*leader_gone)(void *), void *arg, char **err);
+/* Stop the thread, close every channel (members see EOF); frees *slot, sets it NULL. */
+void group_stop(struct group **slot);
+
+/* The trim sinks of a member: every result and re-fault figure to the leader. */
+void group_member_trim_sink(struct group *g, const struct mt_trim_result *r);
+void group_member_refault_sink(struct group *g, const struct mt_refault *rf);
+/* The leader's own trim (its trim sink, under the trim service's lock): counted in its entry. */
+void group_count_self(struct group *g, const struct mt_trim_result *r);
+
+/* GROUP_NONE (g NULL), GROUP_LEADER or GROUP_MEMBER. */
+int group_role(const struct group *g);
+/* A member's place in its leader's join order (1 = the first), 0 unknown. */
+int group_join_index(struct group *g);
+
+/* The fork hooks (group_fork.c; core.h's mt_group_fork_* say what they do). */
+void group_fork_prepare(struct group *g);
+void group_fork_parent(struct group *g);
+int group_fork_child(struct group *g, int *waits);
+int group_take_pending(struct group *g, int *fds, int cap);
+int group_hold_pending(struct group *g, const int *fds, int n);
+int group_adopt(struct group *g, int fd);
+
+/* The API's view and manual trims (group_trim.c; core.h's mt_group_info, mt_group_trim). */
+int group_info(struct group *g, struct mt_group_info *info, struct mt_member *out, int cap,
+               int *n);
+int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out, int cap,
+               int *n, int64_t *retry_after_ms);
+
+#endif /* MEMTRIM_GROUP_H */

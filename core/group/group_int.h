@@ -1,0 +1,201 @@
+/*
+ * group_int.h - what the files of core/group/ share (private to the room; the
+ * face is group.h): the wire between a leader and its members, the registry,
+ * and the helpers each file lends the others.
+ *   group.c         a group's life: made, its instance's snapshot, stopped
+ *   group_chan.c    the channels: identities, sends, receives, the wake pipe,
+ *                   and a member's message checked as data (group_msg_check)
+ *   group_member.c  the member: its reports, trims when asked, its children waiting
+ *   group_leader.c  the leader: registry, members' messages, named accept, its thread
+ *   group_pressure.c the leader's pressure decision (core/decide/group_policy.c), the zone
+ *   group_trim.c    manual trims fanned out to every member, the API's view
+ *   group_fork.c    the fork hooks: a channel made at fork, a member's waiting children
+ *   named.c         a named group's rendezvous (named.h)
+ *
+ * Threads: one "memtrim-group" thread per instance in a group (leader or
+ * member). Locks: g->lock guards the registry, the requests and the
+ * counters (a member's: its waiting children's channels); it is held across
+ * fork() by the fork hooks of a leader and of a member (prepare ..
+ * parent/child), never across a trim, a store push or a blocking send. It
+ * may be taken while holding preload_lock (plugin/host_preload.c), never the
+ * reverse. The pure pressure decision is core/decide/group_policy.c.
+ */
+#ifndef MEMTRIM_GROUP_INT_H
+#define MEMTRIM_GROUP_INT_H
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include "common.h"
+#include "group.h"
+#include "group_policy.h"
+
+#define GROUP_MAX_MEMBERS 64   /* the registry's size, the leader included */
+#define GROUP_MAX_REQUESTS 16  /* trim requests waiting for a member's answer */
+#define GROUP_PROGRAM_MAX 64
+
+/* ---- the wire: one SOCK_SEQPACKET message each (group_chan.c) -------------------- */
+
+#define GROUP_MAGIC 0x4d544752u /* "MTGR" */
+#define GROUP_VERSION 1
+
+enum group_msg_kind {
+    MSG_HELLO = 1,   /* member -> leader: pid, program */
+    MSG_WELCOME,     /* leader -> member: arg = its place in the join order */
+    MSG_REPORT,      /* member -> leader: its snapshot */
+    MSG_TRIM_REQ,    /* leader -> member: req_id, arg = trigger, pad */
+    MSG_TRIM_ANSWER, /* member -> leader: req_id, arg = rc, the result */
+    MSG_TRIM_DONE,   /* member -> leader: a trim it ran (any trigger), for the store */
+    MSG_REFAULT,     /* member -> leader: a trim's re-fault figure */
+    MSG_ZONE,        /* leader -> member: arg = 1 inside the pressure zone, 0 outside */
+};
+
+struct group_msg {
+    uint32_t magic;
+    uint16_t version, kind;
+    int32_t pid, arg;
+    uint64_t req_id;
+    int64_t pad;
+    union {
+        char program[GROUP_PROGRAM_MAX];
+        struct mt_snapshot snap;
+        struct mt_trim_result trim;
+        struct mt_refault refault;
+    } u;
+};
+
+/* A member's message made safe for the leader to use: pointers cleared, strings
+ * ended, counts in range; -1 when it is nonsense (the member is then dropped). */
+int group_msg_check(struct group_msg *msg);
+
+/* ---- the registry ----------------------------------------------------------- */
+
+#define LEADER_TICK_NS (100 * MT_MS)
+#define LEADER_ZONE_TICK_NS (10 * MT_MS)
+#define REPORT_NS (250 * MT_MS)
+#define REPORT_ZONE_NS (50 * MT_MS)
+#define ZONE_WATCH_NS (10 * MT_MS)  /* a member's heap reading inside the zone (its budget) */
+#define USAGE_MOVED_BYTES (1LL << 20)
+#define ZONE_BUDGET_FACTOR 10.0 /* as the housekeeper's inside the zone */
+/* The zone's watch (ZONE_WATCH_NS): a reading every 10 ms at most, and the budget may
+ * space them no further than that costs. Measured under qemu TCG, where a heap reading
+ * costs some 15 times the host's: at 10 times the budget a worker's freed study went
+ * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
+#define WATCH_BUDGET_FACTOR 100.0
+#define ZONE_HOLD_NS (5 * MT_SEC)
+#define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
+#define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
+#define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */
+#define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
+#define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
+#define CHAN_CHECK_NS (1 * MT_SEC)           /* every channel's identity checked this often */
+#define PEAK_NS (10 * MT_SEC)                /* a member's peak RSS: over about this long */
+
+struct group_member {
+    int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
+    uint64_t chan;           /* fd's identity (chan_id) when it became the group's */
+    int cred_pid;            /* a named group's member: its pid as the kernel says (SO_PEERCRED) */
+    int64_t accepted_ns;     /* a named group's member: when its connection was accepted */
+    char program[GROUP_PROGRAM_MAX];
+    int64_t joined_ms, report_ns;
+    struct mt_snapshot snap;
+    uint64_t trims, released, pressure_trims;
+    int64_t last_trim_ns, last_trim_ms; /* the group's last pressure trim of it */
+    uint64_t rss_after;                 /* its RSS right after its last trim (any trigger) */
+    int64_t heap_ms_seen;               /* the heap reading its reports carry */
+    uint64_t rss_at_heap;               /* its RSS in the first report that carried it */
+    int64_t last_sample_ns;
+    uint64_t peak_rss;                  /* its RSS high-water mark since peak_ns (group_ahead) */
+    int64_t peak_ns;                    /* ...started again from its RSS then, every PEAK_NS */
+    uint64_t press_req;                 /* its pressure request in flight, 0 none */
+    int64_t press_sent_ns;              /* ...sent then */
+};
+
+struct group_request {
+    int used, done, rc, pid;
+    uint64_t id;
+    struct mt_trim_result r;
+};
+
+struct group {
+    struct group_deps d; /* what the instance hands it (group.h) */
+    int role;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* a request was answered */
+    pthread_t thread;
+    int started, stop;   /* stop: guarded by lock */
+    int wake[2];
+    uint64_t wake_id;    /* the wake pipe's identity (pipe_id): its two ends share it */
+    /* leader */
+    struct group_member m[GROUP_MAX_MEMBERS]; /* m[0]: the leader itself */
+    struct group_request req[GROUP_MAX_REQUESTS];
+    uint64_t next_req;
+    int fork_fds[2];
+    int forks_join;   /* forked children join over a socketpair (FollowFork) */
+    int listen_fd;    /* a named group's socket (the caller's), -1 */
+    uint64_t listen_chan; /* ...its identity (chan_id) */
+    int64_t accept_after_ns; /* ...not polled until then: accept failed for want of resources */
+    int64_t chan_check_ns;   /* the channels' identities next checked then (leader_drop_lost) */
+    struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
+    char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
+    uint64_t joined, left, refused, pressure_trims, pressure_released;
+    int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
+    int64_t zone_seen_ns;             /* the usage was last inside the zone then */
+    int64_t moved_usage;              /* the usage when it last moved by USAGE_MOVED_BYTES */
+    int64_t moving_until_ns;          /* the zone's tick until then (the usage climbs) */
+    struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
+    int zone;
+    const char *usage_source;
+    int64_t last_manual_ns;
+    int64_t press_sent_ns; /* when the last pressure request went out */
+    int64_t next_total_ns;
+    /* member */
+    int fd;
+    uint64_t fd_chan;                  /* fd's identity (chan_id), set before the thread starts */
+    atomic_int fd_lost;                /* fd was closed by someone else: never used again */
+    int forks_wait;                    /* its forked children wait on a channel to it */
+    int pending[GROUP_MAX_MEMBERS];    /* ...their channels: adopted if it takes the group over */
+    uint64_t pending_chan[GROUP_MAX_MEMBERS]; /* ...their identities */
+    int npending;
+    atomic_int index; /* its place in the join order (MSG_WELCOME) */
+    void (*leader_gone)(void *);
+    void *gone_arg;
+    atomic_uint_fast64_t send_dropped;
+};
+
+/* ---- group_chan.c ----------------------------------------------------------- */
+uint64_t chan_id(int fd);
+int chan_ours(int fd, uint64_t id);
+uint64_t pipe_id(int fd);
+int pipe_ours(const struct group *g, int fd);
+void wake_close(struct group *g);
+void chan_close(int fd, uint64_t id);
+void chan_lost_log(int fd, int pid, const char *what);
+void msg_init(struct group_msg *msg, int kind);
+int msg_send(struct group *g, int fd, const struct group_msg *msg);
+int chan_send(struct group *g, int fd, uint64_t chan, const struct group_msg *msg);
+int msg_recv(int fd, struct group_msg *msg);
+void snap_strip(struct mt_snapshot *s);
+void group_wake(struct group *g);
+void wake_lost(struct group *g);
+void wake_drain(int fd);
+int wake_pipe_open(int fds[2]);
+
+/* ---- group.c ---------------------------------------------------------------- */
+struct group *group_alloc(const struct group_deps *d, int role);
+void group_free(struct group *g);
+int group_stopping(struct group *g);
+uint64_t own_snapshot(const struct group_deps *d, int64_t cheap_age_ns, double factor,
+                      struct mt_snapshot *out);
+
+/* ---- group_leader.c --------------------------------------------------------- */
+struct group_member *member_by_pid(struct group *g, int pid);
+int member_add(struct group *g, int fd, int cred_pid);
+void note_peak(struct group_member *m, uint64_t rss, int64_t now);
+
+/* ---- group_pressure.c ------------------------------------------------------- */
+void leader_total_sample(struct group *g, int64_t now, double sample_s);
+void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg);
+
+#endif /* MEMTRIM_GROUP_INT_H */

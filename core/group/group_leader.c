@@ -1,0 +1,462 @@
+/*
+ * group_leader.c - a group's leader (group.h): the registry, each member's
+ * messages (checked by group_msg_check first), a named group's accept, and
+ * the leader's thread: it polls a wake pipe, every member's channel and, in
+ * a named group, the group's socket (it accepts this uid or root, SO_PEERCRED,
+ * in its pid namespace; the socket is its caller's, named.c); every tick (100
+ * ms, 10 ms inside the zone) it refreshes its own entry, runs the group's
+ * pressure decision (group_pressure.c) and hands samples and the members'
+ * trims to the store's queue.
+ * Threads: "memtrim-group" (leader_main); group_lead on the instance's.
+ * Locks: g->lock (group_int.h) guards members, requests, counters; sends are
+ * non-blocking and may happen under it; trims, store pushes, snapshot reads
+ * and log lines happen outside it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mt_alloc.h"
+#include "group_int.h"
+#include "named.h"
+#include "proctree.h"
+#include "snapshot.h"
+#include "store.h"
+
+/* ==== the leader ============================================================ */
+
+struct group_member *member_by_pid(struct group *g, int pid)
+{
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid == pid && pid > 0)
+            return &g->m[i];
+    return NULL;
+}
+
+/* Answer every request to pid with rc (the member left). Under g->lock. */
+static void fail_requests(struct group *g, int pid, int rc)
+{
+    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+        if (g->req[i].used && !g->req[i].done && g->req[i].pid == pid) {
+            g->req[i].done = 1;
+            g->req[i].rc = rc;
+        }
+    pthread_cond_broadcast(&g->cond);
+}
+
+/* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
+static void member_remove(struct group *g, struct group_member *m)
+{
+    int pid;
+    pthread_mutex_lock(&g->lock);
+    pid = m->pid;
+    chan_close(m->fd, m->chan); /* not when the number is no longer this channel */
+    if (pid > 0) {
+        g->left++;
+        fail_requests(g, pid, -ECONNRESET);
+
+    }
+    memset(m, 0, sizeof(*m));
+    m->fd = -1;
+    pthread_mutex_unlock(&g->lock);
+    if (pid > 0)
+        mt_log(MT_LOG_DEBUG, "group", "member pid %d left the group", pid);
+}
+
+static void leader_store_trim(struct group *g, struct group_member *m, struct mt_trim_result *t)
+{
+    t->pid = m->pid;
+    pthread_mutex_lock(&g->lock);
+    m->trims++;
+    m->rss_after = t->rss_after_bytes;
+    if (t->released_bytes > 0)
+        m->released += (uint64_t)t->released_bytes;
+    pthread_mutex_unlock(&g->lock);
+    store_push_trim(g->d.store, t);
+    store_wake(g->d.store);
+}
+
+/* m's RSS was rss at now: its peak over about PEAK_NS (what it would hold, had no trim
+ * taken it since: group_ahead's in->kept). Locked. */
+void note_peak(struct group_member *m, uint64_t rss, int64_t now)
+{
+    if (rss >= m->peak_rss || now - m->peak_ns > PEAK_NS) {
+        m->peak_rss = rss;
+        m->peak_ns = now;
+    }
+}
+
+static void leader_answer(struct group *g, struct group_member *m, const struct group_msg *msg)
+{
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
+        if (g->req[i].used && g->req[i].id == msg->req_id && g->req[i].pid == m->pid) {
+            g->req[i].done = 1;
+            g->req[i].rc = msg->arg;
+            g->req[i].r = msg->u.trim;
+            g->req[i].r.pid = m->pid;
+            pthread_cond_broadcast(&g->cond);
+        }
+    if (m->press_req && msg->req_id == m->press_req) {
+        m->press_req = 0;
+        if (msg->arg == 0) {
+            m->rss_after = msg->u.trim.rss_after_bytes;
+            note_peak(m, msg->u.trim.rss_before_bytes, mt_mono_ns());
+            m->pressure_trims++;
+            g->pressure_trims++;
+            if (msg->u.trim.released_bytes > 0)
+                g->pressure_released += (uint64_t)msg->u.trim.released_bytes;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* A new heap reading in m's snapshot: the RSS it came with (growth since counts). Locked. */
+static void note_heap(struct group_member *m)
+{
+    if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {
+        m->heap_ms_seen = m->snap.heap.timestamp_ms;
+        m->rss_at_heap = m->snap.cheap.rss_bytes;
+    }
+}
+
+static void leader_sample(struct group *g, struct group_member *m, const struct mt_snapshot *s,
+                          int64_t now, double interval_s)
+{
+    if (interval_s <= 0 || !store_enabled(g->d.store) ||
+        now - m->last_sample_ns < (int64_t)(interval_s * MT_SEC))
+        return;
+    m->last_sample_ns = now;
+    struct mt_snapshot copy = *s;
+    copy.pid = m->pid;
+    store_push_sample(g->d.store, &copy);
+}
+
+/* One message from member m. Returns -1 when the member must go. */
+static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
+                         double sample_s)
+{
+    int64_t now = mt_mono_ns();
+    if (group_msg_check(msg) < 0)
+        return -1;
+    switch (msg->kind) {
+    case MSG_HELLO: {
+        if (m->pid != 0 || msg->pid <= 0)
+            return -1;
+        struct group_msg w;
+        pthread_mutex_lock(&g->lock);
+        /* A named member's pid is the kernel's word, in the leader's pid namespace (one
+         * for which the kernel has none is refused at accept); a forked member's, whose
+         * channel was made at fork, is its hello's. */
+        m->pid = m->cred_pid > 0 ? m->cred_pid : msg->pid;
+        snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
+                 msg->u.program);
+        for (size_t i = 0; i < sizeof(m->program) && m->program[i]; i++)
+            if ((unsigned char)m->program[i] < 0x20 || m->program[i] == '"' ||
+                m->program[i] == '\\')
+                m->program[i] = '?'; /* it goes into JSON and metric labels */
+        m->joined_ms = mt_now_ms();
+        g->joined++;
+        msg_init(&w, MSG_WELCOME);
+        w.arg = (int32_t)g->joined;
+        chan_send(g, m->fd, m->chan, &w);
+        if (g->zone) {
+            msg_init(&w, MSG_ZONE);
+            w.arg = 1;
+            chan_send(g, m->fd, m->chan, &w);
+        }
+        pthread_mutex_unlock(&g->lock);
+        mt_log(MT_LOG_DEBUG, "group", "pid %d (%s) joined the group", m->pid, m->program);
+        return 0;
+    }
+    case MSG_REPORT:
+        if (m->pid == 0)
+            return -1;
+        msg->u.snap.pid = m->pid;
+        pthread_mutex_lock(&g->lock);
+        m->snap = msg->u.snap;
+        m->report_ns = now;
+        note_heap(m);
+        note_peak(m, m->snap.cheap.rss_bytes, now);
+        pthread_mutex_unlock(&g->lock);
+        leader_sample(g, m, &msg->u.snap, now, sample_s);
+        return 0;
+    case MSG_TRIM_DONE:
+        if (m->pid == 0)
+            return -1;
+        leader_store_trim(g, m, &msg->u.trim);
+        return 0;
+    case MSG_TRIM_ANSWER:
+        if (m->pid == 0)
+            return -1;
+        leader_answer(g, m, msg);
+        return 0;
+    case MSG_REFAULT:
+        if (m->pid == 0)
+            return -1;
+        msg->u.refault.pid = m->pid;
+        store_push_refault(g->d.store, &msg->u.refault);
+        return 0;
+    default:
+        return -1; /* nothing else comes from a member */
+    }
+}
+
+static void leader_read(struct group *g, struct group_member *m, double sample_s)
+{
+    struct group_msg msg;
+    for (int k = 0; k < 64; k++) { /* a bounded batch: the others get their turn */
+        int rc = msg_recv(m->fd, &msg);
+        if (rc == 0)
+            return;
+        if (rc < 0 || leader_handle(g, m, &msg, sample_s) < 0) {
+            member_remove(g, m);
+            return;
+        }
+    }
+}
+
+/* The leader's own trims and samples carry its pid in a group (sinks in memtrim.c). */
+static void leader_self_refresh(struct group *g, int64_t now, double sample_s)
+{
+    struct mt_snapshot s;
+    own_snapshot(&g->d, LEADER_TICK_NS, 0, &s);
+    s.pid = g->d.pid;
+    pthread_mutex_lock(&g->lock);
+    g->m[0].snap = s;
+    g->m[0].report_ns = now;
+    note_heap(&g->m[0]);
+    note_peak(&g->m[0], s.cheap.rss_bytes, now);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* A new member's channel into a free entry (under g->lock); 0, or -1 when the registry is full. */
+int member_add(struct group *g, int fd, int cred_pid)
+{
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (!g->m[i].used) {
+            memset(&g->m[i], 0, sizeof(g->m[i]));
+            g->m[i].used = 1;
+            g->m[i].fd = fd;
+            g->m[i].chan = chan_id(fd);
+            g->m[i].cred_pid = cred_pid;
+            g->m[i].accepted_ns = mt_mono_ns();
+            return 0;
+        }
+    g->refused++;
+    return -1;
+}
+
+/* A connection to a named group's socket that never said hello: a memtrim says it at
+ * once, so after HELLO_DEADLINE_NS it is something else holding a place (63 silent
+ * connections of this uid would keep every real member out). Forked members are not
+ * timed: their channel is made at fork and nobody else holds it. */
+static void leader_drop_silent(struct group *g, int64_t now)
+{
+    struct group_member *silent[GROUP_MAX_MEMBERS];
+    int n = 0;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid == 0 && g->m[i].cred_pid > 0 &&
+            now - g->m[i].accepted_ns > HELLO_DEADLINE_NS)
+            silent[n++] = &g->m[i];
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < n; i++) {
+        mt_log(MT_LOG_DEBUG, "group", "pid %d connected to the group's socket and said nothing "
+                                      "for %d s: dropped", silent[i]->cred_pid,
+               (int)(HELLO_DEADLINE_NS / MT_SEC));
+        member_remove(g, silent[i]);
+    }
+}
+
+/* A member's channel whose number is no longer that channel (closed by someone else, the
+ * number maybe reused): dropped without a close() within CHAN_CHECK_NS even when the file
+ * now behind the number never wakes poll, so that the poll set holds no such number. */
+static void leader_drop_lost(struct group *g, int64_t now)
+{
+    struct group_member *lost[GROUP_MAX_MEMBERS];
+    int n = 0;
+    if (now < g->chan_check_ns)
+        return;
+    g->chan_check_ns = now + CHAN_CHECK_NS;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].fd >= 0 && !chan_ours(g->m[i].fd, g->m[i].chan))
+            lost[n++] = &g->m[i];
+    pthread_mutex_unlock(&g->lock);
+    for (int i = 0; i < n; i++) {
+        chan_lost_log(lost[i]->fd, lost[i]->pid, "a member's channel");
+        member_remove(g, lost[i]); /* which does not close it: not ours */
+    }
+}
+
+/* A process connected to a named group's socket: this uid or root joins (it says hello next). */
+static void leader_accept(struct group *g)
+{
+    for (int k = 0; k < 16; k++) { /* a bounded batch */
+        int fd = accept4(g->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+            /* The connection stays queued and the socket readable: polled at once again,
+             * it would spin this thread (and the tick's cgroup reads) on a host that ran
+             * out of descriptors. Try again in a while. */
+            int e = errno;
+            g->accept_after_ns = mt_mono_ns() + ACCEPT_PAUSE_NS;
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                           "GroupName %s: cannot accept a new member: %s; trying again in 1 s",
+                           g->name, strerror(e));
+            return;
+        }
+        if (fd < 0)
+            return; /* EAGAIN, or a peer gone before we took it */
+        struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1}; /* getsockopt failed */
+        socklen_t len = sizeof(cred);
+        char why[160] = "";
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+            snprintf(why, sizeof(why), "a connection whose credentials the kernel did not give "
+                     "(SO_PEERCRED: %s)", strerror(errno));
+        else if (!mt_named_peer_allowed((unsigned)cred.uid, (unsigned)geteuid()))
+            snprintf(why, sizeof(why), "pid %ld (uid %u): only uid %u and root may join this "
+                     "group", (long)cred.pid, (unsigned)cred.uid, (unsigned)geteuid());
+        else if (cred.pid <= 0)
+            /* The kernel gives pid 0 for a peer in a pid namespace this one does not
+             * contain: its pid (its own claim) would name another process, or none, here,
+             * and ?pid= trims, the history and the metrics' labels go by pid. */
+            snprintf(why, sizeof(why), "a process of uid %u in another pid namespace "
+                     "(SO_PEERCRED gives it no pid in the leader's): a group's processes must "
+                     "share one pid namespace", (unsigned)cred.uid);
+        if (why[0]) {
+            close(fd);
+            pthread_mutex_lock(&g->lock);
+            g->refused++;
+            pthread_mutex_unlock(&g->lock);
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group", "GroupName %s: refused %s",
+                           g->name, why);
+            continue;
+        }
+        pthread_mutex_lock(&g->lock);
+        int full = member_add(g, fd, (int)cred.pid);
+        pthread_mutex_unlock(&g->lock);
+        if (full) {
+            close(fd); /* it sees EOF before a welcome and runs without memtrim */
+            mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                           "GroupName %s: refused pid %ld: the group has %d members already",
+                           g->name, (long)cred.pid, GROUP_MAX_MEMBERS);
+        }
+    }
+}
+
+static void *leader_main(void *arg)
+{
+    struct group *g = arg;
+    struct pollfd p[GROUP_MAX_MEMBERS + 2];
+    struct group_member *who[GROUP_MAX_MEMBERS + 2];
+    struct mt_config cfg;
+    uint64_t generation;
+    config_feed_read(&g->d.config, &cfg, &generation, 1);
+
+    for (;;) {
+        config_feed_read(&g->d.config, &cfg, &generation, 0);
+        int64_t now = mt_mono_ns();
+        leader_self_refresh(g, now, cfg.sample_interval_seconds);
+        leader_pressure(g, now, &cfg);
+        leader_total_sample(g, now, cfg.sample_interval_seconds);
+
+        int n = 0;
+        p[n] = (struct pollfd){.fd = g->wake[0], .events = POLLIN};
+        who[n++] = NULL;
+        p[n] = (struct pollfd){.fd = now >= g->accept_after_ns ? g->listen_fd : -1,
+                               .events = POLLIN}; /* -1: ignored by poll */
+        who[n++] = NULL;
+        leader_drop_silent(g, now);
+        leader_drop_lost(g, now);
+        pthread_mutex_lock(&g->lock);
+        int zone = g->zone || mt_mono_ns() < g->moving_until_ns, stop = g->stop;
+        for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+            if (g->m[i].used && g->m[i].fd >= 0) {
+                p[n] = (struct pollfd){.fd = g->m[i].fd, .events = POLLIN};
+                who[n++] = &g->m[i];
+            }
+        pthread_mutex_unlock(&g->lock);
+        if (stop)
+            break;
+        int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : LEADER_TICK_NS) / MT_MS);
+        if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
+            continue;
+        if ((p[0].revents & POLLNVAL) || (p[0].revents && !pipe_ours(g, g->wake[0])))
+            wake_lost(g);
+        else if (p[0].revents)
+            wake_drain(g->wake[0]);
+        /* the caller's socket, closed by someone else (its number maybe the host's file) */
+        if ((p[1].revents & POLLNVAL) ||
+            (p[1].revents && !chan_ours(g->listen_fd, g->listen_chan))) {
+            chan_lost_log(g->listen_fd, (int)getpid(), "the named group's socket");
+            g->listen_fd = -1;
+        } else if (p[1].revents) {
+            leader_accept(g);
+        }
+        for (int i = 2; i < n; i++) {
+            if (!p[i].revents)
+                continue;
+            if ((p[i].revents & POLLNVAL) || !chan_ours(who[i]->fd, who[i]->chan)) {
+                chan_lost_log(who[i]->fd, who[i]->pid, "a member's channel");
+                member_remove(g, who[i]); /* which does not close it: not ours */
+                continue;
+            }
+            leader_read(g, who[i], cfg.sample_interval_seconds);
+        }
+    }
+    return NULL;
+}
+
+int group_lead(struct group **slot, const struct group_deps *d, int listen_fd, const char *name,
+               int forks_join, char **err)
+{
+    struct group *g = group_alloc(d, GROUP_LEADER);
+    if (!g) {
+        *err = mt_strdup("group: out of memory or descriptors");
+        return -ENOMEM;
+    }
+    g->listen_fd = listen_fd;
+    g->listen_chan = chan_id(listen_fd);
+    g->forks_join = forks_join;
+    snprintf(g->name, sizeof(g->name), "%s", name ? name : "");
+    g->m[0].used = 1;
+    g->m[0].self = 1;
+    g->m[0].fd = -1;
+    g->m[0].pid = (int)getpid();
+    g->m[0].joined_ms = mt_now_ms();
+    proctree_comm(getpid(), g->m[0].program, sizeof(g->m[0].program));
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        g->m[i].fd = -1;
+    own_snapshot(&g->d, 0, 0, &g->m[0].snap);
+    g->m[0].snap.pid = g->m[0].pid;
+    g->m[0].report_ns = mt_mono_ns();
+    /* From here on the instance's own trims and samples carry its pid. */
+    atomic_store(g->d.record_pid, (int)getpid());
+    *slot = g;
+    int rc = mt_thread_start(&g->thread, "memtrim-group", leader_main, g);
+    if (rc) {
+        atomic_store(g->d.record_pid, 0);
+        *slot = NULL;
+        group_free(g);
+        *err = mt_strdup("group: cannot start the group thread");
+        return -rc;
+    }
+    g->started = 1;
+    if (g->name[0])
+        mt_log(MT_LOG_INFO, "group", "pid %ld leads the worker group %s: processes started with "
+                                     "GroupName %s join it (one port, one store)",
+               (long)getpid(), g->name, g->name);
+    else
+        mt_log(MT_LOG_INFO, "group", "pid %ld leads a worker group: its forked children join it "
+                                     "(one port, one store)", (long)getpid());
+    return 0;
+}

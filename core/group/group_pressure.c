@@ -1,0 +1,228 @@
+/*
+ * group_pressure.c - the leader's pressure (group_int.h): every tick it reads
+ * the cgroup's usage (or sums the members' RSS), tells members when the zone
+ * starts and ends (they probe their heap at the zone's pace), asks the member
+ * the decision (core/decide/group_policy.c) picks to trim, one request in
+ * flight (staggered), and stores the group's totals as one sample.
+ * Threads: the leader's "memtrim-group". Locks: g->lock (group_int.h), never
+ * across a trim or a store push.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mt_alloc.h"
+#include "group_int.h"
+#include "pressure_policy.h"
+#include "probe.h"
+#include "snapshot.h"
+#include "store.h"
+#include "trim.h"
+
+/* The group's totals as one sample for `samples` (the host's view). */
+void leader_total_sample(struct group *g, int64_t now, double sample_s)
+{
+    if (sample_s <= 0 || !store_enabled(g->d.store) || now < g->next_total_ns)
+        return;
+    g->next_total_ns = now + (int64_t)(sample_s * MT_SEC);
+    struct mt_snapshot t;
+    int heap_all = 1;
+    pthread_mutex_lock(&g->lock);
+    t = g->m[0].snap;
+    t.pid = 0;
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++) {
+        const struct mt_snapshot *s = &g->m[i].snap;
+        if (!g->m[i].used || g->m[i].pid <= 0 || g->m[i].report_ns == 0)
+            continue;
+        t.cheap.rss_bytes += s->cheap.rss_bytes;
+        t.cheap.rss_anon_bytes += s->cheap.rss_anon_bytes;
+        t.cheap.rss_file_bytes += s->cheap.rss_file_bytes;
+        t.cheap.swap_bytes += s->cheap.swap_bytes;
+        if (s->heap.timestamp_ms == 0) {
+            heap_all = 0;
+            continue;
+        }
+        t.heap.heap_in_use_bytes += s->heap.heap_in_use_bytes;
+        t.heap.heap_free_bytes += s->heap.heap_free_bytes;
+        t.heap.heap_mmapped_bytes += s->heap.heap_mmapped_bytes;
+        t.heap.arena_bytes += s->heap.arena_bytes;
+        t.releasable_estimate_bytes += s->releasable_estimate_bytes;
+        if (t.heap.arena_count >= 0 && s->heap.arena_count >= 0)
+            t.heap.arena_count += s->heap.arena_count;
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (!heap_all)
+        t.heap.timestamp_ms = 0; /* a total of some members' heaps is no total */
+    t.fragmentation_ratio = t.heap.timestamp_ms && t.heap.heap_in_use_bytes
+                                ? (double)t.cheap.rss_bytes / (double)t.heap.heap_in_use_bytes
+                                : 0;
+    store_push_sample(g->d.store, &t);
+}
+
+/* Tell every member the zone began or ended (they probe their heap at its pace). */
+static void leader_zone(struct group *g, int zone)
+{
+    struct group_msg msg;
+    msg_init(&msg, MSG_ZONE);
+    msg.arg = zone;
+    atomic_store(g->d.zone, zone);
+    pthread_mutex_lock(&g->lock);
+    g->zone = zone;
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid > 0)
+            chan_send(g, g->m[i].fd, g->m[i].chan, &msg);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* The group's pressure: one member at a time, the largest estimate first. */
+void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
+{
+    struct group_candidate c[GROUP_MAX_MEMBERS];
+    int idx[GROUP_MAX_MEMBERS], n = 0, rule;
+    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0, peak_sum = 0, now_sum = 0;
+    struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
+                                   .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
+                                   .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
+
+    pthread_mutex_lock(&g->lock);
+    int level = g->m[0].snap.cheap.cgroup_limit_level;
+    pthread_mutex_unlock(&g->lock);
+    usage = probe_cgroup_usage(&g->d.cache->cg, level); /* the limit's cgroup, as the kernel */
+    pthread_mutex_lock(&g->lock);
+    /* Staggered: one request at a time, but a member slow to answer (a loaded node)
+     * holds the next one back PRESSURE_STAGGER_NS at most, itself 2 s at most. */
+    int waiting = 0;
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        struct group_member *m = &g->m[i];
+        if (m->press_req && now - m->press_sent_ns > PRESSURE_TIMEOUT_NS)
+            m->press_req = 0;
+        if (m->press_req && now - m->press_sent_ns < PRESSURE_STAGGER_NS)
+            waiting = 1;
+    }
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        const struct group_member *m = &g->m[i];
+        if (!m->used || m->pid <= 0 || m->report_ns == 0)
+            continue;
+        rss_sum += (int64_t)m->snap.cheap.rss_bytes;
+        peak_sum += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
+                                  ? m->peak_rss
+                                  : m->snap.cheap.rss_bytes);
+        /* its RSS now: after a pressure trim since its report, what that trim left (its
+         * report says what it held before; or the last trim's, lower: less taken off) */
+        now_sum += (int64_t)(m->last_trim_ns > m->report_ns && m->rss_after > 0 &&
+                                     m->rss_after < m->snap.cheap.rss_bytes
+                                 ? m->rss_after
+                                 : m->snap.cheap.rss_bytes);
+        int64_t heap_ms = m->snap.heap.timestamp_ms;
+        c[n] = (struct group_candidate){
+            .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
+            .estimate_fresh = heap_ms > m->last_trim_ms &&
+                              now_ms - heap_ms < GROUP_ESTIMATE_STALE_NS / MT_MS,
+            .estimate_after_trim = heap_ms > m->last_trim_ms,
+            .rss = m->snap.cheap.rss_bytes,
+            .rss_since_estimate = heap_ms && m->snap.cheap.rss_bytes > m->rss_at_heap
+                                      ? m->snap.cheap.rss_bytes - m->rss_at_heap
+                                      : 0,
+            .rss_after_trim = m->rss_after,
+            .last_trim_ns = m->last_trim_ns,
+            .busy = m->press_req != 0 || waiting,
+        };
+        idx[n++] = i;
+    }
+    in.limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
+                                           : g->m[0].snap.memory_limit_bytes;
+    in.usage = usage >= 0 ? usage : rss_sum;
+    if (g->base_usage < 0 || in.usage < g->base_usage)
+        g->base_usage = in.usage;
+    in.base_usage = g->base_usage;
+    group_rise_note(&g->rise, now, in.usage);
+    in.rise = group_rise(&g->rise, now);
+    /* The members at their peaks, less what their RSS counts twice, or the usage if more
+     * (group_kept): the usage less the members' RSS is no measure of the rest (their
+     * reports lag the cgroup's reading mid-study). */
+    in.kept = group_kept(in.usage, (uint64_t)now_sum, (uint64_t)peak_sum);
+    g->usage = in.usage;
+    /* Climbing above a quarter of the limit, or by a growth step since the last reading
+     * (a study starting far below it: its climb is what group_ahead learns from): the
+     * next readings at the zone's tick for a second (a worker fills 80 MB in 50 ms: the
+     * 100 ms tick saw the zone half of that late, and a first study's climb not at all). */
+    if (in.usage - g->moved_usage >= USAGE_MOVED_BYTES ||
+        g->moved_usage - in.usage >= USAGE_MOVED_BYTES) {
+        if (in.limit > 0 && in.usage > g->moved_usage &&
+            (in.usage >= in.limit / 4 || in.usage - g->moved_usage >= group_growth_step(in.limit)))
+            g->moving_until_ns = now + MT_SEC;
+        g->moved_usage = in.usage;
+    }
+    g->limit = in.limit > 0 ? in.limit : -1;
+    g->usage_source = usage >= 0 ? "cgroup" : "members";
+    int was_zone = g->zone;
+    /* Inside the zone, or ahead of it (the last climb, again from here, would reach it):
+     * there the members watch their heap, so that a freed study is seen at once. */
+    int inside = (in.limit > 0 && cfg->pressure_ratio > 0 &&
+                  (uint64_t)in.usage >= pressure_zone_floor(in.limit, cfg->pressure_ratio)) ||
+                 group_ahead(&in);
+    /* The members keep the zone's pace ZONE_HOLD_NS after the usage left it: a group's
+     * usage swings in and out with every study, and the next one must find them fast. */
+    if (inside)
+        g->zone_seen_ns = now;
+    int zone = inside || (was_zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
+    int pick = group_pressure_pick(&in, c, n, &rule);
+    struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
+    int fd = -1, pid = 0;
+    uint64_t id = 0;
+    if (m) {
+        m->last_trim_ns = now;
+        m->last_trim_ms = now_ms;
+        g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+        pid = m->pid;
+        if (!m->self) {
+            id = ++g->next_req;
+            fd = m->fd;
+            m->press_req = id;
+            m->press_sent_ns = now;
+            g->press_sent_ns = now;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (zone != was_zone)
+        leader_zone(g, zone);
+    if (!m)
+        return;
+    if (atomic_load(g->d.suspend_depth) > 0 && !id) {
+        trim_count_skip(g->d.trims, MT_SKIP_SUSPENDED);
+        return;
+    }
+    if (id) {
+        struct group_msg req;
+        msg_init(&req, MSG_TRIM_REQ);
+        req.req_id = id;
+        req.arg = MT_TRIGGER_PRESSURE;
+        req.pad = cfg->trim_pad_bytes;
+        pthread_mutex_lock(&g->lock);
+        if (m->press_req == id && chan_send(g, fd, m->chan, &req) != 0)
+            m->press_req = 0;
+        pthread_mutex_unlock(&g->lock);
+        return;
+    }
+    /* The leader itself: trim here (its sink stores the result with its pid). */
+    struct mt_trim_result r;
+    if (trim_run_at(g->d.trims, g->d.cache, MT_TRIGGER_PRESSURE,
+                    (uint64_t)cfg->trim_pad_bytes, -1, TRIM_WAIT_IF_BUSY, now, &r, NULL) == 0) {
+        pthread_mutex_lock(&g->lock);
+        g->m[0].pressure_trims++;
+        g->pressure_trims++;
+        if (r.released_bytes > 0)
+            g->pressure_released += (uint64_t)r.released_bytes;
+        pthread_mutex_unlock(&g->lock);
+        store_wake(g->d.store);
+    }
+    (void)pid;
+}
