@@ -297,6 +297,15 @@ int cgroup_lookup(const char *proc_cgroup, const char *mountinfo, const char *fs
     return -ENOENT;
 }
 
+/* fd is still the file kept in slot (level, file): same device and inode, a regular file. */
+static int still(struct cgroup_info *info, int level, int file, int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+           (uint64_t)st.st_dev == atomic_load(&info->fd_dev[level][file]) &&
+           (uint64_t)st.st_ino == atomic_load(&info->fd_ino[level][file]);
+}
+
 void cgroup_close(struct cgroup_info *info)
 {
     if (!info->version)
@@ -304,8 +313,8 @@ void cgroup_close(struct cgroup_info *info)
     for (int i = 0; i < CGROUP_LEVELS; i++)
         for (int f = 0; f < CG_FILES; f++) {
             int fd = atomic_exchange(&info->fd[i][f], -1);
-            if (fd >= 0)
-                close(fd);
+            if (fd >= 0 && still(info, i, f, fd))
+                close(fd); /* else the host's file now: left alone */
         }
 }
 
@@ -357,8 +366,15 @@ char *cgroup_limit_source(const struct cgroup_info *info, const struct mt_cheap 
 static int kept(struct cgroup_info *info, int level, int file)
 {
     int fd = atomic_load(&info->fd[level][file]);
-    if (fd >= 0 || fd == -2)
+    if (fd == -2 || (fd >= 0 && still(info, level, file, fd)))
         return fd;
+    if (fd >= 0) { /* closed and reused by someone else: forget the number, open ours again */
+        int was = fd;
+        if (atomic_compare_exchange_strong(&info->fd[level][file], &was, -1))
+            mt_log(MT_LOG_WARNING, "fd", "descriptor %d (a cgroup file) was closed by someone "
+                                         "else in pid %ld (the host?): left alone, reopened",
+                   fd, (long)getpid());
+    }
     const char *name = cgroup_file_name(info->version, file);
     if (!name) {
         atomic_store(&info->fd[level][file], -2);
@@ -370,6 +386,14 @@ static int kept(struct cgroup_info *info, int level, int file)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) /* missing stays missing; out of descriptors is tried again */
         return errno == ENOENT ? (atomic_store(&info->fd[level][file], -2), -2) : -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return -1;
+    }
+    /* The same file for every opener: whoever loses the race below stored the same. */
+    atomic_store(&info->fd_dev[level][file], (uint64_t)st.st_dev);
+    atomic_store(&info->fd_ino[level][file], (uint64_t)st.st_ino);
     int expected = -1;
     if (!atomic_compare_exchange_strong(&info->fd[level][file], &expected, fd)) {
         close(fd);

@@ -15,6 +15,8 @@
  * Threads: the lookup runs once at start; cgroup_read may run on any thread
  * (the descriptors it keeps are atomics, each opened once, so a host at its
  * descriptor limit still has its cgroup read). No locks, no allocation.
+ * Every kept descriptor is checked to be still its file (device and inode)
+ * before it is read or closed; one the host took is forgotten and reopened.
  */
 #ifndef MEMTRIM_CGROUP_H
 #define MEMTRIM_CGROUP_H
@@ -39,6 +41,9 @@ struct cgroup_info {
     int levels;           /* dir and its ancestors up to the mount's root: 1 or more */
     int lens[CGROUP_LEVELS]; /* level i's directory is dir[0 .. lens[i]) (0 own, 1 parent) */
     _Atomic int fd[CGROUP_LEVELS][CG_FILES]; /* kept descriptors: -1 not yet, -2 missing */
+    /* ...and each one's identity (device, inode), set before fd is published and checked
+     * before every read or close: a number the host closed and reused is left alone */
+    _Atomic uint64_t fd_dev[CGROUP_LEVELS][CG_FILES], fd_ino[CGROUP_LEVELS][CG_FILES];
 };
 
 /* Find the cgroup. 0 (info filled) or -ENOENT (info->version 0). */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +37,17 @@ static const char *const proc_paths[PROC_NFILES] = {"/proc/self/statm", "/proc/s
                                                     "/proc/self/stat"};
 static _Atomic pid_t proc_pid;
 static _Atomic int proc_fd[PROC_NFILES] = {-1, -1, -1};
+/* Each kept descriptor's identity, set before it is published: a number the host closed
+ * and reused (closefrom after its fork) is forgotten, never read or closed, and the
+ * file opened again. */
+static _Atomic uint64_t proc_dev[PROC_NFILES], proc_ino[PROC_NFILES];
+
+static int proc_still(int which, int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && (uint64_t)st.st_dev == atomic_load(&proc_dev[which]) &&
+           (uint64_t)st.st_ino == atomic_load(&proc_ino[which]);
+}
 
 /* The kept descriptor of one file, opened on first use; a negative errno if it cannot be. */
 static int proc_get(int which)
@@ -45,11 +57,23 @@ static int proc_get(int which)
         for (int i = 0; i < PROC_NFILES; i++)
             atomic_store(&proc_fd[i], -1);
     int fd = atomic_load(&proc_fd[which]);
-    if (fd >= 0)
+    if (fd >= 0 && proc_still(which, fd))
         return fd;
+    if (fd >= 0 && atomic_compare_exchange_strong(&proc_fd[which], &fd, -1))
+        mt_log(MT_LOG_WARNING, "fd", "descriptor %d (%s) was closed by someone else in pid %ld "
+                                     "(the host?): left alone, reopened",
+               fd, proc_paths[which], (long)pid);
     fd = open(proc_paths[which], O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    atomic_store(&proc_dev[which], (uint64_t)st.st_dev);
+    atomic_store(&proc_ino[which], (uint64_t)st.st_ino);
     int expected = -1;
     if (!atomic_compare_exchange_strong(&proc_fd[which], &expected, fd)) {
         close(fd); /* another thread opened it first */

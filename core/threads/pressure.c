@@ -29,6 +29,14 @@
  *
  * Locking: p->lock guards p->stop and p->stats (held only to copy or bump);
  * everything else belongs to the thread. Never held across a trim or a read.
+ *
+ * Descriptors: every one this file keeps is a struct mt_kept (common/fdid.h),
+ * reached only through mt_kept_fd(), which checks it is still the file opened:
+ * a host that closed it and reopened the number (closefrom after its fork) keeps
+ * its file untouched, and the thread reopens its own or polls without it. The
+ * wake eventfd is the one written by other threads: its number and identity are
+ * set before the thread starts and never change; a lost wake caps the sleep at
+ * WAKE_LOST_NS, so a stop is still seen at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -43,6 +51,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fdid.h"
 #include "mt_alloc.h"
 #include "pressure.h"
 #include "snapshot.h"
@@ -54,6 +63,7 @@
 #define POLL_OUT_MAX_NS (250 * MT_MS)  /* steady outside the zone (poll) */
 #define KERNEL_ZONE_NS (1 * MT_SEC)    /* inside the zone, kernel-woken: a safety re-check */
 #define IDLE_NS (3600 * MT_SEC)        /* nothing to watch, or kernel-woken outside the zone */
+#define WAKE_LOST_NS (50 * MT_MS)      /* the longest sleep once the host took the wake fd */
 #define MOVED_BYTES (1u << 20)      /* RSS "moves" when a reading differs by this much */
 #define LADDER_LINES 50             /* v1 threshold lines, the limit split in 2 % steps */
 #define CGROUP_SUPER_MAGIC 0x27e0eb
@@ -79,18 +89,20 @@ struct pressure {
     struct pressure_deps deps; /* what it uses (pressure_create); read-only */
     pthread_t thread;
     int started;
-    int wake_fd; /* eventfd: stop, reconfigure, a new heap reading */
+    int wake_fd; /* eventfd: stop, reconfigure, a new heap reading (set before the thread) */
+    struct mt_fdid wake_id; /* its identity: written to only while it is still the eventfd */
     pthread_mutex_t lock;
     int stop;                    /* guarded by lock */
     struct pressure_stats stats; /* guarded by lock */
 
     /* the thread's own */
-    int statm_fd;
-    int kfd[2];          /* v1: threshold eventfd; v2: PSI trigger, memory.events */
-    int usage_fd;        /* v1: memory.usage_in_bytes, kept open while registered */
+    int wake_lost;       /* the host took the wake fd's number: sleeps are capped */
+    struct mt_kept statm;
+    struct mt_kept kfd[2]; /* v1: threshold eventfd; v2: PSI trigger, memory.events */
+    struct mt_kept usage;  /* v1: memory.usage_in_bytes, kept open while registered */
     int64_t armed_limit; /* the limit the v1 ladder was drawn for */
     /* v1: the ladder being drawn, one line per step (see the top) */
-    int control_fd;        /* cgroup.event_control, open until the ladder is whole */
+    struct mt_kept control; /* cgroup.event_control, open until the ladder is whole */
     uint64_t ladder_floor; /* line i is ladder_floor + i * ladder_spacing */
     uint64_t ladder_spacing;
     int ladder_lines, ladder_drawn, ladder_first; /* first: the first line drawn */
@@ -102,7 +114,7 @@ struct pressure {
     int cg_version;
     int armed_level;        /* the cgroup level whose limit the sources were armed for */
     int armed_events_level; /* whose memory.events kfd[1] watches (v2) */
-    int current_fd;         /* the limit's cgroup's memory.current (v1 usage_in_bytes) */
+    struct mt_kept current; /* the limit's cgroup's memory.current (v1 usage_in_bytes) */
     int64_t events[MT_CG_EVENTS]; /* memory.events as kfd[1] last read it; -1 unknown */
     int events_read;        /* events hold a reading from kfd[1] */
     int64_t last_chance_log_ns; /* the last last-chance log line (rate-limited) */
@@ -121,18 +133,11 @@ static int on_cgroupfs(int fd, int version)
 
 static void disarm(struct pressure *p)
 {
-    for (int i = 0; i < 2; i++) {
-        if (p->kfd[i] >= 0)
-            close(p->kfd[i]); /* closing the eventfd unregisters its thresholds */
-        p->kfd[i] = -1;
-    }
-    if (p->usage_fd >= 0)
-        close(p->usage_fd);
-    if (p->control_fd >= 0)
-        close(p->control_fd);
-    if (p->current_fd >= 0)
-        close(p->current_fd);
-    p->usage_fd = p->control_fd = p->current_fd = -1;
+    for (int i = 0; i < 2; i++)
+        mt_kept_close(&p->kfd[i]); /* closing the eventfd unregisters its thresholds */
+    mt_kept_close(&p->usage);
+    mt_kept_close(&p->control);
+    mt_kept_close(&p->current);
     p->events_read = 0;
     p->ladder_lines = p->ladder_drawn = 0;
     p->armed_limit = 0;
@@ -143,7 +148,7 @@ static int64_t read_usage(struct pressure *p);
 /* v1: the ladder is still being drawn (the thread polls meanwhile). */
 static int drawing(const struct pressure *p)
 {
-    return p->control_fd >= 0;
+    return p->control.fd >= 0;
 }
 
 /* v1: register the ladder's next line: those from the current usage up
@@ -155,14 +160,15 @@ static int draw_line(struct pressure *p)
     int k = p->ladder_drawn, up = p->ladder_lines - p->ladder_first;
     int i = k < up ? p->ladder_first + k : p->ladder_first - 1 - (k - up);
     uint64_t line = p->ladder_floor + (uint64_t)i * p->ladder_spacing;
-    int n = snprintf(cmd, sizeof(cmd), "%d %d %llu", p->kfd[0], p->usage_fd,
-                     (unsigned long long)line);
+    int efd = mt_kept_fd(&p->kfd[0]), ufd = mt_kept_fd(&p->usage), cfd = mt_kept_fd(&p->control);
+    if (efd < 0 || ufd < 0 || cfd < 0)
+        return -EBADF; /* the host took one of them: poll */
+    int n = snprintf(cmd, sizeof(cmd), "%d %d %llu", efd, ufd, (unsigned long long)line);
     errno = 0;
-    if (write(p->control_fd, cmd, (size_t)n) != n)
+    if (write(cfd, cmd, (size_t)n) != n)
         return errno ? -errno : -EIO;
     if (++p->ladder_drawn == p->ladder_lines) {
-        close(p->control_fd);
-        p->control_fd = -1;
+        mt_kept_close(&p->control);
         mt_log(MT_LOG_INFO, "pressure",
                "cgroup v1 threshold ladder drawn: %d lines from %llu to %llu bytes in %.0f ms "
                "(polled meanwhile)",
@@ -182,18 +188,17 @@ static int arm_v1(struct pressure *p, const char *dir, int64_t limit, double rat
     int rc = 0;
 
     snprintf(path, sizeof(path), "%.4000s/memory.usage_in_bytes", dir);
-    p->usage_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (p->usage_fd < 0)
-        return -errno;
-    if (!on_cgroupfs(p->usage_fd, 1)) {
+    if (mt_kept_set(&p->usage, open(path, O_RDONLY | O_CLOEXEC), "memory.usage_in_bytes") < 0)
+        return errno ? -errno : -EIO;
+    if (!on_cgroupfs(p->usage.fd, 1)) {
         rc = -ENOTSUP;
         goto fail;
     }
     snprintf(path, sizeof(path), "%.4000s/cgroup.event_control", dir);
-    p->control_fd = open(path, O_WRONLY | O_CLOEXEC);
-    p->kfd[0] = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (p->control_fd < 0 || p->kfd[0] < 0) {
-        rc = -errno;
+    mt_kept_set(&p->control, open(path, O_WRONLY | O_CLOEXEC), "cgroup.event_control");
+    mt_kept_set(&p->kfd[0], eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), "the threshold eventfd");
+    if (p->control.fd < 0 || p->kfd[0].fd < 0) {
+        rc = errno ? -errno : -EIO;
         goto fail;
     }
     uint64_t floor = pressure_zone_floor(limit, ratio), spacing = (uint64_t)limit / LADDER_LINES;
@@ -226,7 +231,8 @@ fail:
 static int read_events(struct pressure *p)
 {
     char buf[512];
-    ssize_t n = pread(p->kfd[1], buf, sizeof(buf) - 1, 0);
+    int fd = mt_kept_fd(&p->kfd[1]);
+    ssize_t n = fd >= 0 ? pread(fd, buf, sizeof(buf) - 1, 0) : -1;
     if (n < 0)
         return -1;
     buf[n] = '\0';
@@ -258,7 +264,7 @@ static int arm_v2(struct pressure *p, const char *own, const char *events_dir, i
     if (fd >= 0 && on_cgroupfs(fd, 2)) {
         for (size_t i = 0; i < sizeof(triggers) / sizeof(triggers[0]); i++)
             if (write(fd, triggers[i], strlen(triggers[i]) + 1) > 0) {
-                p->kfd[0] = fd;
+                mt_kept_set(&p->kfd[0], fd, "the PSI trigger");
                 fd = -1;
                 mt_log(MT_LOG_INFO, "pressure", "PSI trigger \"%s\" armed on %s", triggers[i],
                        path);
@@ -272,18 +278,16 @@ static int arm_v2(struct pressure *p, const char *own, const char *events_dir, i
     snprintf(path, sizeof(path), "%.4000s/memory.events", events_dir);
     fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd >= 0 && on_cgroupfs(fd, 2)) {
-        p->kfd[1] = fd;
-        if (read_events(p) == 0) /* a read arms the notification */
-            fd = -1;
-        else
-            p->kfd[1] = -1;
+        if (mt_kept_set(&p->kfd[1], fd, "memory.events") >= 0 && read_events(p) != 0)
+            mt_kept_close(&p->kfd[1]); /* a read arms the notification */
+        fd = -1;
     }
     if (fd >= 0)
         close(fd);
-    if (p->kfd[0] < 0 && p->kfd[1] < 0)
+    if (p->kfd[0].fd < 0 && p->kfd[1].fd < 0)
         return 0;
     p->armed_limit = limit;
-    return p->kfd[0] >= 0 ? PRESSURE_SOURCE_PSI : PRESSURE_SOURCE_V2_EVENTS;
+    return p->kfd[0].fd >= 0 ? PRESSURE_SOURCE_PSI : PRESSURE_SOURCE_V2_EVENTS;
 }
 
 /* Choose what wakes the thread for this limit; logs the choice when it changes. */
@@ -304,7 +308,7 @@ static void arm(struct pressure *p, int64_t limit, const struct mt_cheap *c, dou
         char path[PATH_MAX + 32];
         snprintf(path, sizeof(path), "%.4000s/%s", dir,
                  cgroup_file_name(p->cg_version, CG_FILE_CURRENT));
-        p->current_fd = open(path, O_RDONLY | O_CLOEXEC);
+        mt_kept_set(&p->current, open(path, O_RDONLY | O_CLOEXEC), "the cgroup's usage file");
     }
     if (limit <= 0 || ratio <= 0) {
         source = PRESSURE_SOURCE_NONE;
@@ -347,24 +351,33 @@ static int drain(struct pressure *p, const struct pollfd *fds)
     uint64_t v;
     int kernel = 0;
 
-    if (fds[0].revents & POLLIN)
-        while (read(p->wake_fd, &v, sizeof(v)) == sizeof(v))
-            ;
+    if (fds[0].fd >= 0 && fds[0].revents) {
+        if (!p->wake_lost && mt_fdid_is(p->wake_fd, &p->wake_id)) {
+            while (read(p->wake_fd, &v, sizeof(v)) == sizeof(v))
+                ;
+        } else if (!p->wake_lost) {
+            p->wake_lost = 1;
+            mt_log(MT_LOG_WARNING, "fd", "descriptor %d (the pressure thread's wake) was closed "
+                                         "by someone else in pid %ld (the host?): left alone; "
+                                         "the thread looks every %lld ms instead",
+                   p->wake_fd, (long)getpid(), (long long)(WAKE_LOST_NS / MT_MS));
+        }
+    }
     for (int i = 0; i < 2; i++) {
-        if (p->kfd[i] < 0 || !fds[i + 1].revents)
+        if (fds[i + 1].fd < 0 || !fds[i + 1].revents)
+            continue;
+        int fd = mt_kept_fd(&p->kfd[i]);
+        if (fd < 0) /* the host took the number: what polled was its file */
             continue;
         kernel = 1;
         if (p->cg_version == 1) {
-            while (read(p->kfd[i], &v, sizeof(v)) == sizeof(v))
+            while (read(fd, &v, sizeof(v)) == sizeof(v))
                 ;
         } else if (i == 1 && read_events(p) < 0) {
-            close(p->kfd[i]); /* memory.events vanished: poll without it */
-            p->kfd[i] = -1;
+            mt_kept_close(&p->kfd[i]); /* memory.events vanished: poll without it */
         }
-        if (fds[i + 1].revents & (POLLERR | POLLHUP | POLLNVAL) && i == 0 && p->cg_version == 2) {
-            close(p->kfd[i]); /* the PSI trigger is gone (cgroup removed) */
-            p->kfd[i] = -1;
-        }
+        if (fds[i + 1].revents & (POLLERR | POLLHUP | POLLNVAL) && i == 0 && p->cg_version == 2)
+            mt_kept_close(&p->kfd[i]); /* the PSI trigger is gone (cgroup removed) */
     }
     return kernel;
 }
@@ -375,9 +388,13 @@ static uint64_t read_rss(struct pressure *p)
 {
     char buf[128];
     unsigned long long size, resident;
-    if (p->statm_fd < 0)
+    int fd = mt_kept_fd(&p->statm);
+    if (fd < 0)
+        fd = mt_kept_set(&p->statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC),
+                         "/proc/self/statm");
+    if (fd < 0)
         return probe_rss();
-    ssize_t n = pread(p->statm_fd, buf, sizeof(buf) - 1, 0);
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0)
         return probe_rss();
     buf[n] = '\0';
@@ -391,9 +408,10 @@ static uint64_t read_rss(struct pressure *p)
 static int64_t read_current(struct pressure *p)
 {
     char buf[64];
-    if (p->current_fd < 0)
+    int fd = mt_kept_fd(&p->current);
+    if (fd < 0)
         return -1;
-    ssize_t n = pread(p->current_fd, buf, sizeof(buf) - 1, 0);
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0)
         return -1;
     buf[n] = '\0';
@@ -403,9 +421,10 @@ static int64_t read_current(struct pressure *p)
 static int64_t read_usage(struct pressure *p)
 {
     char buf[64];
-    if (p->usage_fd < 0)
+    int fd = mt_kept_fd(&p->usage);
+    if (fd < 0)
         return -1;
-    ssize_t n = pread(p->usage_fd, buf, sizeof(buf) - 1, 0);
+    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
     if (n <= 0)
         return -1;
     buf[n] = '\0';
@@ -675,9 +694,12 @@ static void *pressure_main(void *arg)
 
     int64_t sleep_ns = 0;
     for (;;) {
-        struct pollfd fds[3] = {{p->wake_fd, POLLIN, 0},
-                                {p->kfd[0], p->cg_version == 2 ? POLLPRI : POLLIN, 0},
-                                {p->kfd[1], POLLPRI, 0}};
+        /* A number the host took is polled no more (its file's events are not ours). */
+        struct pollfd fds[3] = {{p->wake_lost ? -1 : p->wake_fd, POLLIN, 0},
+                                {p->kfd[0].fd, p->cg_version == 2 ? POLLPRI : POLLIN, 0},
+                                {p->kfd[1].fd, POLLPRI, 0}};
+        if (p->wake_lost && sleep_ns > WAKE_LOST_NS)
+            sleep_ns = WAKE_LOST_NS;
         struct timespec ts = {(time_t)(sleep_ns / MT_SEC), (long)(sleep_ns % MT_SEC)};
         int n = ppoll(fds, 3, &ts, NULL);
         int64_t woke = mt_mono_ns();
@@ -704,19 +726,23 @@ struct pressure *pressure_create(const struct pressure_deps *deps)
     if (!p)
         return NULL;
     p->deps = *deps;
-    p->kfd[0] = p->kfd[1] = p->usage_fd = p->control_fd = p->current_fd = -1;
+    struct mt_kept none = MT_KEPT_NONE(NULL);
+    p->kfd[0] = p->kfd[1] = p->usage = p->control = p->current = p->statm = none;
     p->stats.reaction_last_seconds = -1;
     mt_log_limit_init(&p->trim_log, TRIM_LOG_WINDOW_NS, TRIM_LOG_BURST);
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    p->statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (p->wake_fd >= 0 && mt_fdid_take(p->wake_fd, &p->wake_id) != 0) {
+        close(p->wake_fd);
+        p->wake_fd = -1;
+    }
+    mt_kept_set(&p->statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC), "/proc/self/statm");
     /* The cgroup the probe found (fixed when the cache was made). */
     p->cg = &deps->cache->cg.info;
     p->cg_version = deps->cache->cg.version;
     if (p->wake_fd < 0 || pthread_mutex_init(&p->lock, NULL)) {
         if (p->wake_fd >= 0)
-            close(p->wake_fd);
-        if (p->statm_fd >= 0)
-            close(p->statm_fd);
+            close(p->wake_fd); /* just opened: certainly ours */
+        mt_kept_close(&p->statm);
         free(p);
         return NULL;
     }
@@ -729,9 +755,8 @@ void pressure_free(struct pressure *p)
         return;
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->trim_log.lock);
-    close(p->wake_fd);
-    if (p->statm_fd >= 0)
-        close(p->statm_fd);
+    mt_fdid_close(p->wake_fd, &p->wake_id); /* left alone when the host took it */
+    mt_kept_close(&p->statm);
     free(p);
 }
 
@@ -750,7 +775,10 @@ int pressure_start(struct pressure *p, char **err)
 void pressure_wake(struct pressure *p)
 {
     uint64_t one = 1;
-    if (p && write(p->wake_fd, &one, sizeof(one)) < 0) {
+    /* Written only while the number is still the eventfd: a host that closed it and
+     * opened a file of its own there gets no 8 bytes of ours (the thread, having lost
+     * its wake, looks every WAKE_LOST_NS by itself). */
+    if (p && mt_fdid_is(p->wake_fd, &p->wake_id) && write(p->wake_fd, &one, sizeof(one)) < 0) {
         /* a full counter already wakes it */
     }
 }

@@ -11,6 +11,7 @@
  *                   [--pause-ms 400] [--stagger-ms 100] [--trim-after]
  *                   [--schedule relative|absolute] [--trace FILE]
  *                   [--cycles N] [--hold] [--pid-dir DIR] [--shared-mb 0]
+ *                   [--closefrom FILES] [--closefrom-delay-ms 0]
  *
  * --trim-after: malloc_trim(0) after every study (the comparison).
  * --schedule: relative (the default): each study starts pause-ms after the
@@ -34,6 +35,13 @@
  *   wait too, after their studies, until the master ends them), so a test can
  *   look at the group.
  * --pid-dir: each worker writes DIR/worker.<pid> when its studies are done.
+ * --closefrom FILES: each worker, as a daemon does after its fork, closes every
+ *   descriptor from 3 up (closefrom), opens FILES files of its own (which take the
+ *   freed numbers), and after every study appends a record to each and checks that
+ *   each number is still its file and holds exactly what it wrote. A worker whose
+ *   file was closed, replaced or written by someone else (memtrim, by number)
+ *   says which on stderr and exits 5. --closefrom-delay-ms: the worker does that
+ *   this long after its fork (once memtrim has joined it to the group).
  * The master prints one JSON line: {"workers":N,"finished":K,"killed":[pids]}
  * and exits 0 when every worker finished. The master is single-threaded.
  * SPDX-License-Identifier: MIT
@@ -49,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -57,6 +66,12 @@ static int shared_mb = 0;
 static int workers = 4, studies = 20, study_mb = 80, block = 1024, pause_ms = 400,
            stagger_ms = 100, trim_after, cycles, hold, absolute;
 static const char *pid_dir;
+static int own_files;                   /* --closefrom: how many */
+static int own_delay_ms;                /* --closefrom-delay-ms */
+static int own_fd[256];                 /* the worker's own files, after its closefrom */
+static unsigned long long own_ino[256]; /* ...their inodes */
+static off_t own_len[256];              /* ...and what it wrote into each */
+static void own_check(int study);
 static int trace_fd = -1;  /* --trace: one line per study */
 static int worker_index;   /* this worker's place in the start order (0 first) */
 static int64_t t0_ns;      /* the master's start (CLOCK_MONOTONIC): the trace's origin */
@@ -157,6 +172,8 @@ static void *worker_thread(void *arg)
         getrusage(RUSAGE_THREAD, &ru1);
         trace_study(s, start, alloc, freed, trimmed, mono_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0,
                     ru1.ru_minflt - ru0.ru_minflt);
+        if (own_files)
+            own_check(s);
         if (s + 1 < studies && !absolute)
             sleep_ms(pause_ms); /* the relative schedule: the pause after the study's end */
     }
@@ -164,10 +181,63 @@ static void *worker_thread(void *arg)
     return NULL;
 }
 
+/* --closefrom: append one record to each own file and check every byte of each. */
+static void own_check(int study)
+{
+    char rec[64], back[64];
+    for (int i = 0; i < own_files; i++) {
+        struct stat st;
+        int n = snprintf(rec, sizeof(rec), "worker %ld file %d study %d\n", (long)getpid(), i,
+                         study);
+        if (fstat(own_fd[i], &st) != 0 || (unsigned long long)st.st_ino != own_ino[i]) {
+            fprintf(stderr, "memtrim-prefork: worker %ld: descriptor %d, its file %d, was closed "
+                            "or replaced by someone else (study %d)\n",
+                    (long)getpid(), own_fd[i], i, study);
+            _exit(5);
+        }
+        if (st.st_size != own_len[i]) {
+            fprintf(stderr, "memtrim-prefork: worker %ld: descriptor %d, its file %d, holds %lld "
+                            "bytes where it wrote %lld (study %d)\n",
+                    (long)getpid(), own_fd[i], i, (long long)st.st_size, (long long)own_len[i],
+                    study);
+            _exit(5);
+        }
+        if (pwrite(own_fd[i], rec, (size_t)n, own_len[i]) != n ||
+            pread(own_fd[i], back, (size_t)n, own_len[i]) != n || memcmp(rec, back, (size_t)n)) {
+            fprintf(stderr, "memtrim-prefork: worker %ld: descriptor %d, its file %d: a record "
+                            "did not read back (study %d)\n", (long)getpid(), own_fd[i], i, study);
+            _exit(5);
+        }
+        own_len[i] += n;
+    }
+}
+
+static void own_open(void)
+{
+    const char *dir = pid_dir ? pid_dir : "/tmp";
+    if (own_delay_ms)
+        sleep_ms(own_delay_ms);
+    closefrom(3);
+    for (int i = 0; i < own_files; i++) {
+        struct stat st;
+        own_fd[i] = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+        if (own_fd[i] < 0 || fstat(own_fd[i], &st) != 0) {
+            fprintf(stderr, "memtrim-prefork: --closefrom: a file in %s: %s\n", dir,
+                    strerror(errno));
+            _exit(4);
+        }
+        own_ino[i] = (unsigned long long)st.st_ino;
+        own_len[i] = 0;
+    }
+    own_check(-1);
+}
+
 static void worker(void)
 {
     pthread_t t;
     signal(SIGTERM, SIG_DFL);
+    if (own_files)
+        own_open();
     if (pthread_create(&t, NULL, worker_thread, NULL) != 0)
         _exit(4);
     pthread_join(t, NULL);
@@ -218,6 +288,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--cycles")) cycles = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--trim-after")) trim_after = 1;
         else if (!strcmp(argv[i], "--hold")) hold = 1;
+        else if (!strcmp(argv[i], "--closefrom-delay-ms")) own_delay_ms = arg_int(argc, argv, &i);
+        else if (!strcmp(argv[i], "--closefrom")) {
+            own_files = arg_int(argc, argv, &i);
+            if (own_files > 256) {
+                fprintf(stderr, "memtrim-prefork: --closefrom takes at most 256 files\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--pid-dir") && i + 1 < argc) pid_dir = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(argv[i], "--schedule") && i + 1 < argc) {

@@ -1,0 +1,122 @@
+/*
+ * fdid.c - a kept descriptor's identity (fdid.h). No state and no lock: any
+ * thread; a struct mt_kept belongs to the thread that holds it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "fdid.h"
+
+/* The kernel's eventfd-id of fd (fdinfo): -1 when it has none (older kernels, not an
+ * eventfd), -2 when fdinfo could not be read (a host at its descriptor limit). */
+static int64_t eventfd_id(int fd)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+    ssize_t n = mt_read_small(path, buf, sizeof(buf));
+    if (n <= 0)
+        return n == -ENOENT || n == 0 ? -1 : -2;
+    const char *p = strstr(buf, "\neventfd-id:");
+    if (!p)
+        return -1;
+    char *end;
+    long long v = strtoll(p + 12, &end, 10);
+    return end == p + 12 || v < 0 ? -1 : (int64_t)v;
+}
+
+int mt_fdid_take(int fd, struct mt_fdid *id)
+{
+    struct stat st;
+    memset(id, 0, sizeof(*id));
+    id->eventfd_id = -1;
+    if (fd < 0)
+        return -EBADF;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    id->dev = (uint64_t)st.st_dev;
+    id->ino = (uint64_t)st.st_ino;
+    id->type = (uint32_t)(st.st_mode & S_IFMT);
+    if (id->type == 0) { /* anon_inode: eventfd, timerfd, epoll... one inode for all */
+        id->anon = 1;
+        if (fcntl(fd, F_SETSIG, MT_FDID_STAMP) != 0) {
+            int e = errno;
+            memset(id, 0, sizeof(*id));
+            return -e;
+        }
+        id->eventfd_id = eventfd_id(fd);
+        if (id->eventfd_id < 0)
+            id->eventfd_id = -1;
+    }
+    return 0;
+}
+
+int mt_fdid_is(int fd, const struct mt_fdid *id)
+{
+    struct stat st;
+    if (fd < 0 || !id || (id->ino == 0 && id->dev == 0) || fstat(fd, &st) != 0)
+        return 0;
+    if ((uint64_t)st.st_dev != id->dev || (uint64_t)st.st_ino != id->ino ||
+        (uint32_t)(st.st_mode & S_IFMT) != id->type)
+        return 0;
+    if (!id->anon)
+        return 1;
+    if (fcntl(fd, F_GETSIG) != MT_FDID_STAMP)
+        return 0;
+    if (id->eventfd_id < 0)
+        return 1;
+    int64_t now = eventfd_id(fd);
+    return now == id->eventfd_id || now == -2; /* -2: unreadable, the stamp decides */
+}
+
+int mt_fdid_close(int fd, const struct mt_fdid *id)
+{
+    if (!mt_fdid_is(fd, id))
+        return -EBADF;
+    close(fd);
+    return 0;
+}
+
+int mt_kept_set(struct mt_kept *k, int fd, const char *what)
+{
+    k->what = what;
+    k->fd = -1;
+    if (fd < 0)
+        return -1;
+    if (mt_fdid_take(fd, &k->id) != 0) {
+        close(fd); /* just opened by our caller: certainly ours */
+        return -1;
+    }
+    k->fd = fd;
+    return fd;
+}
+
+static void lost(int fd, const char *what)
+{
+    mt_log(MT_LOG_WARNING, "fd", "descriptor %d (%s) was closed by someone else in pid %ld "
+                                 "(the host?): memtrim leaves that number alone from now on",
+           fd, what ? what : "memtrim's", (long)getpid());
+}
+
+int mt_kept_fd(struct mt_kept *k)
+{
+    if (k->fd < 0)
+        return -1;
+    if (mt_fdid_is(k->fd, &k->id))
+        return k->fd;
+    lost(k->fd, k->what);
+    k->fd = -1;
+    return -1;
+}
+
+void mt_kept_close(struct mt_kept *k)
+{
+    if (k->fd >= 0 && mt_fdid_close(k->fd, &k->id) != 0)
+        lost(k->fd, k->what);
+    k->fd = -1;
+}

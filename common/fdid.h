@@ -1,0 +1,64 @@
+/*
+ * fdid.h - a kept descriptor's identity. memtrim lives in someone else's
+ * process: a host that runs closefrom(3) (daemons do, after their fork) frees
+ * memtrim's numbers, and its next open() takes them. A number memtrim kept is
+ * therefore checked, just before every close, read, write or poll of it, to be
+ * still the file memtrim opened; when it is not, memtrim leaves it alone (it is
+ * the host's now) and opens its own again where it needs one.
+ *
+ * The identity is the file's device, inode and type (fstat). Anonymous-inode
+ * files (eventfd: every one shares one inode) add the kernel's eventfd-id from
+ * /proc/self/fdinfo where the kernel gives it (6.3 on), and a stamp memtrim
+ * puts on the open file itself (F_SETSIG, which does nothing without O_ASYNC,
+ * and eventfds have no SIGIO): a host's eventfd on the same number carries no
+ * stamp. The check cannot close the window between an fstat and the call that
+ * follows it (no system call takes an identity): that window is a few hundred
+ * nanoseconds on a thread of memtrim's, against a host whose closefrom would
+ * otherwise hit every kept number for the rest of the run.
+ *
+ * Threads: no state; any thread. A struct mt_fdid is written once, before the
+ * number is published to other threads, and only read after.
+ */
+#ifndef MEMTRIM_FDID_H
+#define MEMTRIM_FDID_H
+
+#include <stdint.h>
+
+struct mt_fdid {
+    uint64_t dev, ino;
+    uint32_t type;     /* st_mode & S_IFMT (0 for anonymous inodes) */
+    uint32_t anon;     /* an anonymous inode: the stamp and eventfd_id say which */
+    int64_t eventfd_id; /* the kernel's eventfd-id, -1 where it has none */
+};
+
+#define MT_FDID_STAMP 37 /* F_SETSIG's value on memtrim's anonymous-inode files */
+
+/* Record fd's identity (stamping an anonymous inode). 0, or -errno (id zeroed). */
+int mt_fdid_take(int fd, struct mt_fdid *id);
+/* 1 when fd is still the file id recorded, 0 otherwise (closed, or someone else's). */
+int mt_fdid_is(int fd, const struct mt_fdid *id);
+/* close(fd) when it is still id's file: 0; -EBADF when it was not (left alone). */
+int mt_fdid_close(int fd, const struct mt_fdid *id);
+
+#endif /* MEMTRIM_FDID_H */
+
+/*
+ * A kept descriptor: its number and identity, owned by one thread (or published
+ * once before other threads read it). mt_kept_fd() is the only way to the number:
+ * it checks the identity each time and forgets a number that is no longer
+ * memtrim's (never closing it), logging once that the host took it.
+ */
+struct mt_kept {
+    int fd;           /* -1: none, or forgotten */
+    const char *what; /* for the log line: "/proc/self/statm", "the PSI trigger" */
+    struct mt_fdid id;
+};
+#define MT_KEPT_NONE(what) {-1, (what), {0, 0, 0, 0, -1}}
+
+/* k takes fd (just opened by the caller). fd, or -1 (fd < 0 given, or its identity
+ * could not be read: then it was closed, being certainly the caller's). */
+int mt_kept_set(struct mt_kept *k, int fd, const char *what);
+/* The number while it is still k's file, else -1 (k forgets it). */
+int mt_kept_fd(struct mt_kept *k);
+/* Close it while it is still k's file; k holds none after. */
+void mt_kept_close(struct mt_kept *k);
