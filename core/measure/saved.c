@@ -3,7 +3,7 @@
  * (RSS before less after, never below 0) and has not come back. It comes back when
  * the allocator's free memory falls below it (the released chunks were reused; a
  * heap reading shows it), or, under an allocator that reports no free memory, as
- * RSS grows. Pure; whoever holds the ledger locks it (the snapshot cache).
+ * RSS grows. Pure, on whichever thread holds the ledger (the snapshot cache locks it).
  */
 #include <string.h>
 
