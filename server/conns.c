@@ -20,7 +20,14 @@
  *   - a new connection past the cap evicts one of any address, and is
  *     refused only when none waits (every one busy);
  *   - evicted connections are shut down at once and MHD closes them in its
- *     next round; past `hard` (open plus not yet closed) new ones are refused.
+ *     next round; past `hard` (open plus not yet closed) new ones are refused
+ *     from an address that has connections of its own being closed (a flood
+ *     that outruns MHD's closing), and still taken from any other (within
+ *     libmicrohttpd's own limit, above `hard`).
+ * "Address" is the client's IP address (loopback one, IPv6 by /64), and on the
+ * unix socket the peer's uid (SO_PEERCRED, read when MHD announces the
+ * connection: the accept policy sees no descriptor), so one user's flood
+ * displaces its own connections, not another user's.
  * An honest client's new connection is served as long as its request
  * arrives before per_addr newer ones of its address; kept-alive clients
  * lose an idle connection only to a new one when their address has no
@@ -40,6 +47,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <stdint.h>
 
 #include "internal.h"
 
@@ -65,7 +73,8 @@ void server_addr_key_of(const struct sockaddr *sa, struct server_addr_key *key)
             return;
         }
     } else if (sa->sa_family == AF_UNIX) {
-        key->kind = SERVER_ADDR_UNIX;
+        key->kind = SERVER_ADDR_UNIX; /* a unix address says no uid: server_addr_key_of_peer */
+        memset(key->bytes, 0xff, sizeof(uint32_t));
         return;
     } else {
         return; /* SERVER_ADDR_OTHER: one key for whatever else */
@@ -76,6 +85,18 @@ void server_addr_key_of(const struct sockaddr *sa, struct server_addr_key *key)
     }
     key->kind = SERVER_ADDR_V4;
     memcpy(key->bytes, v4, 4);
+}
+
+void server_addr_key_of_peer(int fd, struct server_addr_key *key)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    memset(key, 0, sizeof(*key));
+    key->kind = SERVER_ADDR_UNIX;
+    uint32_t uid = UINT32_MAX; /* the credentials cannot be read: one key for all such */
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0)
+        uid = (uint32_t)cred.uid;
+    memcpy(key->bytes, &uid, sizeof(uid));
 }
 
 int server_addr_key_eq(const struct server_addr_key *a, const struct server_addr_key *b)
@@ -100,9 +121,15 @@ void server_addr_key_text(const struct server_addr_key *key, char *buf, size_t s
         inet_ntop(AF_INET6, full, a, sizeof(a));
         snprintf(buf, size, "%s/64", a);
         break;
-    case SERVER_ADDR_UNIX:
-        snprintf(buf, size, "the unix socket");
+    case SERVER_ADDR_UNIX: {
+        uint32_t uid;
+        memcpy(&uid, key->bytes, sizeof(uid));
+        if (uid == UINT32_MAX)
+            snprintf(buf, size, "a unix socket peer of unknown uid");
+        else
+            snprintf(buf, size, "uid %u on the unix socket", (unsigned)uid);
         break;
+    }
     default:
         snprintf(buf, size, "an unknown address");
         break;
@@ -127,10 +154,11 @@ void server_admit_decide(const struct server_conn *head, const struct server_add
                          const struct server_limits *lim, struct server_admit *out)
 {
     const struct server_conn *oldest = NULL, *oldest_here = NULL;
-    unsigned open = 0, gone = 0, here = 0;
+    unsigned open = 0, gone = 0, here = 0, gone_here = 0;
     for (const struct server_conn *c = head->next; c != head; c = c->next) {
         if (c->gone) {
             gone++;
+            gone_here += server_addr_key_eq(&c->key, key);
             continue;
         }
         open++;
@@ -147,7 +175,10 @@ void server_admit_decide(const struct server_conn *head, const struct server_add
     memset(out, 0, sizeof(*out));
     out->open = open;
     out->waiting_here = here;
-    if (open + gone >= lim->hard) {
+    /* Past hard, the address whose connections are being closed (the flood's own evictions)
+     * is refused; another address is still taken, within libmicrohttpd's own limit above
+     * hard: a flood that outruns MHD's closing must not refuse everyone else. */
+    if (open + gone >= lim->hard && gone_here > 0) {
         out->refuse = 1;
         out->gone = gone;
     } else if (here >= lim->per_addr && oldest_here != NULL) {

@@ -43,10 +43,13 @@ enum server_addr_kind {
 };
 struct server_addr_key {
     uint8_t kind;     /* enum server_addr_kind */
-    uint8_t bytes[8]; /* V4: 4 bytes; V6_64: the first 8; else zeros */
+    uint8_t bytes[8]; /* V4: 4 bytes; V6_64: the first 8; UNIX: the peer's uid (uint32_t,
+                       * UINT32_MAX unknown); else zeros */
 };
 struct sockaddr;
 void server_addr_key_of(const struct sockaddr *sa, struct server_addr_key *key);
+/* A unix socket connection's key: its peer's uid (SO_PEERCRED on fd, the connection's own). */
+void server_addr_key_of_peer(int fd, struct server_addr_key *key);
 int server_addr_key_eq(const struct server_addr_key *a, const struct server_addr_key *b);
 void server_addr_key_text(const struct server_addr_key *key, char *buf, size_t size);
 

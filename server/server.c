@@ -132,8 +132,20 @@ static void server_notify_connection(void *cls, struct MHD_Connection *conn, voi
         const union MHD_ConnectionInfo *a =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         struct server_addr_key key;
-        server_addr_key_of(a ? a->client_addr : NULL, &key);
-        *socket_context = i ? server_watchdog_add(&s->watchdog, i->connect_fd, &key) : NULL;
+        int admit = 1;
+        if (s->listener.is_unix && i != NULL) {
+            /* The unix socket's admission, by the peer's uid: server_accept left it here,
+             * where the connection's descriptor is known (MHD's, handed just now). */
+            server_addr_key_of_peer(i->connect_fd, &key);
+            admit = server_conns_admit(&s->watchdog, &key);
+        } else {
+            server_addr_key_of(a ? a->client_addr : NULL, &key);
+        }
+        *socket_context = NULL;
+        if (i != NULL && admit)
+            *socket_context = server_watchdog_add(&s->watchdog, i->connect_fd, &key);
+        else if (i != NULL) /* refused: unlisted, so it counts against no limit while closing */
+            shutdown(i->connect_fd, SHUT_RDWR); /* MHD sees it closed and closes it */
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         server_watchdog_remove(&s->watchdog, *socket_context);
         *socket_context = NULL;
@@ -352,14 +364,15 @@ static void server_completed(void *cls, struct MHD_Connection *conn, void **req_
  * them), at least 8; at 1024, the common default, that is 128. One address
  * may have 3/4 of them waiting (MaxConnectionsPerIp 0): 64 idle kept-alive
  * connections and a flood beside them from the same address leave the 64
- * alone (the flood displaces its own). On the unix socket every peer is
- * local: only the cap applies. Evicted connections close within MHD's next
+ * alone (the flood displaces its own). On the unix socket a peer's uid is its
+ * address: another user's flood displaces its own connections, not the host
+ * user's. Evicted connections close within MHD's next
  * round, and each of its threads accepts up to 10 connections in a round
  * (MHD_epoll's accept series) before it gets there: `hard` leaves them that
  * many and an eighth of the cap more (at least 4) before new ones are
  * refused.
  */
-static void server_limits(const struct server_options *cfg, int is_unix, struct server_limits *lim)
+static void server_limits(const struct server_options *cfg, struct server_limits *lim)
 {
     struct rlimit rl;
     rlim_t share = 128;
@@ -368,16 +381,18 @@ static void server_limits(const struct server_options *cfg, int is_unix, struct 
     lim->cap = cfg->max_connections > 0 ? (unsigned)cfg->max_connections : (unsigned)share;
     lim->per_addr = cfg->max_connections_per_ip > 0 ? (unsigned)cfg->max_connections_per_ip
                                                     : (lim->cap * 3 + 3) / 4;
-    if (is_unix)
-        lim->per_addr = lim->cap;
     unsigned threads = cfg->threads > 0 ? (unsigned)cfg->threads : 1;
     lim->hard = lim->cap + (lim->cap / 8 > 4 ? lim->cap / 8 : 4) + 10 * threads;
 }
 
-/* MHD's accept policy: the limits above, before MHD allocates anything (a refusal is silent). */
+/* MHD's accept policy: the limits above, before MHD allocates anything (a refusal is silent).
+ * The unix socket's connections are admitted by their peer's uid, which needs the descriptor
+ * that this call does not get: server_notify_connection decides for them. */
 static enum MHD_Result server_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct server *s = cls;
+    if (s->listener.is_unix)
+        return MHD_YES;
     struct server_addr_key key;
     server_addr_key_of(addrlen > 0 ? addr : NULL, &key);
     return server_conns_admit(&s->watchdog, &key) ? MHD_YES : MHD_NO;
@@ -521,7 +536,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     server_readers_init(&s->readers);
     rc = server_watchdog_start(&s->watchdog, cfg->request_timeout_seconds);
     if (rc == 0) /* before any connection */
-        server_limits(cfg, s->listener.is_unix, &s->watchdog.limits);
+        server_limits(cfg, &s->watchdog.limits);
     if (rc != 0) {
         msg = server_strdupf("cannot start the request watchdog: %s", strerror(-rc));
         server_readers_free(&s->readers, s->store);

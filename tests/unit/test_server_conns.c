@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -64,7 +65,26 @@ static void test_addresses(void)
     struct server_addr_key u;
     server_addr_key_of((struct sockaddr *)&un, &u);
     CHECK_EQ_INT(u.kind, SERVER_ADDR_UNIX);
-    char text[64];
+    /* On the unix socket a connection's key is its peer's uid (#31 F12: every peer was one
+     * address, and nobody's flood evicted the host user's requests). */
+    int sp[2];
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    struct server_addr_key mine, again, theirs;
+    server_addr_key_of_peer(sp[0], &mine);
+    server_addr_key_of_peer(sp[1], &again);
+    CHECK_EQ_INT(mine.kind, SERVER_ADDR_UNIX);
+    CHECK(server_addr_key_eq(&mine, &again));
+    theirs = mine;
+    uint32_t other = (uint32_t)getuid() + 1;
+    memcpy(theirs.bytes, &other, sizeof(other));
+    CHECK(!server_addr_key_eq(&mine, &theirs));
+    CHECK(!server_addr_key_eq(&mine, &u));
+    char text[64], want[64];
+    server_addr_key_text(&mine, text, sizeof(text));
+    snprintf(want, sizeof(want), "uid %u on the unix socket", (unsigned)getuid());
+    CHECK_MSG(strcmp(text, want) == 0, "%s", text);
+    close(sp[0]);
+    close(sp[1]);
     server_addr_key_text(&lo, text, sizeof(text));
     CHECK(strcmp(text, "loopback") == 0);
     server_addr_key_text(&a, text, sizeof(text));
@@ -234,6 +254,13 @@ static void test_cap_and_busy(void)
     server_admit_decide(&l->head, &z, &lim, &a); /* 4 open + 2 gone = hard */
     CHECK(a.refuse);
     CHECK_EQ_INT(a.gone, 2); /* the log line names the hard limit, not "none waiting" */
+    /* Past hard, an address none of whose connections are being closed is still taken: the
+     * flood's evictions refuse the flood, not another client (#31 F12). */
+    c[2]->deadline_ns = 300; /* waiting again: room can be made */
+    server_admit_decide(&l->head, &z, &lim, &a);
+    CHECK(a.refuse && a.gone == 2);
+    server_admit_decide(&l->head, &x, &lim, &a);
+    CHECK(!a.refuse && a.victim == c[2]);
     free(l);
 }
 
