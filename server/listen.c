@@ -4,11 +4,15 @@
  * renewed certificate, tls.c) and so that it can be a unix socket:
  *   TCP:  HttpBind:HttpPort resolved, bound, listening; bind's own errno is
  *         the start error.
- *   unix: "unix:/path". Its directory must not be writable by others unless
- *         sticky, and must belong to the host's user or root; a file already
- *         at the path must be a socket that nobody answers on (a stale one
- *         from a crashed host is replaced; one that answers stops the start).
- *         Bound, given HttpSocketMode and HttpSocketGroup before listen()
+ *   unix: "unix:/path". Every directory on the path, walked from "/" by
+ *         descriptor with no link followed, must belong to the host's user or
+ *         root and not be writable by others (sticky ones allowed on the way,
+ *         not as the socket's own directory: anyone could bind the name first);
+ *         a file already at the path must be a socket that nobody answers on
+ *         (a stale one from a crashed host is replaced; one that answers stops
+ *         the start). Bound in the checked directory (/proc/self/fd/N/name),
+ *         given HttpSocketMode and HttpSocketGroup through that directory's
+ *         descriptor (fchmodat/fchownat, AT_SYMLINK_NOFOLLOW) before listen()
  *         (nobody can connect before that), removed at stop if it is still ours.
  * Runs on the thread that starts and stops the server; no shared state, no locks.
  */
@@ -16,6 +20,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -111,51 +116,143 @@ static int listen_tcp(const struct server_options *cfg, struct server_listener *
     return 0;
 }
 
-/* The directory of the socket: not writable by others without the sticky bit, ours or root's. */
-static int listen_check_dir(const char *path, char **err)
+/* One directory on the socket's path, as its descriptor shows it: it must belong to the host's
+ * user or root; one that others may write to is refused, unless it has the sticky bit and is
+ * not the socket's own (others cannot rename what it holds then). */
+static int listen_check_one(const char *path, const char *dir, const struct stat *st, int last,
+                            char **err)
 {
-    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        int e = errno;
-        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s': %s", path, dir,
-                           e == ENOENT ? "no such directory (create it, e.g. with systemd's "
-                                         "RuntimeDirectory=)"
-                                       : strerror(e));
-        return -e;
-    }
-    if (!S_ISDIR(st.st_mode)) {
+    if (!S_ISDIR(st->st_mode)) {
         *err = server_strdupf("HttpBind 'unix:%s': '%s' is not a directory", path, dir);
         return -ENOTDIR;
     }
-    if (st.st_uid != geteuid() && st.st_uid != 0) {
-        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s' belongs to uid %u, neither "
-                           "the host's user (uid %u) nor root: that user could replace the "
-                           "socket",
-                           path, dir, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (!mt_secret_owner_ok((unsigned)st->st_uid)) {
+        *err = server_strdupf("HttpBind 'unix:%s': the directory '%s' belongs to uid %u, neither "
+                              "the host's user (uid %u) nor root: that user could replace the "
+                              "socket or what leads to it",
+                              path, dir, (unsigned)st->st_uid, (unsigned)geteuid());
         return -EPERM;
     }
-    if ((st.st_mode & S_IWOTH) && !(st.st_mode & S_ISVTX)) {
-        *err = server_strdupf("HttpBind 'unix:%s': its directory '%s' has mode %04o: anyone may "
-                           "replace the socket there (use a directory of the host's own, such "
-                           "as /run/memtrim, or one with the sticky bit)",
-                           path, dir, (unsigned)(st.st_mode & 07777));
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && (last || !(st->st_mode & S_ISVTX))) {
+        *err = server_strdupf(
+            "HttpBind 'unix:%s': the directory '%s' has mode %04o: anyone may replace the socket "
+            "%s (use a directory that only the host's user or root may write to, such as "
+            "/run/memtrim, made by systemd's RuntimeDirectory=)",
+            path, dir, (unsigned)(st->st_mode & 07777),
+            last ? "there, or put their own at the path before the host starts; the sticky bit "
+                   "does not stop that"
+                 : "or a directory on the way to it");
         return -EPERM;
     }
     return 0;
 }
 
+/*
+ * The socket's directory as an O_PATH descriptor, reached from "/" one component at a time
+ * by descriptor, no link followed, each directory checked (listen_check_one): so what is
+ * checked is what the socket is bound in and what its mode and group are set through.
+ * *name: the socket's name in it (inside path). The descriptor, or -errno with *err.
+ */
+static int listen_open_dir(const char *path, const char **name, char **err)
+{
+    char walked[sizeof(((struct sockaddr_un *)0)->sun_path)] = "";
+    const char *p = path + 1; /* path is absolute (config.c) */
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        int e = errno;
+        *err = server_strdupf("HttpBind 'unix:%s': cannot open '/': %s", path, strerror(e));
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
+    const char *slash = strrchr(path, '/');
+    int rc = listen_check_one(path, "/", &st, slash == path, err);
+    while (rc == 0 && p < slash) {
+        const char *end = strchr(p, '/');
+        size_t len = (size_t)(end - p);
+        char comp[sizeof(walked)];
+        memcpy(comp, p, len);
+        comp[len] = '\0';
+        p = end + 1;
+        if (len == 0 || strcmp(comp, ".") == 0)
+            continue;
+        size_t w = strlen(walked); /* walked is a prefix of path: it fits */
+        walked[w] = '/';
+        memcpy(walked + w + 1, comp, len + 1);
+        if (strcmp(comp, "..") == 0) {
+            *err = server_strdupf("HttpBind 'unix:%s': '..' in the path; give it without", path);
+            rc = -EINVAL;
+            break;
+        }
+        struct stat l;
+        if (fstatat(fd, comp, &l, AT_SYMLINK_NOFOLLOW) != 0) {
+            rc = -errno;
+            *err = server_strdupf("HttpBind 'unix:%s': its directory '%s': %s", path, walked,
+                                  errno == ENOENT ? "no such directory (create it, e.g. with "
+                                                    "systemd's RuntimeDirectory=)"
+                                                  : strerror(errno));
+            break;
+        }
+        if (S_ISLNK(l.st_mode)) {
+            char real[PATH_MAX];
+            int known = realpath(walked, real) != NULL;
+            *err = server_strdupf("HttpBind 'unix:%s': '%s' is a symbolic link%s%s%s: give the "
+                                  "path without links (whoever may change a link may move the "
+                                  "socket)",
+                                  path, walked, known ? " (to '" : "", known ? real : "",
+                                  known ? "')" : "");
+            rc = -ELOOP;
+            break;
+        }
+        int next = openat(fd, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 || fstat(next, &st) != 0 || st.st_dev != l.st_dev || st.st_ino != l.st_ino) {
+            rc = next < 0 ? -errno : -EAGAIN;
+            *err = server_strdupf("HttpBind 'unix:%s': its directory '%s': %s", path, walked,
+                                  next < 0 ? strerror(errno) : "changed while it was checked");
+            if (next >= 0)
+                close(next);
+            break;
+        }
+        close(fd);
+        fd = next;
+        rc = listen_check_one(path, walked, &st, p > slash, err);
+    }
+    if (rc != 0) {
+        close(fd);
+        return rc;
+    }
+    *name = slash + 1;
+    return fd;
+}
+
+/* The socket's address: through the checked directory's descriptor when /proc has it (the
+ * kernel then binds in that very directory), by its path otherwise (every directory on it
+ * checked, none that others may write to). */
+static void listen_addr(int dirfd, const char *path, const char *name, struct sockaddr_un *sun)
+{
+    struct stat d, p;
+    char proc[64];
+    memset(sun, 0, sizeof(*sun));
+    sun->sun_family = AF_UNIX;
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", dirfd);
+    size_t plen = strlen(proc), nlen = strlen(name);
+    if (fstat(dirfd, &d) == 0 && stat(proc, &p) == 0 && d.st_dev == p.st_dev &&
+        d.st_ino == p.st_ino && plen + 1 + nlen < sizeof(sun->sun_path)) {
+        memcpy(sun->sun_path, proc, plen);
+        sun->sun_path[plen] = '/';
+        memcpy(sun->sun_path + plen + 1, name, nlen + 1);
+    } else {
+        memcpy(sun->sun_path, path, strlen(path) + 1); /* shorter than sun_path (listen_unix) */
+    }
+}
+
 /* A file already at the path: a stale socket is removed, anything else stops the start. */
-static int listen_clear_stale(const char *path, const struct sockaddr_un *sun, char **err)
+static int listen_clear_stale(int dirfd, const char *path, const char *name,
+                              const struct sockaddr_un *sun, char **err)
 {
     struct stat st;
-    if (lstat(path, &st) != 0)
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -errno;
     if (!S_ISSOCK(st.st_mode)) {
         *err = server_strdupf("HttpBind 'unix:%s': a file that is not a socket is already there; "
@@ -180,7 +277,7 @@ static int listen_clear_stale(const char *path, const struct sockaddr_un *sun, c
                            path, strerror(e));
         return -e;
     }
-    if (unlink(path) != 0 && errno != ENOENT) {
+    if (unlinkat(dirfd, name, 0) != 0 && errno != ENOENT) {
         e = errno;
         *err = server_strdupf("HttpBind 'unix:%s': cannot remove the stale socket: %s", path,
                            strerror(e));
@@ -188,6 +285,27 @@ static int listen_clear_stale(const char *path, const struct sockaddr_un *sun, c
     }
     mt_log(MT_LOG_INFO, "server", "HttpBind 'unix:%s': a stale socket (nobody answered on it) "
                                   "was replaced", path);
+    return 0;
+}
+
+/* The mode, then the group, of the socket just bound: through the checked directory's
+ * descriptor, no link followed (glibc's fchmodat does that through an O_PATH descriptor and
+ * /proc; without /proc, the entry is checked to be a socket and changed by name, in a
+ * directory nobody else may write to). */
+static int listen_set_perms(int dirfd, const char *name, mode_t mode, gid_t gid, const char **step)
+{
+    struct stat st;
+    *step = "chmod";
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    if (fchmodat(dirfd, name, mode, AT_SYMLINK_NOFOLLOW) != 0 &&
+        (errno != EOPNOTSUPP || fchmodat(dirfd, name, mode, 0) != 0))
+        return -errno;
+    *step = "chown to HttpSocketGroup";
+    if (gid != (gid_t)-1 && fchownat(dirfd, name, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
     return 0;
 }
 
@@ -220,45 +338,50 @@ static int listen_unix(const struct server_options *cfg, struct server_listener 
 {
     const char *path = cfg->bind + 5;
     struct sockaddr_un sun;
-    memset(&sun, 0, sizeof(sun));
-    sun.sun_family = AF_UNIX;
     if (strlen(path) >= sizeof(sun.sun_path)) {
         *err = server_strdupf("HttpBind 'unix:%s': the path is too long for a socket", path);
         return -ENAMETOOLONG;
     }
-    memcpy(sun.sun_path, path, strlen(path) + 1);
     gid_t gid = (gid_t)-1;
+    const char *name = NULL;
     int rc = cfg->socket_group[0] ? listen_group(cfg->socket_group, &gid, err) : 0;
-    if (rc == 0)
-        rc = listen_check_dir(path, err);
-    if (rc == 0)
-        rc = listen_clear_stale(path, &sun, err);
+    int dirfd = rc == 0 ? listen_open_dir(path, &name, err) : -1;
+    if (rc == 0 && dirfd < 0)
+        rc = dirfd;
+    if (rc == 0) {
+        listen_addr(dirfd, path, name, &sun);
+        rc = listen_clear_stale(dirfd, path, name, &sun, err);
+    }
     if (rc != 0) {
         if (*err == NULL)
             *err = server_strdupf("HttpBind 'unix:%s': %s", path, strerror(-rc));
+        if (dirfd >= 0)
+            close(dirfd);
         return rc;
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         rc = -errno;
         *err = server_strdupf("HttpBind 'unix:%s': socket: %s", path, strerror(errno));
+        close(dirfd);
         return rc;
     }
     mode_t mode = cfg->socket_mode > 0 ? (mode_t)cfg->socket_mode : 0660;
     const char *step = "bind";
     struct stat st;
-    if (bind(fd, (const struct sockaddr *)&sun, sizeof(sun)) != 0)
+    if (bind(fd, (const struct sockaddr *)&sun, sizeof(sun)) != 0) {
+        rc = -errno;
         goto fail;
+    }
     /* Nobody can connect before listen(): the mode and group are in place by then. */
-    step = "chmod";
-    if (chmod(path, mode) != 0)
-        goto fail_unlink;
-    step = "chown to HttpSocketGroup";
-    if (gid != (gid_t)-1 && chown(path, (uid_t)-1, gid) != 0)
+    if ((rc = listen_set_perms(dirfd, name, mode, gid, &step)) != 0)
         goto fail_unlink;
     step = "listen";
-    if (lstat(path, &st) != 0 || listen(fd, SERVER_BACKLOG) != 0)
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 || listen(fd, SERVER_BACKLOG) != 0) {
+        rc = -errno;
         goto fail_unlink;
+    }
+    close(dirfd);
     server_file_id_of(&st, &l->unix_id);
     snprintf(l->unix_path, sizeof(l->unix_path), "%s", path);
     l->is_unix = 1;
@@ -266,14 +389,11 @@ static int listen_unix(const struct server_options *cfg, struct server_listener 
     return 0;
 
 fail_unlink:
-    rc = -errno;
-    unlink(path);
-    goto out;
+    unlinkat(dirfd, name, 0);
 fail:
-    rc = -errno;
-out:
     *err = server_strdupf("HttpBind 'unix:%s': %s: %s", path, step, strerror(-rc));
     close(fd);
+    close(dirfd);
     return rc;
 }
 

@@ -284,3 +284,89 @@ def test_another_uids_flood_does_not_evict_ours(hosts, folder):
     assert "took the place of one waiting on its first request (from uid 65534 on the unix " \
            "socket)" in log, log[-2000:]
     assert "(from uid 0 on the unix socket)" not in log, log[-2000:]
+
+
+NOBODY = 65534
+
+# Run as nobody: listens on the path first and says so; answers nothing; ends with its stdin.
+SQUAT = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(8)
+print("listening", flush=True)
+sys.stdin.read()
+"""
+
+
+def refused(hosts, folder):
+    h = hosts(folder, ready=False)
+    assert h.proc.wait(timeout=20) != 0, "the host started"
+    return h.output()
+
+
+@pytest.mark.skipif(SETPRIV is None, reason="setpriv (util-linux) is needed")
+def test_socket_directory_others_may_write_is_refused(hosts, folder):
+    """#31 F4: in a sticky world-writable directory (/tmp's mode) another user who listened on
+    the path first made the host refuse to start, and root's curl then handed the admin token
+    to the squatter. A directory others may write to is refused as the socket's own, sticky
+    or not, whoever got there first."""
+    shared = folder / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    squat = subprocess.Popen([SETPRIV, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                              "/usr/bin/python3", "-c", SQUAT, str(shared / "memtrim.sock")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert squat.stdout.readline().strip() == "listening"
+        log = refused(hosts, shared)
+    finally:
+        squat.stdin.close()
+        squat.wait(timeout=20)
+    assert f"the directory '{shared}' has mode 1777: anyone may replace the socket there, or " \
+           "put their own at the path before the host starts; the sticky bit does not stop " \
+           "that" in log, log[-1500:]
+    # Without the squatter too, and group-writable alike.
+    (shared / "memtrim.sock").unlink()
+    assert "has mode 1777" in refused(hosts, shared)
+    shared.chmod(0o770)
+    assert "has mode 0770: anyone may replace the socket there" in refused(hosts, shared)
+
+
+def test_every_directory_on_the_path_is_checked(hosts, folder):
+    """#31 F5: the socket was chmod/chown'ed by path, following links, and only its own
+    directory was checked: a user who owned a parent could swap the directory during start
+    and have root set a root 0600 file to 0666. Every directory from / is checked, walked by
+    descriptor with no link followed, and the mode and group are set through the checked
+    directory's descriptor."""
+    theirs = folder / "theirs"
+    inner = theirs / "run"
+    inner.mkdir(parents=True)
+    inner.chmod(0o755)
+    os.chown(theirs, NOBODY, NOBODY)  # root is the host's user here: nobody owns a parent
+    log = refused(hosts, inner)
+    assert f"the directory '{theirs}' belongs to uid {NOBODY}, neither the host's user (uid 0) " \
+           "nor root" in log, log[-1500:]
+    # A symbolic link on the way: whoever may change it may move the socket.
+    real = folder / "real"
+    real.mkdir()
+    real.chmod(0o755)
+    link = folder / "link"
+    link.symlink_to(real)
+    log = refused(hosts, link)
+    assert f"'{link}' is a symbolic link (to '{real}'): give the path without links" in log, \
+        log[-1500:]
+    # A world-writable directory on the way needs the sticky bit (as /tmp has).
+    open_dir = folder / "open"
+    (open_dir / "run").mkdir(parents=True)
+    (open_dir / "run").chmod(0o755)
+    open_dir.chmod(0o777)
+    log = refused(hosts, open_dir / "run")
+    assert f"the directory '{open_dir}' has mode 0777: anyone may replace the socket or a " \
+           "directory on the way to it" in log, log[-1500:]
+    open_dir.chmod(0o1777)
+    h = hosts(open_dir / "run", {"HttpSocketMode": "0600", "HttpSocketGroup": "nogroup"})
+    st = os.lstat(h.sock)
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600, oct(st.st_mode)
+    assert st.st_gid == NOBODY and st.st_uid == 0, (st.st_uid, st.st_gid)
+    assert status(h.sock, "/healthz") == 200
