@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,4 +121,70 @@ void mt_kept_close(struct mt_kept *k)
     if (k->fd >= 0 && mt_fdid_close(k->fd, &k->id) != 0)
         lost(k->fd, k->what);
     k->fd = -1;
+}
+
+/* The canary (fdid.h): written at an instance's start and stop (one instance at a time,
+ * under the instance lock) and in the atfork child handler; read by any thread. */
+static _Atomic int canary_fd = -1;
+static _Atomic uint64_t canary_dev, canary_ino;
+static _Atomic int canary_lost;
+
+void mt_canary_open(void)
+{
+    if (atomic_load(&canary_fd) >= 0)
+        return;
+    int fd = memfd_create("memtrim-canary", MFD_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return; /* no canary: a host's closefrom goes unseen, as before */
+    }
+    atomic_store(&canary_dev, (uint64_t)st.st_dev);
+    atomic_store(&canary_ino, (uint64_t)st.st_ino);
+    atomic_store(&canary_lost, 0);
+    atomic_store(&canary_fd, fd);
+}
+
+int mt_fds_lost(void)
+{
+    if (atomic_load(&canary_lost))
+        return 1;
+    int fd = atomic_load(&canary_fd);
+    struct stat st;
+    if (fd < 0 || (fstat(fd, &st) == 0 && (uint64_t)st.st_dev == atomic_load(&canary_dev) &&
+                   (uint64_t)st.st_ino == atomic_load(&canary_ino)))
+        return 0;
+    if (!atomic_exchange(&canary_lost, 1))
+        mt_log(MT_LOG_ERROR, "fd", "the host closed memtrim's descriptors in pid %ld (closefrom, "
+                                   "or a loop over every descriptor): memtrim leaves its store "
+                                   "and its HTTP server as they are, never to touch their "
+                                   "descriptors again (those numbers are the host's now); "
+                                   "trims go on. Start memtrim after that point (the C ABI) "
+                                   "to keep them",
+               (long)getpid());
+    return 1;
+}
+
+/* fd is not the canary any more. */
+static int mt_fds_lost_at(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) != 0 || (uint64_t)st.st_dev != atomic_load(&canary_dev) ||
+           (uint64_t)st.st_ino != atomic_load(&canary_ino);
+}
+
+void mt_canary_close(void)
+{
+    int fd = atomic_exchange(&canary_fd, -1);
+    if (fd >= 0 && !mt_fds_lost_at(fd))
+        close(fd);
+}
+
+void mt_canary_fork_child(void)
+{
+    int fd = atomic_exchange(&canary_fd, -1);
+    if (fd >= 0)
+        close(fd); /* no host code has run in the child yet: certainly the parent's canary */
+    atomic_store(&canary_lost, 0);
 }

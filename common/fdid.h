@@ -62,3 +62,24 @@ int mt_kept_set(struct mt_kept *k, int fd, const char *what);
 int mt_kept_fd(struct mt_kept *k);
 /* Close it while it is still k's file; k holds none after. */
 void mt_kept_close(struct mt_kept *k);
+
+/*
+ * The canary: one descriptor memtrim opens before any other of an instance's and
+ * never uses, so that a host that closes descriptors it does not own in its own
+ * process (closefrom(3), or a loop up to the limit, as some daemons do at start)
+ * is seen: once the canary is no longer memtrim's, memtrim's store and HTTP
+ * server, whose descriptors live inside SQLite and libmicrohttpd where memtrim
+ * cannot check each call, are abandoned as they stand: nothing of theirs is
+ * closed, read or written again (mt_fds_lost). Descriptors memtrim reaches
+ * itself (cgroup files, /proc, the pressure thread's, the group's channels) are
+ * checked one by one and need no canary. Process-wide; any thread. A forked
+ * child closes its parent's canary in the atfork handler (mt_canary_fork_child,
+ * before any host code runs there) and opens its own with its instance.
+ */
+void mt_canary_open(void);
+/* Whether the host closed memtrim's descriptors since the canary was opened: 1 lost
+ * (and from then on for the life of the process), 0 not. One fstat. */
+int mt_fds_lost(void);
+/* Close the canary (at the instance's stop) while it is still memtrim's. */
+void mt_canary_close(void);
+void mt_canary_fork_child(void);

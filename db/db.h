@@ -67,6 +67,10 @@ int db_path_is_file(const char *path, uint64_t dev, uint64_t ino);
  * truncates the writer's own WAL, by descriptor, to 0 bytes). w is freed.
  */
 void db_writer_abandon(struct db_writer *w);
+/* The host closed memtrim's descriptors (common/fdid.h, mt_fds_lost): free the writer
+ * without one SQLite call, so that none of SQLite's descriptor numbers, the host's now,
+ * is locked, written or closed. The connection itself is left (its memory too). */
+void db_writer_forget(struct db_writer *w);
 
 /*
  * The one builder of the in-memory store's URI (see db_writer_reader_path): a
@@ -120,6 +124,8 @@ int db_writer_retention(struct db_writer *w, int64_t cutoff_ms, int max_rows, in
  */
 int db_reader_open(const char *path, struct db_reader **out, char **err);
 void db_reader_close(struct db_reader *r);
+/* As db_writer_forget, for a reader. */
+void db_reader_forget(struct db_reader *r);
 
 /* One stored trim (the trim result plus its row id). */
 struct db_trim_row {

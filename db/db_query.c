@@ -42,6 +42,14 @@ static const char *const db_rsql[DB_R_COUNT] = {
                        " WHERE rn IN (?4, ?5, ?6)",
 };
 
+void db_reader_forget(struct db_reader *r)
+{
+    if (r == NULL)
+        return;
+    free(r->series); /* no SQLite call: see db_writer_forget */
+    free(r);
+}
+
 void db_reader_close(struct db_reader *r)
 {
     int n = db_series_metric_count();

@@ -297,6 +297,18 @@ static void db_writer_abort(struct db_writer *w)
     w->pending = 0;
 }
 
+void db_writer_forget(struct db_writer *w)
+{
+    if (w == NULL)
+        return;
+    /* No SQLite call: finalizing, rolling back or closing would unlock, write or close
+     * descriptors by number, and those numbers are the host's now. The connection's
+     * memory stays with it. */
+    free(w->path);
+    free(w->reader_path);
+    free(w);
+}
+
 void db_writer_close(struct db_writer *w)
 {
     if (w == NULL)

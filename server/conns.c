@@ -200,7 +200,7 @@ int server_conns_admit(struct server_watchdog *w, const struct server_addr_key *
     server_admit_decide(&w->head, key, &w->limits, &a);
     struct server_limits lim = w->limits;
     if (a.victim != NULL) {
-        shutdown(a.victim->fd, SHUT_RDWR); /* MHD sees it closed and closes it */
+        server_conn_shutdown(a.victim); /* MHD sees it closed and closes it */
         a.victim->deadline_ns = 0;
         a.victim->gone = 1;
         victim_key = a.victim->key;

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "common.h"
+#include "fdid.h"
 #include "http.h"
 
 struct MHD_Daemon;
@@ -57,6 +58,7 @@ void server_addr_key_text(const struct server_addr_key *key, char *buf, size_t s
 struct server_conn {
     struct server_conn *prev, *next;
     int fd;
+    struct mt_fdid fd_id; /* the socket's identity: shut down only while fd is still it */
     struct server_addr_key key;
     int64_t deadline_ns; /* 0 = not waiting for a request (handler or reply running), or gone */
     int gone;            /* cut or evicted: shut down, MHD has yet to close it */
@@ -110,6 +112,7 @@ struct server_watchdog {
 int server_watchdog_start(struct server_watchdog *w, int timeout_seconds);
 void server_watchdog_stop(struct server_watchdog *w); /* after MHD has stopped */
 /* A new connection, listed with its request deadline armed. */
+void server_conn_shutdown(struct server_conn *c);
 struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd,
                                         const struct server_addr_key *key);
 void server_watchdog_remove(struct server_watchdog *w, struct server_conn *c);

@@ -627,6 +627,17 @@ void server_stop(struct server *s)
     /* Reverse of start: the threads first (this waits for running handlers), then what they
      * read. The reload thread first, so that no daemon starts behind our back. */
     server_tls_reload_stop(s);
+    if (mt_fds_lost()) {
+        /* The host closed memtrim's descriptors (common/fdid.h): stopping libmicrohttpd
+         * would write its wake-up and close the listening and connection sockets by
+         * number, numbers that are the host's files now. Its threads sleep in
+         * epoll_wait on an epoll file only they hold (its descriptor is gone): they are
+         * left there, with everything they may read (the server is not freed). */
+        server_watchdog_stop(&s->watchdog);
+        mt_log(MT_LOG_WARNING, "server", "stopped without closing: the host closed memtrim's "
+                                         "descriptors, so libmicrohttpd's are left as they are");
+        return;
+    }
     server_daemon_stop(s->daemon);
     server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers, s->store);

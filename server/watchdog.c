@@ -38,6 +38,14 @@ static int64_t watchdog_now(void)
     return (int64_t)ts.tv_sec * MT_SEC + ts.tv_nsec;
 }
 
+/* Shut the connection's socket down while its number is still that socket (the host may
+ * have closed it and opened a file of its own there: common/fdid.h). */
+void server_conn_shutdown(struct server_conn *c)
+{
+    if (mt_fdid_is(c->fd, &c->fd_id))
+        shutdown(c->fd, SHUT_RDWR);
+}
+
 /* Cut what is past its deadline; the earliest deadline still armed (0 = none). Locked. */
 static int64_t watchdog_sweep(struct server_watchdog *w, int64_t now)
 {
@@ -46,7 +54,7 @@ static int64_t watchdog_sweep(struct server_watchdog *w, int64_t now)
         if (c->deadline_ns == 0)
             continue;
         if (c->deadline_ns <= now) {
-            shutdown(c->fd, SHUT_RDWR);
+            server_conn_shutdown(c);
             c->deadline_ns = 0;
             c->gone = 1;
             w->cut++;
@@ -145,6 +153,7 @@ struct server_conn *server_watchdog_add(struct server_watchdog *w, int fd,
     if (c == NULL)
         return NULL;
     c->fd = fd;
+    mt_fdid_take(fd, &c->fd_id); /* on MHD's thread, as it hands the new socket over */
     if (key != NULL)
         c->key = *key;
     pthread_mutex_lock(&w->lock);

@@ -20,6 +20,7 @@
 
 #include "mt_alloc.h"
 #include "alloc.h"
+#include "fdid.h"
 #include "core.h"
 #include "memtrim.h"
 #include "instance.h"
@@ -53,6 +54,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     mt_log_fork_child();
+    mt_canary_fork_child();
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
 }
@@ -541,8 +543,11 @@ static int instance_create(const char *config_json, const struct server_routes *
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
     mt->member = member != NULL;
-    if ((rc = run_steps(mt, &ctx, &module, &e)))
+    mt_canary_open(); /* before any descriptor of the instance: common/fdid.h */
+    if ((rc = run_steps(mt, &ctx, &module, &e))) {
+        mt_canary_close();
         goto fail_running;
+    }
     if (mt->member) {
         mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of a "
                                      "worker group", MEMTRIM_VERSION, (long)getpid());
@@ -615,6 +620,7 @@ void mt_destroy(struct memtrim *mt)
         return;
     }
     unwind(mt, NSTEPS, 1);
+    mt_canary_close();
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);

@@ -64,6 +64,7 @@
 #define KERNEL_ZONE_NS (1 * MT_SEC)    /* inside the zone, kernel-woken: a safety re-check */
 #define IDLE_NS (3600 * MT_SEC)        /* nothing to watch, or kernel-woken outside the zone */
 #define WAKE_LOST_NS (50 * MT_MS)      /* the longest sleep once the host took the wake fd */
+#define WAKE_CHECK_NS (1 * MT_SEC)     /* the longest sleep: the wake fd is checked this often */
 #define MOVED_BYTES (1u << 20)      /* RSS "moves" when a reading differs by this much */
 #define LADDER_LINES 50             /* v1 threshold lines, the limit split in 2 % steps */
 #define CGROUP_SUPER_MAGIC 0x27e0eb
@@ -346,23 +347,30 @@ static void arm(struct pressure *p, int64_t limit, const struct mt_cheap *c, dou
 }
 
 /* Empty the notification fds; 1 when the kernel signalled. */
+/* Whether the wake fd is still the eventfd; once it is not, the thread polls without it
+ * (and says so once). */
+static int wake_ours(struct pressure *p)
+{
+    if (p->wake_lost)
+        return 0;
+    if (mt_fdid_is(p->wake_fd, &p->wake_id))
+        return 1;
+    p->wake_lost = 1;
+    mt_log(MT_LOG_WARNING, "fd", "descriptor %d (the pressure thread's wake) was closed by "
+                                 "someone else in pid %ld (the host?): left alone; the thread "
+                                 "looks every %lld ms instead",
+           p->wake_fd, (long)getpid(), (long long)(WAKE_LOST_NS / MT_MS));
+    return 0;
+}
+
 static int drain(struct pressure *p, const struct pollfd *fds)
 {
     uint64_t v;
     int kernel = 0;
 
-    if (fds[0].fd >= 0 && fds[0].revents) {
-        if (!p->wake_lost && mt_fdid_is(p->wake_fd, &p->wake_id)) {
-            while (read(p->wake_fd, &v, sizeof(v)) == sizeof(v))
-                ;
-        } else if (!p->wake_lost) {
-            p->wake_lost = 1;
-            mt_log(MT_LOG_WARNING, "fd", "descriptor %d (the pressure thread's wake) was closed "
-                                         "by someone else in pid %ld (the host?): left alone; "
-                                         "the thread looks every %lld ms instead",
-                   p->wake_fd, (long)getpid(), (long long)(WAKE_LOST_NS / MT_MS));
-        }
-    }
+    if (fds[0].fd >= 0 && fds[0].revents && wake_ours(p))
+        while (read(p->wake_fd, &v, sizeof(v)) == sizeof(v))
+            ;
     for (int i = 0; i < 2; i++) {
         if (fds[i + 1].fd < 0 || !fds[i + 1].revents)
             continue;
@@ -698,8 +706,12 @@ static void *pressure_main(void *arg)
         struct pollfd fds[3] = {{p->wake_lost ? -1 : p->wake_fd, POLLIN, 0},
                                 {p->kfd[0].fd, p->cg_version == 2 ? POLLPRI : POLLIN, 0},
                                 {p->kfd[1].fd, POLLPRI, 0}};
-        if (p->wake_lost && sleep_ns > WAKE_LOST_NS)
-            sleep_ns = WAKE_LOST_NS;
+        /* A host that closes the wake fd while the thread sleeps wakes nothing (closing a
+         * polled descriptor ends no poll), and pressure_stop then writes no byte to a
+         * number that is no longer the eventfd: so the sleep is bounded, and the wake
+         * checked after it. */
+        if (sleep_ns > (p->wake_lost ? WAKE_LOST_NS : WAKE_CHECK_NS))
+            sleep_ns = p->wake_lost ? WAKE_LOST_NS : WAKE_CHECK_NS;
         struct timespec ts = {(time_t)(sleep_ns / MT_SEC), (long)(sleep_ns % MT_SEC)};
         int n = ppoll(fds, 3, &ts, NULL);
         int64_t woke = mt_mono_ns();
@@ -708,6 +720,8 @@ static void *pressure_main(void *arg)
          * (the housekeeper's) was lost, and the thread slept its hour while
          * mt_destroy waited in pthread_join (seen under valgrind in CI). */
         int kernel = n > 0 ? drain(p, fds) : 0;
+        if (n == 0)
+            wake_ours(p);
         pthread_mutex_lock(&p->lock);
         int stop = p->stop;
         pthread_mutex_unlock(&p->lock);

@@ -18,6 +18,7 @@
 
 #include "mt_alloc.h"
 #include "db.h"
+#include "fdid.h"
 #include "store.h"
 
 #define STORE_TICK_NS (250 * MT_MS)
@@ -162,9 +163,32 @@ static void store_drop_queued(struct store *st, struct store_item *batch)
     }
 }
 
+/*
+ * The host closed memtrim's descriptors in this process (the canary, common/fdid.h):
+ * SQLite's numbers may be the host's files now. The writer is forgotten without one
+ * SQLite call, the store never opens again, the readers' pool is renewed (readers_close
+ * forgets them too), what is queued and what comes later is dropped and counted.
+ * /healthz: "lost".
+ */
+static void store_lost(struct store *st, struct store_state *ss)
+{
+    db_writer_forget(ss->db);
+    ss->db = NULL;
+    ss->replaced = 1; /* never reopened, as a replaced file */
+    atomic_store(&st->available, 0);
+    atomic_fetch_add(&st->generation, 1);
+    set_health(st, "lost", "the host closed memtrim's descriptors (closefrom?): the store is "
+                           "left as it was, never written or closed");
+    pthread_mutex_lock(&st->lock);
+    st->errors++;
+    pthread_mutex_unlock(&st->lock);
+}
+
 static int store_open(struct store *st, struct store_state *ss, int64_t now)
 {
     char *err = NULL;
+    if (!ss->replaced && mt_fds_lost())
+        store_lost(st, ss);
     if (ss->replaced)
         return -ESTALE;
     if (now < ss->retry_at)
@@ -308,7 +332,10 @@ static void *store_main(void *arg)
     ss.retry_at = 0;
     pthread_mutex_lock(&st->tick_lock);
     store_tick(st, &ss, batch, mt_mono_ns(), 1);
-    db_writer_close(ss.db);
+    if (mt_fds_lost())
+        db_writer_forget(ss.db); /* lost after the last tick: not one SQLite call */
+    else
+        db_writer_close(ss.db);
     pthread_mutex_unlock(&st->tick_lock);
     atomic_store(&st->available, 0);
     pthread_mutex_lock(&st->lock);
@@ -326,7 +353,7 @@ static int readers_state(void *ctx, uint64_t *generation, char *why, size_t why_
     *generation = atomic_load(&st->generation);
     if (!st->path[0])
         return -ENODEV;
-    if (atomic_load(&st->available))
+    if (atomic_load(&st->available) && !mt_fds_lost())
         return 0;
     pthread_mutex_lock(&st->health_lock);
     snprintf(why, why_size, "%s%s%s", st->state, st->reason[0] ? ": " : "", st->reason);
@@ -338,6 +365,11 @@ static int readers_open(void *ctx, void **reader, char **err)
 {
     struct store *st = ctx;
     struct db_reader *r = NULL;
+    if (mt_fds_lost()) {
+        *reader = NULL;
+        *err = mt_strdup("the host closed memtrim's descriptors: the store is not read");
+        return -EBADF;
+    }
     int rc = db_reader_open(st->path, &r, err);
     *reader = r;
     return rc;
@@ -345,7 +377,10 @@ static int readers_open(void *ctx, void **reader, char **err)
 
 static void readers_close(void *reader)
 {
-    db_reader_close(reader);
+    if (mt_fds_lost())
+        db_reader_forget(reader); /* its descriptors' numbers are the host's now */
+    else
+        db_reader_close(reader);
 }
 
 /* ---- lifecycle ------------------------------------------------------------ */

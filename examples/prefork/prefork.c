@@ -11,7 +11,7 @@
  *                   [--pause-ms 400] [--stagger-ms 100] [--trim-after]
  *                   [--schedule relative|absolute] [--trace FILE]
  *                   [--cycles N] [--hold] [--pid-dir DIR] [--shared-mb 0]
- *                   [--closefrom FILES] [--closefrom-delay-ms 0]
+ *                   [--closefrom FILES] [--closefrom-delay-ms 0] [--closefrom-master]
  *
  * --trim-after: malloc_trim(0) after every study (the comparison).
  * --schedule: relative (the default): each study starts pause-ms after the
@@ -42,6 +42,8 @@
  *   file was closed, replaced or written by someone else (memtrim, by number)
  *   says which on stderr and exits 5. --closefrom-delay-ms: the worker does that
  *   this long after its fork (once memtrim has joined it to the group).
+ *   --closefrom-master: the master does it instead (memtrim's serving process),
+ *   once its workers are forked, and checks its files every 50 ms until they end.
  * The master prints one JSON line: {"workers":N,"finished":K,"killed":[pids]}
  * and exits 0 when every worker finished. The master is single-threaded.
  * SPDX-License-Identifier: MIT
@@ -68,6 +70,7 @@ static int workers = 4, studies = 20, study_mb = 80, block = 1024, pause_ms = 40
 static const char *pid_dir;
 static int own_files;                   /* --closefrom: how many */
 static int own_delay_ms;                /* --closefrom-delay-ms */
+static int own_in_master;               /* --closefrom-master */
 static int own_fd[256];                 /* the worker's own files, after its closefrom */
 static unsigned long long own_ino[256]; /* ...their inodes */
 static off_t own_len[256];              /* ...and what it wrote into each */
@@ -172,7 +175,7 @@ static void *worker_thread(void *arg)
         getrusage(RUSAGE_THREAD, &ru1);
         trace_study(s, start, alloc, freed, trimmed, mono_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0,
                     ru1.ru_minflt - ru0.ru_minflt);
-        if (own_files)
+        if (own_files && !own_in_master)
             own_check(s);
         if (s + 1 < studies && !absolute)
             sleep_ms(pause_ms); /* the relative schedule: the pause after the study's end */
@@ -236,7 +239,7 @@ static void worker(void)
 {
     pthread_t t;
     signal(SIGTERM, SIG_DFL);
-    if (own_files)
+    if (own_files && !own_in_master)
         own_open();
     if (pthread_create(&t, NULL, worker_thread, NULL) != 0)
         _exit(4);
@@ -289,6 +292,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--trim-after")) trim_after = 1;
         else if (!strcmp(argv[i], "--hold")) hold = 1;
         else if (!strcmp(argv[i], "--closefrom-delay-ms")) own_delay_ms = arg_int(argc, argv, &i);
+        else if (!strcmp(argv[i], "--closefrom-master")) own_in_master = 1;
         else if (!strcmp(argv[i], "--closefrom")) {
             own_files = arg_int(argc, argv, &i);
             if (own_files > 256) {
@@ -345,6 +349,19 @@ int main(int argc, char **argv)
         printf("%s%ld", w ? "," : "", (long)pids[w]);
     printf("]}\n");
     fflush(stdout);
+    if (own_files && own_in_master) {
+        own_open();
+        for (int k = 0, left = workers; left > 0; k++) {
+            sleep_ms(50);
+            own_check(k);
+            left = 0;
+            for (int w = 0; w < workers; w++) { /* not reaped: the loop below does that */
+                siginfo_t si = {0};
+                left += waitid(P_PID, (id_t)pids[w], &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                        si.si_pid == 0;
+            }
+        }
+    }
     /* The churn: one more worker at a time, each exits after its studies. */
     int held = hold;
     hold = 0;

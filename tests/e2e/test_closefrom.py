@@ -10,7 +10,14 @@ wrote 8 bytes into what had become the worker's file.
 memtrim-prefork --closefrom checks every file after each study and exits 5
 naming the descriptor when one was closed, replaced or written by someone else.
 Every run counts: 3 runs of 8 workers with the closefrom 300 ms after the fork
-(memtrim has joined the worker to the group by then) and one right at the fork."""
+(memtrim has joined the worker to the group by then) and one right at the fork.
+
+The same in the serving process itself (--closefrom-master): its store and HTTP
+server hold descriptors inside SQLite and libmicrohttpd. On 30f456e the host's
+files held, but the host died at its exit with SIGSEGV (libmicrohttpd, stopped,
+removed its listening socket from an epoll set that was gone, and wrote and
+closed by number): 3 of 3 runs. memtrim sees its canary gone, says so, and
+leaves the store and the server as they are."""
 import json
 
 import pytest
@@ -18,16 +25,16 @@ import pytest
 from hosts_util import build_file, free_port, preload_env, procs, wait_for  # noqa: F401
 
 
-def run(procs, tmp_path, name, delay_ms):
+def run(procs, tmp_path, name, delay_ms, extra=(), workers=8):
     port = free_port()
     cfg = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / f"{name}.sqlite"),
            "SampleIntervalSeconds": 1}
     files = tmp_path / f"{name}-files"
     files.mkdir()
-    p = procs([build_file("memtrim-prefork"), "--workers", "8", "--studies", "10",
+    p = procs([build_file("memtrim-prefork"), "--workers", str(workers), "--studies", "10",
                "--study-mb", "8", "--pause-ms", "50", "--stagger-ms", "20",
                "--closefrom", "16", "--closefrom-delay-ms", str(delay_ms),
-               "--pid-dir", str(files)],
+               "--pid-dir", str(files)] + list(extra),
               tmp_path / f"{name}.log", env=preload_env(cfg))
     rc = p.proc.wait(timeout=120)
     out = p.output()
@@ -42,3 +49,14 @@ def test_a_worker_that_runs_closefrom_keeps_every_descriptor(procs, tmp_path, de
     assert result is not None, out[-3000:]
     assert not lost, "\n".join(lost[:8])
     assert result["finished"] == 8 and rc == 0, out[-3000:]
+
+
+@pytest.mark.parametrize("run_no", [1, 2, 3])
+def test_a_serving_process_that_runs_closefrom_keeps_every_descriptor_and_exits(
+        procs, tmp_path, run_no):
+    rc, result, out = run(procs, tmp_path, "master", 300, ["--closefrom-master"], workers=2)
+    lost = [l for l in out.splitlines() if l.startswith("memtrim-prefork: worker")]
+    assert not lost, "\n".join(lost[:8])
+    assert rc == 0 and result is not None and result["finished"] == 2, \
+        f"exit {rc} (a negative one is a signal):\n{out[-3000:]}"
+    assert "the host closed memtrim's descriptors" in out, out[-3000:]
