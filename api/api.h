@@ -41,6 +41,13 @@ void api_json_num(struct cJSON *obj, const char *key, double v, int *failed);
 void api_json_int(struct cJSON *obj, const char *key, int64_t v, int *failed);
 void api_json_int_or_null(struct cJSON *obj, const char *key, int64_t v, int present, int *failed);
 void api_json_str(struct cJSON *obj, const char *key, const char *v, int *failed);
+/* The length of the valid UTF-8 character at text (1-4), or 0 when the bytes there are not
+ * one (a stray or missing continuation byte, an overlong form, a surrogate, past U+10FFFF). */
+size_t api_utf8_len(const char *text);
+/* v into out[size] as valid UTF-8: each byte that is not part of a character becomes U+FFFD;
+ * escape: \\, " and newline escaped as a Prometheus label value needs. Cut at a whole
+ * character or escape; the length written. */
+size_t api_utf8_clean(char *out, size_t size, const char *v, int escape);
 void api_json_bool(struct cJSON *obj, const char *key, int v, int *failed);
 void api_json_null(struct cJSON *obj, const char *key, int *failed);
 /* Attach item under key (key NULL: append to an array); frees item on failure. */

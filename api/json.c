@@ -1,13 +1,14 @@
 /*
  * json.c - small cJSON helpers shared by the handlers: literal keys added
  * without copying (half the allocations of cJSON_Add*ToObject), null for
- * unknown values, one failure flag per object. Runs on HTTP worker threads;
+ * unknown values, one failure flag per object, strings made valid UTF-8. Runs on HTTP worker threads;
  * no state, no locks.
  */
 #include "api.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,9 +76,82 @@ void api_json_num(cJSON *obj, const char *key, double v, int *failed)
     api_json_item(obj, key, cJSON_CreateNumber(v), failed);
 }
 
+size_t api_utf8_len(const char *text)
+{
+    const unsigned char *s = (const unsigned char *)text;
+    if (s[0] < 0x80)
+        return 1;
+    /* The lead byte: how many continuation bytes, and the least code point (no overlong
+     * form), per RFC 3629; no surrogates, nothing past U+10FFFF. */
+    size_t n;
+    uint32_t cp, min;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf)
+        n = 1, cp = s[0] & 0x1fu, min = 0x80;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef)
+        n = 2, cp = s[0] & 0x0fu, min = 0x800;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+        n = 3, cp = s[0] & 0x07u, min = 0x10000;
+    else
+        return 0;
+    for (size_t i = 1; i <= n; i++) {
+        if ((s[i] & 0xc0) != 0x80) /* the NUL too */
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n + 1;
+}
+
+size_t api_utf8_clean(char *out, size_t size, const char *v, int escape)
+{
+    static const char replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+    size_t n = 0;
+    if (size == 0)
+        return 0;
+    while (v && *v) {
+        size_t len = api_utf8_len(v);
+        const char *put = len ? v : replacement;
+        size_t put_len = len ? len : 3;
+        char esc[2];
+        if (escape && (*v == '\\' || *v == '"' || *v == '\n')) {
+            esc[0] = '\\';
+            esc[1] = *v == '\n' ? 'n' : *v;
+            put = esc;
+            put_len = 2;
+        }
+        if (n + put_len >= size)
+            break; /* cut at a whole character */
+        memcpy(out + n, put, put_len);
+        n += put_len;
+        v += len ? len : 1;
+    }
+    out[n] = '\0';
+    return n;
+}
+
 void api_json_str(cJSON *obj, const char *key, const char *v, int *failed)
 {
-    api_json_item(obj, key, v ? cJSON_CreateString(v) : cJSON_CreateNull(), failed);
+    if (v == NULL) {
+        api_json_item(obj, key, cJSON_CreateNull(), failed);
+        return;
+    }
+    /* JSON is UTF-8: a string that is not (a member's program name) has its bad bytes
+     * replaced, each by U+FFFD. */
+    const char *p = v;
+    size_t len;
+    while (*p && (len = api_utf8_len(p)) != 0)
+        p += len;
+    if (*p == '\0') {
+        api_json_item(obj, key, cJSON_CreateString(v), failed);
+        return;
+    }
+    size_t size = 3 * strlen(v) + 1;
+    char *clean = malloc(size);
+    if (clean != NULL)
+        api_utf8_clean(clean, size, v, 0);
+    api_json_item(obj, key, clean ? cJSON_CreateString(clean) : NULL, failed);
+    free(clean);
 }
 
 void api_json_bool(cJSON *obj, const char *key, int v, int *failed)

@@ -385,19 +385,12 @@ int api_metrics_get(const struct server_request *req, struct server_reply *rep)
     return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", t.p, t.len);
 }
 
-/* A label value with \\, " and newlines escaped (text format 0.0.4). */
+/* A label value with \\, " and newlines escaped (text format 0.0.4), and valid UTF-8, which
+ * Prometheus requires: a member's program name of other bytes made the whole page
+ * unparseable (promtool: invalid label value). */
 static void api_label_value(char *out, size_t size, const char *v)
 {
-    size_t n = 0;
-    for (; v && *v && n + 3 < size; v++) {
-        if (*v == '\\' || *v == '"' || *v == '\n') {
-            out[n++] = '\\';
-            out[n++] = *v == '\n' ? 'n' : *v;
-        } else {
-            out[n++] = *v;
-        }
-    }
-    out[n] = '\0';
+    api_utf8_clean(out, size, v, 1);
 }
 
 static void api_metrics_allocator(struct api_text *t, const struct mt_snapshot *s)

@@ -435,3 +435,36 @@ def test_the_dashboard_lists_the_members(procs, tmp_path):
         assert f'<tr data-pid="{pid}">' in dom, dom[-3000:]
     assert f'<td>{info["master"]} (serves)</td>' in dom
     assert p.stop() in (0, 1), p.output()
+
+
+def test_metrics_stay_valid_utf8_with_a_program_name_of_other_bytes(procs, tmp_path):
+    """#31 F9: a member whose program name held invalid UTF-8 made the whole /metrics page
+    unparseable (promtool: invalid label value). Label values, and the JSON, are valid
+    UTF-8: each bad byte becomes U+FFFD; promtool accepts the page."""
+    import shutil
+    exe = tmp_path / os.fsdecode(b"pre\xff\xfefork")  # the comm the kernel gives it
+    shutil.copy(build_file("memtrim-prefork"), exe)
+    port = free_port()
+    cfg = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / "m.sqlite"),
+           "SampleIntervalSeconds": 1}
+    p = procs([exe, "--workers", "2", "--studies", "1", "--study-mb", "4", "--hold",
+               "--pid-dir", str(tmp_path)], tmp_path / "prefork.log", env=preload_env(cfg))
+    api = f"http://127.0.0.1:{port}"
+    info = forked(p)
+    everyone = sorted([info["master"]] + info["pids"])
+    wait_for(lambda: http_ok(api + "/healthz") and member_pids(api) == everyone, 20,
+             "the workers to join")
+    raw = requests.get(api + "/metrics", timeout=10).content
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) is needed"
+    check = subprocess.run([promtool, "check", "metrics"], input=raw, capture_output=True,
+                           timeout=60)
+    assert check.returncode == 0 and not check.stdout.strip() and not check.stderr.strip(), \
+        (check.stdout + check.stderr).decode(errors="replace")
+    text = raw.decode("utf-8")  # strict: raises on a byte that is not UTF-8
+    for pid in everyone:
+        assert f'memtrim_member_rss_bytes{{pid="{pid}",program="pre\ufffd\ufffdfork"}}' in text
+    r = requests.get(api + "/memory/stats", timeout=10)
+    r.content.decode("utf-8")
+    assert {m["program"] for m in r.json()["group"]["members"]} == {"pre\ufffd\ufffdfork"}, r.text
+    assert p.stop() in (0, 1), p.output()

@@ -103,6 +103,41 @@ static void test_series_metrics_are_stats_fields(void)
     cJSON_Delete(stats);
 }
 
+/* #31 F9: what the API prints is valid UTF-8 (a member's program name of other bytes made
+ * /metrics unparseable): each bad byte becomes U+FFFD, a cut never splits a character. */
+static void test_utf8_clean(void)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"memtrim-prefork", "memtrim-prefork"},
+        {"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"},
+        {"bad\xff\xfe", "bad\xef\xbf\xbd\xef\xbf\xbd"},
+        {"\xc3", "\xef\xbf\xbd"},                      /* a lead byte at the end */
+        {"\xc0\xaf", "\xef\xbf\xbd\xef\xbf\xbd"},          /* overlong '/' */
+        {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* a surrogate */
+        {"\xf4\x90\x80\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd"}, /* > U+10FFFF */
+        {"a\x80" "b", "a\xef\xbf\xbd" "b"},
+    };
+    char out[64];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        api_utf8_clean(out, sizeof(out), cases[i].in, 0);
+        CHECK_MSG(strcmp(out, cases[i].out) == 0, "case %zu", i);
+    }
+    api_utf8_clean(out, sizeof(out), "a\"b\\c\nd\xff", 1); /* a label value */
+    CHECK(strcmp(out, "a\\\"b\\\\c\\nd\xef\xbf\xbd") == 0);
+    CHECK_EQ_INT(api_utf8_clean(out, 5, "ab\xe2\x82\xac", 0), 2); /* no half euro sign */
+    CHECK(strcmp(out, "ab") == 0);
+    CHECK_EQ_INT(api_utf8_clean(out, 6, "ab\xe2\x82\xac", 0), 5);
+    /* JSON strings too */
+    cJSON *o = cJSON_CreateObject();
+    int failed = 0;
+    api_json_str(o, "program", "w\xff", &failed);
+    CHECK(!failed);
+    CHECK(strcmp(cJSON_GetObjectItem(o, "program")->valuestring, "w\xef\xbf\xbd") == 0);
+    cJSON_Delete(o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
@@ -112,5 +147,6 @@ int main(int argc, char **argv)
     }
     RUN(test_routes_in_spec);
     RUN(test_series_metrics_are_stats_fields);
+    RUN(test_utf8_clean);
     return harness_end();
 }
