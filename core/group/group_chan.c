@@ -208,9 +208,16 @@ static int report_in_range(const struct mt_snapshot *s)
     return peer_ms_ok(c->timestamp_ms) && peer_ms_ok(h->timestamp_ms);
 }
 
+/* A trim id in [0, MT_TRIM_ID_MAX] (0: a failed trim's answer): stored, an id near
+ * INT64_MAX once made the leader's next id overflow after a restart (trim.c). */
+static int peer_id_ok(int64_t id)
+{
+    return id >= 0 && id <= MT_TRIM_ID_MAX;
+}
+
 static int trim_in_range(const struct mt_trim_result *t)
 {
-    return peer_ms_ok(t->start_ms) && peer_bytes_ok(t->rss_before_bytes) &&
+    return peer_id_ok(t->id) && peer_ms_ok(t->start_ms) && peer_bytes_ok(t->rss_before_bytes) &&
            peer_bytes_ok(t->rss_after_bytes) && peer_bytes_ok(t->heap_free_before_bytes) &&
            peer_bytes_ok(t->heap_free_after_bytes) && peer_sbytes_ok(t->released_bytes) &&
            peer_sbytes_ok(t->refaulted_bytes);
@@ -244,7 +251,8 @@ int group_msg_check(struct group_msg *msg)
     case MSG_REFAULT:
         if (msg->u.refault.trigger < 0 || msg->u.refault.trigger >= MT_TRIGGER_COUNT)
             return -1;
-        return peer_ms_ok(msg->u.refault.start_ms) && peer_sbytes_ok(msg->u.refault.refaulted_bytes)
+        return peer_id_ok(msg->u.refault.id) && peer_ms_ok(msg->u.refault.start_ms) &&
+                       peer_sbytes_ok(msg->u.refault.refaulted_bytes)
                    ? 0
                    : -1;
     default:

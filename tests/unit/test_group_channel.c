@@ -287,6 +287,21 @@ static void test_member_messages_are_checked(void)
     msg.u.trim.released_bytes = 0;
     msg.u.trim.rss_after_bytes = UINT64_MAX;
     CHECK_EQ_INT(group_msg_check(&msg), -1);
+    /* #31 F7: ids in range; one near INT64_MAX, stored, made the leader's next id overflow. */
+    msg.u.trim.rss_after_bytes = 0;
+    msg.u.trim.id = MT_TRIM_ID_MAX;
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+    const int64_t bad_ids[] = {INT64_MAX - 1, INT64_MAX, MT_TRIM_ID_MAX + 1, -1, INT64_MIN};
+    for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
+        msg.kind = MSG_TRIM_DONE;
+        msg.u.trim.id = bad_ids[i];
+        CHECK_MSG(group_msg_check(&msg) == -1, "trim id %lld", (long long)bad_ids[i]);
+        memset(&msg.u, 0, sizeof(msg.u));
+        msg.kind = MSG_REFAULT;
+        msg.u.refault.id = bad_ids[i];
+        CHECK_MSG(group_msg_check(&msg) == -1, "refault id %lld", (long long)bad_ids[i]);
+        memset(&msg.u, 0, sizeof(msg.u));
+    }
 }
 
 int main(int argc, char **argv)
