@@ -39,6 +39,9 @@ int api_doctor_get(const struct server_request *req, struct server_reply *rep);
  */
 void api_json_num(struct cJSON *obj, const char *key, double v, int *failed);
 void api_json_int(struct cJSON *obj, const char *key, int64_t v, int *failed);
+/* A count or a byte sum that may pass INT64_MAX (a member's figures added up): saturated
+ * there, never printed negative. */
+void api_json_u64(struct cJSON *obj, const char *key, uint64_t v, int *failed);
 void api_json_int_or_null(struct cJSON *obj, const char *key, int64_t v, int present, int *failed);
 void api_json_str(struct cJSON *obj, const char *key, const char *v, int *failed);
 /* The length of the valid UTF-8 character at text (1-4), or 0 when the bytes there are not

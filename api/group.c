@@ -38,8 +38,8 @@ static void api_group_member(cJSON *list, const struct mt_member *m, int *failed
     api_json_bool(o, "serves", m->self, failed);
     api_json_int(o, "joined_ms", m->joined_ms, failed);
     api_json_int_or_null(o, "report_age_ms", m->report_age_ms, m->report_age_ms >= 0, failed);
-    api_json_int(o, "rss_bytes", (int64_t)s->cheap.rss_bytes, failed);
-    api_json_int(o, "rss_anon_bytes", (int64_t)s->cheap.rss_anon_bytes, failed);
+    api_json_u64(o, "rss_bytes", s->cheap.rss_bytes, failed);
+    api_json_u64(o, "rss_anon_bytes", s->cheap.rss_anon_bytes, failed);
     api_json_int_or_null(o, "heap_in_use_bytes", (int64_t)s->heap.heap_in_use_bytes,
                          heap && (s->heap.known & MT_HEAP_HAS_IN_USE), failed);
     api_json_int_or_null(o, "heap_free_bytes", (int64_t)s->heap.heap_free_bytes,
@@ -47,9 +47,9 @@ static void api_group_member(cJSON *list, const struct mt_member *m, int *failed
     api_json_int_or_null(o, "releasable_estimate_bytes", (int64_t)s->releasable_estimate_bytes,
                          heap, failed);
     api_json_int_or_null(o, "heap_age_ms", s->heap_age_ms, heap, failed);
-    api_json_int(o, "trims", (int64_t)m->trims, failed);
-    api_json_int(o, "released_bytes", (int64_t)m->released_bytes, failed);
-    api_json_int(o, "pressure_trims", (int64_t)m->pressure_trims, failed);
+    api_json_u64(o, "trims", m->trims, failed);
+    api_json_u64(o, "released_bytes", m->released_bytes, failed);
+    api_json_u64(o, "pressure_trims", m->pressure_trims, failed);
     api_json_item(list, NULL, o, failed);
 }
 
@@ -83,19 +83,19 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     else
         api_json_item(g, "name", cJSON_CreateNull(), failed);
     api_json_int(g, "member_count", gi.members, failed);
-    api_json_int(g, "rss_bytes", (int64_t)rss, failed);
-    api_json_int(g, "rss_anon_bytes", (int64_t)anon, failed);
-    api_json_int(g, "heap_free_bytes", (int64_t)heap_free, failed);
-    api_json_int(g, "releasable_estimate_bytes", (int64_t)releasable, failed);
+    api_json_u64(g, "rss_bytes", rss, failed);
+    api_json_u64(g, "rss_anon_bytes", anon, failed);
+    api_json_u64(g, "heap_free_bytes", heap_free, failed);
+    api_json_u64(g, "releasable_estimate_bytes", releasable, failed);
     api_json_int_or_null(g, "usage_bytes", gi.usage_bytes, gi.usage_bytes >= 0, failed);
     api_json_str(g, "usage_source", gi.usage_source, failed);
     api_json_int_or_null(g, "limit_bytes", gi.limit_bytes, gi.limit_bytes > 0, failed);
     api_json_bool(g, "pressure_zone", gi.zone, failed);
-    api_json_int(g, "pressure_trims", (int64_t)gi.pressure_trims, failed);
-    api_json_int(g, "pressure_released_bytes", (int64_t)gi.pressure_released_bytes, failed);
-    api_json_int(g, "joined", (int64_t)gi.joined, failed);
-    api_json_int(g, "left", (int64_t)gi.left, failed);
-    api_json_int(g, "refused", (int64_t)gi.refused, failed);
+    api_json_u64(g, "pressure_trims", gi.pressure_trims, failed);
+    api_json_u64(g, "pressure_released_bytes", gi.pressure_released_bytes, failed);
+    api_json_u64(g, "joined", gi.joined, failed);
+    api_json_u64(g, "left", gi.left, failed);
+    api_json_u64(g, "refused", gi.refused, failed);
     api_json_item(g, "members", list, failed);
     free(m);
     return g;

@@ -66,6 +66,11 @@ void api_json_int(cJSON *obj, const char *key, int64_t v, int *failed)
     api_json_item(obj, key, api_json_int_item(v), failed);
 }
 
+void api_json_u64(cJSON *obj, const char *key, uint64_t v, int *failed)
+{
+    api_json_item(obj, key, api_json_int_item(v > INT64_MAX ? INT64_MAX : (int64_t)v), failed);
+}
+
 void api_json_int_or_null(cJSON *obj, const char *key, int64_t v, int present, int *failed)
 {
     api_json_item(obj, key, present ? api_json_int_item(v) : cJSON_CreateNull(), failed);

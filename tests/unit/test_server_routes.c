@@ -138,6 +138,23 @@ static void test_utf8_clean(void)
     cJSON_Delete(o);
 }
 
+/* #31 F6: a member's released bytes added up (200 trims of 2^56) passed INT64_MAX and
+ * /memory/stats printed a negative sum; unsigned counts saturate instead. */
+static void test_u64_saturates(void)
+{
+    cJSON *o = cJSON_CreateObject();
+    int failed = 0;
+    api_json_u64(o, "big", UINT64_C(200) << 56, &failed);
+    api_json_u64(o, "max", UINT64_MAX, &failed);
+    api_json_u64(o, "exact", (UINT64_C(1) << 62) + 1, &failed);
+    CHECK(!failed);
+    char *text = cJSON_PrintUnformatted(o);
+    CHECK_CONTAINS(text, "\"big\":9223372036854775807,\"max\":9223372036854775807,"
+                         "\"exact\":4611686018427387905");
+    free(text);
+    cJSON_Delete(o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--list") == 0) {
@@ -148,5 +165,6 @@ int main(int argc, char **argv)
     RUN(test_routes_in_spec);
     RUN(test_series_metrics_are_stats_fields);
     RUN(test_utf8_clean);
+    RUN(test_u64_saturates);
     return harness_end();
 }
