@@ -106,6 +106,29 @@ def traversable_dir(prefix):
     return d
 
 
+_readable = None
+
+
+def readable_build(*names):
+    """A directory under /tmp (0755) holding copies of the build's files names (0755), for a
+    process of another uid (nobody) to run or preload: the build folder may sit in a
+    checkout other users cannot enter (a clone under /root, mode 0700: "Permission denied",
+    "cannot open shared object file"). One directory per run of the suite, filled on demand,
+    removed when the run ends."""
+    import atexit
+    import shutil
+    global _readable
+    if _readable is None:
+        _readable = traversable_dir("memtrim-build-")
+        atexit.register(shutil.rmtree, _readable, True)
+    for name in names:
+        copy = _readable / name
+        if not copy.exists():
+            shutil.copy2(build_file(name), copy)
+            copy.chmod(0o755)
+    return _readable
+
+
 def proc_state(pid, tid=None):
     """The state letter of a process (or of its thread tid) in /proc: R, S, T, Z...;
     None when it is gone."""
@@ -215,13 +238,16 @@ def procs():
             os.kill(pid, signal.SIGKILL)
 
 
-def preload_env(config, extra=None):
+def preload_env(config, extra=None, other_uid=False):
     """The environment of a program that preloads libmemtrim.so with config
-    (a dict, or a string: inline JSON or a file path)."""
+    (a dict, or a string: inline JSON or a file path); other_uid: the library's copy that
+    another uid can read (readable_build)."""
     import json
     env = os.environ.copy()
     env.pop("MEMTRIM_LIB", None)
-    env["LD_PRELOAD"] = str(build_file("libmemtrim.so"))
+    lib = readable_build("libmemtrim.so") / "libmemtrim.so" if other_uid \
+        else build_file("libmemtrim.so")
+    env["LD_PRELOAD"] = str(lib)
     env["MEMTRIM_CONFIG"] = config if isinstance(config, str) else json.dumps(config)
     env.update(extra or {})
     return env

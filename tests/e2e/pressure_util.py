@@ -46,10 +46,11 @@ def workload(pause_ms, studies=STUDIES, study_mb=STUDY_MB):
             "--concurrency", "1", "--pause-ms", str(pause_ms), "--studies", str(studies)]
 
 
-def memtrim_vars(config):
-    """The variables that preload libmemtrim.so with config (a dict, or a string: inline
-    JSON or a file path)."""
-    return {"LD_PRELOAD": str(build_file("libmemtrim.so")),
+def memtrim_vars(config, build=None):
+    """The variables that preload libmemtrim.so (from build, else the build under test) with
+    config (a dict, or a string: inline JSON or a file path)."""
+    lib = Path(build) / "libmemtrim.so" if build else build_file("libmemtrim.so")
+    return {"LD_PRELOAD": str(lib),
             "MEMTRIM_CONFIG": config if isinstance(config, str) else json.dumps(config)}
 
 

@@ -229,7 +229,7 @@ def test_another_uid_is_refused(procs, base):
     nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
     # setpriv itself runs without memtrim: it changes uids thread by thread (PR_SET_KEEPCAPS),
     # which glibc aborts in any process that has threads; the program after it preloads it.
-    cmd = nobody + ["env", f"LD_PRELOAD={preload_env(web.cfg)['LD_PRELOAD']}",
+    cmd = nobody + ["env", f"LD_PRELOAD={preload_env(web.cfg, other_uid=True)['LD_PRELOAD']}",
                     "MEMTRIM_CONFIG=" + json.dumps(web.cfg), PYTHON, "-c", "print('ran')"]
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "MEMTRIM_CONFIG")}
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=30, env=env)
@@ -270,7 +270,7 @@ def test_a_squatted_default_directory_says_what_to_do(procs, base):
     try:
         cfg = {"GroupName": "web", "HttpPort": free_port(), "Database": None}
         nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-        cmd = nobody + ["env", f"LD_PRELOAD={preload_env(cfg)['LD_PRELOAD']}",
+        cmd = nobody + ["env", f"LD_PRELOAD={preload_env(cfg, other_uid=True)['LD_PRELOAD']}",
                         "MEMTRIM_CONFIG=" + json.dumps(cfg), PYTHON, "-c", "print('ran')"]
         env = {k: v for k, v in os.environ.items()
                if k not in ("LD_PRELOAD", "MEMTRIM_CONFIG", "XDG_RUNTIME_DIR")}

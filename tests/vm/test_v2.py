@@ -20,6 +20,7 @@ import re
 
 import pytest
 
+from hosts_util import readable_build
 from pressure_util import NOBODY, STUDIES, Outcome, demo_command, docker_like, memtrim_vars
 
 MB = 1 << 20
@@ -41,17 +42,24 @@ def place(cgroup, placement):
     return cg, lambda args: cg.wrap(docker_like(args))
 
 
-def mode_command(mode, tmp_path, studies=STUDIES):
+def build_for(placement):
+    """Where the placement's host runs from: uid nobody (docker) cannot reach into a build
+    folder in a checkout under /root (0700), so it runs copies (hosts_util.readable_build)."""
+    return readable_build("memtrim-demo", "libmemtrim.so") if placement == "docker" else None
+
+
+def mode_command(mode, tmp_path, studies=STUDIES, build=None):
     if mode == "none":
-        return demo_command(PAUSE_MS, studies)
+        return demo_command(PAUSE_MS, studies, build=build)
     if mode == "trim-each":
-        return demo_command(PAUSE_MS, studies, args=["--trim-each"])
+        return demo_command(PAUSE_MS, studies, args=["--trim-each"], build=build)
     # memtrim at its defaults; no store (uid nobody may not write tmp_path), API on loopback
-    return demo_command(PAUSE_MS, studies, env=memtrim_vars({"HttpPort": 0, "Database": ""}))
+    return demo_command(PAUSE_MS, studies, build=build,
+                        env=memtrim_vars({"HttpPort": 0, "Database": ""}, build))
 
 
-def run(procs, tmp_path, wrap, mode, studies=STUDIES, timeout=900):
-    p = procs(wrap(mode_command(mode, tmp_path, studies)), tmp_path / f"{mode}.log")
+def run(procs, tmp_path, wrap, mode, studies=STUDIES, timeout=900, build=None):
+    p = procs(wrap(mode_command(mode, tmp_path, studies, build)), tmp_path / f"{mode}.log")
     return Outcome(p.wait(timeout), p.output())
 
 
@@ -85,7 +93,7 @@ def test_docker_like_is_a_read_only_namespace_as_nobody(procs, cgroup, tmp_path)
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_without_memtrim_the_kernel_kills_it(procs, cgroup, tmp_path, placement):
     cg, wrap = place(cgroup, placement)
-    r = run(procs, tmp_path, wrap, "none")
+    r = run(procs, tmp_path, wrap, "none", build=build_for(placement))
     ev = report(f"{placement}, without memtrim", r, cg)
     assert r.killed, f"the control was not OOM-killed ({r.describe()}): the case is void\n" \
         f"{r.out[-2000:]}"
@@ -95,7 +103,7 @@ def test_without_memtrim_the_kernel_kills_it(procs, cgroup, tmp_path, placement)
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_malloc_trim_after_each_study_completes(procs, cgroup, tmp_path, placement):
     cg, wrap = place(cgroup, placement)
-    r = run(procs, tmp_path, wrap, "trim-each")
+    r = run(procs, tmp_path, wrap, "trim-each", build=build_for(placement))
     ev = report(f"{placement}, malloc_trim after each study", r, cg)
     assert r.ok and r.completed == STUDIES, r.out[-2000:]
     assert ev["oom_kill"] == 0
@@ -104,7 +112,7 @@ def test_malloc_trim_after_each_study_completes(procs, cgroup, tmp_path, placeme
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_memtrim_completes_every_study(procs, cgroup, tmp_path, placement):
     cg, wrap = place(cgroup, placement)
-    r = run(procs, tmp_path, wrap, "memtrim")
+    r = run(procs, tmp_path, wrap, "memtrim", build=build_for(placement))
     ev = report(f"{placement}, memtrim at its defaults", r, cg)
     said = memtrim_said(r.out)
     assert r.ok and r.completed == STUDIES, f"{r.describe()}\n{said}\n{r.out[-1500:]}"
