@@ -238,7 +238,11 @@ def metric_value(text, name, labels=None):
 # ---- honest skips ---------------------------------------------------------
 # A skipped case is not a pass: the session fails when a case skipped that
 # tests/skips.txt does not list for "e2e" (a line "<where> <node id> <reason>",
-# the format its header describes), and when no case passed at all.
+# the format its header describes), and when no case passed at all. A skip is a
+# case's skip (in its setup or its call), an expected failure (xfail: the case
+# ran and failed, so it proves nothing), or a skip at collection (a module-level
+# pytest.skip or importorskip, which removes every case of the module without a
+# test report: it goes through the list as the module's node id).
 
 SKIPS_FILE = ROOT / "tests" / "skips.txt"
 
@@ -257,11 +261,22 @@ _skipped = []  # (node id, reason)
 _passed = []
 
 
+def skip_reason(report):
+    """What a skipped report (a case's or a collector's) says: its xfail reason or its skip's."""
+    if hasattr(report, "wasxfail"):
+        return f"xfail ({report.wasxfail or 'no reason given'})"
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
+def pytest_collectreport(report):
+    if report.skipped:
+        _skipped.append((report.nodeid, "at collection: " + skip_reason(report)))
+
+
 def pytest_runtest_logreport(report):
-    if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _skipped.append((report.nodeid, reason))
-    elif report.passed and report.when == "call":
+    if report.skipped:
+        _skipped.append((report.nodeid, skip_reason(report)))
+    elif report.passed and report.when == "call" and not hasattr(report, "wasxfail"):
         _passed.append(report.nodeid)
 
 

@@ -127,13 +127,16 @@ static inline int harness_skip_listed(const char *build, const char *id)
 #endif
 }
 
-/* A case that cannot run here: counted as skipped when tests/skips.txt lists it for this
- * build, else as a failed check. */
-static inline void harness_skip(const char *file, const char *func, const char *why)
+/* A case (or, with part, one part of a case) that cannot run here: counted as skipped when
+ * tests/skips.txt lists it for this build, else as a failed check. Its id is
+ * <file>:<function>, or <file>:<function>/<part>. */
+static inline void harness_skip(const char *file, const char *func, const char *part,
+                                const char *why)
 {
     const char *base = strrchr(file, '/');
     char id[256];
-    snprintf(id, sizeof(id), "%.100s:%.100s", base ? base + 1 : file, func);
+    snprintf(id, sizeof(id), "%.100s:%.100s%s%.60s", base ? base + 1 : file, func,
+             part ? "/" : "", part ? part : "");
     char *dot = strstr(id, ".c:");
     if (dot)
         memmove(dot, dot + 2, strlen(dot + 2) + 1);
@@ -150,9 +153,13 @@ static inline void harness_skip(const char *file, const char *func, const char *
 
 #define SKIP(why)                                                                                  \
     do {                                                                                           \
-        harness_skip(__FILE__, __func__, why);                                                     \
+        harness_skip(__FILE__, __func__, NULL, why);                                               \
         return;                                                                                    \
     } while (0)
+
+/* One part of a case that loops over several (a library, an address family) cannot run here:
+ * the same rule as SKIP under the id <file>:<function>/<part>; the case goes on. */
+#define SKIP_PART(part, why) harness_skip(__FILE__, __func__, part, why)
 
 /* Monotonic seconds, for the deadlines below. */
 static inline double harness_now_s(void)

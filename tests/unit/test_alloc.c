@@ -170,9 +170,10 @@ static void test_each_preloaded(const char *self)
     char path[600];
     for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
         if (lib_path(libs[i].file, path, sizeof(path)) != 0) {
-            h_skipped++;
-            printf("SKIP %s: %s is not installed (tests/install-deps.sh all installs it)\n",
-                   libs[i].name, libs[i].file);
+            char why[300];
+            snprintf(why, sizeof(why), "%s is not installed (tests/install-deps.sh all installs it)",
+                     libs[i].file);
+            SKIP_PART(libs[i].name, why);
             continue;
         }
         int rc = run_child(self, path, "--child", libs[i].name);

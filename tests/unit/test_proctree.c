@@ -176,9 +176,7 @@ static void test_port_holder(void)
         CHECK_EQ_INT(holder_from_descendant(port6, 2, &holder), 1);
         CHECK_EQ_INT(holder, getpid());
     } else {
-        h_skipped++;
-        printf("SKIP test_port_holder (IPv6 part): no IPv6 loopback here, the tcp6 table is "
-               "not exercised\n");
+        SKIP_PART("ipv6", "no IPv6 loopback here, the tcp6 table is not exercised");
     }
     /* the same from /proc/net/tcp{,6}, where sock_diag is refused */
     proctree_no_netlink = 1;

@@ -35,14 +35,20 @@ def pytest_configure(config):
 
 
 # No case here may skip (tests/skips.txt lists none for the VM): a skip fails the session,
-# and so does a session in which nothing passed.
+# and so does a session in which nothing passed. A skip is a case's (setup or call), an
+# expected failure (xfail), or one at collection (a module-level skip or importorskip).
 _skipped, _passed = [], []
 
 
-def pytest_runtest_logreport(report):
-    if report.skipped and not hasattr(report, "wasxfail"):
+def pytest_collectreport(report):
+    if report.skipped:
         _skipped.append(report.nodeid)
-    elif report.when == "call" and report.passed:
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        _skipped.append(report.nodeid)
+    elif report.when == "call" and report.passed and not hasattr(report, "wasxfail"):
         _passed.append(report.nodeid)
 
 
