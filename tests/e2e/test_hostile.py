@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Demo
+from conftest import Demo, metric_value
 from hosts_util import all_threads_stopped
 from wait import wait_for
 
@@ -908,11 +908,24 @@ def floors(d):
             "MallocTrimThresholdBytes": 32 * MIB, "MallocTopPadBytes": 32 * MIB}
 
 
+def trims_total(d):
+    """Trims the host ran so far, every trigger (its /metrics)."""
+    return sum(metric_value(d.get("/metrics").text, "memtrim_trims_total", f'trigger="{t}"')
+               for t in ("manual", "periodic", "pressure", "burst"))
+
+
+# Slices of the floors test: one measurement of this many, judged once (no second chance).
+PATCH_ROUNDS = 6
+
+
 def test_no_accepted_patch_cuts_throughput(start_demo):
     """The demo beside a control host (the soak's measurement: workers pinned, slices
     interleaved, the pair's ratio without the PATCH as the correction): under the most
-    aggressive configuration PATCH accepts, the host keeps >= 0.9 of its throughput;
-    the audit's PATCHes (MemoryLimitBytes 1 cut it to x0.23) are refused."""
+    aggressive configuration PATCH accepts, the host keeps >= 0.9 of its throughput, in
+    one measurement of PATCH_ROUNDS slices each way (the floors' figures read 1.01-1.04,
+    benchmarks.md "PATCH bounds": the margin is the 10 %); the floors make it trim in their
+    slices (else they measured nothing aggressive); the audit's PATCHes (MemoryLimitBytes 1
+    cut it to x0.23) are refused."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "soak"))
     from soak import pin_workers, throughput_ratio, window
     workload = dict(workers=2, study_mb=64, pause_ms=0, quiet=False)
@@ -927,7 +940,8 @@ def test_no_accepted_patch_cuts_throughput(start_demo):
     defaults["MallocTrimThresholdBytes"] = defaults["MallocTopPadBytes"] = 131072
     totals = [0, 0, 0, 0]
     slices = []
-    for _ in range(4):
+    floor_trims = 0
+    for _ in range(PATCH_ROUNDS):
         r = host.request("PATCH", "/config", json=defaults)
         assert r.status_code == 200, r.text
         window([host, control], 1)
@@ -935,27 +949,17 @@ def test_no_accepted_patch_cuts_throughput(start_demo):
         r = host.request("PATCH", "/config", json=floors(host))
         assert r.status_code == 200, r.text
         window([host, control], 1)
+        before = trims_total(host)
         p, pc = window([host, control], 5)
+        floor_trims += trims_total(host) - before
         totals = [t + x for t, x in zip(totals, (b, bc, p, pc))]
         slices.append(f"{b}/{bc} {p}/{pc}")
     ratio = throughput_ratio(*totals)
-    if ratio < 0.9:  # as the soak: the check fails when two measurements in a row fall short
-        first, totals, slices = ratio, [0, 0, 0, 0], slices + ["again:"]
-        for _ in range(4):
-            assert host.request("PATCH", "/config", json=defaults).status_code == 200
-            window([host, control], 1)
-            b, bc = window([host, control], 5)
-            assert host.request("PATCH", "/config", json=floors(host)).status_code == 200
-            window([host, control], 1)
-            p, pc = window([host, control], 5)
-            totals = [t + x for t, x in zip(totals, (b, bc, p, pc))]
-            slices.append(f"{b}/{bc} {p}/{pc}")
-        ratio = max(first, throughput_ratio(*totals))
-    trims = host.get("/metrics").text
     print(f"\nPATCH floors: slices host/control (defaults, floors): {', '.join(slices)}: "
-          f"ratio {ratio:.4f}; load {open('/proc/loadavg').read().split()[:3]}")
+          f"ratio {ratio:.4f}, {floor_trims:.0f} trims under the floors; "
+          f"load {open('/proc/loadavg').read().split()[:3]}")
     assert ratio >= 0.9, f"throughput ratio {ratio:.4f} under the PATCH floors ({slices})"
-    assert "memtrim_trims_total" in trims
+    assert floor_trims >= 1, "no trim in the floors' slices: they measured nothing aggressive"
 
 
 def test_raised_tunables_need_periodic_trims(tmp_path):

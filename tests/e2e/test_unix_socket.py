@@ -115,11 +115,18 @@ def test_every_route_over_the_unix_socket(hosts, folder):
             if method == "patch":
                 args += ["-H", "Content-Type: application/json", "--data",
                          '{"TrimIntervalSeconds": 30}']
-            code = status(h.sock, path + extra.get(path, ""), *args)
-            # /memory/arenas answers 503 probe_budget while malloc_info's budget is spent
-            # (a trim of this loop just ran): the route answered, and said why
-            ok = (200, 503) if path == "/memory/arenas" else (200,)
-            assert code in ok, (method, path, code)
+            rc, out, err = curl(h.sock, path + extra.get(path, ""), "-w", "\n%{http_code}", *args)
+            assert rc == 0, (method, path, rc, err)
+            body, _, code = out.rpartition("\n")
+            if path == "/memory/arenas" and code == "503":
+                # /memory/arenas answers 503 probe_budget while malloc_info's budget is
+                # spent (a trim of this loop just ran): the route answered, and said why;
+                # any other 503 is a failure
+                error = json.loads(body)["error"]
+                assert error["code"] == "probe_budget" and "ProbeBudgetPercent" in \
+                    error["message"], (method, path, body)
+            else:
+                assert code == "200", (method, path, code, body[:500])
             seen += 1
     assert seen >= 13, seen
     # Any Host is fine (no browser reaches a unix socket): not the loopback Host rule.

@@ -335,16 +335,11 @@ def main():
                   f"{', '.join(slices)}: ratio {throughput_ratio(*totals):.4f}", flush=True)
             return totals
 
+        # One measurement, judged once: no second chance when it falls short (a best of
+        # two passes a host that is slower half the time). Since the workers are pinned
+        # the first measurements read 1.0006-1.031 (docs/benchmarks.md, "Soak").
         base, base_control, during, during_control = measure()
         ratio = throughput_ratio(base, base_control, during, during_control)
-        if ratio < MIN_RATIO:
-            # One more measurement on the same hosts: a ratio this close to 1 is
-            # within one scheduler hiccup, so the throughput check fails only when
-            # two measurements in a row fall short (the other checks hold for both:
-            # the clients and samplers keep running).
-            print(f"soak: throughput ratio {ratio:.4f} < {MIN_RATIO}: measuring once more")
-            base, base_control, during, during_control = measure()
-            ratio = max(ratio, throughput_ratio(base, base_control, during, during_control))
     finally:
         rc = demo.stop()
         rc = rc or control.stop()
