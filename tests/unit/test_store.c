@@ -112,6 +112,28 @@ static void push_samples(struct store *st, int n, int64_t base)
     store_wake(st);
 }
 
+/* Every sample pushed so far is accounted for: stored, or dropped (at the push, when the
+ * queue's share of samples was full, or by the writer). */
+static int settled(struct store *st, uint64_t pushed)
+{
+    struct mt_counters c = counters(st);
+    return c.samples_stored + c.samples_dropped == pushed;
+}
+
+/* Push n samples a queue's share at a time (STORE_QUEUE_SAMPLES: more at once are dropped
+ * at the push), each share stored before the next: n more rows, none dropped. */
+static void store_samples(struct store *st, int n, int64_t base)
+{
+    uint64_t want = counters(st).samples_stored;
+    for (int done = 0; done < n; done += STORE_QUEUE_SAMPLES) {
+        int k = n - done < STORE_QUEUE_SAMPLES ? n - done : STORE_QUEUE_SAMPLES;
+        push_samples(st, k, base + done);
+        want += (uint64_t)k;
+        WAIT_FOR(counters(st).samples_stored == want, 10); /* a hang guard */
+    }
+    CHECK_EQ_INT(counters(st).samples_stored, want);
+}
+
 static int health_is(struct store *st, const char *want)
 {
     char state[32], reason[256];
@@ -153,12 +175,14 @@ static void test_replaced_file_is_left_alone(void)
     CHECK_EQ_INT(store_init(&st, path, 24), 0);
     store_test_tick(&st, 20 * 1000000LL, 0);
     CHECK_EQ_INT(store_start(&st, &err), 0);
-    push_samples(&st, 50, mt_now_ms() - 50000);
-    WAIT_FOR(counters(&st).samples_stored == 50, 10);
+    store_samples(&st, 50, mt_now_ms() - 50000);
+    CHECK_EQ_INT(counters(&st).samples_dropped, 0);
     CHECK_EQ_INT(rename(backup, path), 0); /* its -wal and -shm stay: the live store's */
     push_samples(&st, 30, mt_now_ms() - 30000);
-    WAIT_FOR(health_is(&st, "replaced"), 10);
+    WAIT_FOR(health_is(&st, "replaced") && settled(&st, 80), 10);
     CHECK(health_is(&st, "replaced"));
+    CHECK(settled(&st, 80));
+    CHECK_EQ_INT(counters(&st).samples_stored, 50); /* none of the 30 written */
     char state[32], reason[256];
     store_health(&st, state, sizeof(state), reason, sizeof(reason));
     CHECK_CONTAINS(reason, "replaced by another file");
@@ -166,10 +190,12 @@ static void test_replaced_file_is_left_alone(void)
     char why[300];
     CHECK_EQ_INT(st.readers.state(st.readers.ctx, &generation, why, sizeof(why)), -EAGAIN);
     CHECK_CONTAINS(why, "replaced");
+    uint64_t dropped = counters(&st).samples_dropped;
     push_samples(&st, 10, mt_now_ms() - 10000); /* dropped and counted, never written */
-    WAIT_FOR(counters(&st).samples_dropped >= 10, 10);
+    WAIT_FOR(settled(&st, 90), 10);
+    CHECK_EQ_INT(counters(&st).samples_dropped, dropped + 10);
     CHECK_EQ_INT(store_stop(&st), 0);
-    CHECK(counters(&st).samples_dropped >= 10);
+    CHECK_EQ_INT(counters(&st).samples_stored, 50);
     store_destroy(&st);
     /* the backup at the path: its 7 rows, none of the live store's 50 + 30 */
     CHECK_EQ_INT(rows(path, "samples"), 7);
@@ -187,8 +213,7 @@ static void test_replaced_file_is_left_alone(void)
     CHECK_EQ_INT(store_init(&st, path2, 24), 0);
     store_test_tick(&st, 20 * 1000000LL, 0);
     CHECK_EQ_INT(store_start(&st, &err), 0);
-    push_samples(&st, 50, mt_now_ms() - 50000);
-    WAIT_FOR(counters(&st).samples_stored == 50, 10);
+    store_samples(&st, 50, mt_now_ms() - 50000);
     char before[16384], after[16384];
     size_t nb = 0, na = 0;
     file_bytes(junk, before, sizeof(before), &nb);
