@@ -81,8 +81,8 @@ class Outcome:
         self.summary = DEMO_SUMMARY.search(out)
         self.completed = int(self.summary.group(1)) if self.summary else len(STUDY.findall(out))
         self.peak_rss_mb = int(self.summary.group(2)) if self.summary else None
-        m = SOURCE.search(out)
-        self.source = m.group(1) if m else None
+        self.sources = SOURCE.findall(out)  # every choice logged, in order
+        self.source = self.sources[0] if self.sources else None
         self.reactions = [float(x) for x in REACTION.findall(out)]
         if db is not None and Path(db).exists():
             self.reactions = stored_reactions(db)

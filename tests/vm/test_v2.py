@@ -27,6 +27,18 @@ MB = 1 << 20
 LIMIT = 300 * MB
 PAUSE_MS = 0
 PLACEMENTS = ["own", "parent", "docker"]
+# What must wake memtrim in each placement (core/threads/pressure.c, arm_v2): root may write a
+# PSI trigger into its own cgroup's memory.pressure (the limit read from the parent's
+# memory.max, or from memory.high, changes nothing there); uid nobody in the Docker-like
+# namespace opens memory.pressure on a read-only mount (EROFS) and is woken by the
+# notifications of memory.events alone. Each run logs that one source, and no other.
+SOURCE = {"own": "psi", "parent": "psi", "docker": "memory-events", "high": "psi"}
+
+
+def assert_source(r, placement):
+    want = SOURCE[placement]
+    assert r.sources and all(s == want for s in r.sources), \
+        f"pressure sources {r.sources}, want only {want}\n{memtrim_said(r.out)}"
 
 
 def place(cgroup, placement):
@@ -117,8 +129,7 @@ def test_memtrim_completes_every_study(procs, cgroup, tmp_path, placement):
     said = memtrim_said(r.out)
     assert r.ok and r.completed == STUDIES, f"{r.describe()}\n{said}\n{r.out[-1500:]}"
     assert ev["oom_kill"] == 0
-    # It found the limit and a source wakes it: not "none (no memory limit known)".
-    assert r.source and r.source != "none", f"pressure source {r.source}\n{said}"
+    assert_source(r, placement)
 
 
 # ---- memory.high: throttled, not killed -----------------------------------
@@ -184,5 +195,5 @@ def test_memory_high_memtrim_keeps_the_host_below_it(procs, cgroup, tmp_path, hi
     ev = report("memory.high, memtrim at its defaults", r, cg)
     assert r.ok and r.completed == STUDIES, f"{r.describe()}\n{memtrim_said(r.out)}"
     assert ev["oom_kill"] == 0
-    assert r.source and r.source != "none", f"pressure source {r.source}\n{memtrim_said(r.out)}"
+    assert_source(r, "high")
     assert_far_below_the_control(ev, high_control, r.out)
