@@ -191,8 +191,9 @@ static int place(struct cgroup_info *info, const struct mount_pick *m, const cha
         if (strcmp(below, "/") == 0)
             below = "";
     }
-    snprintf(info->dir, sizeof(info->dir), "%s%.1000s", point, below);
-    if (!is_dir(info->dir)) {
+    /* A path that does not fit is not this process's cgroup cut short: the mount point. */
+    int n = snprintf(info->dir, sizeof(info->dir), "%s%s", point, below);
+    if (n < 0 || (size_t)n >= sizeof(info->dir) || !is_dir(info->dir)) {
         fallback = 1;
         snprintf(info->dir, sizeof(info->dir), "%s", point);
     }

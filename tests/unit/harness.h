@@ -134,7 +134,7 @@ static inline void harness_skip(const char *file, const char *func, const char *
                                 const char *why)
 {
     const char *base = strrchr(file, '/');
-    char id[256];
+    char id[320];
     snprintf(id, sizeof(id), "%.100s:%.100s%s%.60s", base ? base + 1 : file, func,
              part ? "/" : "", part ? part : "");
     char *dot = strstr(id, ".c:");

@@ -610,7 +610,8 @@ static void test_openapi_patch_bounds(void)
             break; /* the next schema */
         if (strncmp(line, "        ", 8) == 0 && line[8] != ' ' && strchr(line, ':') && n < 128) {
             snprintf(key, sizeof(key), "%.*s", (int)(strchr(line, ':') - line - 8), line + 8);
-            snprintf(names[n], sizeof(names[n]), "%s", key);
+            int w = snprintf(names[n], sizeof(names[n]), "%s", key);
+            CHECK_MSG(w >= 0 && w < (int)sizeof(names[n]), "openapi.yaml: key %s is too long", key);
             mins[n] = maxs[n] = NAN;
             n++;
         } else if (n > 0 && strncmp(line, "          minimum: ", 19) == 0) {
