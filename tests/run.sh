@@ -69,7 +69,10 @@ fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz
 }
 
 # Each of these must exist and run under valgrind. 77 is a binary whose every skip
-# tests/skips.txt lists for valgrind (an unlisted one exits 1, harness.h).
+# tests/skips.txt lists for valgrind (an unlisted one exits 1, harness.h). Each run is
+# bounded (MEMTRIM_VALGRIND_TIMEOUT seconds, default 900, then SIGKILL 30 s later): a
+# guard against a hang, far above what a binary takes under valgrind, never a timing check.
+valgrind_timeout=${MEMTRIM_VALGRIND_TIMEOUT:-900}
 valgrind_unit() {
   local t rc=0 ran=0 code
   local tests="test_config test_probe test_trim test_housekeeper test_pressure test_abi test_db test_query
@@ -80,11 +83,14 @@ valgrind_unit() {
       rc=1
       continue
     fi
-    valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+    timeout --kill-after=30 "$valgrind_timeout" \
+      valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
       "build/$t" >"build/$t.valgrind.log" 2>&1
     code=$?
     case $code in
       0) ;;
+      124|137) echo "valgrind: $t still ran after ${valgrind_timeout} s (a hang?), stopped"
+         tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
       77) grep -h '^SKIP ' "build/$t.valgrind.log" | sed "s/^/  skipped ($t): /" ;;
       *) echo "valgrind: $t failed ($code)"; tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
     esac
