@@ -15,9 +15,11 @@
 struct saved_ledger {
     uint64_t outstanding;   /* released by trims and not come back: counterfactual - RSS */
     uint64_t rss, rss_peak; /* the last RSS fed, the highest */
+    uint64_t rss_at_heap;   /* RSS when the last heap reading (or trim) bounded it */
     uint64_t cf_peak;       /* the highest counterfactual */
     double byte_seconds;    /* outstanding integrated over time */
     int64_t last_ns;        /* monotonic time of the last reading fed; 0 = none */
+    uint64_t retained;      /* the allocator's retained bytes at the last heap reading */
     int clamp;              /* the last heap reading reported free memory: bound by it */
 };
 
@@ -27,13 +29,17 @@ void saved_init(struct saved_ledger *l);
 /* An RSS reading at monotonic time now_ns (peak_rss: the kernel's VmHWM, 0 unknown). */
 void saved_on_rss(struct saved_ledger *l, uint64_t rss, uint64_t peak_rss, int64_t now_ns);
 
-/* A trim: RSS right before and right after the release, at now_ns. */
+/* A trim: RSS right before and right after the release, at now_ns; bounded: a heap
+ * reading taken after it follows (saved_on_heap). */
 void saved_on_trim(struct saved_ledger *l, uint64_t rss_before, uint64_t rss_after,
-                   int64_t now_ns);
+                   int bounded, int64_t now_ns);
 
 /* A heap reading: what memtrim released and is not back is still free in the allocator
- * (glibc's fordblks counts madvised chunks; jemalloc and tcmalloc move it to retained). */
-void saved_on_heap(struct saved_ledger *l, const struct mt_heap *h);
+ * (glibc's fordblks counts madvised chunks; jemalloc and tcmalloc move it to retained)
+ * and not resident: bounded by that free memory less resident_free (the snapshot's
+ * releasable estimate, read with it). rss: the RSS read with it. */
+void saved_on_heap(struct saved_ledger *l, const struct mt_heap *h, uint64_t resident_free,
+                   uint64_t rss);
 
 /* The view at rss (the snapshot's), into *out. */
 void saved_view(const struct saved_ledger *l, uint64_t rss, struct mt_saved *out);

@@ -58,6 +58,19 @@ void snapshot_destroy(struct snapshot_cache *c)
     pthread_mutex_destroy(&c->lock);
 }
 
+/* The releasable estimate of the heap reading held; called with the lock held. */
+static uint64_t releasable_locked(const struct snapshot_cache *c)
+{
+    /* RSS as read with the heap (just before it), not newer: memory allocated
+     * since the heap reading is in use, and must not count as free. */
+    uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
+    uint64_t resident_free = c->heap_rss_anon > used ? c->heap_rss_anon - used : 0;
+    /* An allocator that does not say what is free (mimalloc): the growth
+     * since the last release, unbounded. */
+    uint64_t bound = (c->heap.known & MT_HEAP_HAS_FREE) ? c->heap.heap_free_bytes : resident_free;
+    return resident_free < bound ? resident_free : bound;
+}
+
 /* Derived values; called with the lock held. */
 static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t now,
                    struct mt_snapshot *out)
@@ -83,17 +96,8 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
      * live heap, less what was not heap right after the last trim (stacks,
      * other mappings).
      */
-    if (c->heap_mono_ns) {
-        /* RSS as read with the heap (just before it), not newer: memory allocated
-         * since the heap reading is in use, and must not count as free. */
-        uint64_t used = c->heap.heap_in_use_bytes + c->nonheap_baseline;
-        uint64_t resident_free = c->heap_rss_anon > used ? c->heap_rss_anon - used : 0;
-        /* An allocator that does not say what is free (mimalloc): the growth
-         * since the last release, unbounded. */
-        uint64_t bound = (c->heap.known & MT_HEAP_HAS_FREE) ? c->heap.heap_free_bytes
-                                                            : resident_free;
-        out->releasable_estimate_bytes = resident_free < bound ? resident_free : bound;
-    }
+    if (c->heap_mono_ns)
+        out->releasable_estimate_bytes = releasable_locked(c);
 }
 
 /*
@@ -217,7 +221,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
             c->heap = heap;
             c->heap_mono_ns = now;
             c->heap_rss_anon = cheap.rss_anon_bytes;
-            saved_on_heap(&c->saved, &heap);
+            saved_on_heap(&c->saved, &heap, releasable_locked(c), cheap.rss_bytes);
         }
         c->refreshing = 0;
         pthread_cond_broadcast(&c->cond);
@@ -232,9 +236,8 @@ void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
 {
     pthread_mutex_lock(&c->lock);
     int64_t now = mt_mono_ns();
-    saved_on_trim(&c->saved, rss_before, cheap->rss_bytes, now);
+    saved_on_trim(&c->saved, rss_before, cheap->rss_bytes, heap != NULL, now);
     saved_on_rss(&c->saved, cheap->rss_bytes, cheap->rss_peak_bytes, now);
-    saved_on_heap(&c->saved, heap);
     int64_t limit = c->cheap.cgroup_limit_bytes;
     c->cheap = *cheap;
     if (cheap->cgroup_limit_bytes < 0)
@@ -250,6 +253,7 @@ void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
                                   : 0;
         count_heap_locked(c, heap);
         charge_heap_locked(c, heap, now);
+        saved_on_heap(&c->saved, heap, releasable_locked(c), cheap->rss_bytes);
     }
     pthread_mutex_unlock(&c->lock);
 }

@@ -50,7 +50,7 @@ static void test_nothing_trimmed_nothing_saved(void)
     CHECK_EQ_INT(v.rss_without_memtrim_peak_bytes, 300 * MB);
     CHECK(v.saved_byte_seconds_total == 0);
     /* a trim that released nothing (or RSS grew meanwhile) saves nothing */
-    saved_on_trim(&l, 50 * MB, 52 * MB, 4 * SEC);
+    saved_on_trim(&l, 50 * MB, 52 * MB, 0, 4 * SEC);
     view(&l, 52 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 0);
 }
@@ -61,9 +61,9 @@ static void test_release_counts_and_integrates(void)
     struct mt_saved v;
     saved_init(&l);
     saved_on_rss(&l, 500 * MB, 0, 1 * SEC);
-    saved_on_trim(&l, 500 * MB, 100 * MB, 2 * SEC);
+    saved_on_trim(&l, 500 * MB, 100 * MB, 1, 2 * SEC);
     struct mt_heap h = heap_free(420 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h); /* the madvised chunks are still free in glibc's view */
+    saved_on_heap(&l, &h, 0, 100 * MB); /* the madvised chunks are still free in glibc's view */
     view(&l, 100 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 400 * MB);
     CHECK_EQ_INT(v.rss_without_memtrim_bytes, 500 * MB);
@@ -71,10 +71,20 @@ static void test_release_counts_and_integrates(void)
     saved_on_rss(&l, 100 * MB, 0, 12 * SEC); /* ten seconds of 400 MB saved */
     view(&l, 100 * MB, &v);
     CHECK(v.saved_byte_seconds_total == 400.0 * MB * 10);
-    /* a second trim adds what it released */
-    saved_on_trim(&l, 180 * MB, 100 * MB, 13 * SEC);
+    /* a second trim adds what it released; the growth before it is known free only by a
+     * heap reading after it */
+    saved_on_trim(&l, 180 * MB, 100 * MB, 1, 13 * SEC);
+    h = heap_free(500 * MB, 0, MT_HEAP_HAS_FREE);
+    saved_on_heap(&l, &h, 0, 100 * MB);
     view(&l, 100 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 480 * MB);
+    /* one without (the probe budget spent): that growth is taken for come back */
+    saved_on_trim(&l, 180 * MB, 100 * MB, 0, 14 * SEC);
+    view(&l, 100 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 480 * MB);
+    saved_on_rss(&l, 150 * MB, 0, 15 * SEC);
+    view(&l, 150 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 430 * MB); /* shown less the growth since the last bound */
 }
 
 static void test_what_came_back_is_not_saved(void)
@@ -82,21 +92,30 @@ static void test_what_came_back_is_not_saved(void)
     struct saved_ledger l;
     struct mt_saved v;
     saved_init(&l);
-    saved_on_trim(&l, 500 * MB, 100 * MB, 1 * SEC);
+    saved_on_trim(&l, 500 * MB, 100 * MB, 1, 1 * SEC);
     struct mt_heap h = heap_free(400 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h);
-    /* the host allocates 300 MB again out of the released chunks: free falls to 100 MB */
+    saved_on_heap(&l, &h, 0, 100 * MB);
+    /* the host allocates 300 MB again out of the released chunks: until a heap reading
+     * says so, the growth is taken for come back; then free, 100 MB, says it */
     saved_on_rss(&l, 400 * MB, 0, 2 * SEC);
+    view(&l, 400 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 100 * MB);
     h = heap_free(100 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h);
+    saved_on_heap(&l, &h, 0, 400 * MB);
     view(&l, 400 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 100 * MB);
     CHECK_EQ_INT(v.rss_without_memtrim_bytes, 500 * MB);
     /* free rising again (the host freed it) does not raise what was saved: only a trim does */
     h = heap_free(400 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h);
+    saved_on_heap(&l, &h, 0, 400 * MB);
     view(&l, 400 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 100 * MB);
+    /* free memory that is resident (the host freed it, no trim yet) is no bound: it would
+     * be resident without memtrim too. The released chunks came back, others were freed. */
+    h = heap_free(300 * MB, 0, MT_HEAP_HAS_FREE);
+    saved_on_heap(&l, &h, 300 * MB, 400 * MB);
+    view(&l, 400 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 0);
 }
 
 /* A thread pool: worker A's study released, worker B's study grows RSS in another arena.
@@ -106,12 +125,12 @@ static void test_growth_elsewhere_keeps_the_saving(void)
     struct saved_ledger l;
     struct mt_saved v;
     saved_init(&l);
-    saved_on_trim(&l, 110 * MB, 10 * MB, 1 * SEC);
+    saved_on_trim(&l, 110 * MB, 10 * MB, 1, 1 * SEC);
     struct mt_heap h = heap_free(100 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h);
+    saved_on_heap(&l, &h, 0, 10 * MB);
     saved_on_rss(&l, 110 * MB, 0, 2 * SEC); /* B's study */
     h = heap_free(100 * MB, 0, MT_HEAP_HAS_FREE);
-    saved_on_heap(&l, &h);
+    saved_on_heap(&l, &h, 0, 110 * MB);
     view(&l, 110 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 100 * MB);
     CHECK_EQ_INT(v.rss_without_memtrim_bytes, 210 * MB);
@@ -125,8 +144,8 @@ static void test_no_free_figure_counts_growth_back(void)
     struct mt_saved v;
     saved_init(&l);
     struct mt_heap h = heap_free(0, 0, MT_HEAP_HAS_MAPPED);
-    saved_on_heap(&l, &h);
-    saved_on_trim(&l, 300 * MB, 100 * MB, 1 * SEC);
+    saved_on_heap(&l, &h, 0, 300 * MB);
+    saved_on_trim(&l, 300 * MB, 100 * MB, 1, 1 * SEC);
     saved_on_rss(&l, 250 * MB, 0, 2 * SEC);
     view(&l, 250 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 50 * MB);
@@ -142,11 +161,20 @@ static void test_retained_bounds_too(void)
     struct saved_ledger l;
     struct mt_saved v;
     saved_init(&l);
-    saved_on_trim(&l, 300 * MB, 100 * MB, 1 * SEC);
+    saved_on_trim(&l, 300 * MB, 100 * MB, 1, 1 * SEC);
     struct mt_heap h = heap_free(0, 150 * MB, MT_HEAP_HAS_FREE | MT_HEAP_HAS_RETAINED);
-    saved_on_heap(&l, &h);
+    saved_on_heap(&l, &h, 0, 100 * MB);
     view(&l, 100 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 150 * MB);
+    /* the host reuses 120 MB of the purged extents: retained falls by that (the address
+     * space it reserved ahead keeps it above what is still released) */
+    saved_on_rss(&l, 220 * MB, 0, 2 * SEC);
+    h = heap_free(0, 500 * MB, MT_HEAP_HAS_FREE | MT_HEAP_HAS_RETAINED);
+    saved_on_heap(&l, &h, 0, 220 * MB); /* a reservation ahead: no fall, no saving */
+    h = heap_free(0, 380 * MB, MT_HEAP_HAS_FREE | MT_HEAP_HAS_RETAINED);
+    saved_on_heap(&l, &h, 0, 220 * MB);
+    view(&l, 220 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 30 * MB);
 }
 
 /* The kernel's VmHWM sees a peak between two readings. */
