@@ -158,13 +158,20 @@ void advice_exit_summary(struct memtrim *mt)
         released += in.counters.released_bytes[t];
         ntrims += in.counters.trims[t];
     }
+    /* what memtrim saved (docs/policy.md), at the last reading */
+    const struct mt_saved *sv = &in.snap.saved;
+    uint64_t saved_at_peak = sv->rss_without_memtrim_peak_bytes > sv->rss_peak_bytes
+                                 ? sv->rss_without_memtrim_peak_bytes - sv->rss_peak_bytes
+                                 : 0;
     if (n > 0)
         snprintf(finding, sizeof(finding), "[%s] %s: %s", doctor_severity_name(top[0].severity),
                  top[0].id, top[0].action);
     mt_log(MT_LOG_INFO, "core",
            "exit summary: uptime %.1f s; trims %llu (manual %llu, periodic %llu, pressure %llu, "
            "burst %llu); released %llu bytes (%.1f MiB); trimming %.3f s, probing %.3f s "
-           "(%llu heap probes, %llu arena readings); peak RSS %llu bytes (%.1f MiB); top "
+           "(%llu heap probes, %llu arena readings); peak RSS %llu bytes (%.1f MiB); saved: "
+           "RSS %llu bytes, without memtrim %llu bytes, saved %llu bytes (%.1f MiB), at peak "
+           "%llu bytes (peak without memtrim %llu bytes), %.6f GB-hours, memtrim CPU %.3f s; top "
            "finding: %s",
            (double)in.uptime_ms / 1000.0, (unsigned long long)ntrims,
            (unsigned long long)in.counters.trims[MT_TRIGGER_MANUAL],
@@ -174,7 +181,13 @@ void advice_exit_summary(struct memtrim *mt)
            (double)released / 1048576.0, in.counters.trim_seconds_sum,
            in.counters.heap_probe_seconds + in.counters.cheap_probe_seconds + arena_seconds,
            (unsigned long long)in.counters.heap_probes, (unsigned long long)arena_reads,
-           (unsigned long long)in.peak_rss_bytes, (double)in.peak_rss_bytes / 1048576.0, finding);
+           (unsigned long long)in.peak_rss_bytes, (double)in.peak_rss_bytes / 1048576.0,
+           (unsigned long long)in.snap.cheap.rss_bytes,
+           (unsigned long long)sv->rss_without_memtrim_bytes, (unsigned long long)sv->saved_bytes,
+           (double)sv->saved_bytes / 1048576.0, (unsigned long long)saved_at_peak,
+           (unsigned long long)sv->rss_without_memtrim_peak_bytes,
+           sv->saved_byte_seconds_total / 3.6e12,
+           in.counters.housekeeper_cpu_seconds + in.counters.pressure_cpu_seconds, finding);
     arenas_free(&arenas);
     free(trims);
 }

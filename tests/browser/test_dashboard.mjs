@@ -90,6 +90,23 @@ function watchConsole(page, allowStatus = []) {
   page.on('pageerror', (e) => errors.push('uncaught: ' + e.message));
   return errors;
 }
+// Run fn(stats) on `want` snapshots that the page and /memory/stats showed alike (the API
+// serves one shared snapshot: right after the page has shown a new one, a fetch gets the
+// same), at most 20 tries; returns how many it compared.
+async function onSameSnapshot(page, demo, want, fn) {
+  let compared = 0;
+  for (let attempt = 0; attempt < 20 && compared < want; attempt++) {
+    const before = await page.$eval('#cards', (e) => e.dataset.timestamp);
+    await page.waitForFunction((b) => document.querySelector('#cards').dataset.timestamp !== b,
+      before, { timeout: 6e3, polling: 20 });
+    const s = await getJson(demo, 'memory/stats');
+    const shown = await page.$eval('#cards', (e) => ({ ts: e.dataset.timestamp, hts: e.dataset.heapTimestamp }));
+    if (String(s.timestamp_ms) !== shown.ts || String(s.heap_timestamp_ms ?? '') !== shown.hts) continue;
+    await fn(s);
+    compared++;
+  }
+  return compared;
+}
 const cardValue = (page, metric) =>
   page.$eval(`.card[data-metric="${metric}"] .value`, (e) => e.dataset.value);
 
@@ -109,20 +126,12 @@ async function checkDesktop(demo, ctx) {
     // shown a new one, a fetch gets the same snapshot, so the numbers must be exact.
     const fields = ['rss_bytes', 'heap_in_use_bytes', 'heap_free_bytes', 'heap_mmapped_bytes',
       'fragmentation_ratio', 'memory_limit_bytes', 'cgroup_usage_bytes'];
-    let compared = 0;
-    for (let attempt = 0; attempt < 20 && compared < 2; attempt++) {
-      const before = await page.$eval('#cards', (e) => e.dataset.timestamp);
-      await page.waitForFunction((b) => document.querySelector('#cards').dataset.timestamp !== b,
-        before, { timeout: 6e3, polling: 20 });
-      const s = await getJson(demo, 'memory/stats');
-      const shown = await page.$eval('#cards', (e) => ({ ts: e.dataset.timestamp, hts: e.dataset.heapTimestamp }));
-      if (String(s.timestamp_ms) !== shown.ts || String(s.heap_timestamp_ms ?? '') !== shown.hts) continue;
+    const compared = await onSameSnapshot(page, demo, 2, async (s) => {
       for (const f of fields) {
         const v = await cardValue(page, f);
         assert(v === String(s[f] ?? ''), `${f}: page shows ${v}, /memory/stats says ${s[f]}`);
       }
-      compared++;
-    }
+    });
     assert(compared >= 2, `the page and /memory/stats never showed the same snapshot (${compared} matches)`);
     // Formatted text agrees with the exact value (MiB/GiB, 3 significant digits).
     const rss = await page.$eval('.card[data-metric="rss_bytes"] .value',
@@ -197,6 +206,49 @@ async function checkDesktop(demo, ctx) {
       `released: result ${result.released}, row ${got.released}, API ${rec && rec.released_bytes}`);
     await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.trims) >= 1,
       null, { timeout: 15e3 });
+  });
+
+  await check('the saved card and the "without memtrim" line agree with /memory/stats; trims draw RSS before and after', async () => {
+    // saved = the counterfactual less RSS, in the page as in the API, of one snapshot.
+    const compared = await onSameSnapshot(page, demo, 1, async (s) => {
+      const shown = await page.$eval('#saved', (e) => ({
+        saved: e.querySelector('.value').dataset.value, without: e.dataset.rssWithout, rss: e.dataset.rss,
+        atPeak: e.dataset.savedAtPeak, sub: e.querySelector('#saved-sub').textContent }));
+      assert(shown.saved === String(s.saved_bytes), `saved: page ${shown.saved}, API ${s.saved_bytes}`);
+      assert(shown.without === String(s.rss_without_memtrim_bytes),
+        `without memtrim: page ${shown.without}, API ${s.rss_without_memtrim_bytes}`);
+      assert(Number(shown.saved) === Number(shown.without) - Number(shown.rss),
+        `saved ${shown.saved} is not ${shown.without} - ${shown.rss}`);
+      assert(s.saved_bytes === s.rss_without_memtrim_bytes - s.rss_bytes, 'the API: saved is not without - RSS');
+      assert(Number(shown.atPeak) === Math.max(0, s.rss_without_memtrim_peak_bytes - s.rss_peak_bytes),
+        `saved at peak: page ${shown.atPeak}`);
+      assert(/^without memtrim .+ · at peak .+ · total .+ GB-h$/.test(shown.sub), 'the saved card says ' + shown.sub);
+    });
+    assert(compared === 1, 'the page and /memory/stats never showed the same snapshot');
+    // The demo's studies are freed and trimmed: something was saved, and the card's cost line is there.
+    assert(/^for .+ of memtrim CPU · .+ trimming · .+ in /.test(await page.textContent('#saved-cost')),
+      'the cost line says ' + await page.textContent('#saved-cost'));
+    await page.waitForFunction(() => {
+      const p = document.querySelector('#chart path.ln[data-metric="rss_without_memtrim_bytes"]');
+      return p && (p.getAttribute('d').match(/[ML]/g) || []).length >= 3;
+    }, null, { timeout: 20e3 });
+    // Each trim's RSS before and after, from its record, drawn at the trim (before above after).
+    await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.drops) >= 1,
+      null, { timeout: 15e3 });
+    const drops = await page.$$eval('#chart .trim-drop', (ds) => ds.map((d) => ({ id: d.dataset.id,
+      before: d.dataset.before, after: d.dataset.after, y1: Number(d.querySelector('line').getAttribute('y1')),
+      y2: Number(d.querySelector('line').getAttribute('y2')) })));
+    const trims = (await getJson(demo, 'memory/trims?limit=1000')).trims;
+    let checked = 0;
+    for (const d of drops) {
+      const t = trims.find((x) => String(x.id) === d.id);
+      if (!t) continue;
+      assert(d.before === String(t.rss_before_bytes) && d.after === String(t.rss_after_bytes),
+        `trim ${d.id}: drawn ${d.before} -> ${d.after}, recorded ${t.rss_before_bytes} -> ${t.rss_after_bytes}`);
+      if (t.released_bytes > 0) assert(d.y1 < d.y2, `trim ${d.id} released ${t.released_bytes} but is drawn upwards`);
+      checked++;
+    }
+    assert(checked >= 1, `no drawn trim is in /memory/trims (${drops.length} drawn)`);
   });
 
   await check('the probe cost is shown from /memory/stats and /metrics', async () => {

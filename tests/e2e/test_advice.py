@@ -132,6 +132,10 @@ SUMMARY = re.compile(r"memtrim/core: exit summary: uptime [\d.]+ s; trims (\d+) 
                      r"periodic \d+, pressure \d+, burst \d+\); released (\d+) bytes .*; trimming "
                      r"[\d.]+ s, probing [\d.]+ s .*; peak RSS (\d+) bytes .*; top finding: (.*)")
 
+SAVED = re.compile(r"; saved: RSS (\d+) bytes, without memtrim (\d+) bytes, saved (\d+) bytes "
+                   r"\([\d.]+ MiB\), at peak (\d+) bytes \(peak without memtrim (\d+) bytes\), "
+                   r"[\d.]+ GB-hours, memtrim CPU [\d.]+ s; top finding")
+
 
 def test_exit_summary_in_the_demos_log(start_demo):
     d = start_demo({"ManualTrimMinIntervalMs": 0}, workers=2, study_mb=16)
@@ -144,6 +148,12 @@ def test_exit_summary_in_the_demos_log(start_demo):
     assert int(m.group(1)) >= 1 and int(m.group(2)) >= 1
     assert int(m.group(4)) > 0  # peak RSS
     assert m.group(5) != ""
+    # what memtrim saved: saved is the counterfactual less RSS, never below it
+    s = SAVED.search(lines[0])
+    assert s, lines[0]
+    rss, without, saved = int(s.group(1)), int(s.group(2)), int(s.group(3))
+    assert saved == without - rss and without >= rss, lines[0]
+    assert int(s.group(5)) >= int(m.group(4)), lines[0]  # the counterfactual peak >= the peak
 
 
 @pytest.mark.skipif(not ORTHANC.exists(), reason="Debian's orthanc is not installed")
