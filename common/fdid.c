@@ -183,8 +183,10 @@ void mt_canary_close(void)
 
 void mt_canary_fork_child(void)
 {
+    /* No host code has run in the child yet, but the parent's may have closed the canary
+     * and reused its number before the fork: closed only while it is still the canary. */
     int fd = atomic_exchange(&canary_fd, -1);
-    if (fd >= 0)
-        close(fd); /* no host code has run in the child yet: certainly the parent's canary */
+    if (fd >= 0 && !mt_fds_lost_at(fd))
+        close(fd);
     atomic_store(&canary_lost, 0);
 }

@@ -182,6 +182,7 @@ int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err)
     if (fd < 0)
         return fd;
     n->dirfd = fd;
+    mt_fdid_take(fd, &n->dir_id);
     return 0;
 }
 
@@ -284,6 +285,7 @@ static int named_bind(struct mt_named *n, char **err)
         return rc;
     }
     n->listen_fd = fd;
+    mt_fdid_take(fd, &n->listen_id);
     n->sock_dev = (uint64_t)st.st_dev;
     n->sock_ino = (uint64_t)st.st_ino;
     return 0;
@@ -355,6 +357,7 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         return rc;
     }
     n->lock_fd = fd;
+    mt_fdid_take(fd, &n->lock_id);
     return MT_NAMED_LEADER;
 }
 
@@ -375,21 +378,19 @@ void mt_named_unpublish(struct mt_named *n)
 void mt_named_resign(struct mt_named *n)
 {
     mt_named_unpublish(n);
-    if (n->listen_fd >= 0)
-        close(n->listen_fd);
-    if (n->lock_fd >= 0)
-        close(n->lock_fd); /* the next leader may take the role from here */
+    /* Each only while its number is still it: a host that closed it may have reused it. */
+    mt_fdid_close(n->listen_fd, &n->listen_id);
+    mt_fdid_close(n->lock_fd, &n->lock_id); /* the next leader may take the role from here */
     n->listen_fd = n->lock_fd = -1;
 }
 
 void mt_named_fork_child(struct mt_named *n)
 {
     /* The parent's: a child holding the lock or the listening socket would keep a dead
-     * leader's role alive. Only close() (the lock stays the parent's). */
-    if (n->listen_fd >= 0)
-        close(n->listen_fd);
-    if (n->lock_fd >= 0)
-        close(n->lock_fd);
+     * leader's role alive. Only close() (the lock stays the parent's), and only while each
+     * is still it: a parent that ran closefrom may have its own files at those numbers. */
+    mt_fdid_close(n->listen_fd, &n->listen_id);
+    mt_fdid_close(n->lock_fd, &n->lock_id);
     n->listen_fd = n->lock_fd = -1;
     n->sock_ino = 0;
 }
@@ -397,7 +398,6 @@ void mt_named_fork_child(struct mt_named *n)
 void mt_named_close(struct mt_named *n)
 {
     mt_named_resign(n);
-    if (n->dirfd >= 0)
-        close(n->dirfd);
+    mt_fdid_close(n->dirfd, &n->dir_id);
     n->dirfd = -1;
 }

@@ -9,6 +9,7 @@
 #ifndef MEMTRIM_NAMED_H
 #define MEMTRIM_NAMED_H
 
+#include "fdid.h"
 #include <stddef.h>
 #include <stdint.h>
 #include "config.h"
@@ -18,6 +19,7 @@ struct mt_named {
     int lock_fd;               /* the leader's lock, held for its life; -1 */
     int listen_fd;             /* the leader's socket; -1 */
     uint64_t sock_dev, sock_ino; /* the socket file it bound (withdrawn only if still it) */
+    struct mt_fdid dir_id, lock_id, listen_id; /* closed only while still those (fdid.h) */
     char dir[MT_CONFIG_STR_MAX];
     char name[MT_GROUP_NAME_MAX + 1];
 };

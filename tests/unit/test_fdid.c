@@ -104,6 +104,17 @@ static void test_kinds(void)
     close(fds[0]);
     close(fds[1]);
 
+    /* a directory (a named group's), replaced by another directory */
+    int d = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK_EQ_INT(mt_fdid_take(d, &id), 0);
+    int other_dir = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK(dup2(other_dir, d) == d);
+    close(other_dir);
+    CHECK(!mt_fdid_is(d, &id));
+    CHECK_EQ_INT(mt_fdid_close(d, &id), -EBADF);
+    CHECK(fcntl(d, F_GETFD) >= 0);
+    close(d);
+
     /* closed and not reused: not ours either */
     e = eventfd(0, EFD_CLOEXEC);
     CHECK_EQ_INT(mt_fdid_take(e, &id), 0);
