@@ -91,6 +91,7 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     api_json_str(g, "usage_source", gi.usage_source, failed);
     api_json_int_or_null(g, "limit_bytes", gi.limit_bytes, gi.limit_bytes > 0, failed);
     api_json_bool(g, "pressure_zone", gi.zone, failed);
+    api_json_bool(g, "trim_running", gi.trim_running, failed);
     api_json_u64(g, "pressure_trims", gi.pressure_trims, failed);
     api_json_u64(g, "pressure_released_bytes", gi.pressure_released_bytes, failed);
     api_json_u64(g, "joined", gi.joined, failed);
@@ -117,12 +118,19 @@ static cJSON *api_member_trim_json(const struct mt_member_trim *t, int *failed)
     }
     o = cJSON_CreateObject();
     api_json_int(o, "pid", t->pid, failed);
+    if (t->rc == -EINPROGRESS) { /* asked by the group thread: its result goes to the store */
+        api_json_str(o, "status", "requested", failed);
+        return o;
+    }
     api_json_str(o, "error", t->error[0] ? t->error : strerror(-t->rc), failed);
     return o;
 }
 
 /*
- * POST /memory/trim in a group: every member one after the other, or ?pid=.
+ * POST /memory/trim in a group: the serving process's trim at once, every other
+ * member (or ?pid='s, 202) asked by the group thread one after the other: the
+ * reply never waits for another process (each one's result reaches the store, as
+ * /memory/trims?pid= shows).
  * 1 when it replied, 0 when the instance is in no group (the caller trims as
  * a single process does).
  */
@@ -156,7 +164,9 @@ int api_group_trim(const struct server_request *req, struct server_reply *rep, i
         return 1;
     }
     if (pid > 0) { /* one member: its result as a single process's, with its pid */
-        if (res[0].rc != 0)
+        if (res[0].rc == -EINPROGRESS) /* another process: asked, its result to come */
+            *rc_out = server_reply_json(rep, 202, api_member_trim_json(&res[0], &failed));
+        else if (res[0].rc != 0)
             *rc_out = server_reply_error(rep, 503, "member_trim_failed",
                                          "member %d did not trim: %s", pid, res[0].error);
         else
@@ -169,15 +179,17 @@ int api_group_trim(const struct server_request *req, struct server_reply *rep, i
     cJSON *root = res[0].rc == 0 ? api_trim_to_json(&res[0].r, 1) : cJSON_CreateObject();
     cJSON *g = cJSON_CreateObject(), *list = cJSON_CreateArray();
     int64_t released = 0;
-    int trimmed = 0;
+    int trimmed = 0, requested = 0;
     for (int i = 0; i < n; i++) {
         if (res[i].rc == 0 && res[i].r.released_bytes > 0)
             released += res[i].r.released_bytes;
         trimmed += res[i].rc == 0;
+        requested += res[i].rc == -EINPROGRESS;
         api_json_item(list, NULL, api_member_trim_json(&res[i], &failed), &failed);
     }
     api_json_int(g, "released_bytes", released, &failed);
     api_json_int(g, "members_trimmed", trimmed, &failed);
+    api_json_int(g, "members_requested", requested, &failed);
     api_json_item(g, "members", list, &failed);
     api_json_item(root, "group", g, &failed);
     *rc_out = server_reply_json(rep, 200, api_json_done(root, failed));

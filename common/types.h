@@ -330,6 +330,7 @@ struct mt_group_info {
     int64_t limit_bytes;        /* -1 none */
     int zone;                   /* usage inside the pressure zone at the last reading */
     const char *usage_source;   /* "cgroup", "members" or "none" (static) */
+    int trim_running;           /* a manual group trim is asking its members */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" for a FollowFork group */
 };
 

@@ -24,7 +24,6 @@
 struct group *group_alloc(const struct group_deps *d, int role)
 {
     struct group *g = mt_calloc(1, sizeof(*g));
-    pthread_condattr_t attr;
     if (!g)
         return NULL;
     if (wake_pipe_open(g->wake) != 0) {
@@ -44,10 +43,6 @@ struct group *group_alloc(const struct group_deps *d, int role)
     g->base_usage = -1;
     g->usage_source = "none";
     pthread_mutex_init(&g->lock, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cond, &attr);
-    pthread_condattr_destroy(&attr);
     atomic_init(&g->send_dropped, 0);
     return g;
 }
@@ -62,7 +57,6 @@ void group_free(struct group *g)
     for (int i = 0; i < g->npending; i++)
         chan_close(g->pending[i], g->pending_chan[i]);
     wake_close(g);
-    pthread_cond_destroy(&g->cond);
     pthread_mutex_destroy(&g->lock);
     pthread_mutex_destroy(&g->accept_log.lock);
     free(g);
@@ -105,28 +99,10 @@ void group_stop(struct group **slot)
         return;
     pthread_mutex_lock(&g->lock);
     g->stop = 1;
-    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
-        if (g->req[i].used && !g->req[i].done) {
-            g->req[i].done = 1;
-            g->req[i].rc = -ESHUTDOWN;
-        }
-    pthread_cond_broadcast(&g->cond);
     pthread_mutex_unlock(&g->lock);
     group_wake(g);
     if (g->started)
         pthread_join(g->thread, NULL);
-    /* Requests still waiting hold g->lock's cond: let them see ESHUTDOWN first. */
-    for (;;) {
-        pthread_mutex_lock(&g->lock);
-        int waiting = 0;
-        for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
-            waiting += g->req[i].used;
-        pthread_mutex_unlock(&g->lock);
-        if (!waiting)
-            break;
-        struct timespec ms = {0, MT_MS};
-        nanosleep(&ms, NULL);
-    }
     atomic_store(g->d.record_pid, 0);
     atomic_store(g->d.zone, 0);
     *slot = NULL;

@@ -32,7 +32,6 @@
 #include "group_policy.h"
 
 #define GROUP_MAX_MEMBERS 64   /* the registry's size, the leader included */
-#define GROUP_MAX_REQUESTS 16  /* trim requests waiting for a member's answer */
 #define GROUP_PROGRAM_MAX 64
 
 /* ---- the wire: one SOCK_SEQPACKET message each (group_chan.c) -------------------- */
@@ -84,7 +83,8 @@ int group_msg_check(struct group_msg *msg);
  * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
 #define WATCH_BUDGET_FACTOR 100.0
 #define ZONE_HOLD_NS (5 * MT_SEC)
-#define REQUEST_TIMEOUT_NS (10 * MT_SEC)     /* a manual request's answer */
+#define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
+#define MANUAL_STAGGER_NS (250 * MT_MS)     /* the next member is asked after this at most */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
 #define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
@@ -112,24 +112,36 @@ struct group_member {
     int64_t press_sent_ns;              /* ...sent then */
 };
 
-struct group_request {
-    int used, done, rc, pid;
-    uint64_t id;
-    struct mt_trim_result r;
+/*
+ * A manual trim of the group (group_trim.c): the HTTP thread trims the leader and
+ * hands the members to the group thread, which asks them one after the other (the
+ * next once the last answered, or MANUAL_STAGGER_NS after it was asked) and gives
+ * each MANUAL_ANSWER_NS: its whole time is bounded by the members asked. One at a
+ * time; the manual rate limit counts from its end. Under g->lock.
+ */
+struct group_job {
+    int active;               /* a group trim runs (from its admission to its end) */
+    int ready;                /* the leader's own trim is done: members may be asked */
+    int n, next;              /* members to ask, and how many were asked */
+    int pids[GROUP_MAX_MEMBERS];
+    uint64_t ids[GROUP_MAX_MEMBERS];
+    int answered[GROUP_MAX_MEMBERS];
+    int64_t pad;              /* the request's pad (-1: each member's TrimPadBytes) */
+    int64_t asked_ns;         /* the last member was asked then */
+    int64_t deadline_ns;      /* it ends by then whatever the members do */
 };
 
 struct group {
     struct group_deps d; /* what the instance hands it (group.h) */
     int role;
     pthread_mutex_t lock;
-    pthread_cond_t cond; /* a request was answered */
     pthread_t thread;
     int started, stop;   /* stop: guarded by lock */
     int wake[2];
     uint64_t wake_id;    /* the wake pipe's identity (pipe_id): its two ends share it */
     /* leader */
     struct group_member m[GROUP_MAX_MEMBERS]; /* m[0]: the leader itself */
-    struct group_request req[GROUP_MAX_REQUESTS];
+    struct group_job job;
     uint64_t next_req;
     int fork_fds[2];
     int forks_join;   /* forked children join over a socketpair (FollowFork) */
@@ -147,7 +159,6 @@ struct group {
     struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
     int zone;
     const char *usage_source;
-    int64_t last_manual_ns;
     int64_t press_sent_ns; /* when the last pressure request went out */
     int64_t next_total_ns;
     /* member */
@@ -193,6 +204,10 @@ uint64_t own_snapshot(const struct group_deps *d, int64_t cheap_age_ns, double f
 struct group_member *member_by_pid(struct group *g, int pid);
 int member_add(struct group *g, int fd, int cred_pid);
 void note_peak(struct group_member *m, uint64_t rss, int64_t now);
+
+/* ---- group_trim.c ----------------------------------------------------------- */
+void job_answer(struct group *g, int pid, uint64_t id); /* under g->lock */
+void job_step(struct group *g, int64_t now);
 
 /* ---- group_pressure.c ------------------------------------------------------- */
 void leader_total_sample(struct group *g, int64_t now, double sample_s);

@@ -41,17 +41,6 @@ struct group_member *member_by_pid(struct group *g, int pid)
     return NULL;
 }
 
-/* Answer every request to pid with rc (the member left). Under g->lock. */
-static void fail_requests(struct group *g, int pid, int rc)
-{
-    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
-        if (g->req[i].used && !g->req[i].done && g->req[i].pid == pid) {
-            g->req[i].done = 1;
-            g->req[i].rc = rc;
-        }
-    pthread_cond_broadcast(&g->cond);
-}
-
 /* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
 static void member_remove(struct group *g, struct group_member *m)
 {
@@ -61,7 +50,7 @@ static void member_remove(struct group *g, struct group_member *m)
     chan_close(m->fd, m->chan); /* not when the number is no longer this channel */
     if (pid > 0) {
         g->left++;
-        fail_requests(g, pid, -ECONNRESET);
+        job_answer(g, pid, 0); /* a group trim does not wait for it any more */
 
     }
     memset(m, 0, sizeof(*m));
@@ -97,14 +86,7 @@ void note_peak(struct group_member *m, uint64_t rss, int64_t now)
 static void leader_answer(struct group *g, struct group_member *m, const struct group_msg *msg)
 {
     pthread_mutex_lock(&g->lock);
-    for (int i = 0; i < GROUP_MAX_REQUESTS; i++)
-        if (g->req[i].used && g->req[i].id == msg->req_id && g->req[i].pid == m->pid) {
-            g->req[i].done = 1;
-            g->req[i].rc = msg->arg;
-            g->req[i].r = msg->u.trim;
-            g->req[i].r.pid = m->pid;
-            pthread_cond_broadcast(&g->cond);
-        }
+    job_answer(g, m->pid, msg->req_id);
     if (m->press_req && msg->req_id == m->press_req) {
         m->press_req = 0;
         if (msg->arg == 0) {
@@ -367,6 +349,7 @@ static void *leader_main(void *arg)
         int64_t now = mt_mono_ns();
         leader_self_refresh(g, now, cfg.sample_interval_seconds);
         leader_pressure(g, now, &cfg);
+        job_step(g, now);
         leader_total_sample(g, now, cfg.sample_interval_seconds);
 
         int n = 0;
@@ -378,7 +361,8 @@ static void *leader_main(void *arg)
         leader_drop_silent(g, now);
         leader_drop_lost(g, now);
         pthread_mutex_lock(&g->lock);
-        int zone = g->zone || mt_mono_ns() < g->moving_until_ns, stop = g->stop;
+        int zone = g->zone || mt_mono_ns() < g->moving_until_ns || g->job.active,
+            stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
             if (g->m[i].used && g->m[i].fd >= 0) {
                 p[n] = (struct pollfd){.fd = g->m[i].fd, .events = POLLIN};

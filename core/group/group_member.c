@@ -71,15 +71,11 @@ static void member_trim(struct group *g, const struct group_msg *req)
         config_feed_read(&d->config, &cfg, &generation, 1);
         pad = (uint64_t)cfg.trim_pad_bytes;
     }
-    /* A host that suspended trims is obeyed under pressure, as by its own pressure path. */
-    if (trigger == MT_TRIGGER_PRESSURE && atomic_load(d->suspend_depth) > 0) {
-        trim_count_skip(d->trims, MT_SKIP_SUSPENDED);
-        ans.arg = -EBUSY;
-    } else {
-        /* No cost gate: the memory another member needs is not this one's to keep. */
-        ans.arg = trim_run(d->trims, d->cache, trigger, pad, -1, TRIM_WAIT_IF_BUSY,
-                           &ans.u.trim, NULL);
-    }
+    /* The group's row of the trim service's rules (trim.c): under pressure the host's
+     * suspend is obeyed (as by its own pressure path), a running trim shared; no cost
+     * gate: the memory another member needs is not this one's to keep. */
+    struct trim_ask ask = {.trigger = trigger, .pad = pad, .min_interval_ms = -1, .group = 1};
+    ans.arg = trim_request(d->trims, d->cache, &ask, &ans.u.trim, NULL);
     member_send(g, &ans);
 }
 

@@ -196,10 +196,6 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         leader_zone(g, zone);
     if (!m)
         return;
-    if (atomic_load(g->d.suspend_depth) > 0 && !id) {
-        trim_count_skip(g->d.trims, MT_SKIP_SUSPENDED);
-        return;
-    }
     if (id) {
         struct group_msg req;
         msg_init(&req, MSG_TRIM_REQ);
@@ -212,17 +208,19 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         pthread_mutex_unlock(&g->lock);
         return;
     }
-    /* The leader itself: trim here (its sink stores the result with its pid). */
+    /* The leader itself: trim here, by the group's pressure row (trim.c: it obeys the
+     * host's suspend, shares a running trim; its sink stores the result with its pid
+     * and the store is woken). */
     struct mt_trim_result r;
-    if (trim_run_at(g->d.trims, g->d.cache, MT_TRIGGER_PRESSURE,
-                    (uint64_t)cfg->trim_pad_bytes, -1, TRIM_WAIT_IF_BUSY, now, &r, NULL) == 0) {
+    struct trim_ask ask = {.trigger = MT_TRIGGER_PRESSURE, .pad = (uint64_t)cfg->trim_pad_bytes,
+                           .min_interval_ms = -1, .crossing_ns = now, .group = 1};
+    if (trim_request(g->d.trims, g->d.cache, &ask, &r, NULL) == 0) {
         pthread_mutex_lock(&g->lock);
         g->m[0].pressure_trims++;
         g->pressure_trims++;
         if (r.released_bytes > 0)
             g->pressure_released += (uint64_t)r.released_bytes;
         pthread_mutex_unlock(&g->lock);
-        store_wake(g->d.store);
     }
     (void)pid;
 }

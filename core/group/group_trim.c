@@ -1,8 +1,15 @@
 /*
  * group_trim.c - what the API asks of a leader (group.h): its view of the
- * group, and manual trims fanned out to every member one after the other
- * (staggered), each waited for on g->cond.
- * Threads: HTTP workers. Locks: g->lock (group_int.h), released while they wait.
+ * group, and manual trims of the group. A group trim is admitted by the trim
+ * service's manual rate limit (trim_manual_admit: the one limiter, counted
+ * from the end of the last group trim), one at a time; the HTTP thread trims
+ * the leader (trim_request) and hands the members to the group thread, which
+ * asks them one after the other (struct group_job): the reply never waits for
+ * a member, so a stopped or hung one holds no HTTP thread. Each member's
+ * result reaches the store (MSG_TRIM_DONE) as its trims always do.
+ * Threads: group_trim and group_info on HTTP workers; job_step on the
+ * leader's group thread. Locks: g->lock (group_int.h), never held across a
+ * trim; sends under it never block.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +52,7 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->limit_bytes = g->limit;
     info->zone = g->zone;
     info->usage_source = g->usage_source;
+    info->trim_running = g->job.active;
     snprintf(info->name, sizeof(info->name), "%s", g->name);
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
         const struct group_member *m = &g->m[i];
@@ -69,56 +77,96 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     return 0;
 }
 
-/* Send a manual request to pid and wait for its answer (or REQUEST_TIMEOUT_NS). */
-static void request_member(struct group *g, int pid, int64_t pad, struct mt_member_trim *out)
+/* pid's answer to the group trim (id 0: the member left, whatever it was asked). */
+void job_answer(struct group *g, int pid, uint64_t id)
 {
-    struct group_request *q = NULL;
-    struct group_msg msg;
-    memset(out, 0, sizeof(*out));
-    out->pid = pid;
+    struct group_job *j = &g->job;
+    for (int k = 0; j->active && k < j->next; k++)
+        if (j->pids[k] == pid && (id == 0 || j->ids[k] == id))
+            j->answered[k] = 1;
+}
+
+/* The group thread's turn: ask the next member when the last one answered or its
+ * stagger passed; end the group trim once every member answered, the last one's
+ * answer time passed, or its deadline. */
+void job_step(struct group *g, int64_t now)
+{
+    struct group_job *j = &g->job;
     pthread_mutex_lock(&g->lock);
-    struct group_member *m = member_by_pid(g, pid);
-    for (int i = 0; m && i < GROUP_MAX_REQUESTS && !q; i++)
-        if (!g->req[i].used)
-            q = &g->req[i];
-    if (!m || !q || g->stop) {
-        out->rc = !m ? -ENOENT : -EBUSY;
-        snprintf(out->error, sizeof(out->error), "%s",
-                 !m ? "the member left the group" : "too many trim requests waiting");
+    if (!j->active || !j->ready) {
         pthread_mutex_unlock(&g->lock);
         return;
     }
-    memset(q, 0, sizeof(*q));
-    q->used = 1;
-    q->pid = pid;
-    q->id = ++g->next_req;
-    msg_init(&msg, MSG_TRIM_REQ);
-    msg.req_id = q->id;
-    msg.arg = MT_TRIGGER_MANUAL;
-    msg.pad = pad;
-    int rc = chan_send(g, m->fd, m->chan, &msg);
-    struct timespec deadline;
-    mt_deadline(&deadline, REQUEST_TIMEOUT_NS);
-    while (rc == 0 && !q->done)
-        if (pthread_cond_timedwait(&g->cond, &g->lock, &deadline) == ETIMEDOUT)
-            break;
-    if (rc != 0) {
-        out->rc = rc;
-        snprintf(out->error, sizeof(out->error), "the request could not be sent: %s",
-                 strerror(-rc));
-    } else if (!q->done) {
-        out->rc = -ETIMEDOUT;
-        snprintf(out->error, sizeof(out->error), "no answer within %d s",
-                 (int)(REQUEST_TIMEOUT_NS / MT_SEC));
-    } else {
-        out->rc = q->rc;
-        out->r = q->r;
-        if (q->rc)
-            snprintf(out->error, sizeof(out->error), "%s",
-                     q->rc == -ECONNRESET ? "the member left the group" : strerror(-q->rc));
+    int last = j->next - 1;
+    if (j->next < j->n && (last < 0 || j->answered[last] || now - j->asked_ns >= MANUAL_STAGGER_NS)) {
+        int k = j->next++;
+        struct group_member *m = member_by_pid(g, j->pids[k]);
+        struct group_msg msg;
+        j->ids[k] = ++g->next_req;
+        j->asked_ns = now;
+        msg_init(&msg, MSG_TRIM_REQ);
+        msg.req_id = j->ids[k];
+        msg.arg = MT_TRIGGER_MANUAL;
+        msg.pad = j->pad;
+        if (!m || m->self || chan_send(g, m->fd, m->chan, &msg) != 0)
+            j->answered[k] = 1; /* gone, or its channel full: nothing to wait for */
     }
-    q->used = 0;
+    int done = j->next == j->n;
+    for (int k = 0; done && k < j->n; k++)
+        done = j->answered[k];
+    int end = done || (j->next == j->n && now - j->asked_ns >= MANUAL_ANSWER_NS) ||
+              now >= j->deadline_ns || g->stop;
+    if (end)
+        memset(j, 0, sizeof(*j));
     pthread_mutex_unlock(&g->lock);
+    if (end)
+        trim_manual_done(g->d.trims); /* the rate limit counts from the group trim's end */
+}
+
+/* A member's entry in the reply: asked by the group thread, its result to come. */
+static void member_requested(struct mt_member_trim *o, int pid)
+{
+    memset(o, 0, sizeof(*o));
+    o->pid = pid;
+    o->rc = -EINPROGRESS;
+    snprintf(o->error, sizeof(o->error), "requested: its result goes to /memory/trims?pid=%d",
+             pid);
+}
+
+/* Admit a group trim: one at a time (-EAGAIN while one runs, until its deadline
+ * at most), then the manual rate limit. On 0 the job is reserved (not ready). */
+static int job_admit(struct group *g, int pid, const struct mt_config *cfg, int *pids, int *np,
+                     int64_t *retry_after_ms)
+{
+    int64_t interval = (int64_t)cfg->manual_trim_min_interval_ms, now = mt_mono_ns();
+    pthread_mutex_lock(&g->lock);
+    if (pid > 0 && !member_by_pid(g, pid)) {
+        pthread_mutex_unlock(&g->lock);
+        return -ENOENT;
+    }
+    if (g->job.active) {
+        if (retry_after_ms)
+            *retry_after_ms = (g->job.deadline_ns - now) / MT_MS + (interval > 0 ? interval : 0) + 1;
+        pthread_mutex_unlock(&g->lock);
+        trim_count_rate_limited(g->d.trims);
+        return -EAGAIN;
+    }
+    if (trim_manual_admit(g->d.trims, interval, retry_after_ms) != 0) {
+        pthread_mutex_unlock(&g->lock);
+        return -EAGAIN;
+    }
+    *np = 0;
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid > 0 && (pid <= 0 || g->m[i].pid == pid))
+            pids[(*np)++] = g->m[i].pid; /* m[0], the leader, first */
+    memset(&g->job, 0, sizeof(g->job));
+    g->job.active = 1;
+    for (int i = 0; i < *np; i++)
+        if (pids[i] != g->d.pid)
+            g->job.pids[g->job.n++] = pids[i];
+    g->job.deadline_ns = now + g->job.n * MANUAL_STAGGER_NS + MANUAL_ANSWER_NS + MT_SEC;
+    pthread_mutex_unlock(&g->lock);
+    return 0;
 }
 
 int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out, int cap,
@@ -126,48 +174,34 @@ int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out
 {
     int pids[GROUP_MAX_MEMBERS], np = 0;
     struct mt_config cfg;
+    uint64_t generation = 0;
     *n = 0;
     if (!g || g->role != GROUP_LEADER)
         return -ENOTCONN;
-    uint64_t generation = 0;
     config_feed_read(&g->d.config, &cfg, &generation, 1);
-    int64_t now = mt_mono_ns(), interval = (int64_t)cfg.manual_trim_min_interval_ms * MT_MS;
-    pthread_mutex_lock(&g->lock);
-    if (pid > 0 && !member_by_pid(g, pid)) {
-        pthread_mutex_unlock(&g->lock);
-        return -ENOENT;
-    }
-    if (g->last_manual_ns && interval > 0 && now - g->last_manual_ns < interval) {
-        if (retry_after_ms)
-            *retry_after_ms = (interval - (now - g->last_manual_ns)) / MT_MS + 1;
-        pthread_mutex_unlock(&g->lock);
-        return -EAGAIN;
-    }
-    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
-        if (g->m[i].used && g->m[i].pid > 0 && (pid <= 0 || g->m[i].pid == pid))
-            pids[np++] = g->m[i].pid; /* m[0], the leader, first */
-    g->last_manual_ns = now; /* a second request meanwhile is refused, not run beside it */
-    pthread_mutex_unlock(&g->lock);
-    /* One member after the other: staggered, so the node never has them all in malloc_trim. */
+    int rc = job_admit(g, pid, &cfg, pids, &np, retry_after_ms);
+    if (rc)
+        return rc;
+    /* The leader first (the top of the reply, as a single process's), on this thread. */
     for (int i = 0; i < np && *n < cap; i++) {
         struct mt_member_trim *o = &out[(*n)++];
-        if (pids[i] == g->d.pid) {
-            memset(o, 0, sizeof(*o));
-            o->pid = pids[i];
-            uint64_t p = pad >= 0 ? (uint64_t)pad : (uint64_t)cfg.trim_pad_bytes;
-            o->rc = trim_run(g->d.trims, g->d.cache, MT_TRIGGER_MANUAL, p, -1, TRIM_WAIT_IF_BUSY,
-                             &o->r, NULL);
-            o->r.pid = pids[i];
-            if (o->rc)
-                snprintf(o->error, sizeof(o->error), "%s", strerror(-o->rc));
-            else
-                store_wake(g->d.store);
-        } else {
-            request_member(g, pids[i], pad, o);
+        if (pids[i] != g->d.pid) {
+            member_requested(o, pids[i]);
+            continue;
         }
+        memset(o, 0, sizeof(*o));
+        o->pid = pids[i];
+        struct trim_ask ask = {.trigger = MT_TRIGGER_MANUAL, .min_interval_ms = -1, .group = 1,
+                               .pad = pad >= 0 ? (uint64_t)pad : (uint64_t)cfg.trim_pad_bytes};
+        o->rc = trim_request(g->d.trims, g->d.cache, &ask, &o->r, NULL);
+        o->r.pid = pids[i];
+        if (o->rc)
+            snprintf(o->error, sizeof(o->error), "%s", strerror(-o->rc));
     }
     pthread_mutex_lock(&g->lock);
-    g->last_manual_ns = mt_mono_ns();
+    g->job.pad = pad;
+    g->job.ready = 1; /* the group thread asks the members from here */
     pthread_mutex_unlock(&g->lock);
+    group_wake(g);
     return 0;
 }

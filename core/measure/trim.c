@@ -115,6 +115,22 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
         ts->sink(ts->sink_arg, r);
 }
 
+/* Inside the manual interval (min_interval_ms >= 0) of the last manual request's end:
+ * 1, counted, with *retry_after_ms. Under ts->lock. */
+static int rate_limited_locked(struct trim_service *ts, int64_t min_interval_ms,
+                               int64_t *retry_after_ms)
+{
+    int64_t now = mt_mono_ns();
+    if (min_interval_ms < 0 || !ts->last_manual_mono_ns ||
+        now - ts->last_manual_mono_ns >= min_interval_ms * 1000000)
+        return 0;
+    int64_t wait_ns = ts->last_manual_mono_ns + min_interval_ms * 1000000 - now;
+    if (retry_after_ms)
+        *retry_after_ms = (wait_ns + 999999) / 1000000;
+    ts->rate_limited++;
+    return 1;
+}
+
 int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
              int64_t min_interval_ms, int flags, struct mt_trim_result *out,
              int64_t *retry_after_ms)
@@ -133,13 +149,7 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     pthread_mutex_lock(&ts->lock);
     /* The interval holds between requests, whether they ran a trim or shared
      * one: checked before coalescing, and a shared trim starts it too. */
-    int64_t now = mt_mono_ns();
-    if (min_interval_ms >= 0 && ts->last_manual_mono_ns &&
-        now - ts->last_manual_mono_ns < min_interval_ms * 1000000) {
-        int64_t wait_ns = ts->last_manual_mono_ns + min_interval_ms * 1000000 - now;
-        if (retry_after_ms)
-            *retry_after_ms = (wait_ns + 999999) / 1000000;
-        ts->rate_limited++;
+    if (rate_limited_locked(ts, min_interval_ms, retry_after_ms)) {
         pthread_mutex_unlock(&ts->lock);
         return -EAGAIN;
     }
@@ -185,6 +195,40 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     return 0;
 }
 
+/*
+ * The manual rate limit for a request that is not one trim of this process (a
+ * worker group's: the leader's trim and its members', trim_request's row beside):
+ * admitted (0) when ManualTrimMinIntervalMs passed since the last manual request's
+ * end, and the interval starts again now; else -EAGAIN with *retry_after_ms, counted
+ * as rate limited. trim_manual_done marks the request's end: the next interval counts
+ * from there.
+ */
+int trim_manual_admit(struct trim_service *ts, int64_t min_interval_ms, int64_t *retry_after_ms)
+{
+    pthread_mutex_lock(&ts->lock);
+    if (rate_limited_locked(ts, min_interval_ms, retry_after_ms)) {
+        pthread_mutex_unlock(&ts->lock);
+        return -EAGAIN;
+    }
+    ts->last_manual_mono_ns = mt_mono_ns();
+    pthread_mutex_unlock(&ts->lock);
+    return 0;
+}
+
+void trim_manual_done(struct trim_service *ts)
+{
+    pthread_mutex_lock(&ts->lock);
+    ts->last_manual_mono_ns = mt_mono_ns();
+    pthread_mutex_unlock(&ts->lock);
+}
+
+void trim_count_rate_limited(struct trim_service *ts)
+{
+    pthread_mutex_lock(&ts->lock);
+    ts->rate_limited++;
+    pthread_mutex_unlock(&ts->lock);
+}
+
 /* What each trigger's trims obey (trim_request). */
 struct trim_rule {
     int flags;                   /* TRIM_WAIT_IF_BUSY: share a running trim's result */
@@ -200,6 +244,21 @@ static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
     [MT_TRIGGER_BURST] = {0, 1, 0, 0},
     /* polled every few ms near the limit: one count a second of being refused */
     [MT_TRIGGER_PRESSURE] = {0, 1, 1, MT_SEC},
+};
+
+/*
+ * The same triggers asked by a worker group's leader (trim_ask.group): a member's
+ * trim on the group's request, and the leader's own pressure trim. The group's
+ * pressure shares a running trim (what another member needs is not this one's to
+ * keep: no cost gate, no refusal because its own periodic trim runs), obeys the
+ * host's suspend and counts a refusal once a second as the pressure path does; its
+ * manual trims are the manual row (the leader applied the rate limit to the group).
+ */
+static const struct trim_rule group_rules[MT_TRIGGER_COUNT] = {
+    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0},
+    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0},
+    [MT_TRIGGER_BURST] = {0, 1, 0, 0},
+    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC},
 };
 
 /* Count a refusal of a trigger's trim as its rule says. */
@@ -221,7 +280,8 @@ int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struc
 {
     if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT)
         return -EINVAL;
-    const struct trim_rule *rule = &trim_rules[ask->trigger];
+    const struct trim_rule *rule = ask->group ? &group_rules[ask->trigger]
+                                              : &trim_rules[ask->trigger];
     int flags = rule->flags | (rule->obeys_suspend ? TRIM_OBEYS_SUSPEND : 0);
     int rc = trim_run_at(ts, sc, ask->trigger, ask->pad, ask->min_interval_ms, flags,
                          ask->crossing_ns, out, retry_after_ms);

@@ -92,6 +92,7 @@ struct trim_ask {
     uint64_t pad;            /* malloc_trim's pad */
     int64_t min_interval_ms; /* the rate limit of a trigger that has one (ManualTrimMinIntervalMs) */
     int64_t crossing_ns;     /* a pressure trim's cause (monotonic; 0 none): its reaction time */
+    int group;               /* asked by a worker group's leader: the group's row (trim.c) */
 };
 
 /*
@@ -105,6 +106,17 @@ struct trim_ask {
  */
 int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
                  struct mt_trim_result *out, int64_t *retry_after_ms);
+
+/*
+ * The manual rate limit of a request made of several trims (a worker group's, whose
+ * members trim in their own processes): 0 admitted (the interval starts again), or
+ * -EAGAIN with *retry_after_ms (counted as rate limited). trim_manual_done: the
+ * request ended, and the next interval counts from now. trim_count_rate_limited: a
+ * request refused for a reason of the caller's (a group trim still running).
+ */
+int trim_manual_admit(struct trim_service *ts, int64_t min_interval_ms, int64_t *retry_after_ms);
+void trim_manual_done(struct trim_service *ts);
+void trim_count_rate_limited(struct trim_service *ts);
 
 /*
  * The host has just raised its suspend depth: return once no trim that obeys

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from wait import group_trim
 from hosts_util import (children_of, free_port, group_member_pids as members, http_ok,  # noqa: F401
                         pid_alive, preload_env, procs, traversable_dir, wait_for)
 
@@ -175,10 +176,8 @@ def test_apache_prefork(procs, root):
         r = requests.get(site, timeout=10)
         assert r.status_code == 200 and r.text == PAGE, (r.status_code, r.text)
 
-    r = requests.post(api + "/memory/trim", timeout=60)
-    assert r.status_code == 200, r.text
-    results = {m["pid"]: m for m in r.json()["group"]["members"]}
-    assert sorted(results) == sorted(kids + [p.pid]), r.text
+    _, results = group_trim(api)
+    assert sorted(results) == sorted(kids + [p.pid]), results
     for k in kids:
         assert "released_bytes" in results[k] and "error" not in results[k], results[k]
     for k in kids:
@@ -241,10 +240,9 @@ def test_apache_daemonized(procs, root):
         health = requests.get(api + "/healthz", timeout=5).json()
         assert health["pid"] == daemon and health["database"] == "ok", health
         assert requests.get(site, timeout=10).text == PAGE
-        r = requests.post(api + "/memory/trim", timeout=60)
-        results = {m["pid"]: m for m in r.json()["group"]["members"]}
-        assert sorted(results) == sorted(kids + [daemon]), r.text
-        assert all("released_bytes" in results[k] for k in kids), r.text
+        _, results = group_trim(api)
+        assert sorted(results) == sorted(kids + [daemon]), results
+        assert all("released_bytes" in results[k] for k in kids), results
     finally:
         if pid_alive(daemon):
             os.kill(daemon, signal.SIGTERM)

@@ -11,6 +11,7 @@ import signal
 
 import requests
 
+from wait import group_trim
 from hosts_util import (free_port, group_member_pids as members, http_ok, pid_alive,  # noqa: F401
                         preload_env, procs, wait_for)
 
@@ -83,8 +84,7 @@ def test_a_daemons_workers_join_the_daemon(procs, tmp_path):
         assert health["pid"] == daemon and health["database"] == "ok", health
         wait_for(lambda: all((tmp_path / f"pids.ready.{w}").exists() for w in workers), 20,
                  "the workers to free their memory")
-        r = requests.post(api + "/memory/trim", timeout=60)
-        results = {m["pid"]: m for m in r.json()["group"]["members"]}
+        _, results = group_trim(api)
         for w in workers:
             assert results[w]["released_bytes"] > 10 * MB, results[w]
 

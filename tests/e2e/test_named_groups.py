@@ -17,6 +17,7 @@ import subprocess
 import pytest
 import requests
 
+from wait import group_trim
 from hosts_util import (channels, free_port, group_member_pids, http_ok, pid_alive, preload_env, procs,  # noqa: F401
                         traversable_dir, wait_for)
 
@@ -134,10 +135,8 @@ def test_one_port_answers_for_processes_started_separately(procs, base):
     sock = web.dir / "web.sock"
     assert sock.is_socket() and (web.dir.stat().st_mode & 0o777) == 0o700
 
-    r = requests.post(web.api + "/memory/trim", timeout=60)
-    assert r.status_code == 200, r.text
-    results = {m["pid"]: m for m in r.json()["group"]["members"]}
-    assert sorted(results) == sorted(pids), r.text
+    _, results = group_trim(web.api)
+    assert sorted(results) == sorted(pids), results
     for pid in pids:
         assert results[pid]["released_bytes"] > 20 * MB, results[pid]
     for pid in pids:

@@ -45,3 +45,27 @@ def wait_for_stats(demo, predicate, what, timeout=30):
         return wait_for(check, timeout, what, interval=0.1)
     except AssertionError as e:
         raise AssertionError(f"{e}; last /memory/stats: {seen[0] if seen else None}") from None
+
+
+def group_trim(api, timeout=60):
+    """POST /memory/trim to a worker group's leader: (the reply's body, {pid: result})
+    with every member's result. The leader's is in the reply; the others are asked by
+    its group thread (`status: requested`) and their results read from the store: the
+    newest manual trim of each pid that started at or after the leader's."""
+    import requests
+    r = requests.post(api + "/memory/trim", timeout=timeout)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    results = {}
+    for m in body["group"]["members"]:
+        if m.get("status") != "requested":
+            results[m["pid"]] = m
+            continue
+
+        def stored(pid=m["pid"]):
+            rows = requests.get(api + "/memory/trims", params={
+                "pid": pid, "trigger": "manual", "since": body["timestamp_ms"], "limit": 1},
+                timeout=10).json()["trims"]
+            return rows[0] if rows else None
+        results[m["pid"]] = wait_for(stored, timeout, f"pid {m['pid']}'s trim in the store")
+    return body, results

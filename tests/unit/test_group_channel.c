@@ -24,13 +24,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "api.h"
 #include "core.h"
 #include "group_int.h"
+#include "instance.h"
 #include "start.h"
+#include "trim.h"
 
 #define MEMBERS 3
 #define MEMBER_JSON "{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}"
@@ -163,14 +166,15 @@ static void test_members_report_trim_and_leave(void)
     WAIT_FOR(reported(mt) == MEMBERS + 1, 60);
     CHECK_EQ_INT(reported(mt), MEMBERS + 1);
 
-    /* A manual trim through the leader: itself first, then each member in turn. */
+    /* A manual trim through the leader: itself at once, each member asked in turn by the
+     * group thread (the call waits for none of them). */
     CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
     CHECK_EQ_INT(n, MEMBERS + 1);
-    for (int i = 0; i < n; i++) {
-        CHECK_MSG(out[i].rc == 0, "pid %d: %d %s", out[i].pid, out[i].rc, out[i].error);
-        CHECK_EQ_INT(out[i].r.pid, out[i].pid);
-    }
     CHECK_EQ_INT(out[0].pid, getpid());
+    CHECK_MSG(out[0].rc == 0, "the leader: %d %s", out[0].rc, out[0].error);
+    CHECK_EQ_INT(out[0].r.pid, out[0].pid);
+    for (int i = 1; i < n; i++)
+        CHECK_MSG(out[i].rc == -EINPROGRESS, "pid %d: %d %s", out[i].pid, out[i].rc, out[i].error);
     for (int i = 0; i < MEMBERS; i++)
         CHECK(is_member(mt, pids[i]));
     /* The members' trims came back over their channels too (trim done: counted). */
@@ -195,10 +199,12 @@ static void test_members_report_trim_and_leave(void)
     CHECK_EQ_INT(gi.joined, MEMBERS);
     CHECK_EQ_INT(gi.left, 1);
     CHECK_EQ_INT(mt_group_trim(mt, pids[1], -1, out, MT_GROUP_MAX, &n, NULL), -ENOENT);
+    WAIT_FOR(info(mt, &gi, m) >= 0 && !gi.trim_running, 60); /* the first group trim's end */
     CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
     CHECK_EQ_INT(n, MEMBERS);
     for (int i = 0; i < n; i++) {
-        CHECK_MSG(out[i].rc == 0, "pid %d: %d %s", out[i].pid, out[i].rc, out[i].error);
+        CHECK_MSG(out[i].rc == (i ? -EINPROGRESS : 0), "pid %d: %d %s", out[i].pid, out[i].rc,
+                  out[i].error);
         CHECK(out[i].pid != pids[1]);
     }
 
@@ -304,11 +310,69 @@ static void test_member_messages_are_checked(void)
     }
 }
 
+/*
+ * A group trim with a stopped member (#31 F3): the call waits for no member, a second
+ * one while the first still asks its members is refused (one at a time, counted as
+ * rate limited), and ManualTrimMinIntervalMs counts from the group trim's end: the
+ * limit's start, read back from Retry-After, lies after every moment the test saw the
+ * trim still running (on main it was set when the trim began, and a second one ran
+ * beside the first once the interval had passed).
+ */
+static void test_a_stopped_member_holds_nothing(void)
+{
+    char self[] = "test_group_channel", fdarg[] = "100";
+    pid_t pids[2];
+    struct mt_member_trim out[MT_GROUP_MAX];
+    struct mt_group_info gi;
+    struct mt_member m[MT_GROUP_MAX];
+    struct mt_counters c0, c1;
+    int n = 0, status = 0;
+    int64_t retry = 0;
+    struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\", "
+                               "\"ManualTrimMinIntervalMs\": 60000}}");
+    if (!mt)
+        return;
+    char *err = NULL;
+    CHECK_EQ_INT(mt_group_lead(mt, &err), 0);
+    free(err);
+    for (int i = 0; i < 2; i++)
+        pids[i] = fork_member(mt, self, fdarg);
+    WAIT_FOR(reported(mt) == 3, 60);
+    CHECK_EQ_INT(kill(pids[0], SIGSTOP), 0);
+    trim_counters(&mt->trims, &c0);
+    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(n, 3);
+    CHECK_EQ_INT(out[0].rc, 0);
+    CHECK(info(mt, &gi, m) == 3 && gi.trim_running); /* it asks the stopped one still */
+    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &retry), -EAGAIN);
+    CHECK(retry > 0);
+    trim_counters(&mt->trims, &c1);
+    CHECK_EQ_INT(c1.manual_rate_limited - c0.manual_rate_limited, 1);
+    int64_t seen_running = mt_mono_ns();
+    while (info(mt, &gi, m) == 3 && gi.trim_running) { /* bounded: MANUAL_ANSWER_NS and so on */
+        seen_running = mt_mono_ns();
+        struct timespec ms = {0, MT_MS};
+        nanosleep(&ms, NULL);
+    }
+    CHECK(!gi.trim_running);
+    retry = 0;
+    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &retry), -EAGAIN);
+    int64_t limit_start = mt_mono_ns() + retry * MT_MS - 60000 * MT_MS;
+    CHECK_MSG(limit_start + MT_MS >= seen_running,
+              "the interval started %lld ms before the group trim was last seen running",
+              (long long)((seen_running - limit_start) / MT_MS));
+    CHECK_EQ_INT(kill(pids[0], SIGCONT), 0);
+    mt_destroy(mt);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ_INT(waitpid(pids[i], &status, 0), pids[i]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--member") == 0)
         return member_main(atoi(argv[2]));
     RUN(test_member_messages_are_checked);
     RUN(test_members_report_trim_and_leave);
+    RUN(test_a_stopped_member_holds_nothing);
     return harness_end();
 }

@@ -127,6 +127,22 @@ static void end_running(int64_t id, int64_t released)
     pthread_mutex_unlock(&ts.lock);
 }
 
+/* trim_request on its own thread (one that waits for a running trim). */
+struct shared_call {
+    struct trim_service *ts;
+    struct snapshot_cache *cache;
+    const struct trim_ask *ask;
+    struct mt_trim_result r;
+    int rc;
+};
+
+static void *shared_request(void *arg)
+{
+    struct shared_call *c = arg;
+    c->rc = trim_request(c->ts, c->cache, c->ask, &c->r, NULL);
+    return NULL;
+}
+
 /* A request that arrives while a trim runs gets that trim's result. */
 static void test_coalesce(void)
 {
@@ -306,10 +322,10 @@ static void test_request_rules(void)
 
     /* Suspended: periodic, burst and pressure are refused and counted; manual runs. */
     uint64_t susp = skips(MT_SKIP_SUSPENDED);
-    struct trim_ask periodic = {MT_TRIGGER_PERIODIC, 0, -1, 0};
-    struct trim_ask burst = {MT_TRIGGER_BURST, 0, -1, 0};
-    struct trim_ask pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0};
-    struct trim_ask manual = {MT_TRIGGER_MANUAL, 0, -1, 0};
+    struct trim_ask periodic = {MT_TRIGGER_PERIODIC, 0, -1, 0, 0};
+    struct trim_ask burst = {MT_TRIGGER_BURST, 0, -1, 0, 0};
+    struct trim_ask pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 0};
+    struct trim_ask manual = {MT_TRIGGER_MANUAL, 0, -1, 0, 0};
     CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
     CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
     CHECK_EQ_INT(trim_request(&ts, &cache, &burst, &r, NULL), -EPERM);
@@ -344,9 +360,43 @@ static void test_request_rules(void)
     n = skips(MT_SKIP_BUSY) - busy - 2;
     CHECK_MSG(n >= 1 && (double)n <= 1 + (harness_now_s() - t0), "%llu counted",
               (unsigned long long)n);
+    /* The group's pressure row (a member asked by its leader, the leader's own): it shares
+     * the running trim instead of being refused. */
+    struct trim_ask group_pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 1};
+    struct trim_ask group_manual = {MT_TRIGGER_MANUAL, 0, 60000, 0, 1};
+    uint64_t shared = ts.coalesced;
+    struct shared_call sc = {.ts = &ts, .cache = &cache, .ask = &group_pressure};
+    pthread_t th;
+    CHECK_EQ_INT(pthread_create(&th, NULL, shared_request, &sc), 0);
+    WAIT_FOR(waiting() == 1, 60);
     end_running(99, 0);
-    CHECK_EQ_INT(nwoken, 2);
-    struct trim_ask bad = {MT_TRIGGER_COUNT, 0, -1, 0};
+    pthread_join(th, NULL);
+    CHECK_EQ_INT(sc.rc, 0);
+    CHECK(sc.r.coalesced && ts.coalesced == shared + 1);
+    CHECK_EQ_INT(nwoken, 2); /* a shared result was stored by the trim that ran it */
+    /* ... and obeys the host's suspend, its refusals counted once a second. */
+    atomic_store(&depth, 1);
+    pthread_mutex_lock(&ts.lock);
+    ts.last_skip_ns[MT_TRIGGER_PRESSURE][MT_SKIP_SUSPENDED] = 0; /* none counted yet */
+    pthread_mutex_unlock(&ts.lock);
+    susp = skips(MT_SKIP_SUSPENDED);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &group_pressure, &r, NULL), -EPERM);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &group_pressure, &r, NULL), -EPERM);
+    CHECK_EQ_INT(skips(MT_SKIP_SUSPENDED) - susp, 1);
+    /* The group's manual row runs while suspended, and keeps the manual rate limit. */
+    pthread_mutex_lock(&ts.lock);
+    ts.last_manual_mono_ns = 0; /* no manual request before this one */
+    uint64_t limited = ts.rate_limited;
+    pthread_mutex_unlock(&ts.lock);
+    int64_t retry = 0;
+    CHECK_EQ_INT(trim_request(&ts, &cache, &group_manual, &r, NULL), 0);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &group_manual, &r, &retry), -EAGAIN);
+    CHECK(retry > 0 && ts.rate_limited == limited + 1);
+    /* A group trim made of several processes' trims is admitted by the same limit. */
+    CHECK_EQ_INT(trim_manual_admit(&ts, 60000, &retry), -EAGAIN);
+    CHECK(ts.rate_limited == limited + 2);
+    atomic_store(&depth, 0);
+    struct trim_ask bad = {MT_TRIGGER_COUNT, 0, -1, 0, 0};
     CHECK_EQ_INT(trim_request(&ts, &cache, &bad, &r, NULL), -EINVAL);
     ts.suspend_depth = NULL;
     ts.sink_wake = NULL;
