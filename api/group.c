@@ -97,6 +97,8 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     api_json_u64(g, "joined", gi.joined, failed);
     api_json_u64(g, "left", gi.left, failed);
     api_json_u64(g, "refused", gi.refused, failed);
+    api_json_u64(g, "member_rows_dropped", gi.rows_dropped, failed);
+    api_json_u64(g, "members_flooding", gi.flooded, failed);
     api_json_item(g, "members", list, failed);
     free(m);
     return g;

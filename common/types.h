@@ -331,6 +331,8 @@ struct mt_group_info {
     int zone;                   /* usage inside the pressure zone at the last reading */
     const char *usage_source;   /* "cgroup", "members" or "none" (static) */
     int trim_running;           /* a manual group trim is asking its members */
+    uint64_t rows_dropped;      /* members' trims and re-fault figures over their rate, not stored */
+    uint64_t flooded;           /* members dropped for sending more than a memtrim would */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" for a FollowFork group */
 };
 

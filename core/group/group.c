@@ -114,10 +114,10 @@ void group_count_self(struct group *g, const struct mt_trim_result *r)
     if (!g || g->role != GROUP_LEADER)
         return;
     pthread_mutex_lock(&g->lock);
-    g->m[0].trims++;
+    sat_add(&g->m[0].trims, 1);
     g->m[0].rss_after = r->rss_after_bytes;
     if (r->released_bytes > 0)
-        g->m[0].released += (uint64_t)r->released_bytes;
+        sat_add(&g->m[0].released, (uint64_t)r->released_bytes);
     pthread_mutex_unlock(&g->lock);
 }
 

@@ -193,6 +193,21 @@ static int peer_ms_ok(int64_t v)
     return v >= 0 && v <= PEER_MS_MAX;
 }
 
+/* A time the leader stores (a trim's start, a reading's): the members share its clock,
+ * so it lies within the last day or a minute ahead (a step of the wall clock). One dated
+ * years ahead would outlive every retention (#31 F6: year 287,396). 0: none (a reading
+ * not taken) where zero_ok. */
+#define PEER_PAST_MS (24LL * 3600 * 1000)
+#define PEER_AHEAD_MS (60LL * 1000)
+
+static int peer_ms_near(int64_t v, int zero_ok)
+{
+    if (v == 0 && zero_ok)
+        return 1;
+    int64_t now = mt_now_ms();
+    return peer_ms_ok(v) && v >= now - PEER_PAST_MS && v <= now + PEER_AHEAD_MS;
+}
+
 /* The figures the leader adds up or subtracts (the group's totals, the policy's inputs). */
 static int report_in_range(const struct mt_snapshot *s)
 {
@@ -205,7 +220,7 @@ static int report_in_range(const struct mt_snapshot *s)
     for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
         if (!peer_bytes_ok(bytes[i]))
             return 0;
-    return peer_ms_ok(c->timestamp_ms) && peer_ms_ok(h->timestamp_ms);
+    return peer_ms_near(c->timestamp_ms, 1) && peer_ms_near(h->timestamp_ms, 1);
 }
 
 /* A trim id in [0, MT_TRIM_ID_MAX] (0: a failed trim's answer): stored, an id near
@@ -247,11 +262,13 @@ int group_msg_check(struct group_msg *msg)
             return -1;
         if (msg->u.trim.arena_count < -1 || msg->u.trim.arena_count > (1 << 20))
             msg->u.trim.arena_count = -1;
+        if (msg->kind == MSG_TRIM_DONE && !peer_ms_near(msg->u.trim.start_ms, 0))
+            return -1; /* stored: dated now */
         return trim_in_range(&msg->u.trim) ? 0 : -1;
     case MSG_REFAULT:
         if (msg->u.refault.trigger < 0 || msg->u.refault.trigger >= MT_TRIGGER_COUNT)
             return -1;
-        return peer_id_ok(msg->u.refault.id) && peer_ms_ok(msg->u.refault.start_ms) &&
+        return peer_id_ok(msg->u.refault.id) && peer_ms_near(msg->u.refault.start_ms, 0) &&
                        peer_sbytes_ok(msg->u.refault.refaulted_bytes)
                    ? 0
                    : -1;

@@ -91,6 +91,19 @@ int group_msg_check(struct group_msg *msg);
 #define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
 #define CHAN_CHECK_NS (1 * MT_SEC)           /* every channel's identity checked this often */
 #define PEAK_NS (10 * MT_SEC)                /* a member's peak RSS: over about this long */
+/* A member's input is rate-limited as data (#31 F6): its trims and re-fault figures reach
+ * the store at MEMBER_ROWS_PER_SEC (bursts of MEMBER_ROWS_BURST), the rest counted as
+ * dropped; a member sending more than MEMBER_MSGS_PER_SEC messages in a second is no
+ * memtrim (one reports every 50 ms at most, and trims far less often): dropped. */
+#define MEMBER_ROWS_PER_SEC 20
+#define MEMBER_ROWS_BURST 40
+#define MEMBER_MSGS_PER_SEC 1000
+
+/* A counter a member's input moves: saturates instead of wrapping. */
+static inline void sat_add(uint64_t *a, uint64_t v)
+{
+    *a = *a > UINT64_MAX - v ? UINT64_MAX : *a + v;
+}
 
 struct group_member {
     int used, fd, pid, self; /* fd -1 for the leader itself; pid 0 until its hello */
@@ -110,6 +123,10 @@ struct group_member {
     int64_t peak_ns;                    /* ...started again from its RSS then, every PEAK_NS */
     uint64_t press_req;                 /* its pressure request in flight, 0 none */
     int64_t press_sent_ns;              /* ...sent then */
+    int64_t rows_ns;                    /* its store rows' bucket: last filled then... */
+    double rows_tokens;                 /* ...holding this many rows (group thread only) */
+    int64_t msgs_sec_ns;                /* its messages counted since then (a second)... */
+    uint64_t msgs;                      /* ...this many (group thread only) */
 };
 
 /*
@@ -152,6 +169,7 @@ struct group {
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
+    uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
     int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
     int64_t zone_seen_ns;             /* the usage was last inside the zone then */
     int64_t moved_usage;              /* the usage when it last moved by USAGE_MOVED_BYTES */

@@ -49,7 +49,7 @@ static void member_remove(struct group *g, struct group_member *m)
     pid = m->pid;
     chan_close(m->fd, m->chan); /* not when the number is no longer this channel */
     if (pid > 0) {
-        g->left++;
+        sat_add(&g->left, 1);
         job_answer(g, pid, 0); /* a group trim does not wait for it any more */
 
     }
@@ -64,10 +64,10 @@ static void leader_store_trim(struct group *g, struct group_member *m, struct mt
 {
     t->pid = m->pid;
     pthread_mutex_lock(&g->lock);
-    m->trims++;
+    sat_add(&m->trims, 1);
     m->rss_after = t->rss_after_bytes;
     if (t->released_bytes > 0)
-        m->released += (uint64_t)t->released_bytes;
+        sat_add(&m->released, (uint64_t)t->released_bytes);
     pthread_mutex_unlock(&g->lock);
     store_push_trim(g->d.store, t);
     store_wake(g->d.store);
@@ -92,10 +92,10 @@ static void leader_answer(struct group *g, struct group_member *m, const struct 
         if (msg->arg == 0) {
             m->rss_after = msg->u.trim.rss_after_bytes;
             note_peak(m, msg->u.trim.rss_before_bytes, mt_mono_ns());
-            m->pressure_trims++;
-            g->pressure_trims++;
+            sat_add(&m->pressure_trims, 1);
+            sat_add(&g->pressure_trims, 1);
             if (msg->u.trim.released_bytes > 0)
-                g->pressure_released += (uint64_t)msg->u.trim.released_bytes;
+                sat_add(&g->pressure_released, (uint64_t)msg->u.trim.released_bytes);
         }
     }
     pthread_mutex_unlock(&g->lock);
@@ -122,12 +122,48 @@ static void leader_sample(struct group *g, struct group_member *m, const struct 
     store_push_sample(g->d.store, &copy);
 }
 
+/* Whether m's messages of the last second passed MEMBER_MSGS_PER_SEC (it must go). */
+static int member_floods(struct group *g, struct group_member *m, int64_t now)
+{
+    if (now - m->msgs_sec_ns >= MT_SEC) {
+        m->msgs_sec_ns = now;
+        m->msgs = 0;
+    }
+    if (++m->msgs <= MEMBER_MSGS_PER_SEC)
+        return 0;
+    pthread_mutex_lock(&g->lock);
+    sat_add(&g->flooded, 1);
+    pthread_mutex_unlock(&g->lock);
+    mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
+                   "pid %d sent more than %d messages in a second: dropped from the group",
+                   m->pid, MEMBER_MSGS_PER_SEC);
+    return 1;
+}
+
+/* One of m's trims or re-fault figures may reach the store (its bucket), or it is counted
+ * as dropped. */
+static int member_row_allowed(struct group *g, struct group_member *m, int64_t now)
+{
+    double add = (double)(now - m->rows_ns) / MT_SEC * MEMBER_ROWS_PER_SEC;
+    m->rows_ns = now;
+    m->rows_tokens = m->rows_tokens + add > MEMBER_ROWS_BURST ? MEMBER_ROWS_BURST
+                                                              : m->rows_tokens + add;
+    if (m->rows_tokens >= 1) {
+        m->rows_tokens -= 1;
+        return 1;
+    }
+    pthread_mutex_lock(&g->lock);
+    sat_add(&g->rows_dropped, 1);
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
 /* One message from member m. Returns -1 when the member must go. */
 static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
                          double sample_s)
 {
     int64_t now = mt_mono_ns();
-    if (group_msg_check(msg) < 0)
+    if (group_msg_check(msg) < 0 || member_floods(g, m, now))
         return -1;
     switch (msg->kind) {
     case MSG_HELLO: {
@@ -146,7 +182,7 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
                 m->program[i] == '\\')
                 m->program[i] = '?'; /* it goes into JSON and metric labels */
         m->joined_ms = mt_now_ms();
-        g->joined++;
+        sat_add(&g->joined, 1);
         msg_init(&w, MSG_WELCOME);
         w.arg = (int32_t)g->joined;
         chan_send(g, m->fd, m->chan, &w);
@@ -174,7 +210,8 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
     case MSG_TRIM_DONE:
         if (m->pid == 0)
             return -1;
-        leader_store_trim(g, m, &msg->u.trim);
+        if (member_row_allowed(g, m, now))
+            leader_store_trim(g, m, &msg->u.trim);
         return 0;
     case MSG_TRIM_ANSWER:
         if (m->pid == 0)
@@ -185,7 +222,8 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
         if (m->pid == 0)
             return -1;
         msg->u.refault.pid = m->pid;
-        store_push_refault(g->d.store, &msg->u.refault);
+        if (member_row_allowed(g, m, now))
+            store_push_refault(g->d.store, &msg->u.refault);
         return 0;
     default:
         return -1; /* nothing else comes from a member */
@@ -233,7 +271,7 @@ int member_add(struct group *g, int fd, int cred_pid)
             g->m[i].accepted_ns = mt_mono_ns();
             return 0;
         }
-    g->refused++;
+    sat_add(&g->refused, 1);
     return -1;
 }
 
@@ -317,7 +355,7 @@ static void leader_accept(struct group *g)
         if (why[0]) {
             close(fd);
             pthread_mutex_lock(&g->lock);
-            g->refused++;
+            sat_add(&g->refused, 1);
             pthread_mutex_unlock(&g->lock);
             mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group", "GroupName %s: refused %s",
                            g->name, why);

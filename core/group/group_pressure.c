@@ -216,10 +216,10 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
                            .min_interval_ms = -1, .crossing_ns = now, .group = 1};
     if (trim_request(g->d.trims, g->d.cache, &ask, &r, NULL) == 0) {
         pthread_mutex_lock(&g->lock);
-        g->m[0].pressure_trims++;
-        g->pressure_trims++;
+        sat_add(&g->m[0].pressure_trims, 1);
+        sat_add(&g->pressure_trims, 1);
         if (r.released_bytes > 0)
-            g->pressure_released += (uint64_t)r.released_bytes;
+            sat_add(&g->pressure_released, (uint64_t)r.released_bytes);
         pthread_mutex_unlock(&g->lock);
     }
     (void)pid;

@@ -53,6 +53,8 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->zone = g->zone;
     info->usage_source = g->usage_source;
     info->trim_running = g->job.active;
+    info->rows_dropped = g->rows_dropped;
+    info->flooded = g->flooded;
     snprintf(info->name, sizeof(info->name), "%s", g->name);
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
         const struct group_member *m = &g->m[i];

@@ -139,6 +139,12 @@ def test_a_stopped_member_holds_no_http_thread(procs, tmp_path):
              "the workers to join")
     stopped = info["pids"][0]
     os.kill(stopped, signal.SIGSTOP)
+
+    def all_stopped():  # kill() returns before a running thread stops
+        tasks = os.listdir(f"/proc/{stopped}/task")
+        return all(open(f"/proc/{stopped}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                   == "T" for t in tasks)
+    wait_for(all_stopped, 10, "the worker to stop")
     try:
         slow, codes, posts = [], [], []
 

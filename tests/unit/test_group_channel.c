@@ -31,6 +31,7 @@
 #include "api.h"
 #include "core.h"
 #include "group_int.h"
+#include "group_peer.h"
 #include "instance.h"
 #include "start.h"
 #include "trim.h"
@@ -252,6 +253,7 @@ static void test_member_messages_are_checked(void)
         memset(&msg.u, 0, sizeof(msg.u));
         msg.kind = (uint16_t)kinds[k];
         msg.u.trim.trigger = MT_TRIGGER_PRESSURE;
+        msg.u.trim.start_ms = mt_now_ms();
         CHECK_EQ_INT(group_msg_check(&msg), 0);
         msg.u.trim.trigger = 99;
         CHECK_EQ_INT(group_msg_check(&msg), -1);
@@ -260,6 +262,7 @@ static void test_member_messages_are_checked(void)
     }
     memset(&msg.u, 0, sizeof(msg.u));
     msg.kind = MSG_REFAULT;
+    msg.u.refault.start_ms = mt_now_ms();
     msg.u.refault.trigger = MT_TRIGGER_COUNT;
     CHECK_EQ_INT(group_msg_check(&msg), -1);
     msg.u.refault.trigger = MT_TRIGGER_PERIODIC;
@@ -272,7 +275,7 @@ static void test_member_messages_are_checked(void)
     memset(&msg.u, 0, sizeof(msg.u));
     msg.kind = MSG_REPORT;
     msg.u.snap.cheap.rss_bytes = 300ull << 20;
-    msg.u.snap.heap.timestamp_ms = 1764633600000; /* 2025-12-02 */
+    msg.u.snap.heap.timestamp_ms = mt_now_ms() - 1000;
     msg.u.snap.fragmentation_ratio = 0.0 / 0.0;
     CHECK_EQ_INT(group_msg_check(&msg), 0);
     CHECK(msg.u.snap.fragmentation_ratio == 0);
@@ -286,6 +289,7 @@ static void test_member_messages_are_checked(void)
     CHECK_EQ_INT(group_msg_check(&msg), -1);
     memset(&msg.u, 0, sizeof(msg.u));
     msg.kind = MSG_TRIM_DONE;
+    msg.u.trim.start_ms = mt_now_ms();
     msg.u.trim.released_bytes = -4096; /* a busy host's RSS grew: allowed */
     CHECK_EQ_INT(group_msg_check(&msg), 0);
     msg.u.trim.released_bytes = INT64_MIN;
@@ -300,14 +304,64 @@ static void test_member_messages_are_checked(void)
     const int64_t bad_ids[] = {INT64_MAX - 1, INT64_MAX, MT_TRIM_ID_MAX + 1, -1, INT64_MIN};
     for (size_t i = 0; i < sizeof(bad_ids) / sizeof(bad_ids[0]); i++) {
         msg.kind = MSG_TRIM_DONE;
+        msg.u.trim.start_ms = mt_now_ms();
         msg.u.trim.id = bad_ids[i];
         CHECK_MSG(group_msg_check(&msg) == -1, "trim id %lld", (long long)bad_ids[i]);
         memset(&msg.u, 0, sizeof(msg.u));
         msg.kind = MSG_REFAULT;
+        msg.u.refault.start_ms = mt_now_ms();
         msg.u.refault.id = bad_ids[i];
         CHECK_MSG(group_msg_check(&msg) == -1, "refault id %lld", (long long)bad_ids[i]);
         memset(&msg.u, 0, sizeof(msg.u));
     }
+    /* #31 F6: what the leader stores is dated now: within the last day, a minute ahead at
+     * most (a row dated year 287,396 outlived every retention). */
+    const int64_t day = 24LL * 3600 * 1000, now = mt_now_ms();
+    const struct { int64_t t; int ok; } dates[] = {
+        {now, 1}, {now - day + 60000, 1}, {now + 30000, 1}, {now - 2 * day, 0},
+        {now + 3600000, 0}, {9007199254740000LL, 0}, {0, 0}};
+    for (size_t i = 0; i < sizeof(dates) / sizeof(dates[0]); i++) {
+        memset(&msg.u, 0, sizeof(msg.u));
+        msg.kind = MSG_TRIM_DONE;
+        msg.u.trim.id = 1;
+        msg.u.trim.start_ms = dates[i].t;
+        CHECK_MSG(group_msg_check(&msg) == (dates[i].ok ? 0 : -1), "trim at %lld",
+                  (long long)dates[i].t);
+        memset(&msg.u, 0, sizeof(msg.u));
+        msg.kind = MSG_REFAULT;
+        msg.u.refault.start_ms = dates[i].t;
+        CHECK_MSG(group_msg_check(&msg) == (dates[i].ok ? 0 : -1), "refault at %lld",
+                  (long long)dates[i].t);
+        memset(&msg.u, 0, sizeof(msg.u));
+        msg.kind = MSG_REPORT;
+        msg.u.snap.cheap.timestamp_ms = dates[i].t;
+        CHECK_MSG(group_msg_check(&msg) == (dates[i].ok || !dates[i].t ? 0 : -1),
+                  "report at %lld", (long long)dates[i].t);
+    }
+    memset(&msg.u, 0, sizeof(msg.u));
+}
+
+/* Every thread of pid stopped (kill(SIGSTOP) returns before a running thread stops). */
+static int all_stopped(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int ok = d != NULL;
+    while (ok && (e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%d/task/%.16s/stat", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        char *p = f && fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+        ok = p && p[1] == ' ' && p[2] == 'T';
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return ok;
 }
 
 /*
@@ -339,11 +393,14 @@ static void test_a_stopped_member_holds_nothing(void)
         pids[i] = fork_member(mt, self, fdarg);
     WAIT_FOR(reported(mt) == 3, 60);
     CHECK_EQ_INT(kill(pids[0], SIGSTOP), 0);
+    WAIT_FOR(all_stopped(pids[0]), 60);
     trim_counters(&mt->trims, &c0);
     CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(out[0].rc, 0);
-    CHECK(info(mt, &gi, m) == 3 && gi.trim_running); /* it asks the stopped one still */
+    int listed = info(mt, &gi, m);
+    CHECK_MSG(listed == 3 && gi.trim_running, "%d members, trim_running %d", listed,
+              gi.trim_running); /* it asks the stopped one still */
     CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &retry), -EAGAIN);
     CHECK(retry > 0);
     trim_counters(&mt->trims, &c1);
@@ -367,6 +424,73 @@ static void test_a_stopped_member_holds_nothing(void)
         CHECK_EQ_INT(waitpid(pids[i], &status, 0), pids[i]);
 }
 
+/* The member entry of pid in *gi's members, or NULL. */
+static const struct mt_member *member_of(struct memtrim *mt, struct mt_group_info *gi,
+                                         struct mt_member *m, int pid)
+{
+    int n = info(mt, gi, m);
+    for (int i = 0; i < n; i++)
+        if (m[i].pid == pid)
+            return &m[i];
+    return NULL;
+}
+
+/*
+ * #31 F6: a hostile member of this uid floods TRIM_DONE (on 30f456e: 811k rows, 127 MB in
+ * 10 s, the leader's threads at 111 % CPU). Its rows reach the store at its rate (20 a
+ * second, bursts of 40), the rest counted as dropped, and a member sending more than
+ * 1000 messages in a second is dropped from the group.
+ */
+static void test_a_flooding_member_is_bounded(void)
+{
+    enum { PEER = 999999, TRIMS = 500, REPORTS = 5000 };
+    struct mt_group_info gi;
+    struct mt_member m[MT_GROUP_MAX];
+    struct group_msg msg;
+    struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}");
+    if (!mt)
+        return;
+    char *err = NULL;
+    CHECK_EQ_INT(mt_group_lead(mt, &err), 0);
+    free(err);
+    int pair[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0);
+    peer_msg(&msg, MSG_HELLO, PEER);
+    CHECK(send(pair[1], &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg));
+    WAIT_FOR(member_of(mt, &gi, m, PEER) != NULL, 60);
+    double t0 = harness_now_s();
+    for (int i = 0; i < TRIMS; i++) {
+        peer_msg(&msg, MSG_TRIM_DONE, PEER);
+        msg.u.trim.id = i + 1;
+        msg.u.trim.start_ms = mt_now_ms();
+        CHECK(send(pair[1], &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg));
+    }
+    const struct mt_member *p = NULL;
+    WAIT_FOR((p = member_of(mt, &gi, m, PEER)) && p->trims + gi.rows_dropped == TRIMS, 60);
+    double took = harness_now_s() - t0;
+    CHECK(p != NULL);
+    if (p) {
+        CHECK_MSG((double)p->trims <= 40 + 20 * took + 1, "%llu of %d stored in %.2f s",
+                  (unsigned long long)p->trims, TRIMS, took);
+        CHECK(gi.rows_dropped >= TRIMS - 40 - 20 * took - 1);
+    }
+    CHECK_EQ_INT((int)gi.flooded, 0);
+    /* Past 1000 messages a second: dropped (its channel closed: sends fail after). */
+    int sent = 0;
+    for (; sent < REPORTS; sent++) {
+        peer_msg(&msg, MSG_REPORT, PEER);
+        msg.u.snap.cheap.timestamp_ms = mt_now_ms();
+        if (send(pair[1], &msg, sizeof(msg), MSG_NOSIGNAL) != (ssize_t)sizeof(msg))
+            break;
+    }
+    WAIT_FOR(member_of(mt, &gi, m, PEER) == NULL && gi.flooded == 1, 60);
+    CHECK(member_of(mt, &gi, m, PEER) == NULL);
+    CHECK_EQ_INT((int)gi.flooded, 1);
+    close(pair[1]);
+    mt_destroy(mt);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--member") == 0)
@@ -374,5 +498,6 @@ int main(int argc, char **argv)
     RUN(test_member_messages_are_checked);
     RUN(test_members_report_trim_and_leave);
     RUN(test_a_stopped_member_holds_nothing);
+    RUN(test_a_flooding_member_is_bounded);
     return harness_end();
 }
