@@ -1056,3 +1056,41 @@ def test_store_replaced_by_rename_is_left_alone(tmp_path):
         with sqlite3.connect(f"file:{db2}?mode=ro", uri=True) as c:
             c.execute("SELECT count(*) FROM samples").fetchone()
 
+
+
+def test_stored_rows_near_the_ends(tmp_path):
+    """#31 F6 (the SQL part) and F7, as a restarted host meets them: a member of a group may
+    report 2^56 released bytes per trim and could send any trim id, and the leader stored
+    them. 200 such rows made every /memory/trims a 500 for good (sum(): integer overflow),
+    and an id of INT64_MAX - 1 made the next id overflow after a restart (negative ids; UBSan
+    aborted the host). Now the sums saturate and the ids stay in [1, 2^53 - 1]."""
+    import sqlite3
+    db = tmp_path / "m.sqlite"
+    cfg = {"Database": str(db), "ManualTrimMinIntervalMs": 0, "TrimIntervalSeconds": 0}
+    d = Demo(cfg, workers=1, study_mb=1, pause_ms=1000)  # makes the schema
+    assert d.stop() == 0
+    con = sqlite3.connect(db)
+    t0 = int(time.time() * 1000) - 600_000  # within RetentionHours
+    rows = [(t0 + i, 1, 1000, 5 << 56, 4 << 56, 1 << 56, 1, t0 + i) for i in range(200)]
+    rows.append((t0 + 500, 0, 1000, 5000, 3000, 2000, 1, 2 ** 63 - 2))
+    con.executemany("INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes,"
+                    " rss_after_bytes, released_bytes, malloc_trim_ret, seq)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    con.commit()
+    con.close()
+    d = Demo(cfg, workers=1, study_mb=1, pause_ms=1000)
+    try:
+        r = d.get("/memory/trims?limit=5")
+        assert r.status_code == 200, r.text
+        summary = r.json()["summary"]
+        assert summary["count"] == 201 and summary["released_bytes"] == 2 ** 63 - 1, summary
+        ids = []
+        for _ in range(3):
+            t = d.request("POST", "/memory/trim")
+            assert t.status_code == 200, t.text
+            ids.append(t.json()["id"])
+        assert all(0 < i <= 2 ** 53 - 1 for i in ids) and ids == sorted(set(ids)), ids
+    finally:
+        out = d.output()
+        assert d.stop() == 0, out[-2000:]
+    assert "runtime error" not in out, out[-2000:]
