@@ -72,6 +72,15 @@ static void api_stats_tunables(cJSON *root, int *failed)
     api_json_bool(o, "glibc", t.glibc, failed);
     for (int i = 0; i < MT_TUNABLE_COUNT; i++)
         api_json_int_or_null(o, mt_tunable_field(i), t.value[i], t.value[i] >= 0, failed);
+    /* MallocArenaMax "auto": the CPUs the cap came from, and which file said */
+    if (t.arena_auto) {
+        cJSON *a = cJSON_CreateObject();
+        api_json_num(a, "cpus", t.arena_auto_cpus, failed);
+        api_json_str(a, "source", t.arena_auto_source, failed);
+        api_json_item(o, "arena_max_auto", a, failed);
+    } else {
+        api_json_null(o, "arena_max_auto", failed);
+    }
     api_json_item(root, "malloc_tunables", o, failed);
 }
 

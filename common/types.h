@@ -302,6 +302,11 @@ enum mt_tunable {
 struct mt_tunables {
     int64_t value[MT_TUNABLE_COUNT]; /* in force through memtrim's mallopt; -1 = not set */
     int glibc;                       /* 0: another allocator serves malloc, nothing applied */
+    /* MallocArenaMax "auto": the CPUs it was derived from and the file that said (or the
+     * affinity mask); arena_auto 0 when not asked for */
+    int arena_auto;
+    double arena_auto_cpus;
+    char arena_auto_source[256];
 };
 
 /* ---- worker groups (core/group/; the API prints these) ---- */

@@ -47,7 +47,7 @@ static pthread_mutex_t tun_lock = PTHREAD_MUTEX_INITIALIZER;
 /* The lines PATCH /config causes: one per 10 s, the rest counted (process-wide, as the
  * tunables are; its own lock, taken under tun_lock). */
 static struct mt_log_limit tun_log = MT_LOG_LIMIT_INIT(10 * MT_SEC, 1);
-static struct mt_tunables in_force = {{-1, -1, -1, -1}, 1}; /* guarded by tun_lock */
+static struct mt_tunables in_force = {{-1, -1, -1, -1}, 1, 0, 0, ""}; /* guarded by tun_lock */
 
 const char *tunables_key(int t)
 {
@@ -124,6 +124,15 @@ int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int
     }
     pthread_mutex_unlock(&tun_lock);
     return rc;
+}
+
+void tunables_set_auto(double cpus, const char *source)
+{
+    pthread_mutex_lock(&tun_lock);
+    in_force.arena_auto = 1;
+    in_force.arena_auto_cpus = cpus;
+    snprintf(in_force.arena_auto_source, sizeof(in_force.arena_auto_source), "%.255s", source);
+    pthread_mutex_unlock(&tun_lock);
 }
 
 void tunables_get(struct mt_tunables *out)

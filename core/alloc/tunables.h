@@ -32,4 +32,7 @@ int tunables_apply(const struct mt_config *old, const struct mt_config *cfg, int
 /* What is in force now. */
 void tunables_get(struct mt_tunables *out);
 
+/* MallocArenaMax "auto" was resolved from cpus CPUs, as source says (the start). */
+void tunables_set_auto(double cpus, const char *source);
+
 #endif /* MEMTRIM_TUNABLES_H */

@@ -38,6 +38,7 @@ struct config_key {
      * configuration file, the operator's, may. 0 stays allowed where it means "off". */
     double patch_floor, patch_max;
     int zero_off; /* 0 turns the feature off (rather than meaning "no limit") */
+    int auto_ok;  /* KEY_INT64: the string "auto" is accepted too, stored as MT_CONFIG_AUTO */
 };
 
 #define OFF(f) offsetof(struct mt_config, f)
@@ -123,8 +124,9 @@ static const struct config_key keys[] = {
     {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),
      .min = 0.1, .max = 3600, .def_num = 10, .runtime = 1},
     /* glibc tunables: null/absent = unset (-1), glibc's own behaviour. mallopt takes an int. */
+    /* "auto": from the container's CPU quota at start (core/instance/arena_auto.c) */
     {.name = "MallocArenaMax", .type = KEY_INT64, .offset = OFF(malloc_arena_max), .min = 1,
-     .max = 1024, .def_num = -1, .nullable = 1},
+     .max = 1024, .def_num = -1, .nullable = 1, .auto_ok = 1},
     /* Ceilings, at start too: glibc's own bounds. mallopt refuses an mmap threshold above
      * 32 MiB (HEAP_MAX_SIZE / 2), and its dynamic trim threshold never passes twice that;
      * above 32 MiB of trim threshold or top pad a thread arena's 64 MiB heap is never given
@@ -390,6 +392,15 @@ static int apply_value(const struct config_key *k, const cJSON *v, struct mt_con
     }
     if (k->type == KEY_GLOBS)
         return apply_globs(k, v, p, err);
+    if (k->auto_ok && cJSON_IsString(v)) {
+        if (strcmp(v->valuestring, "auto") != 0) {
+            *err = errf("configuration key %s: expected an integer or \"auto\", got \"%s\"",
+                        k->name, v->valuestring);
+            return -EINVAL;
+        }
+        *(int64_t *)p = MT_CONFIG_AUTO;
+        return 0;
+    }
     if (k->type == KEY_STRING) {
         if (!cJSON_IsString(v))
             goto wrong_type;
@@ -824,7 +835,9 @@ cJSON *config_to_json(const struct mt_config *cfg)
                            * (cJSON would print 2^53 as 9.00719925474099e+15) */
             char num[24];
             snprintf(num, sizeof(num), "%lld", (long long)*(const int64_t *)p);
-            v = k->nullable && *(const int64_t *)p < 0 ? cJSON_CreateNull() : cJSON_CreateRaw(num);
+            v = k->auto_ok && *(const int64_t *)p == MT_CONFIG_AUTO ? cJSON_CreateString("auto")
+                : k->nullable && *(const int64_t *)p < 0 ? cJSON_CreateNull()
+                                                          : cJSON_CreateRaw(num);
             break;
         }
         case KEY_DOUBLE:

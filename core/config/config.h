@@ -6,6 +6,9 @@
 #ifndef MEMTRIM_CONFIG_H
 #define MEMTRIM_CONFIG_H
 
+/* MallocArenaMax "auto" (the start resolves it: core/instance/arena_auto.c). */
+#define MT_CONFIG_AUTO (-2)
+
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,7 +59,7 @@ struct mt_config {
     double refault_window_seconds; /* re-faults are counted this long after a trim */
     /* glibc malloc tunables (tunables.c applies them with mallopt); -1 = unset,
      * glibc's own behaviour untouched */
-    int64_t malloc_arena_max;
+    int64_t malloc_arena_max;     /* or MT_CONFIG_AUTO: from the CPU quota at start */
     int64_t malloc_mmap_threshold_bytes;
     int64_t malloc_trim_threshold_bytes;
     int64_t malloc_top_pad_bytes;

@@ -121,7 +121,8 @@ static void rule_many_arenas(struct ctx *c)
     int rec = in->ncpu > 2 ? 4 : 2;
     if (!in->glibc || !a || a->count <= rec)
         return;
-    if (in->cfg.malloc_arena_max > 0 && in->cfg.malloc_arena_max <= rec)
+    if ((in->cfg.malloc_arena_max > 0 && in->cfg.malloc_arena_max <= rec) ||
+        in->cfg.malloc_arena_max == MT_CONFIG_AUTO)
         return; /* already limited (these arenas predate it, or it is as wanted) */
     double total = 0, other = 0;
     for (int i = 0; i < a->count; i++) {
@@ -429,12 +430,47 @@ static void rule_no_limit(struct ctx *c)
         want);
 }
 
+/* glibc caps its arenas at 8 per core of the host (64-bit), whatever CPU quota the container
+ * has: a 2-CPU container on a 64-core node may get 512. "auto" takes the container's CPUs. */
+static void rule_arena_auto(struct ctx *c)
+{
+    const struct doctor_input *in = c->in;
+    int64_t glibc_cap = 8 * (int64_t)(in->host_cores > 0 ? in->host_cores : 1);
+    if (!in->glibc || in->cfg.malloc_arena_max != -1 || in->auto_arena_max <= 0 ||
+        in->auto_arena_max >= glibc_cap)
+        return;
+    int count = in->arenas ? in->arenas->count : in->snap.heap.arena_count;
+    struct doctor_finding *f =
+        add(c, "arena_max_auto", count > in->auto_arena_max ? DOCTOR_WARNING : DOCTOR_INFO,
+            "config");
+    if (!f)
+        return;
+    set(f->title, sizeof(f->title),
+        "glibc may create %lld malloc arenas (8 per core of the host's %d); this process may "
+        "use %.2g CPUs",
+        (long long)glibc_cap, in->host_cores, in->quota_cpus);
+    set(f->detail, sizeof(f->detail),
+        "glibc sizes its arena cap from the host's cores, not from the container's CPU quota "
+        "or the affinity mask (%s). More arenas than CPUs that may run at once add no "
+        "throughput but keep each one's free memory apart. %d arenas now.",
+        in->quota_source, count);
+    evidence(f, "arena_count", count);
+    evidence(f, "glibc_arena_cap", (double)glibc_cap);
+    evidence(f, "cpus", in->quota_cpus);
+    evidence(f, "auto_arena_max", (double)in->auto_arena_max);
+    snprintf(f->key, sizeof(f->key), "MallocArenaMax");
+    set(f->action, sizeof(f->action),
+        "Set \"MallocArenaMax\": \"auto\" (%lld arenas, two per CPU this process may use; "
+        "applied before main() under LD_PRELOAD), then compare peak RSS.",
+        (long long)in->auto_arena_max);
+}
+
 /* ---- running them ------------------------------------------------------- */
 
 typedef void (*rule_fn)(struct ctx *c);
 static const rule_fn rules[] = {rule_pressure,       rule_many_arenas,  rule_memory_returns,
                                 rule_release_little, rule_probe_budget, rule_no_limit,
-                                rule_never_frees};
+                                rule_never_frees,    rule_arena_auto};
 
 int doctor_run(const struct doctor_input *in, struct doctor_finding *out, int max)
 {

@@ -36,6 +36,11 @@ struct doctor_input {
     uint64_t peak_rss_bytes;      /* VmHWM; 0 unknown */
     uint64_t reader_heap_wanted;  /* readers that wanted a fresher heap reading... */
     uint64_t reader_heap_refused; /* ...and were refused by the budget (incl. /memory/arenas) */
+    /* the CPUs the container allows (its CPU quota, the affinity mask: cpuquota.c) */
+    int host_cores;         /* online cores of the host: glibc's arena cap is 8 per core */
+    double quota_cpus;      /* 0 unknown */
+    int64_t auto_arena_max; /* what "MallocArenaMax": "auto" would set; 0 unknown */
+    char quota_source[256]; /* the file that set quota_cpus, or the affinity mask */
 };
 
 /*

@@ -18,6 +18,7 @@
 #include "alloc.h"
 #include "arenas.h"
 #include "core.h"
+#include "cpuquota.h"
 #include "doctor.h"
 #include "instance.h"
 #include "tunables.h"
@@ -68,6 +69,16 @@ static void gather(struct memtrim *mt, int at_exit, struct doctor_input *in,
     in->uptime_ms = in->now_ms - mt->started_ms;
     in->ncpu = ncpu();
     in->glibc = serves_glibc(mt);
+    struct cpu_quota *q = mt_malloc(sizeof(*q));
+    if (q) { /* what "MallocArenaMax": "auto" would choose (the doctor's arena_max_auto) */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        cpu_quota_here(q);
+        in->host_cores = cores > 0 ? (int)cores : 1;
+        in->quota_cpus = q->cpus;
+        in->auto_arena_max = cpu_quota_arena_max(q);
+        snprintf(in->quota_source, sizeof(in->quota_source), "%.255s", q->source);
+        free(q);
+    }
     mt_config_get(mt, &in->cfg);
     if (at_exit) {
         struct snapshot_want want = {.cheap_max_age_ns = 0,

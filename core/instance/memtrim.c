@@ -27,6 +27,7 @@
 #include "pressure.h"
 #include "server.h"
 #include "group.h"
+#include "cpuquota.h"
 #include "tunables.h"
 
 
@@ -294,7 +295,28 @@ static int tunables_start(struct memtrim *mt, const struct start_ctx *ctx, char 
 {
     if (mt->member) /* inherited from its leader at fork */
         return 0;
-    return tunables_apply(NULL, &mt->cfg, strcmp(ctx->alloc->name, "glibc") == 0, err);
+    int glibc = strcmp(ctx->alloc->name, "glibc") == 0;
+    if (mt->cfg.malloc_arena_max != MT_CONFIG_AUTO)
+        return tunables_apply(NULL, &mt->cfg, glibc, err);
+    /* "auto": the container's CPUs, not the host's cores (glibc's 8 per core) */
+    struct mt_config *cfg = mt_malloc(sizeof(*cfg));
+    struct cpu_quota *q = mt_malloc(sizeof(*q));
+    int rc = -ENOMEM;
+    if (cfg && q) {
+        *cfg = mt->cfg;
+        cpu_quota_here(q);
+        cfg->malloc_arena_max = glibc ? cpu_quota_arena_max(q) : -1;
+        mt_log(MT_LOG_INFO, "tunables", "MallocArenaMax auto: %lld arenas for %.2f CPUs (%s)%s",
+               (long long)cpu_quota_arena_max(q), q->cpus, q->source,
+               glibc ? "" : "; glibc does not serve malloc here: not applied");
+        tunables_set_auto(q->cpus, q->source);
+        rc = tunables_apply(NULL, cfg, glibc, err);
+    } else {
+        *err = mt_strdup("out of memory");
+    }
+    free(cfg);
+    free(q);
+    return rc;
 }
 
 /* The server's options from the configuration. */

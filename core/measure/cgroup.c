@@ -95,11 +95,11 @@ struct mount_pick {
 
 /*
  * One mountinfo line: "36 35 98:0 /root /point rw,nosuid - cgroup2 cgroup2 rw,...".
- * want 2: a cgroup2 mount; want 1: a v1 cgroup mount with the memory controller.
+ * want 2: a cgroup2 mount; want 1: a v1 cgroup mount with controller ("memory", "cpu").
  * The best is the one whose root holds path, the longest such root; else the first.
  */
-static void consider_mount(const char *line, size_t len, int want, const char *path,
-                           struct mount_pick *pick)
+static void consider_mount(const char *line, size_t len, int want, const char *controller,
+                           const char *path, struct mount_pick *pick)
 {
     const char *f[6], *end = line + len;
     size_t flen[6];
@@ -135,7 +135,7 @@ static void consider_mount(const char *line, size_t len, int want, const char *p
     if (want == 2 && !(tlen == 7 && memcmp(type, "cgroup2", 7) == 0))
         return;
     if (want == 1 && !(tlen == 6 && memcmp(type, "cgroup", 6) == 0 &&
-                       has_token(opts, olen, "memory")))
+                       has_token(opts, olen, controller)))
         return;
     char root[1024];
     unescape(root, sizeof(root), f[3], flen[3]);
@@ -151,15 +151,21 @@ static void consider_mount(const char *line, size_t len, int want, const char *p
     pick->read_only = has_token(f[5], flen[5], "ro") || has_token(opts, olen, "ro");
 }
 
-static void find_mount(const char *mountinfo, int want, const char *path, struct mount_pick *pick)
+static void find_mount_of(const char *mountinfo, int want, const char *controller,
+                          const char *path, struct mount_pick *pick)
 {
     memset(pick, 0, sizeof(*pick));
     for (const char *line = mountinfo; line && *line;) {
         const char *nl = strchr(line, '\n');
         size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        consider_mount(line, len, want, path, pick);
+        consider_mount(line, len, want, controller, path, pick);
         line = nl ? nl + 1 : NULL;
     }
+}
+
+static void find_mount(const char *mountinfo, int want, const char *path, struct mount_pick *pick)
+{
+    find_mount_of(mountinfo, want, "memory", path, pick);
 }
 
 static int is_dir(const char *path)
@@ -175,30 +181,89 @@ static int exists_in(const char *dir, const char *file)
     return access(path, F_OK) == 0;
 }
 
+/* The mount point (with fsroot) and the directory of path below it: dir is the mount point
+ * (*fallback set) when the path is not below the mount's root, does not fit or is not there.
+ * 0, or -ENOENT. */
+static int dir_below(const struct mount_pick *m, const char *fsroot, const char *path,
+                     char *point, size_t psize, char *dir, size_t dsize, int *fallback)
+{
+    snprintf(point, psize, "%.1000s%.3000s", fsroot, m->point);
+    size_t pl = strlen(point);
+    while (pl > 1 && point[pl - 1] == '/')
+        point[--pl] = '\0';
+    const char *below = "";
+    *fallback = !m->matched || strstr(path, "/..") != NULL;
+    if (!*fallback) {
+        below = path + (strcmp(m->root, "/") == 0 ? 0 : strlen(m->root));
+        if (strcmp(below, "/") == 0)
+            below = "";
+    }
+    /* A path that does not fit is not this process's cgroup cut short: the mount point. */
+    int n = snprintf(dir, dsize, "%s%s", point, below);
+    if (n < 0 || (size_t)n >= dsize || !is_dir(dir)) {
+        *fallback = 1;
+        snprintf(dir, dsize, "%s", point);
+    }
+    return is_dir(dir) ? 0 : -ENOENT;
+}
+
+/* /proc/self/cgroup's paths ("id:controllers:path", the path all that follows the second
+ * ':'): the v1 hierarchy's with controller, and v2's ("0::"); 1024 bytes each. */
+static void cgroup_paths(const char *proc_cgroup, const char *controller, char *v1path,
+                         int *have_v1, char *v2path, int *have_v2)
+{
+    for (const char *line = proc_cgroup; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        const char *c1 = memchr(line, ':', len);
+        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
+        if (c2) {
+            size_t plen = len - (size_t)(c2 + 1 - line), clen = (size_t)(c2 - c1 - 1);
+            char *to = NULL;
+            if (c1 - line == 1 && line[0] == '0' && clen == 0)
+                to = v2path, *have_v2 = 1;
+            else if (has_token(c1 + 1, clen, controller))
+                to = v1path, *have_v1 = 1;
+            if (to)
+                snprintf(to, 1024, "%.*s", (int)(plen < 1023 ? plen : 1023), c2 + 1);
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+}
+
+int cgroup_controller_dir(const char *proc_cgroup, const char *mountinfo, const char *fsroot,
+                          const char *controller, struct cgroup_place *out)
+{
+    memset(out, 0, sizeof(*out));
+    char v1path[1024] = "", v2path[1024] = "";
+    int have_v1 = 0, have_v2 = 0;
+    cgroup_paths(proc_cgroup, controller, v1path, &have_v1, v2path, &have_v2);
+    struct mount_pick m;
+    for (int version = 1; version <= 2; version++) {
+        const char *path = version == 1 ? v1path : v2path;
+        if (!(version == 1 ? have_v1 : have_v2))
+            continue;
+        find_mount_of(mountinfo ? mountinfo : "", version, controller, path[0] ? path : "/", &m);
+        int fallback;
+        if (m.found && dir_below(&m, fsroot ? fsroot : "", path[0] ? path : "/", out->mount,
+                                 sizeof(out->mount), out->dir, sizeof(out->dir), &fallback) == 0) {
+            out->version = version;
+            return 0;
+        }
+    }
+    return -ENOENT;
+}
+
 /* The directory for the process's path under a mount; 0 or -ENOENT. */
 static int place(struct cgroup_info *info, const struct mount_pick *m, const char *fsroot,
                  int version)
 {
     char point[PATH_MAX];
-    snprintf(point, sizeof(point), "%.1000s%.3000s", fsroot, m->point);
-    size_t pl = strlen(point);
-    while (pl > 1 && point[pl - 1] == '/')
-        point[--pl] = '\0';
-    const char *below = "";
-    int fallback = !m->matched || strstr(info->path, "/..") != NULL;
-    if (!fallback) {
-        below = info->path + (strcmp(m->root, "/") == 0 ? 0 : strlen(m->root));
-        if (strcmp(below, "/") == 0)
-            below = "";
-    }
-    /* A path that does not fit is not this process's cgroup cut short: the mount point. */
-    int n = snprintf(info->dir, sizeof(info->dir), "%s%s", point, below);
-    if (n < 0 || (size_t)n >= sizeof(info->dir) || !is_dir(info->dir)) {
-        fallback = 1;
-        snprintf(info->dir, sizeof(info->dir), "%s", point);
-    }
-    if (!is_dir(info->dir))
+    int fallback;
+    if (dir_below(m, fsroot, info->path, point, sizeof(point), info->dir, sizeof(info->dir),
+                  &fallback) != 0)
         return -ENOENT;
+    size_t pl = strlen(point);
     snprintf(info->mount, sizeof(info->mount), "%s", point);
     info->fallback = fallback;
     info->read_only = m->read_only;
@@ -249,25 +314,7 @@ int cgroup_lookup(const char *proc_cgroup, const char *mountinfo, const char *fs
             atomic_init(&info->fd[i][f], -1);
     if (!fsroot)
         fsroot = "";
-    /* "id:controllers:path", the path all that follows the second ':'. */
-    for (const char *line = proc_cgroup; line && *line;) {
-        const char *nl = strchr(line, '\n');
-        size_t len = nl ? (size_t)(nl - line) : strlen(line);
-        const char *c1 = memchr(line, ':', len);
-        const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
-        if (c2) {
-            size_t plen = len - (size_t)(c2 + 1 - line);
-            size_t clen = (size_t)(c2 - c1 - 1);
-            if (c1 - line == 1 && line[0] == '0' && clen == 0) {
-                snprintf(v2path, sizeof(v2path), "%.*s", (int)(plen < 1023 ? plen : 1023), c2 + 1);
-                have_v2 = 1;
-            } else if (has_token(c1 + 1, clen, "memory")) {
-                snprintf(v1path, sizeof(v1path), "%.*s", (int)(plen < 1023 ? plen : 1023), c2 + 1);
-                have_v1 = 1;
-            }
-        }
-        line = nl ? nl + 1 : NULL;
-    }
+    cgroup_paths(proc_cgroup, "memory", v1path, &have_v1, v2path, &have_v2);
     struct mount_pick m;
     if (have_v1) {
         snprintf(info->path, sizeof(info->path), "%s", v1path[0] ? v1path : "/");

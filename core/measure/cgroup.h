@@ -49,6 +49,16 @@ struct cgroup_info {
 /* Find the cgroup. 0 (info filled) or -ENOENT (info->version 0). */
 int cgroup_lookup(const char *proc_cgroup, const char *mountinfo, const char *fsroot,
                   struct cgroup_info *info);
+/* Where another controller's cgroup of this process is (the CPU quota's, cpuquota.c): v1's
+ * hierarchy with that controller, else v2's; same inputs as cgroup_lookup. 0 or -ENOENT. */
+struct cgroup_place {
+    int version;          /* 1 or 2 */
+    char mount[PATH_MAX]; /* the hierarchy's mount point (with the filesystem root) */
+    char dir[PATH_MAX];   /* the process's cgroup in it (the mount point when not found) */
+};
+int cgroup_controller_dir(const char *proc_cgroup, const char *mountinfo, const char *fsroot,
+                          const char *controller, struct cgroup_place *out);
+
 /* Close the kept descriptors (harmless twice, or on a zeroed info). */
 void cgroup_close(struct cgroup_info *info);
 

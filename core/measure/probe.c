@@ -206,41 +206,6 @@ int probe_stat(struct probe_stat *out)
     return 0;
 }
 
-/* A cgroup v2 cpu.max quota ("max 100000" = none) as CPUs; 0 when none is found. */
-static double cgroup_cpu_quota(void)
-{
-    char buf[4096], path[PATH_MAX];
-    if (mt_read_small("/proc/self/cgroup", buf, sizeof(buf)) <= 0)
-        return 0;
-    const char *line = strstr(buf, "0::");
-    if (!line || (line != buf && line[-1] != '\n'))
-        return 0;
-    line += 3;
-    size_t len = strcspn(line, "\n");
-    snprintf(path, sizeof(path), "/sys/fs/cgroup%.*s/cpu.max", (int)(len < 3000 ? len : 3000),
-             line);
-    if (mt_read_small(path, buf, sizeof(buf)) <= 0 || strncmp(buf, "max", 3) == 0)
-        return 0;
-    long long quota = 0, period = 0;
-    if (sscanf(buf, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
-        return 0;
-    return (double)quota / (double)period;
-}
-
-double probe_cpus(void)
-{
-    cpu_set_t set;
-    double n = 0;
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        n = CPU_COUNT(&set);
-    if (n < 1) {
-        long online = sysconf(_SC_NPROCESSORS_ONLN);
-        n = online > 0 ? (double)online : 1;
-    }
-    double quota = cgroup_cpu_quota();
-    return quota > 0 && quota < n ? quota : n;
-}
-
 static uint64_t status_kb(const char *buf, const char *key)
 {
     const char *p = strstr(buf, key);
@@ -304,6 +269,11 @@ static char *read_all(const char *path)
     close(fd);
     buf[total] = '\0';
     return buf;
+}
+
+char *probe_read_file(const char *path)
+{
+    return read_all(path);
 }
 
 int probe_cgroup_init(struct probe_cgroup *cg)

@@ -53,8 +53,9 @@ struct probe_stat {
 };
 int probe_stat(struct probe_stat *out); /* 0 or -EIO */
 
-/* The CPUs this process may use: its affinity, capped by a cgroup v2 cpu.max quota. */
-double probe_cpus(void);
+/* A whole /proc file, NUL-terminated, malloc'd (the caller frees it); NULL when unreadable. */
+char *probe_read_file(const char *path);
+
 
 /* The cheap part. Returns 0 or a negative errno (out is still filled where possible). */
 int probe_cheap(struct probe_cgroup *cg, struct mt_cheap *out);

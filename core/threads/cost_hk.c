@@ -15,6 +15,7 @@
 
 #include "cost_hk.h"
 #include "housekeeper.h"
+#include "cpuquota.h"
 #include "probe.h"
 #include "trim.h"
 
@@ -44,7 +45,7 @@ void cost_hk_init(struct cost_hk *h)
     memset(h, 0, sizeof(*h));
     h->process_cpu_ns = -1;
     h->back_after_ns = -1;
-    h->cpus = probe_cpus();
+    h->cpus = cpu_quota_cpus();
 }
 
 static void publish(struct housekeeper *hk, const struct cost_hk *h, const struct mt_config *c)
@@ -124,7 +125,7 @@ void cost_hk_tick(struct housekeeper *hk, struct cost_hk *h, const struct mt_con
     int have = probe_stat(&ps) == 0;
 
     if (++h->ticks % CPUS_EVERY_TICKS == 0)
-        h->cpus = probe_cpus();
+        h->cpus = cpu_quota_cpus();
     h->process_cpu_ns = have ? ps.cpu_ns : -1; /* the policy's activity test reads it too */
     pthread_mutex_lock(&hk->lock);
     int64_t (*test_cpu)(void *, int64_t) = hk->test_host_cpu;

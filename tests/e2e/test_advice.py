@@ -98,7 +98,8 @@ def test_tunables_in_force_and_at_run_time(start_demo):
     assert cfg["MallocMmapThresholdBytes"] is None and cfg["MallocTrimThresholdBytes"] is None
     t = d.get("/memory/stats").json()["malloc_tunables"]
     assert t == {"glibc": True, "arena_max": 2, "top_pad_bytes": 1 << 20,
-                 "mmap_threshold_bytes": None, "trim_threshold_bytes": None}
+                 "mmap_threshold_bytes": None, "trim_threshold_bytes": None,
+                 "arena_max_auto": None}
     assert "MallocArenaMax = 2 applied with mallopt" in d.output()
     # Six workers and memtrim's own threads, all allocating: at most two arenas.
     def arenas():

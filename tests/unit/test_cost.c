@@ -22,6 +22,7 @@
 #include "housekeeper.h"
 #include "harness.h"
 #include "instance.h"
+#include "cpuquota.h"
 #include "probe.h"
 #include "snapshot.h"
 #include "trim.h"
@@ -461,7 +462,7 @@ static void test_deferral_and_bound(void)
     /* Ticks of 50 ms: the CPU share is over the last 2 (100 ms). The host's CPU time is the
      * test's choice: a spinning thread gets what the scheduler gives it (9 % of a CPU beside
      * a load of 16), and the gate would be judged on the machine's load, not on its rule. */
-    double cpus = probe_cpus();
+    double cpus = cpu_quota_cpus();
     host_cpus = cpus > 0 ? cpus : 1;
     atomic_store(&host_busy, 0);
     housekeeper_test_host_cpu(&mt->hk, chosen_host_cpu, NULL);

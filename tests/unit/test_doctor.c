@@ -95,6 +95,43 @@ static void set_arenas(struct doctor_input *in, int n, uint64_t main_free, uint6
     in->arenas = &arenas;
 }
 
+/* A 2-CPU container on a 64-core host: glibc's cap is 512, "auto" would set 4. */
+static void test_arena_auto(void)
+{
+    struct doctor_input in;
+    struct doctor_finding f[DOCTOR_MAX_FINDINGS];
+    healthy(&in);
+    in.host_cores = 64;
+    in.quota_cpus = 2;
+    in.auto_arena_max = 4;
+    snprintf(in.quota_source, sizeof(in.quota_source), "/sys/fs/cgroup/app/cpu.max: 200000 100000");
+    set_arenas(&in, 9, 1 * MIB, 2 * MIB);
+    const struct doctor_finding *a = find(f, run(&in, f), "arena_max_auto");
+    CHECK(a != NULL);
+    if (a) {
+        CHECK_EQ_INT(a->severity, DOCTOR_WARNING); /* 9 arenas > 4 */
+        CHECK(strcmp(a->key, "MallocArenaMax") == 0 && !a->has_value);
+        CHECK_CONTAINS(a->action, "\"MallocArenaMax\": \"auto\" (4 arenas");
+        CHECK_CONTAINS(a->detail, "/sys/fs/cgroup/app/cpu.max: 200000 100000");
+        CHECK(evidence(a, "glibc_arena_cap") == 512);
+    }
+    set_arenas(&in, 3, 1 * MIB, 2 * MIB); /* fewer arenas now: still worth saying, as info */
+    a = find(f, run(&in, f), "arena_max_auto");
+    CHECK(a && a->severity == DOCTOR_INFO);
+    /* Silent: set already (a number or "auto"), not glibc, or auto would not change the cap */
+    in.cfg.malloc_arena_max = MT_CONFIG_AUTO;
+    CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
+    in.cfg.malloc_arena_max = 8;
+    CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
+    in.cfg.malloc_arena_max = -1;
+    in.glibc = 0;
+    CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
+    in.glibc = 1;
+    in.host_cores = 1; /* glibc's cap 8 > 4: ... */
+    in.auto_arena_max = 8;  /* ... but with 4 CPUs' worth, auto changes nothing */
+    CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
+}
+
 static void test_many_arenas(void)
 {
     struct doctor_input in;
@@ -351,6 +388,7 @@ int main(void)
 {
     RUN(test_healthy_is_quiet);
     RUN(test_many_arenas);
+    RUN(test_arena_auto);
     RUN(test_pressure_repeats);
     RUN(test_release_little);
     RUN(test_memory_returns);

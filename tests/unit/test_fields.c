@@ -92,7 +92,7 @@ static const char *const golden_json[3] = {
     "\"fsmblks\":0,\"uordblks\":0,\"fordblks\":0,\"keepcost\":0},\"allocator\":{\"name\":\"glibc\","
     "\"version\":null,\"release\":\"malloc_trim\",\"stats\":{}},"
     "\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,\"arena_max\":null,"
-    "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null}}"
+    "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
     /* snapshot 1 */
     "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":-1,\"rss_bytes\":5000000000,"
@@ -114,7 +114,7 @@ static const char *const golden_json[3] = {
     "\"fragmentation_ratio\":null,\"heap_probe_duration_seconds\":null,\"mallinfo2\":null,"
     "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\","
     "\"stats\":null},\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,"
-    "\"arena_max\":null,\"trim_threshold_bytes\":null,\"top_pad_bytes\":null}}"
+    "\"arena_max\":null,\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
     /* snapshot 2 */
     "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":42,\"rss_bytes\":5000000000,"
@@ -139,7 +139,7 @@ static const char *const golden_json[3] = {
     "\"heap_probe_duration_seconds\":0.0025,\"mallinfo2\":null,"
     "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\",\"stats\":{}},"
     "\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,\"arena_max\":null,"
-    "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null}}"
+    "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
 };
 
 static void test_stats_json_unchanged(void)
