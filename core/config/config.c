@@ -777,18 +777,19 @@ int config_patch(struct mt_config *cfg, const char *json, char **err)
 }
 
 int config_patch_limit_check(const struct mt_config *old, const struct mt_config *next,
-                             uint64_t peak_rss, char **err)
+                             uint64_t peak_rss, int group, char **err)
 {
     *err = NULL;
     int64_t limit = next->memory_limit_bytes;
     if (limit <= 0 || limit == old->memory_limit_bytes || peak_rss == 0)
         return 0;
     if ((uint64_t)limit / 2 < peak_rss) {
-        *err = errf("configuration key MemoryLimitBytes: %lld is below %llu, twice this "
-                    "process's peak RSS (%llu bytes): pressure trims start at half the limit, "
+        *err = errf("configuration key MemoryLimitBytes: %lld is below %llu, twice %s "
+                    "peak RSS (%llu bytes): pressure trims start at half the limit, "
                     "and PATCH /config may not put the host's own peak inside that zone (the "
                     "configuration file or the cgroup may set a lower limit)",
                     (long long)limit, (unsigned long long)peak_rss * 2,
+                    group ? "the worker group's (its members' peaks summed)" : "this process's",
                     (unsigned long long)peak_rss);
         return -EINVAL;
     }

@@ -114,10 +114,11 @@ int config_patch(struct mt_config *cfg, const char *json, char **err);
  * PATCH's floor for MemoryLimitBytes that depends on the process: a new
  * nonzero limit must be at least twice peak_rss (VmHWM), so that the host's
  * own peak stays below the pressure zone (which starts at half the limit).
- * 0, or -EINVAL with *err. Pure: the caller reads peak_rss (0 = unknown, no check).
+ * 0, or -EINVAL with *err. Pure: the caller reads peak_rss (0 = unknown, no check);
+ * group: it is a worker group's (its members' peaks summed: the message says so).
  */
 int config_patch_limit_check(const struct mt_config *old, const struct mt_config *next,
-                             uint64_t peak_rss, char **err);
+                             uint64_t peak_rss, int group, char **err);
 
 /* The effective configuration as a JSON object (CamelCase keys); the token is redacted. */
 struct cJSON *config_to_json(const struct mt_config *cfg);

@@ -60,6 +60,11 @@ void group_member_refault_sink(struct group *g, const struct mt_refault *rf);
 /* The leader's own trim (its trim sink, under the trim service's lock): counted in its entry. */
 void group_count_self(struct group *g, const struct mt_trim_result *r);
 
+/* A leader's view of the group's peak: its live members' highest RSS (the kernel's
+ * VmHWM each reported, or their recent peak) summed, saturating; 0 in no group or in a
+ * member. PATCH's MemoryLimitBytes floor for a group (core/instance/instance.c). */
+uint64_t group_peak_bytes(struct group *g);
+
 /* GROUP_NONE (g NULL), GROUP_LEADER or GROUP_MEMBER. */
 int group_role(const struct group *g);
 /* A member's place in its leader's join order (1 = the first), 0 unknown. */

@@ -213,7 +213,8 @@ static int report_in_range(const struct mt_snapshot *s)
 {
     const struct mt_cheap *c = &s->cheap;
     const struct mt_heap *h = &s->heap;
-    const uint64_t bytes[] = {c->rss_bytes,          c->rss_anon_bytes,     c->rss_file_bytes,
+    const uint64_t bytes[] = {c->rss_bytes,          c->rss_peak_bytes,     c->rss_anon_bytes,
+                              c->rss_file_bytes,
                               c->swap_bytes,         h->arena_bytes,        h->heap_in_use_bytes,
                               h->heap_free_bytes,    h->heap_mmapped_bytes,
                               s->releasable_estimate_bytes};

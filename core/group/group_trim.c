@@ -79,6 +79,27 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     return 0;
 }
 
+uint64_t group_peak_bytes(struct group *g)
+{
+    uint64_t sum = 0;
+    if (!g || g->role != GROUP_LEADER)
+        return 0;
+    pthread_mutex_lock(&g->lock);
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
+        const struct group_member *m = &g->m[i];
+        if (!m->used || m->pid <= 0 || m->report_ns == 0)
+            continue;
+        uint64_t peak = m->snap.cheap.rss_peak_bytes;
+        if (m->snap.cheap.rss_bytes > peak)
+            peak = m->snap.cheap.rss_bytes;
+        if (m->peak_rss > peak)
+            peak = m->peak_rss;
+        sat_add(&sum, peak);
+    }
+    pthread_mutex_unlock(&g->lock);
+    return sum;
+}
+
 /* pid's answer to the group trim (id 0: the member left, whatever it was asked). */
 void job_answer(struct group *g, int pid, uint64_t id)
 {

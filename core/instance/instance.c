@@ -90,6 +90,12 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
     /* Read /proc/self/status before the locks: a probe (a file opened, the kernel's mm
      * walked) is held under neither. */
     uint64_t peak_rss = probe_peak_rss();
+    /* A worker group's leader: the group's peak, its members' summed (#31 F2: a 6 MB
+     * master's twice let a no-token PATCH put a whole group of workers in the zone). */
+    uint64_t group_peak = group_peak_bytes(mt->group);
+    int group = group_peak > peak_rss;
+    if (group)
+        peak_rss = group_peak;
     int glibc = strcmp(mt_allocator_name(mt), "glibc") == 0;
     struct mt_config old, next;
     /* patch_lock, not cfg_lock, across the parse and the mallopt calls (see the top). */
@@ -98,7 +104,7 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
     next = old;
     int rc = config_patch(&next, json, err);
     if (rc == 0)
-        rc = config_patch_limit_check(&old, &next, peak_rss, err);
+        rc = config_patch_limit_check(&old, &next, peak_rss, group, err);
     if (rc == 0) /* the runtime tunables: what glibc refuses leaves the configuration as it was */
         rc = tunables_apply(&old, &next, glibc, err);
     if (rc == 0) {

@@ -687,12 +687,12 @@ static void test_patch_cannot_hurt(void)
     config_defaults(&cfg);
     next = cfg;
     next.memory_limit_bytes = 300 << 20;
-    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, &err), -EINVAL);
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, 0, &err), -EINVAL);
     CHECK_CONTAINS(err, "twice this process's peak RSS");
     free(err);
-    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 150 << 20, &err), 0);
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 150 << 20, 0, &err), 0);
     next.memory_limit_bytes = 0; /* auto: the cgroup's */
-    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, &err), 0);
+    CHECK_EQ_INT(config_patch_limit_check(&cfg, &next, 200 << 20, 0, &err), 0);
 }
 
 int main(void)

@@ -33,6 +33,7 @@
 #include "group_int.h"
 #include "group_peer.h"
 #include "instance.h"
+#include "probe.h"
 #include "start.h"
 #include "trim.h"
 
@@ -166,6 +167,28 @@ static void test_members_report_trim_and_leave(void)
     CHECK_EQ_INT(channels_open(), before + MEMBERS); /* the leader's ends, no pair left over */
     WAIT_FOR(reported(mt) == MEMBERS + 1, 60);
     CHECK_EQ_INT(reported(mt), MEMBERS + 1);
+
+    /* #31 F2: PATCH's MemoryLimitBytes floor in a group is twice the group's peak (its
+     * members' summed), not twice the leader's: on 30f456e 16 MiB passed beside a 6 MB
+     * master, and the whole group then ran in the pressure zone. */
+    uint64_t own = probe_peak_rss(), whole = group_peak_bytes(mt->group);
+    CHECK_MSG(whole > own, "group peak %llu, own %llu", (unsigned long long)whole,
+              (unsigned long long)own);
+    int64_t between = (int64_t)(own * 2 + (whole - own)); /* twice own at least, < twice whole */
+    if (between < (16 << 20))
+        between = 16 << 20;
+    char json[96];
+    snprintf(json, sizeof(json), "{\"MemoryLimitBytes\": %lld}", (long long)between);
+    if ((uint64_t)between < 2 * whole) {
+        err = NULL;
+        CHECK_EQ_INT(mt_config_patch(mt, json, &err), -EINVAL);
+        CHECK_CONTAINS(err, "the worker group's");
+        free(err);
+    }
+    CHECK_MSG(2 * whole > (16u << 20), "group peak %llu", (unsigned long long)whole);
+    err = NULL; /* 4 processes of a few MB each: 16 MiB is under twice their peak */
+    CHECK_EQ_INT(mt_config_patch(mt, "{\"MemoryLimitBytes\": 16777216}", &err), -EINVAL);
+    free(err);
 
     /* A manual trim through the leader: itself at once, each member asked in turn by the
      * group thread (the call waits for none of them). */
