@@ -35,6 +35,11 @@
  *   wait too, after their studies, until the master ends them), so a test can
  *   look at the group.
  * --pid-dir: each worker writes DIR/worker.<pid> when its studies are done.
+ * --solo INDEX: no fork: this process runs the studies itself, as worker INDEX of a
+ *   group of separately started processes (a named group); --origin-ns T: the
+ *   absolute schedule's origin, CLOCK_MONOTONIC ns, shared by the processes of
+ *   such a group (default: this process's start). It prints the same last line
+ *   for itself (workers 1) and exits 0 once its studies are done.
  * --closefrom FILES: each worker, as a daemon does after its fork, closes every
  *   descriptor from 3 up (closefrom), opens FILES files of its own (which take the
  *   freed numbers), and after every study appends a record to each and checks that
@@ -44,8 +49,10 @@
  *   this long after its fork (once memtrim has joined it to the group).
  *   --closefrom-master: the master does it instead (memtrim's serving process),
  *   once its workers are forked, and checks its files every 50 ms until they end.
- * The master prints one JSON line: {"workers":N,"finished":K,"killed":[pids]}
- * and exits 0 when every worker finished. The master is single-threaded.
+ * The master prints one JSON line: {"workers":N,"finished":K,"killed":[pids],
+ * "status":[{"pid":P,"exit":E} or {"pid":P,"signal":S}, ...]} (every worker of
+ * --workers, in fork order: how each ended, as waitpid said) and exits 0 when
+ * every worker finished. The master is single-threaded.
  * SPDX-License-Identifier: MIT
  */
 
@@ -80,6 +87,7 @@ static int worker_index;   /* this worker's place in the start order (0 first) *
 static int64_t t0_ns;      /* the master's start (CLOCK_MONOTONIC): the trace's origin */
 static int64_t origin_ns;  /* the absolute schedule's origin: t0, a churn worker's fork */
 static volatile sig_atomic_t stop_master;
+static int solo = -1;      /* --solo INDEX: run the studies here, no fork */
 
 static void sleep_ms(int ms)
 {
@@ -235,6 +243,18 @@ static void own_open(void)
     own_check(-1);
 }
 
+/* --pid-dir: DIR/worker.<pid> says this process's studies are done. */
+static void done_file(void)
+{
+    if (pid_dir) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/worker.%ld", pid_dir, (long)getpid());
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
 static void worker(void)
 {
     pthread_t t;
@@ -244,13 +264,7 @@ static void worker(void)
     if (pthread_create(&t, NULL, worker_thread, NULL) != 0)
         _exit(4);
     pthread_join(t, NULL);
-    if (pid_dir) {
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/worker.%ld", pid_dir, (long)getpid());
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd >= 0)
-            close(fd);
-    }
+    done_file();
     while (hold && getppid() != 1)
         sleep_ms(100);
     exit(0); /* exit(), not _exit(): destructors run, as in a real worker */
@@ -280,6 +294,7 @@ static int arg_int(int argc, char **argv, int *i)
 int main(int argc, char **argv)
 {
     const char *trace = NULL;
+    long long origin_arg = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--workers")) workers = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--studies")) studies = arg_int(argc, argv, &i);
@@ -293,6 +308,16 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--hold")) hold = 1;
         else if (!strcmp(argv[i], "--closefrom-delay-ms")) own_delay_ms = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--closefrom-master")) own_in_master = 1;
+        else if (!strcmp(argv[i], "--solo")) solo = arg_int(argc, argv, &i);
+        else if (!strcmp(argv[i], "--origin-ns") && i + 1 < argc) {
+            char *end;
+            long long v = strtoll(argv[++i], &end, 10);
+            if (*end || v <= 0) {
+                fprintf(stderr, "memtrim-prefork: bad value for --origin-ns: %s\n", argv[i]);
+                return 2;
+            }
+            origin_arg = v;
+        }
         else if (!strcmp(argv[i], "--closefrom")) {
             own_files = arg_int(argc, argv, &i);
             if (own_files > 256) {
@@ -323,6 +348,8 @@ int main(int argc, char **argv)
         return 2;
     }
     t0_ns = origin_ns = mono_ns(CLOCK_MONOTONIC);
+    if (origin_arg)
+        origin_ns = (int64_t)origin_arg;
     struct sigaction sa = {.sa_handler = on_term};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -333,6 +360,22 @@ int main(int argc, char **argv)
     int finished = 0, total = workers + cycles;
     char killed[4096] = "";
     size_t klen = 0;
+    if (solo >= 0) { /* a named group's member: the studies in this process */
+        pthread_t t;
+        worker_index = solo;
+        if (pthread_create(&t, NULL, worker_thread, NULL) != 0)
+            return 4;
+        pthread_join(t, NULL);
+        done_file();
+        printf("{\"workers\":1,\"finished\":1,\"killed\":[],\"status\":[{\"pid\":%ld,"
+               "\"exit\":0}]}\n", (long)getpid());
+        fflush(stdout);
+        while (hold && !stop_master)
+            pause();
+        return 0;
+    }
+    size_t slen = 0, scap = (size_t)workers * 48 + 1;
+    char *status_json = calloc(scap, 1);
     for (int w = 0; w < workers; w++) {
         if (w && absolute)
             sleep_until(t0_ns + (int64_t)w * stagger_ms * 1000000);
@@ -391,6 +434,13 @@ int main(int argc, char **argv)
         int status;
         while (waitpid(pids[w], &status, 0) < 0 && errno == EINTR)
             ;
+        if (status_json)
+            slen += (size_t)snprintf(status_json + slen, scap - slen,
+                                     WIFSIGNALED(status) ? "%s{\"pid\":%ld,\"signal\":%d}"
+                                                         : "%s{\"pid\":%ld,\"exit\":%d}",
+                                     w ? "," : "", (long)pids[w],
+                                     WIFSIGNALED(status) ? WTERMSIG(status)
+                                                         : WEXITSTATUS(status));
         if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) ||
             (hold && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM))
             finished++;
@@ -398,8 +448,10 @@ int main(int argc, char **argv)
             klen += (size_t)snprintf(killed + klen, sizeof(killed) - klen, "%s%ld",
                                      klen ? "," : "", (long)pids[w]);
     }
-    printf("{\"workers\":%d,\"finished\":%d,\"killed\":[%s]}\n", total, finished, killed);
+    printf("{\"workers\":%d,\"finished\":%d,\"killed\":[%s],\"status\":[%s]}\n", total,
+           finished, killed, status_json ? status_json : "");
     fflush(stdout);
+    free(status_json);
     free(pids);
     return finished == total ? 0 : 1;
 }

@@ -60,6 +60,21 @@ def forked(p):
     return json.loads(line)
 
 
+def stop_group(p, sent=None):
+    """Stop memtrim-prefork --hold (SIGTERM; its master then ends each worker with SIGTERM):
+    every worker must have ended by the signal it was sent, SIGTERM or what the test sent
+    it (sent: {pid: signal}), and the master's exit code must say the same."""
+    rc = p.stop()
+    last = [ln for ln in p.output().splitlines() if ln.startswith('{"workers"')]
+    assert last, f"the master printed no result (rc {rc}):\n{p.output()[-3000:]}"
+    res = json.loads(last[-1])
+    for st in res["status"]:
+        want = (sent or {}).get(st["pid"], signal.SIGTERM)
+        assert st.get("signal") == want, f"worker {st}, sent signal {want}:\n{p.output()[-3000:]}"
+    assert rc == (0 if res["finished"] == res["workers"] else 1), (rc, res)
+    return res
+
+
 def test_one_port_trims_every_member_and_names_each_pid(procs, tmp_path):
     """Three workers hold 40 MB each that they freed; one port answers for the
     group; one trim releases it in every worker, each in its own process; the
@@ -119,7 +134,7 @@ def test_one_port_trims_every_member_and_names_each_pid(procs, tmp_path):
     assert "memtrim_group_members 4" in metrics
     for pid in everyone:
         assert f'memtrim_member_rss_bytes{{pid="{pid}",program="memtrim-prefork"}}' in metrics
-    assert p.stop() in (0, 1), p.output()
+    stop_group(p)
 
 
 def test_a_stopped_member_holds_no_http_thread(procs, tmp_path):
@@ -193,7 +208,7 @@ def test_a_killed_member_leaves_no_entry_and_no_descriptor(procs, tmp_path):
     wait_for(lambda: channels(master) == before - 1, 10, f"the master to hold {before - 1} "
              "channels")  # the killed member's closed with its entry
     assert f'pid="{info["pids"][0]}"' not in requests.get(api + "/metrics", timeout=10).text
-    assert p.stop() in (0, 1), p.output()
+    stop_group(p, sent={info["pids"][0]: signal.SIGKILL})
 
 
 def test_200_fork_exit_cycles(procs, tmp_path):
@@ -223,7 +238,7 @@ def test_200_fork_exit_cycles(procs, tmp_path):
     assert metrics.count("memtrim_member_rss_bytes{") == 2
     r = requests.post(api + "/memory/trim", timeout=60)
     assert r.status_code == 200, r.text
-    assert p.stop() in (0, 1), p.output()
+    stop_group(p)
     db = sqlite3.connect(tmp_path / "m.sqlite")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     pids = {r[0] for r in db.execute("SELECT DISTINCT pid FROM member_samples")}
@@ -484,7 +499,7 @@ def test_the_dashboard_lists_the_members(procs, tmp_path):
     for pid in everyone:
         assert f'<tr data-pid="{pid}">' in dom, dom[-3000:]
     assert f'<td>{info["master"]} (serves)</td>' in dom
-    assert p.stop() in (0, 1), p.output()
+    stop_group(p)
 
 
 def test_metrics_stay_valid_utf8_with_a_program_name_of_other_bytes(procs, tmp_path):
@@ -517,4 +532,4 @@ def test_metrics_stay_valid_utf8_with_a_program_name_of_other_bytes(procs, tmp_p
     r = requests.get(api + "/memory/stats", timeout=10)
     r.content.decode("utf-8")
     assert {m["program"] for m in r.json()["group"]["members"]} == {"pre\ufffd\ufffdfork"}, r.text
-    assert p.stop() in (0, 1), p.output()
+    stop_group(p)
