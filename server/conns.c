@@ -35,7 +35,8 @@
  * Refusals and evictions are counted and logged rate-limited, never one
  * line each.
  *
- * Threads: MHD's workers call server_conns_admit from the accept policy;
+ * Threads: MHD's workers call server_conns_admit from the accept policy (from
+ * the connection notification for the unix socket, server.c);
  * the decision is pure (server_admit_decide, tested on hand-made lists).
  * Locks: the watchdog's lock (w->lock) guards the list, the limits and the
  * counters; a victim is shut down under it, so its descriptor is still the
