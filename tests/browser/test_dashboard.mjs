@@ -102,7 +102,13 @@ async function onSameSnapshot(page, demo, want, fn) {
     const s = await getJson(demo, 'memory/stats');
     const shown = await page.$eval('#cards', (e) => ({ ts: e.dataset.timestamp, hts: e.dataset.heapTimestamp }));
     if (String(s.timestamp_ms) !== shown.ts || String(s.heap_timestamp_ms ?? '') !== shown.hts) continue;
-    await fn(s);
+    // fn reads the page in several steps: a refresh in between (a poll every 2 s, later on a
+    // loaded machine) would mix two snapshots. A comparison counts, or fails, only when the
+    // page still shows the same snapshot after it.
+    const failure = await fn(s).then(() => null, (e) => e);
+    const after = await page.$eval('#cards', (e) => ({ ts: e.dataset.timestamp, hts: e.dataset.heapTimestamp }));
+    if (after.ts !== shown.ts || after.hts !== shown.hts) continue;
+    if (failure) throw failure;
     compared++;
   }
   return compared;
