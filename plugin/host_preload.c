@@ -65,7 +65,8 @@
 #define NAMED_RETRY_MS 20    /* a named group's role being taken: ask again this often... */
 #define NAMED_RETRY_MAX 500  /* ...for 10 s, then: */
 #define NAMED_RETRY_SLOW_MS 1000 /* once a second, for as long as the lock stays held */
-#define NAMED_REFUSALS_MAX 5 /* channels closed before a welcome, in a row: give up */
+#define NAMED_REFUSALS_WARN 5 /* channels closed before a welcome, in a row: said once... */
+#define NAMED_REFUSED_MAX_MS 5000 /* ...and asked again on a back-off up to this (#31 F8) */
 
 static pthread_mutex_t preload_lock = PTHREAD_MUTEX_INITIALIZER;
 static int wait_exiting(int ms); /* 1 once the process exits (preload_lock not held) */
@@ -567,14 +568,18 @@ static void *named_main(void *arg)
             mt_log(MT_LOG_INFO, "preload", "GroupName %s: the group's leader is gone; pid %ld "
                                            "takes part in choosing the next one",
                    preload_cfg.group_name, (long)getpid());
-            if (refusals >= NAMED_REFUSALS_MAX) {
+            /* Refused (the registry full, maybe of connections that never said hello): ask
+             * again on a back-off, never give up for good (a full group frees places). */
+            if (refusals == NAMED_REFUSALS_WARN)
                 mt_log(MT_LOG_WARNING, "preload", "GroupName %s: the leader closed the channel "
-                                                  "before welcoming pid %ld %d times in a row; "
-                                                  "memtrim stays off in this process",
-                       preload_cfg.group_name, (long)getpid(), refusals);
-                return NULL;
-            }
-            if (refusals && wait_exiting(FORK_RETRY_MS * refusals))
+                                                  "before welcoming pid %ld %d times in a row "
+                                                  "(the group is full?); asking again every "
+                                                  "%d s at most",
+                       preload_cfg.group_name, (long)getpid(), refusals,
+                       NAMED_REFUSED_MAX_MS / 1000);
+            int backoff = FORK_RETRY_MS << (refusals < 8 ? refusals - 1 : 7);
+            if (refusals && wait_exiting(backoff < NAMED_REFUSED_MAX_MS ? backoff
+                                                                        : NAMED_REFUSED_MAX_MS))
                 return NULL;
         }
         if (!named_attempt())

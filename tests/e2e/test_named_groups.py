@@ -389,3 +389,29 @@ def test_a_connection_that_never_says_hello_is_dropped(procs, base):
         for s in silent:
             s.close()
     assert web.members() == sorted([leader, member])
+
+
+def test_a_joiner_refused_while_the_group_is_full_joins_later(procs, base):
+    """#31 F8: 63 silent connections of this uid fill a named group's registry; a process
+    started meanwhile is refused again and again (its channel closed before a welcome).
+    Once the connections go it joins: it asks again on a back-off (5 s at most) instead
+    of giving up for good (on 30f456e, after 5 refusals, "memtrim stays off in this
+    process" and it never joined)."""
+    web = Group(procs, base, "web")
+    leader = web.start()[0]
+    web.wait_members([leader], "the leader alone")
+    silent = []
+    try:
+        for _ in range(63):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(str(web.dir / "web.sock"))
+            silent.append(s)
+        late, host = web.start()
+        wait_for(lambda: web.stats()["group"]["refused"] >= 6, 60,
+                 "the late process to be refused 6 times")
+    finally:
+        for s in silent:
+            s.close()
+    web.wait_members([leader, late], "the late process to join once places are free")
+    assert "stays off" not in host.output(), host.output()
+
