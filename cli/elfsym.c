@@ -1,0 +1,133 @@
+/*
+ * elfsym.c - reads the dynamic symbol table of an ELF file mapped read-only: enough to find
+ * malloc_trim, mallinfo2 or dlopen in a target's own libc. Used by the tool's one thread.
+ */
+#include "elfsym.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int in_file(const struct elf_file *f, uint64_t off, uint64_t len)
+{
+    return off <= f->size && len <= f->size - off;
+}
+
+int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen)
+{
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(e));
+        return -e;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
+        close(fd);
+        snprintf(err, errlen, "%s is not an ELF file", path);
+        return -ENOEXEC;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED) {
+        snprintf(err, errlen, "cannot map %s: %s", path, strerror(e));
+        return -e;
+    }
+    f->map = m;
+    f->size = (size_t)st.st_size;
+    const Elf64_Ehdr *eh = m;
+    if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh->e_machine != EM_X86_64 || eh->e_phentsize != sizeof(Elf64_Phdr) ||
+        !in_file(f, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr))) {
+        snprintf(err, errlen, "%s is not an x86_64 ELF file", path);
+        elf_close(f);
+        return -ENOEXEC;
+    }
+    f->is_dyn = eh->e_type == ET_DYN;
+    const Elf64_Phdr *ph = (const void *)(f->map + eh->e_phoff);
+    int seen = 0;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type == PT_INTERP)
+            f->has_interp = 1;
+        if (ph[i].p_type == PT_LOAD && (!seen || ph[i].p_vaddr < f->first_vaddr)) {
+            f->first_vaddr = ph[i].p_vaddr & ~(uint64_t)0xfff;
+            seen = 1;
+        }
+    }
+    return 0;
+}
+
+void elf_close(struct elf_file *f)
+{
+    if (f && f->map)
+        munmap((void *)f->map, f->size);
+    if (f)
+        f->map = NULL;
+}
+
+uint64_t elf_dynsym(const struct elf_file *f, const char *name)
+{
+    const Elf64_Ehdr *eh = (const void *)f->map;
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) ||
+        !in_file(f, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)))
+        return 0;
+    const Elf64_Shdr *sh = (const void *)(f->map + eh->e_shoff);
+    const Elf64_Shdr *dynsym = NULL, *versym = NULL;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type == SHT_DYNSYM)
+            dynsym = &sh[i];
+        else if (sh[i].sh_type == SHT_GNU_versym)
+            versym = &sh[i];
+    }
+    if (!dynsym || dynsym->sh_link >= eh->e_shnum || dynsym->sh_entsize != sizeof(Elf64_Sym) ||
+        !in_file(f, dynsym->sh_offset, dynsym->sh_size))
+        return 0;
+    const Elf64_Shdr *strs = &sh[dynsym->sh_link];
+    if (!in_file(f, strs->sh_offset, strs->sh_size))
+        return 0;
+    size_t n = dynsym->sh_size / sizeof(Elf64_Sym);
+    if (versym && (!in_file(f, versym->sh_offset, versym->sh_size) || versym->sh_size < n * 2))
+        versym = NULL;
+    const Elf64_Sym *syms = (const void *)(f->map + dynsym->sh_offset);
+    const char *str = (const char *)f->map + strs->sh_offset;
+    const uint16_t *vs = versym ? (const void *)(f->map + versym->sh_offset) : NULL;
+    uint64_t found = 0;
+    size_t len = strlen(name);
+    for (size_t i = 1; i < n; i++) {
+        if (syms[i].st_shndx == SHN_UNDEF || syms[i].st_name >= strs->sh_size ||
+            strs->sh_size - syms[i].st_name <= len)
+            continue;
+        int type = ELF64_ST_TYPE(syms[i].st_info);
+        if ((type != STT_FUNC && type != STT_GNU_IFUNC) || memcmp(str + syms[i].st_name, name, len + 1))
+            continue;
+        if (type == STT_GNU_IFUNC)
+            continue; /* a resolver, not the function: none of ours are */
+        if (!vs || !(vs[i] & 0x8000))
+            return syms[i].st_value; /* the default version */
+        found = syms[i].st_value;
+    }
+    return found;
+}
+
+uint64_t elf_find_code(const struct elf_file *f, const void *bytes, size_t len)
+{
+    const Elf64_Ehdr *eh = (const void *)f->map;
+    const Elf64_Phdr *ph = (const void *)(f->map + eh->e_phoff);
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type != PT_LOAD || !(ph[i].p_flags & PF_X) ||
+            !in_file(f, ph[i].p_offset, ph[i].p_filesz))
+            continue;
+        const unsigned char *seg = f->map + ph[i].p_offset;
+        const unsigned char *hit = memmem(seg, ph[i].p_filesz, bytes, len);
+        if (hit)
+            return ph[i].p_vaddr + (uint64_t)(hit - seg);
+    }
+    return 0;
+}

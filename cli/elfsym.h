@@ -1,0 +1,29 @@
+/*
+ * elfsym.h - symbols of a target's shared object, read from the file it mapped (never from
+ * the tool's own libraries: a container's libc is not ours). One thread, no state.
+ */
+#ifndef MEMTRIM_CLI_ELFSYM_H
+#define MEMTRIM_CLI_ELFSYM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct elf_file {
+    const unsigned char *map;
+    size_t size;
+    uint64_t first_vaddr; /* the lowest PT_LOAD's p_vaddr, page aligned down */
+    int has_interp;       /* a PT_INTERP: dynamically linked */
+    int is_dyn;           /* ET_DYN */
+};
+
+/* Opens and checks an x86_64 ELF file; 0, or -errno with *err set. */
+int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen);
+void elf_close(struct elf_file *f);
+/* The defined dynamic symbol's value (its default version when there are several); 0 if absent. */
+uint64_t elf_dynsym(const struct elf_file *f, const char *name);
+
+/* The virtual address (before the load bias) of the first occurrence of bytes in an
+ * executable segment; 0 if none. */
+uint64_t elf_find_code(const struct elf_file *f, const void *bytes, size_t len);
+
+#endif

@@ -1,0 +1,497 @@
+/*
+ * inject.c - one call inside a running process through ptrace, on one thread, made safe by
+ * construction (docs/architecture.md, "The memtrim command"):
+ *   1. a thread blocked in a system call the allocator and ld.so never make with a lock held
+ *      (target_syscall_safe), not inside a signal handler, is seized alone (PTRACE_SEIZE, no
+ *      PTRACE_O_EXITKILL) and interrupted; its registers must confirm it is still there;
+ *   2. its registers, extended state and signal mask are written into our page in the target
+ *      (mapped once, by one injected mmap, and named so that later calls find it), and its
+ *      flags and resume address below its stack's red zone;
+ *   3. it is pointed at the page's code (tramp.S) with every signal blocked and detached at
+ *      once: it makes the call un-traced, restores itself and resumes its system call as the
+ *      kernel would have restarted it. From then on nothing depends on this tool.
+ * The tool polls the page's done flags with process_vm_readv under a deadline. One thread
+ * (the tool's); one tool per target at a time (an abstract unix socket is the lock).
+ */
+#include "inject.h"
+
+#include "tramp.h"
+
+#include <cpuid.h>
+#include <elf.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <sys/user.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const unsigned char mt_tramp_start[], mt_tramp_end[];
+
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+#define NR_RESTART_SYSCALL 219
+#define MAX_THREADS 4096
+
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void pause_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static int mem_read(pid_t pid, uint64_t addr, void *buf, size_t len)
+{
+    struct iovec local = {buf, len}, remote = {(void *)(uintptr_t)addr, len};
+    return process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+static int mem_write(pid_t pid, uint64_t addr, const void *buf, size_t len)
+{
+    struct iovec local = {(void *)buf, len}, remote = {(void *)(uintptr_t)addr, len};
+    return process_vm_writev(pid, &local, 1, &remote, 1, 0) == (ssize_t)len ? 0 : -1;
+}
+
+/* One tool per target: a name in the abstract namespace, dropped however the tool ends. */
+static int lock_target(pid_t pid, double deadline)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "memtrim-inject-%d", (int)pid);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    while (bind(fd, (struct sockaddr *)&sa, len) != 0) {
+        if (errno != EADDRINUSE || now_s() > deadline) {
+            close(fd);
+            return -1;
+        }
+        pause_us(2000);
+    }
+    return fd;
+}
+
+/* Waits for tid's next stop; its status, or -1 at the deadline / on an error. */
+static int wait_stop(pid_t tid, double deadline, int *status)
+{
+    for (;;) {
+        pid_t r = waitpid(tid, status, __WALL | WNOHANG);
+        if (r == tid)
+            return 0;
+        if (r < 0 && errno != EINTR)
+            return -1;
+        if (now_s() > deadline)
+            return -1;
+        pause_us(20);
+    }
+}
+
+/* Seizes and interrupts tid; 0 once it is in its interrupt stop. */
+static int seize_stop(pid_t tid, double deadline, char *err, size_t errlen)
+{
+    if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
+        int e = errno;
+        snprintf(err, errlen, "ptrace(PTRACE_SEIZE, %d): %s", (int)tid, strerror(e));
+        return e == EPERM ? -4 : -1;
+    }
+    if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) != 0) {
+        snprintf(err, errlen, "ptrace(PTRACE_INTERRUPT, %d): %s", (int)tid, strerror(errno));
+        return -1;
+    }
+    for (;;) {
+        int status;
+        if (wait_stop(tid, deadline, &status) != 0) {
+            snprintf(err, errlen, "thread %d did not stop in time", (int)tid);
+            return -2; /* still seized: only this process's exit releases it */
+        }
+        if (!WIFSTOPPED(status)) {
+            snprintf(err, errlen, "thread %d exited", (int)tid);
+            return -3;
+        }
+        int sig = WSTOPSIG(status), event = status >> 16;
+        if (event == PTRACE_EVENT_STOP && sig == SIGTRAP)
+            return 0; /* the interrupt stop */
+        if (event == PTRACE_EVENT_STOP) {
+            snprintf(err, errlen, "process is being stopped (signal %d): not touched", sig);
+            ptrace(PTRACE_DETACH, tid, 0, 0);
+            return -1;
+        }
+        /* a signal was on its way: deliver it as it would have been, and wait again */
+        if (ptrace(PTRACE_CONT, tid, 0, (void *)(long)sig) != 0) {
+            snprintf(err, errlen, "ptrace(PTRACE_CONT, %d): %s", (int)tid, strerror(errno));
+            return -1;
+        }
+    }
+}
+
+/* Where the thread resumes, as the kernel's signal code would restart its system call. */
+static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip, uint64_t *rax)
+{
+    long ret = (long)r->rax;
+    if ((long)r->orig_rax != nr)
+        return -1;
+    switch (-ret) {
+    case ERESTARTSYS:
+    case ERESTARTNOINTR:
+    case ERESTARTNOHAND:
+        *rip = r->rip - 2;
+        *rax = r->orig_rax;
+        return 0;
+    case ERESTART_RESTARTBLOCK:
+        *rip = r->rip - 2;
+        *rax = NR_RESTART_SYSCALL;
+        return 0;
+    case EINTR: /* epoll_wait, sigtimedwait: EINTR, as after any stop (signal(7)) */
+        *rip = r->rip;
+        *rax = r->rax;
+        return 0;
+    default:
+        return -1; /* it has returned: not where it was judged */
+    }
+}
+
+/* Is the thread inside a signal handler (which may have interrupted malloc with its lock
+ * held)? A handler's frame starts with glibc's restorer address: look for it on the stack. */
+static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t restorer)
+{
+    uint64_t start, end;
+    if (!restorer || target_mapping(pid, rsp, &start, &end) != 0)
+        return 0;
+    static uint64_t buf[8192];
+    uint64_t at = rsp & ~(uint64_t)7, stop = end < at + 4 * sizeof buf ? end : at + 4 * sizeof buf;
+    while (at < stop) {
+        size_t len = stop - at < sizeof buf ? (size_t)(stop - at) : sizeof buf;
+        if (mem_read(pid, at, buf, len) != 0)
+            return 0;
+        for (size_t i = 0; i < len / 8; i++)
+            if (buf[i] == restorer)
+                return 1;
+        at += len;
+    }
+    return 0;
+}
+
+static uint64_t xcr0(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+/* The first call into a target maps our page: one mmap made on the stopped thread's own
+ * syscall instruction, under ptrace (the one step that needs the tool alive: see
+ * docs/architecture.md). The thread's registers are set again by the caller afterwards. */
+static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double deadline, char *err,
+                         size_t errlen)
+{
+    struct user_regs_struct m = *orig;
+    m.rip = orig->rip - 2;
+    m.rax = 9; /* mmap */
+    m.rdi = 0;
+    m.rsi = TR_MAP_SIZE;
+    m.rdx = 7;    /* PROT_READ | PROT_WRITE | PROT_EXEC */
+    m.r10 = 0x22; /* MAP_PRIVATE | MAP_ANONYMOUS */
+    m.r8 = (uint64_t)-1;
+    m.r9 = 0;
+    m.orig_rax = (uint64_t)-1;
+    if (ptrace(PTRACE_SETREGS, tid, 0, &m) != 0)
+        goto fail;
+    for (int step = 0; step < 2; step++) { /* syscall entry, then exit */
+        int status;
+        if (ptrace(PTRACE_SYSCALL, tid, 0, 0) != 0 || wait_stop(tid, deadline, &status) != 0 ||
+            !WIFSTOPPED(status) || WSTOPSIG(status) != (SIGTRAP | 0x80))
+            goto fail;
+    }
+    if (ptrace(PTRACE_GETREGS, tid, 0, &m) != 0 || ((int64_t)m.rax < 0 && (int64_t)m.rax > -4096)) {
+        snprintf(err, errlen, "mmap in the target failed: %s", strerror((int)-(int64_t)m.rax));
+        return 0;
+    }
+    return m.rax;
+fail:
+    snprintf(err, errlen, "could not map a page in thread %d: %s", (int)tid, strerror(errno));
+    return 0;
+}
+
+struct saved {
+    struct user_regs_struct regs;
+    uint64_t resume_rip, resume_rax, sigmask;
+    unsigned char xsave[TR_XSAVE_SIZE];
+    size_t xsave_len;
+    int use_fxsr;
+};
+
+static int save_thread(pid_t tid, struct saved *s)
+{
+    struct iovec iov = {s->xsave, sizeof s->xsave};
+    memset(s->xsave, 0, sizeof s->xsave);
+    if (xcr0() && ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) == 0) {
+        s->xsave_len = iov.iov_len;
+        s->use_fxsr = 0;
+    } else if (ptrace(PTRACE_GETFPREGS, tid, 0, s->xsave) == 0) {
+        s->xsave_len = sizeof(struct user_fpregs_struct);
+        s->use_fxsr = 1;
+    } else {
+        return -1;
+    }
+    return ptrace(PTRACE_GETSIGMASK, tid, (void *)8, &s->sigmask) == 0 ? 0 : -1;
+}
+
+/* Fills the page for one call and the thread's stack slot (flags, resume address). */
+static int fill_page(pid_t pid, uint64_t page, int write_code, const struct saved *s,
+                     const struct inject_call *c)
+{
+    static unsigned char data[TR_XSAVE - TR_MAGIC_OFF];
+    memset(data, 0, sizeof data);
+#define AT(off) (data + (off) - TR_MAGIC_OFF)
+#define PUT(off, v) do { uint64_t v_ = (v); memcpy(AT(off), &v_, 8); } while (0)
+    memcpy(AT(TR_MAGIC_OFF), TR_MAGIC, 8);
+    PUT(TR_SELF, page);
+    PUT(TR_FUNC, c->func);
+    PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0]);
+    PUT(TR_ARG1, c->args[1]);
+    PUT(TR_ARG2, c->args[2]);
+    uint64_t low = s->regs.rsp - TR_RED_ZONE - 16;
+    PUT(TR_LOW_RSP, low);
+    /* the features the kernel saved (its sw_reserved bytes say which: XCR0), never AMX's
+     * (glibc's malloc leaves it, and a disarmed one would fault) */
+    uint64_t features = 0;
+    uint32_t magic1 = 0;
+    memcpy(&magic1, s->xsave + 464, 4);
+    memcpy(&features, s->xsave + 464 + 8, 8);
+    if (s->use_fxsr || magic1 != 0x46505853 /* FP_XSTATE_MAGIC1 */ || !features)
+        features = xcr0();
+    PUT(TR_XMASK, features & ~((1ull << 17) | (1ull << 18)));
+    PUT(TR_ORIG_MASK, s->sigmask);
+    PUT(TR_ALL_MASK, ~0ull);
+    PUT(TR_NAME_VMA, 1);
+    PUT(TR_MAP_LEN, TR_MAP_SIZE);
+    PUT(TR_USE_FXSR, (uint64_t)s->use_fxsr);
+    memcpy(AT(TR_VMA_NAME), "memtrim-inject", 15);
+    const struct user_regs_struct *r = &s->regs;
+    uint64_t regs[15] = {s->resume_rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->r8,
+                         r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15};
+    memcpy(AT(TR_REGS), regs, sizeof regs);
+#undef PUT
+#undef AT
+    uint64_t slot[2] = {r->eflags, s->resume_rip};
+    size_t code_len = (size_t)(mt_tramp_end - mt_tramp_start);
+    if (write_code && (code_len > TR_CODE_MAX || mem_write(pid, page, mt_tramp_start, code_len) != 0))
+        return -1;
+    if (mem_write(pid, page + TR_MAGIC_OFF, data, sizeof data) != 0 ||
+        mem_write(pid, page + TR_XSAVE, s->xsave, s->xsave_len) != 0 ||
+        mem_write(pid, low, slot, sizeof slot) != 0)
+        return -1;
+    return 0;
+}
+
+/* Our page, if the target has one that no call is using (a killed tool's call may still run:
+ * it is waited for). */
+static uint64_t usable_page(pid_t pid, double deadline, int *busy)
+{
+    uint64_t page = target_find_page(pid);
+    *busy = 0;
+    if (!page)
+        return 0;
+    for (;;) {
+        char m[8];
+        uint64_t done = 0;
+        if (mem_read(pid, page + TR_MAGIC_OFF, m, 8) != 0 || memcmp(m, TR_MAGIC, 8) != 0)
+            return 0; /* someone else's name, or another layout: a page of our own */
+        if (mem_read(pid, page + TR_DONE_ALL, &done, 8) == 0 && done == 1)
+            return page;
+        if (now_s() > deadline) {
+            *busy = 1;
+            return 0;
+        }
+        pause_us(1000);
+    }
+}
+
+struct pick {
+    pid_t tid;
+    long nr;
+};
+
+/* The safe threads now, the main thread last (it is the host's own loop more often). */
+static int safe_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
+{
+    static pid_t tids[MAX_THREADS];
+    int n = target_threads(pid, tids, MAX_THREADS), k = 0;
+    size_t w = 0;
+    why[0] = 0;
+    for (int i = n - 1; i >= 0 && k < max; i--) {
+        uint64_t args[6];
+        long nr = target_thread_syscall(pid, tids[i], args);
+        if (nr >= 0 && target_syscall_safe(nr, args)) {
+            out[k].tid = tids[i];
+            out[k++].nr = nr;
+        } else if (w + 64 < whylen) {
+            const char *name = nr >= 0 ? target_syscall_name(nr) : NULL;
+            char num[40];
+            snprintf(num, sizeof num, "syscall %ld", nr);
+            w += (size_t)snprintf(why + w, whylen - w, "%s%d %s", w ? ", " : "", (int)tids[i],
+                                  nr == -2 ? "running" : nr == -1 ? "in user code" : name ? name : num);
+        }
+    }
+    return k;
+}
+
+int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
+{
+    double start = now_s(), thread_deadline = start + c->thread_wait_s;
+    int lock = lock_target(t->pid, thread_deadline);
+    if (lock < 0) {
+        snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
+        return INJECT_NO_THREAD;
+    }
+    uint64_t restorer = target_code(&t->libc, "\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9);
+    char why[1024] = "", reason[512] = "";
+    static struct saved s;
+    int rc = INJECT_NO_THREAD;
+    while (rc == INJECT_NO_THREAD) {
+        struct pick picks[64];
+        int n = safe_threads(t->pid, picks, 64, why, sizeof why);
+        for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++) {
+            pid_t tid = picks[i].tid;
+            double t0 = now_s();
+            int sr = seize_stop(tid, t0 + 1.0, reason, sizeof reason);
+            if (sr == -2 || sr == -4) {
+                snprintf(err, errlen, "%s", reason);
+                close(lock);
+                return sr == -2 ? INJECT_FAILED : INJECT_REFUSED;
+            }
+            if (sr != 0)
+                continue;
+            if (ptrace(PTRACE_GETREGS, tid, 0, &s.regs) != 0 ||
+                resume_point(&s.regs, picks[i].nr, &s.resume_rip, &s.resume_rax) != 0) {
+                ptrace(PTRACE_DETACH, tid, 0, 0); /* it moved on: untouched */
+                snprintf(reason, sizeof reason, "thread %d left its system call", (int)tid);
+                continue;
+            }
+            unsigned char insn[2] = {0};
+            if (mem_read(t->pid, s.regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05 ||
+                in_signal_handler(t->pid, s.regs.rsp, restorer)) {
+                ptrace(PTRACE_DETACH, tid, 0, 0);
+                snprintf(reason, sizeof reason, "thread %d is inside a signal handler", (int)tid);
+                continue;
+            }
+            if (save_thread(tid, &s) != 0) {
+                ptrace(PTRACE_DETACH, tid, 0, 0);
+                snprintf(reason, sizeof reason, "cannot read thread %d's state: %s", (int)tid,
+                         strerror(errno));
+                continue;
+            }
+            int busy;
+            uint64_t page = usable_page(t->pid, thread_deadline, &busy);
+            c->new_page = 0;
+            sigset_t all, old;
+            sigfillset(&all);
+            sigprocmask(SIG_BLOCK, &all, &old); /* only SIGKILL can end the tool from here */
+            if (!page && busy) {
+                sigprocmask(SIG_SETMASK, &old, NULL);
+                ptrace(PTRACE_DETACH, tid, 0, 0);
+                snprintf(err, errlen, "an earlier call in process %d has not finished", (int)t->pid);
+                close(lock);
+                return INJECT_TIMEOUT;
+            }
+            if (!page) {
+                /* signals of the thread wait from here until the trampoline restores its mask */
+                uint64_t none = ~0ull;
+                ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
+                page = map_page(tid, &s.regs, t0 + 1.0, reason, sizeof reason);
+                c->new_page = 1;
+                if (!page) { /* the thread as it was: its registers and mask */
+                    ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
+                    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s.sigmask);
+                    ptrace(PTRACE_DETACH, tid, 0, 0);
+                    sigprocmask(SIG_SETMASK, &old, NULL);
+                    snprintf(err, errlen, "%s", reason);
+                    close(lock);
+                    return INJECT_FAILED;
+                }
+            }
+            struct user_regs_struct jump = s.regs;
+            jump.rip = page;
+            jump.rsp = page + TR_STACK_TOP;
+            jump.rax = 0;
+            jump.orig_rax = (uint64_t)-1; /* nothing is restarted now: the trampoline does it */
+            uint64_t none = ~0ull, zero = 0;
+            if (fill_page(t->pid, page, 1, &s, c) != 0 ||
+                mem_write(t->pid, page + TR_DONE_ALL, &zero, 8) != 0 ||
+                ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
+                ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
+                ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s.sigmask);
+                ptrace(PTRACE_DETACH, tid, 0, 0);
+                sigprocmask(SIG_SETMASK, &old, NULL);
+                snprintf(err, errlen, "cannot prepare the call in process %d: %s", (int)t->pid,
+                         strerror(errno));
+                close(lock);
+                return INJECT_FAILED;
+            }
+            ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none); /* the trampoline blocks them too */
+            ptrace(PTRACE_DETACH, tid, 0, 0);
+            double released = now_s();
+            sigprocmask(SIG_SETMASK, &old, NULL);
+            c->tid = tid;
+            c->stopped_s = released - t0;
+            snprintf(c->syscall, sizeof c->syscall, "%s", target_syscall_name(picks[i].nr));
+            rc = INJECT_OK;
+            /* the thread is on its own: wait for its done flags */
+            double call_deadline = released + c->call_wait_s;
+            uint64_t flags[2] = {0, 0}; /* TR_DONE_CALL, TR_DONE_ALL */
+            while (mem_read(t->pid, page + TR_DONE_CALL, flags, sizeof flags) == 0 && flags[1] != 1) {
+                if (flags[0] == 1 && !c->call_s)
+                    c->call_s = now_s() - released;
+                if (now_s() > call_deadline) {
+                    snprintf(err, errlen, "the call in thread %d has not returned after %.1f s; it goes "
+                             "on, and the thread restores itself when it returns", (int)tid,
+                             c->call_wait_s);
+                    close(lock);
+                    return INJECT_TIMEOUT;
+                }
+                pause_us(50);
+            }
+            if (flags[1] != 1) {
+                snprintf(err, errlen, "process %d is gone", (int)t->pid);
+                close(lock);
+                return INJECT_FAILED;
+            }
+            if (!c->call_s)
+                c->call_s = now_s() - released;
+            mem_read(t->pid, page + TR_RESULT, &c->result, 8);
+            if (c->out_len)
+                mem_read(t->pid, page + TR_OUT, c->out, c->out_len < sizeof c->out ? c->out_len
+                                                                                  : sizeof c->out);
+            t->page = page;
+        }
+        if (rc != INJECT_NO_THREAD)
+            break;
+        if (now_s() > thread_deadline) {
+            snprintf(err, errlen, "no thread of process %d was blocked in a system call outside the "
+                     "allocator within %.1f s (%s%s%s); nothing was changed", (int)t->pid,
+                     c->thread_wait_s, why[0] ? why : "no thread", reason[0] ? "; " : "", reason);
+            break;
+        }
+        pause_us(2000);
+    }
+    close(lock);
+    return rc;
+}

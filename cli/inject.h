@@ -1,0 +1,40 @@
+/*
+ * inject.h - runs one function call inside a target process on one of its threads, chosen
+ * because it is blocked in a system call outside the allocator and the loader, and leaves
+ * that thread exactly where it was (docs/architecture.md, "The memtrim command").
+ */
+#ifndef MEMTRIM_CLI_INJECT_H
+#define MEMTRIM_CLI_INJECT_H
+
+#include "target.h"
+
+#include <stdint.h>
+
+enum inject_rc {
+    INJECT_OK = 0,
+    INJECT_REFUSED = -1,   /* the kernel or the target's state forbids it; untouched */
+    INJECT_NO_THREAD = -2, /* no safe thread before the deadline; untouched */
+    INJECT_TIMEOUT = -3,   /* the call runs on past the deadline (it restores the thread itself) */
+    INJECT_FAILED = -4,    /* anything else (the target exited, ...) */
+};
+
+struct inject_call {
+    uint64_t func;        /* in the target */
+    uint64_t args[3];
+    int arg0_is_out;      /* args[0] := the page's output buffer (a struct returned in memory) */
+    size_t out_len;       /* bytes of the output buffer to read back, at most 1024 */
+    double thread_wait_s; /* how long to look for a safe thread */
+    double call_wait_s;   /* how long the call may take */
+    /* results */
+    uint64_t result;
+    unsigned char out[1024];
+    pid_t tid;
+    char syscall[32];     /* where the thread was */
+    double stopped_s;     /* how long that one thread was in a ptrace stop */
+    double call_s;        /* from its release until the call returned */
+    int new_page;         /* the page was mapped by this call */
+};
+
+int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,456 @@
+/*
+ * target.c - reads a target process's /proc: status, the kernel's ptrace rules, maps and
+ * allocator, threads and their system calls, RSS and cgroup. Nothing here stops or changes
+ * the target. Run by the tool's one thread.
+ */
+#include "target.h"
+
+#include "elfsym.h"
+#include "tramp.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+const char *target_alloc_name(enum target_alloc a)
+{
+    static const char *const names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc",
+                                        "musl", "static", "unknown"};
+    return names[a];
+}
+
+static int read_small(const char *path, char *buf, size_t len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t n = read(fd, buf, len - 1);
+    int e = errno;
+    close(fd);
+    if (n < 0)
+        return -e;
+    buf[n] = 0;
+    return (int)n;
+}
+
+int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen)
+{
+    char path[64], line[256];
+    memset(st, 0, sizeof *st);
+    st->seccomp = -1;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        int e = errno;
+        snprintf(err, errlen, "no process %d (%s)", (int)pid, strerror(e));
+        return -e;
+    }
+    while (fgets(line, sizeof line, f)) {
+        unsigned a, b, c;
+        if (sscanf(line, "Uid: %u %u %u", &a, &b, &c) == 3) {
+            st->ruid = a;
+            st->euid = b;
+            st->suid = c;
+        } else if (sscanf(line, "TracerPid: %u", &a) == 1) {
+            st->tracer = (pid_t)a;
+        } else if (sscanf(line, "Seccomp: %u", &a) == 1) {
+            st->seccomp = (int)a;
+        } else if (sscanf(line, "NoNewPrivs: %u", &a) == 1) {
+            st->no_new_privs = (int)a;
+        } else if (sscanf(line, "Threads: %u", &a) == 1) {
+            st->threads = (int)a;
+        } else if (strncmp(line, "State:", 6) == 0) {
+            const char *p = line + 6;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            st->state = *p;
+        } else if (strncmp(line, "Name:", 5) == 0) {
+            sscanf(line + 5, " %63[^\n]", st->name);
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+int target_ptrace_scope(void)
+{
+    char buf[16];
+    if (read_small("/proc/sys/kernel/yama/ptrace_scope", buf, sizeof buf) <= 0)
+        return -1;
+    return atoi(buf);
+}
+
+static int have_cap_sys_ptrace(void)
+{
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "re");
+    uint64_t eff = 0;
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "CapEff: %" SCNx64, &eff) == 1)
+            break;
+    fclose(f);
+    return (eff >> 19) & 1; /* CAP_SYS_PTRACE */
+}
+
+/* Is pid a descendant of this process (Yama's scope 1 allows those)? */
+static int is_descendant(pid_t pid)
+{
+    pid_t me = getpid();
+    for (int depth = 0; depth < 64 && pid > 1; depth++) {
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        if (read_small(path, buf, sizeof buf) <= 0)
+            return 0;
+        const char *p = strrchr(buf, ')');
+        int ppid;
+        if (!p || sscanf(p + 1, " %*c %d", &ppid) != 1)
+            return 0;
+        if (ppid == me)
+            return 1;
+        pid = ppid;
+    }
+    return 0;
+}
+
+const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len)
+{
+    int cap = have_cap_sys_ptrace(), scope = target_ptrace_scope();
+    uid_t me = getuid();
+    if (st->tracer) {
+        snprintf(buf, len, "process %d is already traced by pid %d (TracerPid): the kernel allows one "
+                 "tracer", (int)pid, (int)st->tracer);
+        return buf;
+    }
+    if (scope == 3) {
+        snprintf(buf, len, "kernel.yama.ptrace_scope is 3: no process may be traced on this system "
+                 "until a reboot");
+        return buf;
+    }
+    if (scope == 2 && !cap) {
+        snprintf(buf, len, "kernel.yama.ptrace_scope is 2: only a process with CAP_SYS_PTRACE may "
+                 "trace; run memtrim as root");
+        return buf;
+    }
+    if (!cap && (st->ruid != me || st->euid != me || st->suid != me)) {
+        snprintf(buf, len, "process %d runs as uid %u, this tool as uid %u without CAP_SYS_PTRACE: "
+                 "run memtrim as that user or as root", (int)pid, (unsigned)st->euid, (unsigned)me);
+        return buf;
+    }
+    if (scope == 1 && !cap && !is_descendant(pid)) {
+        snprintf(buf, len, "kernel.yama.ptrace_scope is 1: only a parent may trace without "
+                 "CAP_SYS_PTRACE (process %d is not a child of this tool); run memtrim as root or set "
+                 "kernel.yama.ptrace_scope=0", (int)pid);
+        return buf;
+    }
+    return NULL;
+}
+
+struct mapping {
+    uint64_t start, end, offset, inode;
+    char perms[8], path[512];
+};
+
+static int parse_map_line(const char *line, struct mapping *m)
+{
+    int n = 0;
+    m->path[0] = 0;
+    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %*s %" SCNu64 " %n", &m->start,
+               &m->end, m->perms, &m->offset, &m->inode, &n) < 5)
+        return -1;
+    const char *p = line + n;
+    size_t l = strcspn(p, "\n");
+    if (l >= sizeof m->path)
+        l = sizeof m->path - 1;
+    memcpy(m->path, p, l);
+    m->path[l] = 0;
+    return 0;
+}
+
+static FILE *open_maps(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+    return fopen(path, "re");
+}
+
+static const char *base_name(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+static int name_starts(const char *path, const char *prefix)
+{
+    return strncmp(base_name(path), prefix, strlen(prefix)) == 0;
+}
+
+/* Where the tool reads a file the target mapped: map_files is the very file (a container's,
+ * or one deleted by an upgrade); the target's root with its path otherwise. */
+static void lib_file(pid_t pid, const struct mapping *m, char *out, size_t len)
+{
+    snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, m->start, m->end);
+    if (access(out, R_OK) == 0)
+        return;
+    snprintf(out, len, "/proc/%d/root%s", (int)pid, m->path);
+}
+
+int target_find_alloc(struct target *t, char *err, size_t errlen)
+{
+    FILE *f = open_maps(t->pid);
+    if (!f) {
+        snprintf(err, errlen, "cannot read /proc/%d/maps: %s", (int)t->pid, strerror(errno));
+        return -1;
+    }
+    char line[1024];
+    struct mapping m, libc = {0};
+    int have_libc = 0, musl = 0, je = 0, tc = 0, mi = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (parse_map_line(line, &m) != 0 || m.path[0] != '/')
+            continue;
+        if (name_starts(m.path, "libc.so.6") && m.offset == 0 && !have_libc) {
+            libc = m;
+            have_libc = 1;
+        }
+        musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
+        je |= name_starts(m.path, "libjemalloc");
+        tc |= name_starts(m.path, "libtcmalloc");
+        mi |= name_starts(m.path, "libmimalloc");
+    }
+    fclose(f);
+    if (musl) {
+        t->alloc = ALLOC_MUSL;
+        snprintf(err, errlen, "process %d runs on musl libc, whose malloc has no trim call: nothing to "
+                 "do", (int)t->pid);
+        return -1;
+    }
+    if (je || tc || mi) {
+        t->alloc = je ? ALLOC_JEMALLOC : tc ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
+        snprintf(err, errlen, "process %d's malloc is %s: this memtrim acts on glibc's malloc only "
+                 "(jemalloc, tcmalloc and mimalloc release calls are not done yet)", (int)t->pid,
+                 target_alloc_name(t->alloc));
+        return -1;
+    }
+    if (!have_libc) {
+        char exe[64];
+        struct elf_file ef;
+        char e2[256];
+        snprintf(exe, sizeof exe, "/proc/%d/exe", (int)t->pid);
+        int is_static = elf_open(exe, &ef, e2, sizeof e2) == 0 && !ef.has_interp;
+        elf_close(&ef);
+        t->alloc = is_static ? ALLOC_STATIC : ALLOC_UNKNOWN;
+        snprintf(err, errlen, is_static ? "process %d is a static binary: its allocator cannot be "
+                 "found from outside, nothing is called" : "process %d maps no glibc (libc.so.6) and "
+                 "no known allocator: nothing is called", (int)t->pid);
+        return -1;
+    }
+    t->alloc = ALLOC_GLIBC;
+    snprintf(t->libc.path, sizeof t->libc.path, "%s", libc.path);
+    lib_file(t->pid, &libc, t->libc.file, sizeof t->libc.file);
+    struct elf_file ef;
+    if (elf_open(t->libc.file, &ef, err, errlen) != 0)
+        return -1;
+    t->libc.base = libc.start - ef.first_vaddr;
+    elf_close(&ef);
+    return 0;
+}
+
+uint64_t target_sym(const struct target_lib *lib, const char *name)
+{
+    struct elf_file ef;
+    char err[256];
+    if (elf_open(lib->file, &ef, err, sizeof err) != 0)
+        return 0;
+    uint64_t v = elf_dynsym(&ef, name);
+    elf_close(&ef);
+    return v ? lib->base + v : 0;
+}
+
+uint64_t target_code(const struct target_lib *lib, const void *bytes, size_t len)
+{
+    struct elf_file ef;
+    char err[256];
+    if (elf_open(lib->file, &ef, err, sizeof err) != 0)
+        return 0;
+    uint64_t v = elf_find_code(&ef, bytes, len);
+    elf_close(&ef);
+    return v ? lib->base + v : 0;
+}
+
+/* Our page: the magic and its own address at TR_MAGIC_OFF, at a page boundary of a private
+ * anonymous rwx mapping (where a kernel without CONFIG_ANON_VMA_NAME cannot name it, and
+ * where the kernel may have merged it with a neighbour). */
+uint64_t target_find_page(pid_t pid)
+{
+    FILE *f = open_maps(pid);
+    char line[1024];
+    struct mapping m;
+    uint64_t page = 0;
+    if (!f)
+        return 0;
+    while (!page && fgets(line, sizeof line, f)) {
+        if (parse_map_line(line, &m) != 0 || strcmp(m.perms, "rwxp") != 0 ||
+            (m.path[0] && strcmp(m.path, "[anon:memtrim-inject]") != 0))
+            continue;
+        for (uint64_t at = m.start; at + TR_MAP_SIZE <= m.end && at - m.start < (64u << 20);
+             at += 4096) {
+            uint64_t head[(TR_SELF - TR_MAGIC_OFF) / 8 + 1];
+            struct iovec local = {head, sizeof head};
+            struct iovec remote = {(void *)(uintptr_t)(at + TR_MAGIC_OFF), sizeof head};
+            if (process_vm_readv(pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof head &&
+                memcmp(&head[0], TR_MAGIC, 8) == 0 && head[(TR_SELF - TR_MAGIC_OFF) / 8] == at) {
+                page = at;
+                break;
+            }
+        }
+    }
+    fclose(f);
+    return page;
+}
+
+int target_mapping(pid_t pid, uint64_t addr, uint64_t *start, uint64_t *end)
+{
+    FILE *f = open_maps(pid);
+    char line[1024];
+    struct mapping m;
+    int rc = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f))
+        if (parse_map_line(line, &m) == 0 && addr >= m.start && addr < m.end) {
+            *start = m.start;
+            *end = m.end;
+            rc = 0;
+            break;
+        }
+    fclose(f);
+    return rc;
+}
+
+int64_t target_rss(pid_t pid)
+{
+    char path[64], buf[256];
+    long long size, res;
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    if (read_small(path, buf, sizeof buf) <= 0 || sscanf(buf, "%lld %lld", &size, &res) != 2)
+        return -1;
+    return (int64_t)res * sysconf(_SC_PAGESIZE);
+}
+
+static int64_t read_i64(const char *path)
+{
+    char buf[64];
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0)
+        return -1;
+    return strtoll(buf, NULL, 10);
+}
+
+void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
+{
+    char path[64], buf[4096], file[4600];
+    *version = 0;
+    *usage = *max = -1;
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    if (read_small(path, buf, sizeof buf) <= 0)
+        return;
+    const char *v2 = strstr(buf, "0::");
+    if (!v2 || (v2 != buf && v2[-1] != '\n'))
+        return;
+    char cg[2048];
+    if (sscanf(v2 + 3, "%2047[^\n]", cg) != 1)
+        return;
+    *version = 2;
+    snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
+    *usage = read_i64(file);
+    snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
+    *max = read_i64(file);
+}
+
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[6])
+{
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+    if (read_small(path, buf, sizeof buf) <= 0 || strncmp(buf, "running", 7) == 0)
+        return -2;
+    long nr;
+    memset(args, 0, 6 * sizeof args[0]);
+    int n = sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
+                   &nr, &args[0], &args[1], &args[2], &args[3], &args[4], &args[5]);
+    if (n < 1)
+        return -2;
+    return nr < 0 ? -1 : nr;
+}
+
+int target_threads(pid_t pid, pid_t *tids, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    int n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+            tids[n++] = (pid_t)atoi(e->d_name);
+    closedir(d);
+    return n;
+}
+
+/* The system calls a thread may be taken in: blocking waits that glibc's malloc and ld.so
+ * never make with a lock held, each restarted exactly (or failing EINTR, as after any stop).
+ * The ones that swap the signal mask for the wait qualify only without a mask. */
+static const struct {
+    long nr;
+    const char *name;
+    int mask_arg; /* the argument holding a temporary signal mask, -1 for none */
+} safe_calls[] = {
+    {SYS_read, "read", -1},           {SYS_readv, "readv", -1},
+    {SYS_recvfrom, "recvfrom", -1},   {SYS_recvmsg, "recvmsg", -1},
+    {SYS_recvmmsg, "recvmmsg", -1},   {SYS_accept, "accept", -1},
+    {SYS_accept4, "accept4", -1},     {SYS_poll, "poll", -1},
+    {SYS_ppoll, "ppoll", 3},          {SYS_select, "select", -1},
+    {SYS_pselect6, "pselect6", 5},    {SYS_epoll_wait, "epoll_wait", -1},
+    {SYS_epoll_pwait, "epoll_pwait", 4}, {SYS_epoll_pwait2, "epoll_pwait2", 4},
+    {SYS_nanosleep, "nanosleep", -1}, {SYS_clock_nanosleep, "clock_nanosleep", -1},
+    {SYS_wait4, "wait4", -1},         {SYS_waitid, "waitid", -1},
+    {SYS_pause, "pause", -1},         {SYS_rt_sigtimedwait, "rt_sigtimedwait", -1},
+    {SYS_msgrcv, "msgrcv", -1},       {SYS_connect, "connect", -1},
+};
+
+int target_syscall_safe(long nr, const uint64_t args[6])
+{
+    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
+        if (safe_calls[i].nr == nr)
+            return safe_calls[i].mask_arg < 0 || args[safe_calls[i].mask_arg] == 0;
+    return 0;
+}
+
+const char *target_syscall_name(long nr)
+{
+    static const struct {
+        long nr;
+        const char *name;
+    } others[] = {{SYS_futex, "futex"}, {SYS_mmap, "mmap"}, {SYS_munmap, "munmap"},
+                  {SYS_madvise, "madvise"}, {SYS_brk, "brk"}, {SYS_mprotect, "mprotect"},
+                  {SYS_openat, "openat"}, {SYS_rt_sigsuspend, "rt_sigsuspend"},
+                  {SYS_write, "write"}, {SYS_sched_yield, "sched_yield"}};
+    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
+        if (safe_calls[i].nr == nr)
+            return safe_calls[i].name;
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        if (others[i].nr == nr)
+            return others[i].name;
+    return NULL;
+}

@@ -1,0 +1,70 @@
+/*
+ * target.h - what the tool reads of a target process in /proc before it touches it: its
+ * status and the kernel's rules that may refuse a ptrace, its maps and allocator, its
+ * threads' system calls, its RSS and cgroup. Plain reads; the tool's one thread.
+ */
+#ifndef MEMTRIM_CLI_TARGET_H
+#define MEMTRIM_CLI_TARGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct target_status {
+    uid_t ruid, euid, suid;
+    pid_t tracer;   /* TracerPid */
+    int seccomp;    /* 0 none, 1 strict, 2 filter */
+    int no_new_privs;
+    int threads;
+    char state;     /* R, S, T, t, Z, ... */
+    char name[64];
+};
+
+enum target_alloc { ALLOC_GLIBC, ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC, ALLOC_MUSL,
+                    ALLOC_STATIC, ALLOC_UNKNOWN };
+
+struct target_lib {
+    char path[512];      /* as the target names it */
+    char file[600];      /* where the tool reads it (/proc/PID/map_files/... or root/...) */
+    uint64_t base;       /* load bias */
+};
+
+struct target {
+    pid_t pid;
+    struct target_status st;
+    enum target_alloc alloc;
+    struct target_lib libc;   /* ALLOC_GLIBC */
+    uint64_t page;            /* our page, 0 if none yet */
+};
+
+const char *target_alloc_name(enum target_alloc a);
+/* 0, or -errno with err set (no such process, unreadable status). */
+int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen);
+/* Why this tool may not ptrace pid, as the kernel's rules say (NULL if nothing refuses):
+ * another uid without CAP_SYS_PTRACE, ptrace_scope 1/2/3, a tracer already there. */
+const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len);
+/* The allocator serving the target and, for glibc, its libc; a refusal text otherwise. */
+int target_find_alloc(struct target *t, char *err, size_t errlen);
+/* The address of a dynamic symbol of lib in the target (0 if absent). */
+uint64_t target_sym(const struct target_lib *lib, const char *name);
+/* The address in the target of the first such bytes in lib's code (0 if none). */
+uint64_t target_code(const struct target_lib *lib, const void *bytes, size_t len);
+/* Our page in the target's maps ("[anon:memtrim-inject]"), 0 if none. */
+uint64_t target_find_page(pid_t pid);
+/* The mapping holding addr: its start and end; -1 if none. */
+int target_mapping(pid_t pid, uint64_t addr, uint64_t *start, uint64_t *end);
+int64_t target_rss(pid_t pid);
+/* The cgroup's usage and limit as /memory/stats names them (-1 where unknown). */
+void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
+/* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
+ * one, -2 when running or unreadable) and six arguments. */
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[6]);
+/* The threads, up to max; their count. */
+int target_threads(pid_t pid, pid_t *tids, int max);
+/* 1 if syscall nr with these arguments is one the allocator and loader never make while
+ * holding their locks, and one the tool can restart exactly. */
+int target_syscall_safe(long nr, const uint64_t args[6]);
+const char *target_syscall_name(long nr);
+int target_ptrace_scope(void); /* -1 without Yama */
+
+#endif
