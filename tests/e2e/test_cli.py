@@ -10,6 +10,7 @@ pace. The single-case rules and their controls are tests/unit/test_cli.c.
 import json
 import os
 import signal
+import statistics
 import subprocess
 import time
 
@@ -54,25 +55,29 @@ def test_a_thousand_attaches_leave_the_target_whole():
     t = Target("--churn", "2", "--sleeper", "--hold-mb", "8", "--holders", "2")
     try:
         threads = status_field(t.pid, "Threads")
-        first = t.report()
-        time.sleep(1.0)  # the loop's pace alone, for the ratio below
-        second = t.report()
-        alone = second["iterations"] - first["iterations"]
-        started = time.monotonic()
         sent, failures, taken = 0, [], {}
-        for i in range(1000):
-            r = subprocess.run([str(TOOL), "stats" if i % 2 else "trim", str(t.pid), "--json"],
-                               capture_output=True, text=True, timeout=60)
-            if r.returncode != 0:
-                failures.append((i, r.returncode, r.stderr.strip()))
-                continue
-            out = json.loads(r.stdout)
-            assert out["pid"] == t.pid
-            taken[out["thread_syscall"]] = taken.get(out["thread_syscall"], 0) + 1
-            if i % 100 == 50:
-                os.kill(t.pid, signal.SIGUSR1)
-                sent += 1
-        elapsed = time.monotonic() - started
+        alone, during = [], []  # the loop's pace: windows without the tool, blocks with it
+        window = 0.8
+        for block in range(10):  # interleaved: the machine's other load falls on both alike
+            first = t.report()["iterations"]
+            time.sleep(window)  # the time the measurement is about
+            alone.append((t.report()["iterations"] - first) / window)
+            first = t.report()["iterations"]
+            started = time.monotonic()
+            for i in range(block * 100, block * 100 + 100):
+                r = subprocess.run([str(TOOL), "stats" if i % 2 else "trim", str(t.pid),
+                                    "--json"], capture_output=True, text=True, timeout=60)
+                if r.returncode != 0:
+                    failures.append((i, r.returncode, r.stderr.strip()))
+                    continue
+                out = json.loads(r.stdout)
+                assert out["pid"] == t.pid
+                taken[out["thread_syscall"]] = taken.get(out["thread_syscall"], 0) + 1
+                if i % 100 == 50:
+                    os.kill(t.pid, signal.SIGUSR1)
+                    sent += 1
+            window = time.monotonic() - started
+            during.append((t.report()["iterations"] - first) / window)
         after = t.report()
         assert failures == [], failures[:5]
         assert after["corrupt"] == 0
@@ -82,12 +87,12 @@ def test_a_thousand_attaches_leave_the_target_whole():
         assert status_field(t.pid, "TracerPid") == "0"
         assert status_field(t.pid, "Threads") == threads
         assert set(taken) <= {"read", "clock_nanosleep"}, taken
-        rate_during = (after["iterations"] - second["iterations"]) / elapsed
-        print(f"1000 attaches in {elapsed:.1f} s, threads taken {taken}, loop pace during "
-              f"{rate_during / alone:.2f} of alone, longest gap {after['max_gap_seconds']:.3f} s")
+        ratio = statistics.median(during) / statistics.median(alone)
+        print(f"1000 attaches, threads taken {taken}, loop pace with the tool {ratio:.2f} of "
+              f"without (median of 10 blocks each), longest gap {after['max_gap_seconds']:.3f} s")
         # the tool's 1,000 processes share the two CPUs with the loop: the loop keeps at least
         # a third of its pace (gdb, which stops every thread, would take it to near zero)
-        assert rate_during >= alone / 3, (rate_during, alone)
+        assert ratio >= 1 / 3, (during, alone)
         assert t.ask("quit") == ""
         assert t.p.wait(10) == 0
     finally:

@@ -100,6 +100,10 @@ static void *churner(void *arg)
 static void *sleeper(void *arg)
 {
     atomic_store(&sleeper_tid, (int)gettid());
+    sigset_t usr1; /* a handler's signal would end a sleep by itself (EINTR, SA_RESTART or not) */
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, NULL);
     for (;;) {
         struct timespec ts = {0, 20 * 1000000L};
         long long t0 = now_ns();
