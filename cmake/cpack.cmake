@@ -22,7 +22,7 @@ if(NOT CMAKE_INSTALL_PREFIX STREQUAL "/usr")
 endif()
 
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL lib dev)
+set(CPACK_COMPONENTS_ALL lib dev cli)
 if(TARGET OrthancMemTrim)
   list(APPEND CPACK_COMPONENTS_ALL orthanc)
 endif()
@@ -62,6 +62,16 @@ ${memtrim_about}
 This package holds libmemtrim.so.${MEMTRIM_SOVERSION}: load it into any
 program with LD_PRELOAD (and MEMTRIM_CONFIG), or start it from a host
 through its C ABI.")
+
+set(CPACK_DEBIAN_CLI_PACKAGE_NAME "${MEMTRIM_PKG_cli}")
+set(CPACK_DEBIAN_CLI_PACKAGE_SECTION "admin")
+set(CPACK_DEBIAN_CLI_DESCRIPTION
+"memory trimming for long-running servers (command)
+${memtrim_about}
+
+This package holds the memtrim command: memtrim trim PID and memtrim stats
+PID act on a running glibc process from outside, through ptrace, stopping
+one of its threads for well under a millisecond (memtrim(1)).")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME "${MEMTRIM_PKG_dev}")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION "libdevel")

@@ -5,6 +5,7 @@
 #   dev      include/memtrim.h, memtrim.pc, the libmemtrim.so link     libmemtrim-dev
 #   orthanc  libOrthancMemTrim.so in Orthanc's plugin folder and
 #            /etc/orthanc/memtrim.json, GPL-3.0-or-later                orthanc-memtrim
+#   cli      /usr/bin/memtrim (the command, cli/) and its man page, MIT  memtrim
 # Each puts README, licence (Debian's copyright file) and changelog in
 # share/doc/<package>/. memtrim-demo, the tests and benchmarks are not installed.
 include(GNUInstallDirs)
@@ -13,6 +14,7 @@ get_target_property(MEMTRIM_SOVERSION memtrim SOVERSION)
 set(MEMTRIM_PKG_lib "libmemtrim${MEMTRIM_SOVERSION}")
 set(MEMTRIM_PKG_dev "libmemtrim-dev")
 set(MEMTRIM_PKG_orthanc "orthanc-memtrim")
+set(MEMTRIM_PKG_cli "memtrim")
 
 set(MEMTRIM_ORTHANC_PLUGIN_DIR "/usr/share/orthanc/plugins" CACHE PATH
     "Folder Orthanc loads plugins from (Debian: the \"Plugins\" entry of /etc/orthanc/orthanc.json)")
@@ -33,6 +35,13 @@ install(FILES "${MEMTRIM_GENERATED_INCLUDE}/memtrim.h"
 configure_file("${CMAKE_CURRENT_LIST_DIR}/memtrim.pc.in" "${CMAKE_BINARY_DIR}/memtrim.pc" @ONLY)
 install(FILES "${CMAKE_BINARY_DIR}/memtrim.pc"
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
+
+# The memtrim command and memtrim(1).
+install(TARGETS memtrim_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+execute_process(COMMAND gzip -9nc "${CMAKE_SOURCE_DIR}/docs/memtrim.1"
+                OUTPUT_FILE "${CMAKE_BINARY_DIR}/memtrim.1.gz")
+install(FILES "${CMAKE_BINARY_DIR}/memtrim.1.gz" DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
+        PERMISSIONS ${lib_perms} COMPONENT cli)
 
 if(TARGET OrthancMemTrim)
   install(TARGETS OrthancMemTrim
@@ -70,7 +79,7 @@ configure_file("${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in"
                "${CMAKE_BINARY_DIR}/debian/changelog" @ONLY)
 execute_process(COMMAND gzip -9nc "${CMAKE_BINARY_DIR}/debian/changelog"
                 OUTPUT_FILE "${CMAKE_BINARY_DIR}/debian/changelog.gz")
-foreach(comp lib dev orthanc)
+foreach(comp lib dev orthanc cli)
   set(docdir "${CMAKE_INSTALL_DATADIR}/doc/${MEMTRIM_PKG_${comp}}")
   set(copyright "${CMAKE_CURRENT_LIST_DIR}/debian/copyright")
   if(comp STREQUAL "orthanc")

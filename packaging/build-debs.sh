@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build memtrim's Debian packages (libmemtrim0, libmemtrim-dev, orthanc-memtrim)
+# Build memtrim's Debian packages (libmemtrim0, libmemtrim-dev, orthanc-memtrim,
+# memtrim)
 # with CPack into DIR (default: build-deb/), with Debian's build flags
 # (dpkg-buildflags, hardening=+all), prefix /usr, stripped. Prints the .deb
 # paths. Install them with: apt-get install ./build-deb/orthanc-memtrim_*.deb

@@ -47,7 +47,7 @@ def one(build, threads, arm):
         before = rss(p.pid)
         t0 = time.monotonic()
         if arm == "memtrim":
-            r = subprocess.run([f"{build}/memtrim", "trim", str(p.pid), "--json"],
+            r = subprocess.run([f"{build}/memtrim", "trim", str(p.pid), "--json", "--timeout", "900"],
                                capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             out = json.loads(r.stdout)

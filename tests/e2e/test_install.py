@@ -26,7 +26,7 @@ from pkg_util import (ROOT, apt, build_debs, cmake_version, free_port_from, inst
                       orthanc_dirs, stock_orthanc_config)
 from wait import wait_for
 
-PACKAGES = ["libmemtrim0", "libmemtrim-dev", "orthanc-memtrim"]
+PACKAGES = ["libmemtrim0", "libmemtrim-dev", "orthanc-memtrim", "memtrim"]
 PLUGIN_LINK = Path("/usr/share/orthanc/plugins/libOrthancMemTrim.so")
 CONFIG = Path("/etc/orthanc/memtrim.json")
 # lintian errors or warnings docs/packaging.md would have to explain (section
@@ -61,7 +61,7 @@ def debs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def install(debs):
-    """apt-get install ./... of the three packages; purged at the end even when
+    """apt-get install ./... of the four packages; purged at the end even when
     a test failed, and checked gone."""
     before = set(Path("/etc/orthanc").iterdir())
     try:
@@ -138,6 +138,25 @@ def test_installed_files(install):
     readelf = subprocess.run(["readelf", "-d", f"{soname}/libmemtrim.so"], capture_output=True,
                              text=True, check=True).stdout
     assert "Library soname: [libmemtrim.so.0]" in readelf
+    assert Path("/usr/share/man/man1/memtrim.1.gz").is_file()
+
+
+def test_installed_command_trims_a_running_program(install):
+    """/usr/bin/memtrim from the package, on a Debian program that never heard of memtrim."""
+    p = subprocess.Popen(["/usr/bin/python3", "-c", "import sys; b = [bytearray(4096) for _ in "
+                          "range(20000)]; del b; print('ready', flush=True); sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        r = subprocess.run(["/usr/bin/memtrim", "trim", str(p.pid)], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["pid"] == p.pid and out["allocator"] == "glibc" and out["malloc_trim_return"] == 1
+        assert out["thread_syscall"] == "read"
+    finally:
+        p.kill()
+        p.wait()
 
 
 def test_stock_orthanc_loads_the_installed_plugin(install):
