@@ -21,6 +21,15 @@
 #include "group_int.h"
 #include "snapshot.h"
 
+/* The registry's entry of pid, or NULL (under g->lock). */
+struct group_member *member_by_pid(struct group *g, int pid)
+{
+    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid == pid && pid > 0)
+            return &g->m[i];
+    return NULL;
+}
+
 struct group *group_alloc(const struct group_deps *d, int role)
 {
     struct group *g = mt_calloc(1, sizeof(*g));

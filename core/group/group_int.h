@@ -215,11 +215,11 @@ int wake_pipe_open(int fds[2]);
 struct group *group_alloc(const struct group_deps *d, int role);
 void group_free(struct group *g);
 int group_stopping(struct group *g);
+struct group_member *member_by_pid(struct group *g, int pid);
 uint64_t own_snapshot(const struct group_deps *d, int64_t cheap_age_ns, double factor,
                       struct mt_snapshot *out);
 
 /* ---- group_leader.c --------------------------------------------------------- */
-struct group_member *member_by_pid(struct group *g, int pid);
 int member_add(struct group *g, int fd, int cred_pid);
 void note_peak(struct group_member *m, uint64_t rss, int64_t now);
 

@@ -33,14 +33,6 @@
 
 /* ==== the leader ============================================================ */
 
-struct group_member *member_by_pid(struct group *g, int pid)
-{
-    for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
-        if (g->m[i].used && g->m[i].pid == pid && pid > 0)
-            return &g->m[i];
-    return NULL;
-}
-
 /* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
 static void member_remove(struct group *g, struct group_member *m)
 {
@@ -158,6 +150,38 @@ static int member_row_allowed(struct group *g, struct group_member *m, int64_t n
     return 0;
 }
 
+/* A member's hello: its pid and program, its welcome (and the zone, when inside). */
+static int leader_hello(struct group *g, struct group_member *m, const struct group_msg *msg)
+{
+    if (m->pid != 0 || msg->pid <= 0)
+        return -1;
+    struct group_msg w;
+    pthread_mutex_lock(&g->lock);
+    /* A named member's pid is the kernel's word, in the leader's pid namespace (one
+     * for which the kernel has none is refused at accept); a forked member's, whose
+     * channel was made at fork, is its hello's. */
+    m->pid = m->cred_pid > 0 ? m->cred_pid : msg->pid;
+    snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
+             msg->u.program);
+    for (size_t i = 0; i < sizeof(m->program) && m->program[i]; i++)
+        if ((unsigned char)m->program[i] < 0x20 || m->program[i] == '"' ||
+            m->program[i] == '\\')
+            m->program[i] = '?'; /* it goes into JSON and metric labels */
+    m->joined_ms = mt_now_ms();
+    sat_add(&g->joined, 1);
+    msg_init(&w, MSG_WELCOME);
+    w.arg = (int32_t)g->joined;
+    chan_send(g, m->fd, m->chan, &w);
+    if (g->zone) {
+        msg_init(&w, MSG_ZONE);
+        w.arg = 1;
+        chan_send(g, m->fd, m->chan, &w);
+    }
+    pthread_mutex_unlock(&g->lock);
+    mt_log(MT_LOG_DEBUG, "group", "pid %d (%s) joined the group", m->pid, m->program);
+    return 0;
+}
+
 /* One message from member m. Returns -1 when the member must go. */
 static int leader_handle(struct group *g, struct group_member *m, struct group_msg *msg,
                          double sample_s)
@@ -166,35 +190,8 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
     if (group_msg_check(msg) < 0 || member_floods(g, m, now))
         return -1;
     switch (msg->kind) {
-    case MSG_HELLO: {
-        if (m->pid != 0 || msg->pid <= 0)
-            return -1;
-        struct group_msg w;
-        pthread_mutex_lock(&g->lock);
-        /* A named member's pid is the kernel's word, in the leader's pid namespace (one
-         * for which the kernel has none is refused at accept); a forked member's, whose
-         * channel was made at fork, is its hello's. */
-        m->pid = m->cred_pid > 0 ? m->cred_pid : msg->pid;
-        snprintf(m->program, sizeof(m->program), "%.*s", (int)sizeof(msg->u.program) - 1,
-                 msg->u.program);
-        for (size_t i = 0; i < sizeof(m->program) && m->program[i]; i++)
-            if ((unsigned char)m->program[i] < 0x20 || m->program[i] == '"' ||
-                m->program[i] == '\\')
-                m->program[i] = '?'; /* it goes into JSON and metric labels */
-        m->joined_ms = mt_now_ms();
-        sat_add(&g->joined, 1);
-        msg_init(&w, MSG_WELCOME);
-        w.arg = (int32_t)g->joined;
-        chan_send(g, m->fd, m->chan, &w);
-        if (g->zone) {
-            msg_init(&w, MSG_ZONE);
-            w.arg = 1;
-            chan_send(g, m->fd, m->chan, &w);
-        }
-        pthread_mutex_unlock(&g->lock);
-        mt_log(MT_LOG_DEBUG, "group", "pid %d (%s) joined the group", m->pid, m->program);
-        return 0;
-    }
+    case MSG_HELLO:
+        return leader_hello(g, m, msg);
     case MSG_REPORT:
         if (m->pid == 0)
             return -1;
@@ -373,6 +370,30 @@ static void leader_accept(struct group *g)
     }
 }
 
+/* What poll said of the named group's socket (p[0]) and of each member's channel
+ * (p[1..n-1], who[]). */
+static void leader_polled(struct group *g, const struct pollfd *p, struct group_member **who,
+                          int n, double sample_s)
+{
+    /* the caller's socket, closed by someone else (its number maybe the host's file) */
+    if ((p[0].revents & POLLNVAL) || (p[0].revents && !chan_ours(g->listen_fd, g->listen_chan))) {
+        chan_lost_log(g->listen_fd, (int)getpid(), "the named group's socket");
+        g->listen_fd = -1;
+    } else if (p[0].revents) {
+        leader_accept(g);
+    }
+    for (int i = 1; i < n; i++) {
+        if (!p[i].revents)
+            continue;
+        if ((p[i].revents & POLLNVAL) || !chan_ours(who[i]->fd, who[i]->chan)) {
+            chan_lost_log(who[i]->fd, who[i]->pid, "a member's channel");
+            member_remove(g, who[i]); /* which does not close it: not ours */
+            continue;
+        }
+        leader_read(g, who[i], sample_s);
+    }
+}
+
 static void *leader_main(void *arg)
 {
     struct group *g = arg;
@@ -416,24 +437,7 @@ static void *leader_main(void *arg)
             wake_lost(g);
         else if (p[0].revents)
             wake_drain(g->wake[0]);
-        /* the caller's socket, closed by someone else (its number maybe the host's file) */
-        if ((p[1].revents & POLLNVAL) ||
-            (p[1].revents && !chan_ours(g->listen_fd, g->listen_chan))) {
-            chan_lost_log(g->listen_fd, (int)getpid(), "the named group's socket");
-            g->listen_fd = -1;
-        } else if (p[1].revents) {
-            leader_accept(g);
-        }
-        for (int i = 2; i < n; i++) {
-            if (!p[i].revents)
-                continue;
-            if ((p[i].revents & POLLNVAL) || !chan_ours(who[i]->fd, who[i]->chan)) {
-                chan_lost_log(who[i]->fd, who[i]->pid, "a member's channel");
-                member_remove(g, who[i]); /* which does not close it: not ours */
-                continue;
-            }
-            leader_read(g, who[i], cfg.sample_interval_seconds);
-        }
+        leader_polled(g, p + 1, who + 1, n - 1, cfg.sample_interval_seconds);
     }
     return NULL;
 }

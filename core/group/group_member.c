@@ -125,49 +125,100 @@ static void pending_reap(struct group *g, const struct pollfd *p, int n)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* The member's report pace: every period, and inside the zone a heap reading every
+ * ZONE_WATCH_NS. */
+struct member_pace {
+    int64_t next_report, next_watch;
+    uint64_t reported_free; /* the releasable estimate of the last report */
+};
+
+/* Report when due; inside the zone, watch the heap between reports. */
+static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
+                        struct member_pace *pc)
+{
+    struct mt_snapshot s;
+    if (now >= pc->next_report) {
+        own_snapshot(&g->d, period, zone ? ZONE_BUDGET_FACTOR : 0, &s);
+        member_report(g, &s);
+        pc->reported_free = s.releasable_estimate_bytes;
+        pc->next_report = now + period;
+        pc->next_watch = now + ZONE_WATCH_NS;
+    } else if (zone && now >= pc->next_watch) {
+        /*
+         * Inside the zone a worker that just freed a study holds it resident, and
+         * the others under the limit need it within tens of milliseconds (a study
+         * of 80 MB takes ~50 ms): read the heap every ZONE_WATCH_NS (on the zone's
+         * budget, which may space the readings further) and report at once when
+         * what it holds free grew by TrimMinReleasableBytes, so the leader can ask
+         * it first. (Measured: at the zone's 50 ms reports, a worker's freed study
+         * was seen 50-90 ms late, and the limit was reached meanwhile.)
+         */
+        uint64_t min = own_snapshot(&g->d, ZONE_WATCH_NS, WATCH_BUDGET_FACTOR, &s);
+        if (s.releasable_estimate_bytes >= pc->reported_free + (min ? min : 1)) {
+            member_report(g, &s);
+            pc->next_report = now + period;
+            pc->reported_free = s.releasable_estimate_bytes;
+        } else if (s.releasable_estimate_bytes < pc->reported_free) {
+            pc->reported_free = s.releasable_estimate_bytes; /* a rise from here counts */
+        }
+        pc->next_watch = now + ZONE_WATCH_NS;
+    }
+}
+
+/* The leader's messages waiting on the channel; 1 when the channel closed or spoke
+ * nonsense (the member leaves). */
+static int member_read(struct group *g, struct member_pace *pc)
+{
+    struct group_msg msg;
+    for (;;) {
+        int rc = msg_recv(g->fd, &msg);
+        if (rc == 0)
+            return 0;
+        if (rc < 0)
+            return 1;
+        if (msg.kind == MSG_TRIM_REQ) {
+            member_trim(g, &msg);
+            /* what was left, or freed meanwhile (a study trimmed mid-way through its
+             * free), is told at the next watch: the leader's word is now "after the
+             * trim", and a rise from the old report would come too late */
+            pc->reported_free = 0;
+        } else if (msg.kind == MSG_WELCOME)
+            atomic_store(&g->index, msg.arg);
+        else if (msg.kind == MSG_ZONE && atomic_exchange(g->d.zone, msg.arg != 0) !=
+                                             (msg.arg != 0))
+            pc->next_report = 0; /* report at the zone's pace from now */
+    }
+}
+
+static void member_left(struct group *g)
+{
+    if (atomic_load(&g->fd_lost)) /* said at warning level when it was seen */
+        mt_log(MT_LOG_INFO, "group", "pid %ld leaves the group: its channel to the leader "
+                                     "was closed in this process, not by the leader",
+               (long)getpid());
+    else
+        mt_log(MT_LOG_INFO, "group", "the group's leader closed its channel (it exited): "
+                                     "pid %ld leaves the group", (long)getpid());
+    if (g->leader_gone)
+        g->leader_gone(g->gone_arg);
+}
+
 static void *member_main(void *arg)
 {
     struct group *g = arg;
     struct group_msg msg;
+    struct member_pace pc = {0, 0, 0};
     char exe[256];
     int gone = 0;
 
     msg_init(&msg, MSG_HELLO);
     proctree_self(exe, sizeof(exe), msg.u.program, sizeof(msg.u.program));
     member_send(g, &msg);
-    int64_t next_report = 0, next_watch = 0;
-    uint64_t reported_free = 0; /* the releasable estimate of the last report */
     while (!gone) {
         int zone = atomic_load(g->d.zone);
         int64_t period = zone ? REPORT_ZONE_NS : REPORT_NS, now = mt_mono_ns();
-        struct mt_snapshot s;
-        if (now >= next_report) {
-            own_snapshot(&g->d, period, zone ? ZONE_BUDGET_FACTOR : 0, &s);
-            member_report(g, &s);
-            reported_free = s.releasable_estimate_bytes;
-            next_report = now + period;
-            next_watch = now + ZONE_WATCH_NS;
-        } else if (zone && now >= next_watch) {
-            /*
-             * Inside the zone a worker that just freed a study holds it resident, and
-             * the others under the limit need it within tens of milliseconds (a study
-             * of 80 MB takes ~50 ms): read the heap every ZONE_WATCH_NS (on the zone's
-             * budget, which may space the readings further) and report at once when
-             * what it holds free grew by TrimMinReleasableBytes, so the leader can ask
-             * it first. (Measured: at the zone's 50 ms reports, a worker's freed study
-             * was seen 50-90 ms late, and the limit was reached meanwhile.)
-             */
-            uint64_t min = own_snapshot(&g->d, ZONE_WATCH_NS, WATCH_BUDGET_FACTOR, &s);
-            if (s.releasable_estimate_bytes >= reported_free + (min ? min : 1)) {
-                member_report(g, &s);
-                next_report = now + period;
-                reported_free = s.releasable_estimate_bytes;
-            } else if (s.releasable_estimate_bytes < reported_free) {
-                reported_free = s.releasable_estimate_bytes; /* a rise from here counts */
-            }
-            next_watch = now + ZONE_WATCH_NS;
-        }
-        int64_t until = zone && next_watch < next_report ? next_watch : next_report;
+        member_tick(g, zone, period, now, &pc);
+        int64_t until = zone && pc.next_watch < pc.next_report ? pc.next_watch : pc.next_report;
         int64_t wait_ms = (until - now) / MT_MS + 1;
         struct pollfd p[2 + GROUP_MAX_MEMBERS] = {{.fd = g->fd, .events = POLLIN},
                                                   {.fd = g->wake[0], .events = POLLIN}};
@@ -187,38 +238,11 @@ static void *member_main(void *arg)
             chan_lost_log(g->fd, (int)getpid(), "this member's channel to its leader");
             gone = 1;
         }
-        while (p[0].revents && !gone) {
-            int rc = msg_recv(g->fd, &msg);
-            if (rc == 0)
-                break;
-            if (rc < 0) {
-                gone = 1;
-                break;
-            }
-            if (msg.kind == MSG_TRIM_REQ) {
-                member_trim(g, &msg);
-                /* what was left, or freed meanwhile (a study trimmed mid-way through its
-                 * free), is told at the next watch: the leader's word is now "after the
-                 * trim", and a rise from the old report would come too late */
-                reported_free = 0;
-            } else if (msg.kind == MSG_WELCOME)
-                atomic_store(&g->index, msg.arg);
-            else if (msg.kind == MSG_ZONE && atomic_exchange(g->d.zone, msg.arg != 0) !=
-                                                 (msg.arg != 0))
-                next_report = 0; /* report at the zone's pace from now */
-        }
+        if (p[0].revents && !gone)
+            gone = member_read(g, &pc);
     }
-    if (gone && atomic_load(&g->fd_lost)) /* said at warning level above */
-        mt_log(MT_LOG_INFO, "group", "pid %ld leaves the group: its channel to the leader "
-                                     "was closed in this process, not by the leader",
-               (long)getpid());
-    else if (gone)
-        mt_log(MT_LOG_INFO, "group", "the group's leader closed its channel (it exited): "
-                                     "pid %ld leaves the group", (long)getpid());
-    if (gone) {
-        if (g->leader_gone)
-            g->leader_gone(g->gone_arg);
-    }
+    if (gone)
+        member_left(g);
     return NULL;
 }
 

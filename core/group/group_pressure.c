@@ -82,23 +82,16 @@ static void leader_zone(struct group *g, int zone)
     pthread_mutex_unlock(&g->lock);
 }
 
-/* The group's pressure: one member at a time, the largest estimate first. */
-void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
-{
-    struct group_candidate c[GROUP_MAX_MEMBERS];
-    int idx[GROUP_MAX_MEMBERS], n = 0, rule;
-    int64_t now_ms = mt_now_ms(), usage = -1, rss_sum = 0, peak_sum = 0, now_sum = 0;
-    struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
-                                   .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
-                                   .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
+/* The members' sums that group_kept reads (under g->lock). */
+struct pressure_sums {
+    int64_t rss, peak, now;
+};
 
-    pthread_mutex_lock(&g->lock);
-    int level = g->m[0].snap.cheap.cgroup_limit_level;
-    pthread_mutex_unlock(&g->lock);
-    usage = probe_cgroup_usage(&g->d.cache->cg, level); /* the limit's cgroup, as the kernel */
-    pthread_mutex_lock(&g->lock);
-    /* Staggered: one request at a time, but a member slow to answer (a loaded node)
-     * holds the next one back PRESSURE_STAGGER_NS at most, itself 2 s at most. */
+/* Pressure requests past their time forgotten; 1 when one is still within its stagger
+ * (staggered: one request at a time, but a member slow to answer, a loaded node, holds
+ * the next one back PRESSURE_STAGGER_NS at most, itself 2 s at most). Locked. */
+static int pressure_waiting(struct group *g, int64_t now)
+{
     int waiting = 0;
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
         struct group_member *m = &g->m[i];
@@ -107,20 +100,29 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         if (m->press_req && now - m->press_sent_ns < PRESSURE_STAGGER_NS)
             waiting = 1;
     }
+    return waiting;
+}
+
+/* Each live member as the decision sees it (c[], its entry's index in idx[]), and the
+ * sums; how many. Locked. */
+static int pressure_candidates(struct group *g, int64_t now, int64_t now_ms,
+                               struct group_candidate *c, int *idx, struct pressure_sums *sum)
+{
+    int n = 0, waiting = pressure_waiting(g, now);
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++) {
         const struct group_member *m = &g->m[i];
         if (!m->used || m->pid <= 0 || m->report_ns == 0)
             continue;
-        rss_sum += (int64_t)m->snap.cheap.rss_bytes;
-        peak_sum += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
-                                  ? m->peak_rss
-                                  : m->snap.cheap.rss_bytes);
+        sum->rss += (int64_t)m->snap.cheap.rss_bytes;
+        sum->peak += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
+                                   ? m->peak_rss
+                                   : m->snap.cheap.rss_bytes);
         /* its RSS now: after a pressure trim since its report, what that trim left (its
          * report says what it held before; or the last trim's, lower: less taken off) */
-        now_sum += (int64_t)(m->last_trim_ns > m->report_ns && m->rss_after > 0 &&
-                                     m->rss_after < m->snap.cheap.rss_bytes
-                                 ? m->rss_after
-                                 : m->snap.cheap.rss_bytes);
+        sum->now += (int64_t)(m->last_trim_ns > m->report_ns && m->rss_after > 0 &&
+                                      m->rss_after < m->snap.cheap.rss_bytes
+                                  ? m->rss_after
+                                  : m->snap.cheap.rss_bytes);
         int64_t heap_ms = m->snap.heap.timestamp_ms;
         c[n] = (struct group_candidate){
             .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
@@ -137,65 +139,66 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         };
         idx[n++] = i;
     }
-    in.limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
-                                           : g->m[0].snap.memory_limit_bytes;
-    in.usage = usage >= 0 ? usage : rss_sum;
-    if (g->base_usage < 0 || in.usage < g->base_usage)
-        g->base_usage = in.usage;
-    in.base_usage = g->base_usage;
-    group_rise_note(&g->rise, now, in.usage);
-    in.rise = group_rise(&g->rise, now);
+    return n;
+}
+
+/* The decision's readings of the group (limit, usage, its low, climbs, kept), the
+ * usage's moves (the zone's tick while it climbs), and what the API shows. Locked. */
+static void pressure_inputs(struct group *g, int64_t now, const struct mt_config *cfg,
+                            int64_t usage, const struct pressure_sums *sum,
+                            struct group_pressure_in *in)
+{
+    in->limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
+                                            : g->m[0].snap.memory_limit_bytes;
+    in->usage = usage >= 0 ? usage : sum->rss;
+    if (g->base_usage < 0 || in->usage < g->base_usage)
+        g->base_usage = in->usage;
+    in->base_usage = g->base_usage;
+    group_rise_note(&g->rise, now, in->usage);
+    in->rise = group_rise(&g->rise, now);
     /* The members at their peaks, less what their RSS counts twice, or the usage if more
      * (group_kept): the usage less the members' RSS is no measure of the rest (their
      * reports lag the cgroup's reading mid-study). */
-    in.kept = group_kept(in.usage, (uint64_t)now_sum, (uint64_t)peak_sum);
-    g->usage = in.usage;
+    in->kept = group_kept(in->usage, (uint64_t)sum->now, (uint64_t)sum->peak);
+    g->usage = in->usage;
     /* Climbing above a quarter of the limit, or by a growth step since the last reading
      * (a study starting far below it: its climb is what group_ahead learns from): the
      * next readings at the zone's tick for a second (a worker fills 80 MB in 50 ms: the
      * 100 ms tick saw the zone half of that late, and a first study's climb not at all). */
-    if (in.usage - g->moved_usage >= USAGE_MOVED_BYTES ||
-        g->moved_usage - in.usage >= USAGE_MOVED_BYTES) {
-        if (in.limit > 0 && in.usage > g->moved_usage &&
-            (in.usage >= in.limit / 4 || in.usage - g->moved_usage >= group_growth_step(in.limit)))
+    if (in->usage - g->moved_usage >= USAGE_MOVED_BYTES ||
+        g->moved_usage - in->usage >= USAGE_MOVED_BYTES) {
+        if (in->limit > 0 && in->usage > g->moved_usage &&
+            (in->usage >= in->limit / 4 ||
+             in->usage - g->moved_usage >= group_growth_step(in->limit)))
             g->moving_until_ns = now + MT_SEC;
-        g->moved_usage = in.usage;
+        g->moved_usage = in->usage;
     }
-    g->limit = in.limit > 0 ? in.limit : -1;
+    g->limit = in->limit > 0 ? in->limit : -1;
     g->usage_source = usage >= 0 ? "cgroup" : "members";
-    int was_zone = g->zone;
-    /* Inside the zone, or ahead of it (the last climb, again from here, would reach it):
-     * there the members watch their heap, so that a freed study is seen at once. */
-    int inside = (in.limit > 0 && cfg->pressure_ratio > 0 &&
-                  (uint64_t)in.usage >= pressure_zone_floor(in.limit, cfg->pressure_ratio)) ||
-                 group_ahead(&in);
-    /* The members keep the zone's pace ZONE_HOLD_NS after the usage left it: a group's
-     * usage swings in and out with every study, and the next one must find them fast. */
+}
+
+/* Whether the members keep the zone's pace now. Inside the zone, or ahead of it (the
+ * last climb, again from here, would reach it): there the members watch their heap, so
+ * that a freed study is seen at once; and ZONE_HOLD_NS after the usage left it: a
+ * group's usage swings in and out with every study, and the next one must find them
+ * fast. Locked. */
+static int pressure_zone(struct group *g, int64_t now, const struct mt_config *cfg,
+                         const struct group_pressure_in *in)
+{
+    int inside = (in->limit > 0 && cfg->pressure_ratio > 0 &&
+                  (uint64_t)in->usage >= pressure_zone_floor(in->limit, cfg->pressure_ratio)) ||
+                 group_ahead(in);
     if (inside)
         g->zone_seen_ns = now;
-    int zone = inside || (was_zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
-    int pick = group_pressure_pick(&in, c, n, &rule);
-    struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
-    int fd = -1, pid = 0;
-    uint64_t id = 0;
-    if (m) {
-        m->last_trim_ns = now;
-        m->last_trim_ms = now_ms;
-        g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
-        pid = m->pid;
-        if (!m->self) {
-            id = ++g->next_req;
-            fd = m->fd;
-            m->press_req = id;
-            m->press_sent_ns = now;
-            g->press_sent_ns = now;
-        }
-    }
-    pthread_mutex_unlock(&g->lock);
-    if (zone != was_zone)
-        leader_zone(g, zone);
-    if (!m)
-        return;
+    return inside || (g->zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
+}
+
+/* The picked member trims: another is sent the request (id), the leader trims here, by
+ * the group's pressure row (trim.c: it obeys the host's suspend, shares a running trim;
+ * its sink stores the result with its pid and the store is woken). */
+static void pressure_ask(struct group *g, struct group_member *m, int fd, uint64_t id,
+                         int64_t now, const struct mt_config *cfg)
+{
     if (id) {
         struct group_msg req;
         msg_init(&req, MSG_TRIM_REQ);
@@ -208,9 +211,6 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         pthread_mutex_unlock(&g->lock);
         return;
     }
-    /* The leader itself: trim here, by the group's pressure row (trim.c: it obeys the
-     * host's suspend, shares a running trim; its sink stores the result with its pid
-     * and the store is woken). */
     struct mt_trim_result r;
     struct trim_ask ask = {.trigger = MT_TRIGGER_PRESSURE, .pad = (uint64_t)cfg->trim_pad_bytes,
                            .min_interval_ms = -1, .crossing_ns = now, .group = 1};
@@ -222,5 +222,46 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
             sat_add(&g->pressure_released, (uint64_t)r.released_bytes);
         pthread_mutex_unlock(&g->lock);
     }
-    (void)pid;
+}
+
+/* The group's pressure: one member at a time, the largest estimate first. */
+void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
+{
+    struct group_candidate c[GROUP_MAX_MEMBERS];
+    struct pressure_sums sum = {0, 0, 0};
+    int idx[GROUP_MAX_MEMBERS], rule;
+    int64_t now_ms = mt_now_ms();
+    struct group_pressure_in in = {.now_ns = now, .ratio = cfg->pressure_ratio,
+                                   .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
+                                   .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes};
+
+    pthread_mutex_lock(&g->lock);
+    int level = g->m[0].snap.cheap.cgroup_limit_level;
+    pthread_mutex_unlock(&g->lock);
+    int64_t usage = probe_cgroup_usage(&g->d.cache->cg, level); /* the limit's, as the kernel */
+    pthread_mutex_lock(&g->lock);
+    int n = pressure_candidates(g, now, now_ms, c, idx, &sum);
+    pressure_inputs(g, now, cfg, usage, &sum, &in);
+    int was_zone = g->zone, zone = pressure_zone(g, now, cfg, &in);
+    int pick = group_pressure_pick(&in, c, n, &rule);
+    struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
+    int fd = -1;
+    uint64_t id = 0;
+    if (m) {
+        m->last_trim_ns = now;
+        m->last_trim_ms = now_ms;
+        g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+        if (!m->self) {
+            id = ++g->next_req;
+            fd = m->fd;
+            m->press_req = id;
+            m->press_sent_ns = now;
+            g->press_sent_ns = now;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    if (zone != was_zone)
+        leader_zone(g, zone);
+    if (m)
+        pressure_ask(g, m, fd, id, now, cfg);
 }

@@ -299,6 +299,21 @@ static void busy_err(const struct mt_named *n, char **err)
             n->name, n->dir, n->name);
 }
 
+/* Someone leads, or is taking the role: join it once its socket answers. */
+static int named_join_leader(struct mt_named *n, int *member_fd, char **err)
+{
+    int c = named_connect(n, err);
+    if (c >= 0) {
+        *member_fd = c;
+        return MT_NAMED_MEMBER;
+    }
+    if (c == -EPERM || c == -ENAMETOOLONG)
+        return c; /* no retry helps (*err says why) */
+    if (c == -EAGAIN && !*err)
+        busy_err(n, err);
+    return -EAGAIN;
+}
+
 int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
 {
     char lock[MT_GROUP_NAME_MAX + 8];
@@ -322,17 +337,7 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
             set_err("GroupName %s: cannot lock %s/%s: %s", n->name, n->dir, lock, strerror(e));
             return -e;
         }
-        /* Someone leads, or is taking the role: join it once its socket answers. */
-        int c = named_connect(n, err);
-        if (c >= 0) {
-            *member_fd = c;
-            return MT_NAMED_MEMBER;
-        }
-        if (c == -EPERM || c == -ENAMETOOLONG)
-            return c; /* no retry helps (*err says why) */
-        if (c == -EAGAIN && !*err)
-            busy_err(n, err);
-        return -EAGAIN;
+        return named_join_leader(n, member_fd, err);
     }
     /* The lock is ours: nobody leads. A socket that still answers (a process that holds
      * a leader's listening socket without its lock: a child forked without the atfork

@@ -45,8 +45,8 @@ WRAPPER = textwrap.dedent("""\
     # The common service wrapper: prepare, start the server in the background, wait.
     echo "wrapper: starting the server"
     "$DEMO" "$@" > "$DEMO_LOG" 2>&1 &
-    echo $! > "$PID_FILE.tmp" && mv "$PID_FILE.tmp" "$PID_FILE"
     trap 'kill -TERM $!' TERM
+    echo $! > "$PID_FILE.tmp" && mv "$PID_FILE.tmp" "$PID_FILE"
     wait
     wait
     echo "wrapper: the server is gone"
