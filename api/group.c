@@ -47,6 +47,9 @@ static void api_group_member(cJSON *list, const struct mt_member *m, int *failed
     api_json_int_or_null(o, "releasable_estimate_bytes", (int64_t)s->releasable_estimate_bytes,
                          heap, failed);
     api_json_int_or_null(o, "heap_age_ms", s->heap_age_ms, heap, failed);
+    api_json_u64(o, "rss_without_memtrim_bytes", s->saved.rss_without_memtrim_bytes, failed);
+    api_json_u64(o, "saved_bytes", s->saved.saved_bytes, failed);
+    api_json_num(o, "saved_byte_seconds_total", s->saved.saved_byte_seconds_total, failed);
     api_json_u64(o, "trims", m->trims, failed);
     api_json_u64(o, "released_bytes", m->released_bytes, failed);
     api_json_u64(o, "pressure_trims", m->pressure_trims, failed);
@@ -67,11 +70,14 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
         free(m);
         return NULL;
     }
-    uint64_t rss = 0, anon = 0, heap_free = 0, releasable = 0;
+    uint64_t rss = 0, anon = 0, heap_free = 0, releasable = 0, saved = 0;
+    double saved_s = 0;
     cJSON *g = cJSON_CreateObject(), *list = cJSON_CreateArray();
     for (int i = 0; i < n; i++) {
-        rss += m[i].snap.cheap.rss_bytes;
+        rss += m[i].snap.cheap.rss_bytes; /* each bounded (group_msg_check): no overflow */
         anon += m[i].snap.cheap.rss_anon_bytes;
+        saved += m[i].snap.saved.saved_bytes;
+        saved_s += m[i].snap.saved.saved_byte_seconds_total;
         if (m[i].snap.heap.timestamp_ms) {
             heap_free += m[i].snap.heap.heap_free_bytes;
             releasable += m[i].snap.releasable_estimate_bytes;
@@ -87,6 +93,10 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     api_json_u64(g, "rss_anon_bytes", anon, failed);
     api_json_u64(g, "heap_free_bytes", heap_free, failed);
     api_json_u64(g, "releasable_estimate_bytes", releasable, failed);
+    /* what memtrim saved the group: the members' sums (docs/policy.md) */
+    api_json_u64(g, "rss_without_memtrim_bytes", rss + saved, failed);
+    api_json_u64(g, "saved_bytes", saved, failed);
+    api_json_num(g, "saved_byte_seconds_total", saved_s, failed);
     api_json_int_or_null(g, "usage_bytes", gi.usage_bytes, gi.usage_bytes >= 0, failed);
     api_json_str(g, "usage_source", gi.usage_source, failed);
     api_json_int_or_null(g, "limit_bytes", gi.limit_bytes, gi.limit_bytes > 0, failed);

@@ -217,7 +217,9 @@ static int report_in_range(const struct mt_snapshot *s)
                               c->rss_file_bytes,
                               c->swap_bytes,         h->arena_bytes,        h->heap_in_use_bytes,
                               h->heap_free_bytes,    h->heap_mmapped_bytes,
-                              s->releasable_estimate_bytes};
+                              s->releasable_estimate_bytes,
+                              s->saved.rss_without_memtrim_bytes, s->saved.saved_bytes,
+                              s->saved.rss_peak_bytes, s->saved.rss_without_memtrim_peak_bytes};
     for (size_t i = 0; i < sizeof(bytes) / sizeof(bytes[0]); i++)
         if (!peer_bytes_ok(bytes[i]))
             return 0;
@@ -255,7 +257,13 @@ int group_msg_check(struct group_msg *msg)
             s->heap.arena_count = -1;
         if (!(s->fragmentation_ratio >= 0 && s->fragmentation_ratio <= 1e9)) /* NaN too */
             s->fragmentation_ratio = 0;
-        return report_in_range(s) ? 0 : -1;
+        if (!(s->saved.saved_byte_seconds_total >= 0 && s->saved.saved_byte_seconds_total <= 1e30))
+            s->saved.saved_byte_seconds_total = 0;
+        if (!report_in_range(s))
+            return -1;
+        /* what it saved: the counterfactual is its RSS + saved in every view, whatever it sent */
+        s->saved.rss_without_memtrim_bytes = s->cheap.rss_bytes + s->saved.saved_bytes;
+        return 0;
     }
     case MSG_TRIM_DONE:
     case MSG_TRIM_ANSWER:

@@ -139,6 +139,15 @@ def test_one_port_answers_for_processes_started_separately(procs, base):
     assert sorted(results) == sorted(pids), results
     for pid in pids:
         assert results[pid]["released_bytes"] > 20 * MB, results[pid]
+    # What memtrim saved, per member and summed: the counterfactual is RSS + saved in each.
+    def saved_shown():
+        g = web.stats()["group"]
+        return g if all(m["saved_bytes"] > 10 * MB for m in g["members"]) else None
+    g = wait_for(saved_shown, 15, "each member's saving in the group's stats")
+    assert g["saved_bytes"] == sum(m["saved_bytes"] for m in g["members"]), g
+    assert g["rss_without_memtrim_bytes"] == g["rss_bytes"] + g["saved_bytes"], g
+    for m in g["members"]:
+        assert m["rss_without_memtrim_bytes"] == m["rss_bytes"] + m["saved_bytes"], m
     for pid in pids:
         wait_for(lambda: requests.get(web.api + f"/memory/trims?pid={pid}", timeout=10)
                  .json()["summary"]["count"] >= 1, 15, f"pid {pid}'s trim in the store")

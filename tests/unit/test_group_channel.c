@@ -308,6 +308,20 @@ static void test_member_messages_are_checked(void)
     msg.u.snap.releasable_estimate_bytes = UINT64_MAX;
     CHECK_EQ_INT(group_msg_check(&msg), -1);
     msg.u.snap.releasable_estimate_bytes = 0;
+    /* what it saved: bounded, the byte-seconds a finite number, and the counterfactual its
+     * RSS + saved whatever it sent (the leader sums them for the group) */
+    msg.u.snap.saved.saved_bytes = 100ull << 20;
+    msg.u.snap.saved.rss_without_memtrim_bytes = UINT64_C(1) << 40;
+    msg.u.snap.saved.saved_byte_seconds_total = 1.0 / 0.0;
+    CHECK_EQ_INT(group_msg_check(&msg), 0);
+    CHECK_EQ_INT(msg.u.snap.saved.rss_without_memtrim_bytes, 400ull << 20);
+    CHECK(msg.u.snap.saved.saved_byte_seconds_total == 0);
+    msg.u.snap.saved.saved_bytes = UINT64_MAX;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.snap.saved.saved_bytes = 0;
+    msg.u.snap.saved.rss_without_memtrim_peak_bytes = UINT64_MAX;
+    CHECK_EQ_INT(group_msg_check(&msg), -1);
+    msg.u.snap.saved.rss_without_memtrim_peak_bytes = 0;
     msg.u.snap.heap.timestamp_ms = INT64_MIN;
     CHECK_EQ_INT(group_msg_check(&msg), -1);
     memset(&msg.u, 0, sizeof(msg.u));
