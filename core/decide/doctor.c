@@ -436,8 +436,10 @@ static void rule_arena_auto(struct ctx *c)
 {
     const struct doctor_input *in = c->in;
     int64_t glibc_cap = 8 * (int64_t)(in->host_cores > 0 ? in->host_cores : 1);
+    /* only where the container allows fewer CPUs than the host has: else glibc's rule is
+     * sized from CPUs the process may use, and the doctor leaves it be */
     if (!in->glibc || in->cfg.malloc_arena_max != -1 || in->auto_arena_max <= 0 ||
-        in->auto_arena_max >= glibc_cap)
+        in->auto_arena_max >= glibc_cap || !(in->quota_cpus < in->host_cores))
         return;
     int count = in->arenas ? in->arenas->count : in->snap.heap.arena_count;
     struct doctor_finding *f =

@@ -280,7 +280,7 @@ async function checkDesktop(demo, ctx) {
   await check('the doctor panel shows the findings and the arena panel one bar per arena', async () => {
     await page.waitForFunction(() => document.querySelector('#findings .finding, #findings [data-findings]'),
       null, { timeout: 20e3 });
-    const ids = ['pressure_repeats', 'many_arenas', 'released_memory_returns', 'trims_release_little',
+    const ids = ['pressure_repeats', 'many_arenas', 'arena_max_auto', 'released_memory_returns', 'trims_release_little',
       'probe_budget_limited', 'no_memory_limit', 'heap_never_frees'];
     const shown = await page.$$eval('#findings .finding', (es) => es.map((e) =>
       ({ id: e.dataset.id, title: e.querySelector('b').textContent, rec: e.querySelector('.rec').textContent })));

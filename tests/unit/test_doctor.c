@@ -127,8 +127,11 @@ static void test_arena_auto(void)
     in.glibc = 0;
     CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
     in.glibc = 1;
-    in.host_cores = 1; /* glibc's cap 8 > 4: ... */
-    in.auto_arena_max = 8;  /* ... but with 4 CPUs' worth, auto changes nothing */
+    in.host_cores = 2; /* a host without a quota, all its cores allowed: glibc's rule stands */
+    CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
+    in.host_cores = 1; /* glibc's cap 8 > 4, but the process may use all it has */
+    in.quota_cpus = 1;
+    in.auto_arena_max = 8;
     CHECK(find(f, run(&in, f), "arena_max_auto") == NULL);
 }
 
