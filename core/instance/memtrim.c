@@ -601,11 +601,16 @@ fail:
         close(*member->member_fd);
     if (!e)
         e = errdup("start failed: %s", strerror(-rc));
+    /* A group member that cannot start costs its host nothing (it runs on without
+     * memtrim, its leader serves the group): a warning. A forked child that execs at
+     * once is the common case (#31 F13: its member's thread cannot start while exec
+     * replaces the process), and must not log at error level. */
+    int level = member ? MT_LOG_WARNING : MT_LOG_ERROR;
     if (!e) { /* out of memory even for the message */
-        mt_log(MT_LOG_ERROR, module, "start failed: %s", strerror(-rc));
+        mt_log(level, module, "start failed: %s", strerror(-rc));
         return rc;
     }
-    mt_log(MT_LOG_ERROR, module, "%s", e);
+    mt_log(level, module, "%s", e);
     if (err)
         *err = e;
     else

@@ -267,6 +267,33 @@ DAEMON = textwrap.dedent("""
 """)
 
 
+def test_children_that_exec_at_once_log_no_error(procs, tmp_path):
+    """#31 F13: a FollowFork host whose 200 children exec a new program at once (as a
+    shell or a CGI server does): none of them logs at error level (on 30f456e 14 of 200
+    did: a member's thread cannot start while exec replaces the process; 6 of 200 in a
+    C fork+exec loop here on 728b25f), and the leader still answers."""
+    port = free_port()
+    cfg = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / "m.sqlite")}
+    script = tmp_path / "forker.py"
+    script.write_text(textwrap.dedent("""\
+        import os
+        for i in range(200):
+            pid = os.fork()
+            if pid == 0:
+                os.execv("/bin/true", ["true"])
+            os.waitpid(pid, 0)
+        print("done", flush=True)
+        import time
+        time.sleep(600)
+        """))
+    p = procs([PYTHON, str(script)], tmp_path / "forker.log", env=preload_env(cfg))
+    wait_for(lambda: "done" in p.output(), 300, "200 children to fork and exec")
+    assert http_ok(f"http://127.0.0.1:{port}/healthz")
+    errors = [l for l in p.output().splitlines() if "(error)" in l]
+    assert errors == [], errors
+    p.stop()
+
+
 def test_master_exit_hands_the_port_to_the_first_member(procs, tmp_path):
     """The master exits while its two workers live on: the first worker to
     have joined takes the port over and serves (a group of one, as a new
