@@ -18,6 +18,7 @@ import pytest
 import requests
 import yaml
 
+from skips_util import listed_skips
 from wait import wait_for
 
 # A runner started in the background of a non-interactive shell (`.ci/run &`)
@@ -244,17 +245,6 @@ def metric_value(text, name, labels=None):
 # pytest.skip or importorskip, which removes every case of the module without a
 # test report: it goes through the list as the module's node id).
 
-SKIPS_FILE = ROOT / "tests" / "skips.txt"
-
-
-def listed_skips(where, path=SKIPS_FILE):
-    """The node-id globs tests/skips.txt accepts for `where`."""
-    globs = []
-    for line in path.read_text().splitlines():
-        parts = line.split(None, 2)
-        if len(parts) >= 2 and not line.startswith("#") and where in parts[0].split(","):
-            globs.append(parts[1])
-    return globs
 
 
 _skipped = []  # (node id, reason)

@@ -1,9 +1,10 @@
 """Survival cells (issue 32 item 3, docs/groups.md): a group of workers under one memory
 limit, proven by a fixed number of counted runs, never tuned.
 
-A cell is: one control (nothing trims) that the kernel must OOM-kill, then PAIRS interleaved
-pairs of runs, malloc_trim after each study ("trim-after") against memtrim's group
-("group"), the order within a pair alternating (trim-after first in even pairs). Every run
+A cell is: one control (nothing trims) that the kernel must OOM-kill (control()), and a
+fixed number of interleaved pairs of runs (pairs()), malloc_trim after each study
+("trim-after") against memtrim's group ("group"), the order within a pair alternating
+(trim-after first in even pairs). Every run
 counts: no run is left out, none is run again, no median. Each run has its own cgroup and
 its own directory (so its own database). The cell holds when the group's runs finished, in
 total, at least as many workers as malloc_trim's.
@@ -33,18 +34,25 @@ def judge(what, statuses, cg):
     return sum(1 for s in statuses if s == ("exit", 0))
 
 
-def survival(run, cgroup, limit_bytes, workers, pairs, label, check_group=None):
-    """The cell (see the top of this file). check_group(run_dir, finished) checks each group
-    run further (its store, its log). Returns {"none": n, "trim-after": [...], "group": [...]}."""
+def control(run, cgroup, limit_bytes, workers, label):
+    """The cell's control: nothing trims; the kernel must OOM-kill workers (the cgroup's
+    oom_kill count and each unfinished worker's SIGKILL), else the cell proves nothing."""
     cg = cgroup(limit_bytes)
     statuses, _ = run("none", cg, 0)
-    control = judge(f"{label}, control", statuses, cg)
-    print(f"\n{label}: control (no memtrim) finished {control}/{workers}, "
+    finished = judge(f"{label}, control", statuses, cg)
+    print(f"\n{label}: control (no memtrim) finished {finished}/{workers}, "
           f"oom_kill {cg.oom_kills()}, peak {(cg.peak_bytes() or 0) >> 20} MB")
-    assert control < workers and cg.oom_kills() >= 1, \
+    assert finished < workers and cg.oom_kills() >= 1, \
         f"{label}: the control was not OOM-killed ({statuses}): the cell proves nothing"
+    return finished
+
+
+def pairs(run, cgroup, limit_bytes, workers, count, label, check_group=None):
+    """The cell's count interleaved pairs (see the top of this file). check_group(run_dir,
+    finished) checks each group run further (its store, its log). Returns
+    {"trim-after": [...], "group": [...]}, the workers each run finished."""
     done = {m: [] for m in MODES}
-    for k in range(pairs):
+    for k in range(count):
         for mode in (MODES if k % 2 == 0 else MODES[::-1]):
             cg = cgroup(limit_bytes)
             statuses, run_dir = run(mode, cg, k)
@@ -57,7 +65,7 @@ def survival(run, cgroup, limit_bytes, workers, pairs, label, check_group=None):
                 check_group(run_dir, n)
     print(f"{label}: group {done['group']} (total {sum(done['group'])}), malloc_trim after "
           f"each study {done['trim-after']} (total {sum(done['trim-after'])}), "
-          f"of {pairs} x {workers}")
+          f"of {count} x {workers}")
     assert sum(done["group"]) >= sum(done["trim-after"]), \
         f"{label}: the group finished fewer workers than malloc_trim after each study: {done}"
-    return dict(done, none=control)
+    return done

@@ -13,13 +13,16 @@ import signal
 import socket
 import sqlite3
 import subprocess
+import time
 
 import pytest
 import requests
 
 from wait import group_trim
-from hosts_util import (channels, free_port, group_member_pids, http_ok, pid_alive, preload_env, procs,  # noqa: F401
-                        traversable_dir, wait_for)
+from hosts_util import (build_file, cgroup, channels, free_port, group_member_pids, http_ok, pid_alive,  # noqa: F401
+                        preload_env, procs, traversable_dir, wait_for)
+from survival_util import control, pairs
+from test_groups import SKIP_PAIRS, group_trimmed
 
 PYTHON = "/usr/bin/python3"
 MB = 1 << 20
@@ -424,3 +427,56 @@ def test_a_joiner_refused_while_the_group_is_full_joins_later(procs, base):
     web.wait_members([leader, late], "the late process to join once places are free")
     assert "stays off" not in host.output(), host.output()
 
+
+# ---- named groups under one limit (issue 32 items 3 and 4) ---------------------------
+
+NAMED_WORKERS, NAMED_PAIRS, NAMED_LIMIT = 4, 5, 250 * MB
+# test_groups.py's 4-worker cell, each worker a process of its own (memtrim-prefork --solo)
+NAMED_WORKLOAD = ["--studies", "20", "--study-mb", "80", "--pause-ms", "400", "--stagger-ms",
+                  "100", "--schedule", "absolute"]
+START_MS = 3000  # the shared schedule starts this long after the processes do: they join first
+
+
+def named_runner(procs, base, workers=NAMED_WORKERS, workload=NAMED_WORKLOAD, timeout=240,
+                 wrap_extra=None):
+    """survival_util's run() for a named group: `workers` memtrim-prefork --solo processes,
+    started one by one inside the cgroup on one shared absolute schedule; "group" preloads
+    memtrim with the same GroupName (the first leads: one port, the store in the run's
+    directory). Each process's exit status is its worker's."""
+    def run(mode, cg, k):
+        d = base / f"{mode}-{k + 1}"
+        d.mkdir()
+        origin = time.monotonic_ns() + START_MS * 1_000_000
+        extra = ["--trim-after"] if mode == "trim-after" else []
+        cfg = {"HttpPort": free_port(), "GroupName": "cell", "GroupDir": str(d / "groups"),
+               "Database": str(d / "m.sqlite"), "SampleIntervalSeconds": 1}
+        ps = []
+        for i in range(workers):
+            cmd = [build_file("memtrim-prefork"), "--solo", str(i), "--origin-ns", str(origin)] + \
+                workload + extra
+            if mode == "group":
+                env = preload_env(cfg)
+                cmd = ["/usr/bin/env", "LD_PRELOAD=" + env["LD_PRELOAD"],
+                       "MEMTRIM_CONFIG=" + env["MEMTRIM_CONFIG"]] + cmd
+            ps.append(procs(cg.wrap(cmd), d / f"{mode}.{i}.log"))
+        statuses = []
+        for p in ps:
+            rc = p.wait(timeout)
+            statuses.append(("signal", -rc) if rc < 0 else ("exit", rc))
+        (d / "group.log").write_text("\n".join(p.output() for p in ps))
+        return statuses, d
+    return run
+
+
+def test_without_memtrim_a_named_cell_is_oom_killed(procs, cgroup, base):
+    """The named cell's control: 4 processes started one by one, nothing trims, one
+    250 MB limit: the kernel OOM-kills some (oom_kill count and their SIGKILL)."""
+    control(named_runner(procs, base), cgroup, NAMED_LIMIT, NAMED_WORKERS, "named, 4 x 250 MB")
+
+
+@pytest.mark.skip(reason=SKIP_PAIRS)
+def test_a_named_group_survives_the_shared_limit(procs, cgroup, base):
+    """4 processes with one GroupName under one 250 MB limit, 5 interleaved pairs against
+    malloc_trim after each study, every run counted (survival_util)."""
+    pairs(named_runner(procs, base), cgroup, NAMED_LIMIT, NAMED_WORKERS, NAMED_PAIRS,
+          "named, 4 x 250 MB", check_group=group_trimmed(NAMED_WORKERS))
