@@ -17,10 +17,11 @@ MaximumStorageCacheSize CACHE_MB (256: all 96 uploaded slices fit) the control's
 peaked at 505 and 507 MB, the plugin's at 420-433 MB: LIMIT (480 MB) is below the
 control's heap alone, so no reclaim of page cache can save it (killed in 12 runs of 12 with
 470-472 MiB anon). The margins are small on both sides: the plugin's run was killed once
-in those 12 (631 `max` events), and at 490 MB a control hung at the limit reclaiming page
-cache instead of being killed; so a killed first run of the plugin's case is followed by
-two fresh runs that must both serve the burst. Read a failure against the figures each
-case prints.
+in those 12 (631 `max` events; its peak was 478-480 MB in the others), and at 490 MB a
+control hung at the limit reclaiming page cache instead of being killed. A run that is
+killed is not followed by another (issue 32): the plugin's case is listed in tests/skips.txt
+until a limit with real margin on both sides, or a burst where the plugin saves clearly
+more, is found; the control runs. Read a failure against the figures each case prints.
 
 Orthanc's storage goes to the shared disk (build/vm/, over 9p), not to the guest's /tmp:
 files in a tmpfs are charged to the cgroup and cannot be reclaimed without swap, and the
@@ -172,23 +173,12 @@ def plugin_run(procs, cgroup, tmp_path, storage, what):
     return True, ""
 
 
+@pytest.mark.skip(reason="issue 32 item 3: at 480 MB the plugin's run has no margin (served 11 of 12, "
+                  "peak 478-480 MB) and the control 25 MB of heap; measured in tests/skips.txt")
 def test_orthanc_with_the_plugin_serves_the_burst(procs, cgroup, tmp_path, storage):
-    """Served in 11 of the 12 measured runs at LIMIT; the one kill came with the heap's
-    free part small (its pressure trims released 7-21 MB each) and ~50 MB charged outside
-    Orthanc's RSS: the margin at this limit is that thin (see the module's note). So a
-    run that is killed is followed by two fresh runs, and both must serve the burst: a
-    plugin that does not save Orthanc (the control: killed in 12 of 12) fails all three."""
+    """One run, counted: the plugin at its defaults serves the burst that kills the
+    control. Listed in tests/skips.txt until a limit with real margin on both sides, or a
+    burst where the plugin saves clearly more, is found: the run that is killed is not
+    followed by another."""
     ok, why = plugin_run(procs, cgroup, tmp_path, storage, "Orthanc with the plugin at its defaults")
-    if ok:
-        return
-    print(f"\nthe first run was killed ({why.splitlines()[0]}): two fresh runs must serve it")
-    for k in (2, 3):
-        run_tmp = tmp_path / f"run{k}"
-        run_tmp.mkdir()
-        run_storage = Path(tempfile.mkdtemp(prefix="orthanc-storage-", dir=SHARED))
-        try:
-            ok, why_k = plugin_run(procs, cgroup, run_tmp, run_storage,
-                                   f"Orthanc with the plugin at its defaults, run {k}")
-        finally:
-            shutil.rmtree(run_storage, ignore_errors=True)
-        assert ok, f"run {k} after a killed first run: {why_k}\n(first run: {why})"
+    assert ok, why
