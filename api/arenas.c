@@ -30,6 +30,15 @@ static cJSON *arena_json(const struct mt_arena *a, int *failed)
     api_json_int(o, "fastbin_chunks", (int64_t)a->fastbin_chunks, failed);
     api_json_int(o, "bin_chunks", (int64_t)a->bins_chunks, failed);
     api_json_int(o, "subheaps", (int64_t)a->subheaps, failed);
+    /* what a trim can give back, and what it cannot, by reason (docs/advice.md) */
+    api_json_int(o, "releasable_bytes", (int64_t)a->releasable_bytes, failed);
+    uint64_t pinned = a->pinned_small_bytes + a->pinned_edge_bytes + a->pinned_top_bytes;
+    api_json_int(o, "pinned_bytes", (int64_t)pinned, failed);
+    cJSON *why = cJSON_CreateObject();
+    api_json_int(why, "small_chunks_bytes", (int64_t)a->pinned_small_bytes, failed);
+    api_json_int(why, "chunk_edges_bytes", (int64_t)a->pinned_edge_bytes, failed);
+    api_json_int(why, "thread_arena_top_bytes", (int64_t)a->pinned_top_bytes, failed);
+    api_json_item(o, "pinned", why, failed);
     return o;
 }
 

@@ -249,6 +249,13 @@ struct mt_arena {
     uint64_t top_bytes;                     /* the top chunk (rest less what <sizes> lists) */
     uint64_t free_bytes;                    /* fastbins + bins + top */
     uint64_t subheaps;                      /* <aspace type="subheaps">; 0 for the main arena */
+    /* What malloc_trim can give back of it (glibc's mtrim: madvise of the whole pages inside
+     * each bin chunk larger than a page + its header, sbrk of the main arena's top), and
+     * what it cannot, by reason (docs/advice.md, "Pinned memory"): */
+    uint64_t releasable_bytes;   /* bins less the two below, plus the main arena's top */
+    uint64_t pinned_small_bytes; /* bin chunks too small to hold a whole page */
+    uint64_t pinned_edge_bytes;  /* at most a page + header per larger chunk: its ends */
+    uint64_t pinned_top_bytes;   /* a thread arena's top chunk: mtrim never madvises it */
 };
 
 struct mt_arenas {

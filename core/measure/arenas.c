@@ -161,8 +161,13 @@ struct heap_acc {
     struct mt_arena a;
     uint64_t sizes_total, rest_bytes, rest_count;
     uint64_t flags; /* flag bits glibc summed into the bins' sizes */
+    uint64_t small, edges; /* bin chunks under MTRIM_MIN; MTRIM_MIN per larger chunk */
     int have_fast, have_rest, have_system;
 };
+
+/* mtrim (glibc 2.36 malloc.c) madvises a bin chunk only when it is larger than a page plus
+ * its header (sizeof(struct malloc_chunk), 32 on 64-bit), and then only its whole pages. */
+#define MTRIM_MIN (4096 + 32)
 
 /*
  * glibc sums a bin chunk's size field with its flag bits (PREV_INUSE, always
@@ -200,7 +205,14 @@ static int heap_element(struct parser *ps, const struct tag *t, struct heap_acc 
         if (h->sizes_total > UINT64_MAX - v)
             return fail(ps, "sizes overflow");
         h->sizes_total += v;
-        h->flags += entry_flags(from, to, v, c, h->a.nr == 0);
+        uint64_t fl = entry_flags(from, to, v, c, h->a.nr == 0);
+        h->flags += fl;
+        if (to % 16 != 0 || strcmp(t->name, "unsorted") == 0) { /* a bin's, not a fastbin's */
+            if ((to & ~(uint64_t)15) < MTRIM_MIN) /* all (or some) under a page: pinned */
+                h->small += v - fl;
+            else /* the ends of each chunk: at most MTRIM_MIN, never more than it holds */
+                h->edges += c <= (v - fl) / MTRIM_MIN ? c * MTRIM_MIN : v - fl;
+        }
     } else if (is(t, "total", "fast")) {
         if (num(ps, t, "size", &v) || num(ps, t, "count", &c))
             return -EINVAL;
@@ -239,6 +251,13 @@ static int heap_close(struct parser *ps, struct heap_acc *h, struct mt_arenas *o
     a->top_bytes = h->rest_bytes - raw;
     a->free_bytes = a->fastbin_bytes + a->bins_bytes + a->top_bytes;
     a->in_use_bytes = a->system_bytes > a->free_bytes ? a->system_bytes - a->free_bytes : 0;
+    a->pinned_small_bytes = h->small < a->bins_bytes ? h->small : a->bins_bytes;
+    a->pinned_edge_bytes = h->edges < a->bins_bytes - a->pinned_small_bytes
+                               ? h->edges
+                               : a->bins_bytes - a->pinned_small_bytes;
+    a->pinned_top_bytes = a->nr != 0 ? a->top_bytes : 0;
+    a->releasable_bytes = a->bins_bytes - a->pinned_small_bytes - a->pinned_edge_bytes +
+                          (a->nr == 0 ? a->top_bytes : 0);
     if (out->count == ARENAS_MAX)
         return fail(ps, "more than %d arenas", ARENAS_MAX);
     if (out->count % 16 == 0) {

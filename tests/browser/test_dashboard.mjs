@@ -291,6 +291,9 @@ async function checkDesktop(demo, ctx) {
     await page.waitForFunction(() => document.querySelectorAll('#arenas .arena').length > 0, null, { timeout: 20e3 });
     const bars = await page.$$eval('#arenas .arena .n', (es) => es.map((e) => e.textContent));
     assert(bars[0] === 'main', 'the first bar is ' + bars[0]);
+    // each bar carries what of its free memory no trim can give back (/memory/arenas' pinned_bytes)
+    const pinned = await page.$$eval('#arenas .arena', (es) => es.map((e) => e.dataset.pinned));
+    assert(pinned.every((p) => /^\d+$/.test(p)), 'pinned per arena: ' + JSON.stringify(pinned));
     const summary = await page.$eval('#arenas-summary', (e) => e.textContent);
     assert(summary.startsWith(bars.length + ' arena'), 'summary ' + summary + ' for ' + bars.length + ' bars');
   });

@@ -73,6 +73,14 @@ static void test_recorded(void)
     CHECK_EQ_INT(a.arena[1].free_bytes, 5760 + 988233 - 2761);
     CHECK_EQ_INT(a.arena[1].in_use_bytes, 2019328 - 5760 - 988233 + 2761);
     CHECK_EQ_INT(a.arena[1].subheaps, 1);
+    /* What a trim can give back: the main arena's top (sbrk); of the thread arena nothing:
+     * its bin chunks are all under a page (pinned: small chunks), its top never madvised. */
+    CHECK_EQ_INT(a.arena[0].releasable_bytes, 129536);
+    CHECK_EQ_INT(a.arena[0].pinned_top_bytes, 0);
+    CHECK_EQ_INT(a.arena[1].releasable_bytes, 0);
+    CHECK_EQ_INT(a.arena[1].pinned_small_bytes, 987817 - 2761);
+    CHECK_EQ_INT(a.arena[1].pinned_edge_bytes, 0);
+    CHECK_EQ_INT(a.arena[1].pinned_top_bytes, 988233 - 987817);
     CHECK_EQ_INT(a.mmapped_bytes, 401408);
     CHECK_EQ_INT(a.mmapped_count, 2);
     CHECK_EQ_INT(a.system_bytes, 2154496);
@@ -80,6 +88,35 @@ static void test_recorded(void)
     CHECK_EQ_INT(a.free_bytes, a.arena[0].free_bytes + a.arena[1].free_bytes);
     arenas_free(&a);
     arenas_free(&a); /* twice is harmless */
+}
+
+/* A thread arena whose free memory is in chunks of 64 KiB: all but their ends releasable. */
+static void test_pinned_large_chunks(void)
+{
+    static const char doc[] =
+        "<malloc version=\"1\">\n<heap nr=\"1\">\n<sizes>\n"
+        "  <size from=\"65541\" to=\"65541\" total=\"655410\" count=\"10\"/>\n"
+        "  <size from=\"49\" to=\"49\" total=\"4900\" count=\"100\"/>\n"
+        "</sizes>\n<total type=\"fast\" count=\"0\" size=\"0\"/>\n"
+        "<total type=\"rest\" count=\"111\" size=\"664406\"/>\n"
+        "<system type=\"current\" size=\"1048576\"/>\n"
+        "</heap>\n</malloc>\n";
+    struct mt_arenas a;
+    char *err = NULL;
+    CHECK_EQ_INT(arenas_parse(doc, sizeof(doc) - 1, &a, &err), 0);
+    if (a.count == 1) {
+        const struct mt_arena *x = &a.arena[0];
+        /* 10 chunks of 65536 (flags 5 each) and 100 of 48 (flags 1 each), a top of 4096 */
+        CHECK_EQ_INT(x->bins_bytes, 655360 + 4800);
+        CHECK_EQ_INT(x->pinned_small_bytes, 4800);
+        CHECK_EQ_INT(x->pinned_edge_bytes, 10 * (4096 + 32));
+        CHECK_EQ_INT(x->pinned_top_bytes, 4096);
+        CHECK_EQ_INT(x->releasable_bytes, 655360 - 10 * (4096 + 32));
+    } else {
+        CHECK_MSG(0, "%d arenas: %s", a.count, h_str(err));
+    }
+    free(err);
+    arenas_free(&a);
 }
 
 /* Every strict prefix of a real document is refused cleanly; so is the rest. */
@@ -266,5 +303,6 @@ int main(void)
     RUN(test_malformed);
     RUN(test_copy);
     RUN(test_real_output);
+    RUN(test_pinned_large_chunks);
     return harness_end();
 }
