@@ -438,7 +438,7 @@ START_MS = 3000  # the shared schedule starts this long after the processes do: 
 
 
 def named_runner(procs, base, workers=NAMED_WORKERS, workload=NAMED_WORKLOAD, timeout=240,
-                 wrap_extra=None):
+                 start_ms=START_MS):
     """survival_util's run() for a named group: `workers` memtrim-prefork --solo processes,
     started one by one inside the cgroup on one shared absolute schedule; "group" preloads
     memtrim with the same GroupName (the first leads: one port, the store in the run's
@@ -446,7 +446,7 @@ def named_runner(procs, base, workers=NAMED_WORKERS, workload=NAMED_WORKLOAD, ti
     def run(mode, cg, k):
         d = base / f"{mode}-{k + 1}"
         d.mkdir()
-        origin = time.monotonic_ns() + START_MS * 1_000_000
+        origin = time.monotonic_ns() + start_ms * 1_000_000
         extra = ["--trim-after"] if mode == "trim-after" else []
         cfg = {"HttpPort": free_port(), "GroupName": "cell", "GroupDir": str(d / "groups"),
                "Database": str(d / "m.sqlite"), "SampleIntervalSeconds": 1}
