@@ -459,6 +459,31 @@ static void api_metrics_group(struct api_text *t, struct memtrim *mt)
     free(m);
 }
 
+/* Pinned memory from the last per-arena reading (glibc; none before the first): no
+ * malloc_info of its own, a scrape never locks an arena for it. */
+static void api_metrics_pinned(struct api_text *t, struct memtrim *mt)
+{
+    struct mt_arenas_pinned p;
+    if (mt_arenas_pinned_get(mt, &p) != 0)
+        return;
+    api_u64(t, "memtrim_arenas_free_bytes", "gauge",
+            "Free memory in glibc's arenas at the last malloc_info reading.", p.free_bytes);
+    api_u64(t, "memtrim_arenas_releasable_bytes", "gauge",
+            "Of it, what malloc_trim can give back (docs/advice.md, Pinned memory).",
+            p.releasable_bytes);
+    api_head(t, "memtrim_arenas_pinned_bytes", "gauge",
+             "Of it, what no trim can give back, by reason.");
+    api_text_printf(t, "memtrim_arenas_pinned_bytes{reason=\"small_chunks\"} %llu\n",
+                    (unsigned long long)p.small_bytes);
+    api_text_printf(t, "memtrim_arenas_pinned_bytes{reason=\"chunk_edges\"} %llu\n",
+                    (unsigned long long)p.edge_bytes);
+    api_text_printf(t, "memtrim_arenas_pinned_bytes{reason=\"thread_arena_top\"} %llu\n",
+                    (unsigned long long)p.top_bytes);
+    api_f64(t, "memtrim_arenas_reading_timestamp_seconds", "gauge",
+            "When that malloc_info reading was taken, seconds since the epoch.",
+            (double)p.timestamp_ms / 1e3);
+}
+
 static void api_metrics_build(const struct server_request *req, struct api_text *t_)
 {
     struct api_text t = *t_;
@@ -483,6 +508,7 @@ static void api_metrics_build(const struct server_request *req, struct api_text 
     api_metrics_pressure(&t, &c);
     api_metrics_gauges(&t, &s);
     api_metrics_allocator(&t, &s);
+    api_metrics_pinned(&t, req->app);
     api_metrics_group(&t, req->app);
     *t_ = t;
 }

@@ -44,6 +44,24 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
     return rc;
 }
 
+int mt_arenas_pinned_get(struct memtrim *mt, struct mt_arenas_pinned *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&mt->arenas.lock);
+    const struct mt_arenas *a = &mt->arenas.last;
+    int rc = mt->arenas.mono_ns ? 0 : -ENOENT;
+    for (int i = 0; rc == 0 && i < a->count; i++) {
+        out->free_bytes += a->arena[i].free_bytes;
+        out->releasable_bytes += a->arena[i].releasable_bytes;
+        out->small_bytes += a->arena[i].pinned_small_bytes;
+        out->edge_bytes += a->arena[i].pinned_edge_bytes;
+        out->top_bytes += a->arena[i].pinned_top_bytes;
+    }
+    out->timestamp_ms = a->timestamp_ms;
+    pthread_mutex_unlock(&mt->arenas.lock);
+    return rc;
+}
+
 static int ncpu(void)
 {
     cpu_set_t set;

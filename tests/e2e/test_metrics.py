@@ -65,3 +65,27 @@ def test_polling_does_not_multiply_mallinfo2(start_demo):
     # (The bound must stay far below one reading a poll for the check to tell them apart.)
     assert allowed < POLLS / 4, f"{POLLS} polls took {elapsed:.1f} s: too slow to tell"
     assert after - before <= allowed, (before, after, elapsed)
+
+
+def test_saved_and_pinned_agree_with_their_sources(demo):
+    """What memtrim saved: memtrim_saved_bytes is memtrim_rss_without_memtrim_bytes less
+    memtrim_rss_bytes on the page. Pinned memory: the last /memory/arenas reading's sums, by
+    reason, never more than the arenas' free memory, and no malloc_info of /metrics' own."""
+    from wait import wait_for
+    text = demo.get("/metrics").text
+    saved = metric_value(text, "memtrim_saved_bytes")
+    assert saved == metric_value(text, "memtrim_rss_without_memtrim_bytes") - \
+        metric_value(text, "memtrim_rss_bytes"), text
+    r = wait_for(lambda: (lambda x: x if x.status_code == 200 else None)(
+        demo.get("/memory/arenas?max_age=5m")), 30, "a per-arena reading")
+    arenas = r.json()["arenas"]
+    text = demo.get("/metrics").text
+    reads = metric_value(text, "memtrim_arenas_reading_timestamp_seconds")
+    assert reads is not None, text
+    got = {why: metric_value(text, "memtrim_arenas_pinned_bytes", f'reason="{why}"')
+           for why in ("small_chunks", "chunk_edges", "thread_arena_top")}
+    if reads * 1000 == r.json()["timestamp_ms"]:  # the same reading (none newer meanwhile)
+        assert got["small_chunks"] == sum(a["pinned"]["small_chunks_bytes"] for a in arenas)
+        assert metric_value(text, "memtrim_arenas_free_bytes") == sum(a["free_bytes"] for a in arenas)
+    free = metric_value(text, "memtrim_arenas_free_bytes")
+    assert metric_value(text, "memtrim_arenas_releasable_bytes") + sum(got.values()) <= free, text
