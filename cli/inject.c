@@ -167,12 +167,11 @@ static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip
 
 /* Is the thread inside a signal handler (which may have interrupted malloc with its lock
  * held)? A handler's frame starts with glibc's restorer address: look for it on the stack. */
-static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t restorer)
+static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end, uint64_t restorer)
 {
-    uint64_t start, end;
-    if (!restorer || target_mapping(pid, rsp, &start, &end) != 0)
+    if (!restorer)
         return 0;
-    static uint64_t buf[8192];
+    static uint64_t buf[4096]; /* 32 KiB a read, 128 KiB of stack at most */
     uint64_t at = rsp & ~(uint64_t)7, stop = end < at + 4 * sizeof buf ? end : at + 4 * sizeof buf;
     while (at < stop) {
         size_t len = stop - at < sizeof buf ? (size_t)(stop - at) : sizeof buf;
@@ -304,10 +303,11 @@ static int fill_page(pid_t pid, uint64_t page, int write_code, const struct save
 
 /* Our page, if the target has one that no call is using (a killed tool's call may still run:
  * it is waited for). */
-static uint64_t usable_page(pid_t pid, double deadline, int *busy)
+static uint64_t usable_page(pid_t pid, uint64_t page, double deadline, int *busy)
 {
-    uint64_t page = target_find_page(pid);
     *busy = 0;
+    if (!page)
+        return 0;
     if (!page)
         return 0;
     for (;;) {
@@ -328,6 +328,7 @@ static uint64_t usable_page(pid_t pid, double deadline, int *busy)
 struct pick {
     pid_t tid;
     long nr;
+    uint64_t sp, stack_end; /* its stack pointer in the call, and the end of that mapping */
 };
 
 /* The safe threads now, the main thread last (it is the host's own loop more often). */
@@ -338,10 +339,13 @@ static int safe_threads(pid_t pid, struct pick *out, int max, char *why, size_t 
     size_t w = 0;
     why[0] = 0;
     for (int i = n - 1; i >= 0 && k < max; i--) {
-        uint64_t args[6];
+        uint64_t args[7], start, end;
         long nr = target_thread_syscall(pid, tids[i], args);
-        if (nr >= 0 && target_syscall_safe(nr, args)) {
+        if (nr >= 0 && target_syscall_safe(nr, args) &&
+            target_mapping(pid, args[6], &start, &end) == 0) {
             out[k].tid = tids[i];
+            out[k].sp = args[6];
+            out[k].stack_end = end;
             out[k++].nr = nr;
         } else if (w + 64 < whylen) {
             const char *name = nr >= 0 ? target_syscall_name(nr) : NULL;
@@ -369,6 +373,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
     while (rc == INJECT_NO_THREAD) {
         struct pick picks[64];
         int n = safe_threads(t->pid, picks, 64, why, sizeof why);
+        uint64_t known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
         for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++) {
             pid_t tid = picks[i].tid;
             double t0 = now_s();
@@ -380,7 +385,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
             }
             if (sr != 0)
                 continue;
-            if (ptrace(PTRACE_GETREGS, tid, 0, &s.regs) != 0 ||
+            if (ptrace(PTRACE_GETREGS, tid, 0, &s.regs) != 0 || s.regs.rsp != picks[i].sp ||
                 resume_point(&s.regs, picks[i].nr, &s.resume_rip, &s.resume_rax) != 0) {
                 ptrace(PTRACE_DETACH, tid, 0, 0); /* it moved on: untouched */
                 snprintf(reason, sizeof reason, "thread %d left its system call", (int)tid);
@@ -388,7 +393,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
             }
             unsigned char insn[2] = {0};
             if (mem_read(t->pid, s.regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05 ||
-                in_signal_handler(t->pid, s.regs.rsp, restorer)) {
+                in_signal_handler(t->pid, s.regs.rsp, picks[i].stack_end, restorer)) {
                 ptrace(PTRACE_DETACH, tid, 0, 0);
                 snprintf(reason, sizeof reason, "thread %d is inside a signal handler", (int)tid);
                 continue;
@@ -400,7 +405,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
                 continue;
             }
             int busy;
-            uint64_t page = usable_page(t->pid, thread_deadline, &busy);
+            uint64_t page = usable_page(t->pid, known_page, thread_deadline, &busy);
             c->new_page = 0;
             sigset_t all, old;
             sigfillset(&all);

@@ -377,16 +377,17 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
     *max = read_i64(file);
 }
 
-long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[6])
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
 {
     char path[96], buf[512];
     snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
     if (read_small(path, buf, sizeof buf) <= 0 || strncmp(buf, "running", 7) == 0)
         return -2;
     long nr;
-    memset(args, 0, 6 * sizeof args[0]);
-    int n = sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64,
-                   &nr, &args[0], &args[1], &args[2], &args[3], &args[4], &args[5]);
+    memset(args, 0, 7 * sizeof args[0]);
+    int n = sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64
+                   " %" SCNx64, &nr, &args[0], &args[1], &args[2], &args[3], &args[4], &args[5],
+                   &args[6]);
     if (n < 1)
         return -2;
     return nr < 0 ? -1 : nr;

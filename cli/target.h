@@ -57,8 +57,8 @@ int64_t target_rss(pid_t pid);
 /* The cgroup's usage and limit as /memory/stats names them (-1 where unknown). */
 void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
- * one, -2 when running or unreadable) and six arguments. */
-long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[6]);
+ * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);
 /* The threads, up to max; their count. */
 int target_threads(pid_t pid, pid_t *tids, int max);
 /* 1 if syscall nr with these arguments is one the allocator and loader never make while

@@ -8,7 +8,10 @@ machine's own noise), interleaved run by run. Measured per run: RSS released, th
 gap of the churn threads while the tool ran (the stall it caused), the tool's wall time.
 Prints the medians per arm and thread count, and the ratios the issue asks for.
 
-usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64]
+usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64] [--arms memtrim,gdb,none]
+(Debian 12's gdb 13.1 cannot call a function on a CPU with AMX: "Couldn't write extended
+state status: Bad address"; there run it in the test VM, tests/vm/run.sh, or with
+--arms memtrim,none.)
 """
 import json
 import statistics
@@ -77,11 +80,14 @@ def main():
     tlist = [8, 64]
     if "--threads" in sys.argv:
         tlist = [int(x) for x in sys.argv[sys.argv.index("--threads") + 1].split(",")]
+    arms = ("memtrim", "gdb", "none")
+    if "--arms" in sys.argv:
+        arms = tuple(sys.argv[sys.argv.index("--arms") + 1].split(","))
     print(f"load before: {open('/proc/loadavg').read().strip()}")
     for threads in tlist:
-        res = {"memtrim": [], "gdb": [], "none": []}
+        res = {a: [] for a in arms}
         for _ in range(runs):
-            for arm in ("memtrim", "gdb", "none"):
+            for arm in arms:
                 res[arm].append(one(build, threads, arm))
                 print(f"  {threads} {arm}: {res[arm][-1]}", flush=True)
         med = {a: {k: statistics.median(r[k] for r in res[a]) for k in ("released", "stall", "wall")}
@@ -91,6 +97,8 @@ def main():
                   f"{med[a]['stall']:7.1f} ms  wall {med[a]['wall']:.3f} s   runs: "
                   + ", ".join(f"{r['released']:.0f}MB/{r['stall']:.0f}ms/{r['wall']:.2f}s"
                               for r in res[a]))
+        if "gdb" not in med or "memtrim" not in med:
+            continue
         m, g = med["memtrim"], med["gdb"]
         print(f"{threads} threads: released memtrim/gdb {m['released'] / g['released']:.3f}, "
               f"stall memtrim/gdb {m['stall'] / g['stall']:.3f}, wall memtrim/gdb "
