@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -25,13 +26,16 @@ def as_nobody():
 
 
 @pytest.fixture
-def bins(tmp_path):
-    """The tool and the target where nobody can run them (the checkout may be 0700)."""
-    tmp_path.chmod(0o755)
+def bins():
+    """The tool and the target where nobody can run them (the checkout and pytest's own
+    temporary directories may be 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="memtrim-yama-"))
+    d.chmod(0o755)
     for name in ("memtrim", "memtrim-cli-target"):
-        shutil.copy(BUILD / name, tmp_path / name)
-        (tmp_path / name).chmod(0o755)
-    return tmp_path
+        shutil.copy(BUILD / name, d / name)
+        (d / name).chmod(0o755)
+    yield d
+    shutil.rmtree(d)
 
 
 @pytest.fixture
