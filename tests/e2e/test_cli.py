@@ -5,7 +5,9 @@ plain glibc program) while two of its threads malloc, fill, check and free block
 one sleeps 20 ms at a time and the main one reads commands: every call answers, no block
 changes, no sleep is cut short, every SIGUSR1 sent meanwhile is delivered, the target keeps one
 page of ours (not 1,000), nobody traces it after, and its allocation loop keeps most of its
-pace. The single-case rules and their controls are tests/unit/test_cli.c.
+pace. The single-case rules and their controls are tests/unit/test_cli.c. Also real Debian
+programs, unmodified: python3 with four threads that freed what they allocated, and ruby
+after a GC: stats and trim from outside, the main thread (in read) taken, their input read on.
 """
 import json
 import os
@@ -13,6 +15,8 @@ import signal
 import statistics
 import subprocess
 import time
+
+import pytest
 
 from conftest import BUILD
 
@@ -98,3 +102,59 @@ def test_a_thousand_attaches_leave_the_target_whole():
     finally:
         if t.p.poll() is None:
             t.stop()
+
+
+PY_THREADS = """
+import sys, threading
+done, kept = [], []
+def work():
+    b = [bytearray(2048) for _ in range(30000)]  # 60 MB in this thread's arena
+    kept.append(b[::10])  # one block in ten stays: the arena cannot shrink from its top
+    del b
+    done.append(1)
+    threading.Event().wait()  # then a futex: never a thread memtrim takes
+for _ in range(4):
+    threading.Thread(target=work, daemon=True).start()
+import time
+while len(done) < 4:
+    time.sleep(0.01)
+print('ready', flush=True)
+sys.stdin.read()
+"""
+
+RUBY = """
+b = Array.new(400_000) { 'x' * 500 }
+b = nil
+GC.start
+STDOUT.puts 'ready'
+STDOUT.flush
+STDIN.read
+"""
+
+
+@pytest.mark.parametrize("argv", [["/usr/bin/python3", "-c", PY_THREADS],
+                                  ["/usr/bin/ruby", "-e", RUBY]], ids=["python3", "ruby"])
+def test_debian_programs(argv):
+    """Unmodified Debian interpreters: the tool takes the main thread (in read) and gives back
+    what they freed; stats sees the heap; both go on."""
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        r = subprocess.run([str(TOOL), "stats", str(p.pid), "--json"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        stats = json.loads(r.stdout)
+        assert stats["heap_free_bytes"] > 50 << 20, stats
+        r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["allocator"] == "glibc" and out["thread_syscall"] == "read", out
+        assert out["released_bytes"] > 40 << 20, out
+        assert status_field(p.pid, "TracerPid") == "0"
+        p.stdin.close()  # the read it was in goes on and sees the end of input
+        assert p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
