@@ -3,7 +3,7 @@
  * (`memtrim trim PID`, `memtrim stats PID`), through one thread of it (inject.c), with the
  * kernel's reason when it may not. It talks to the engine only through the C ABI it injects;
  * for trim and stats it calls the target's own allocator. One thread; exit codes in
- * docs/memtrim.1.
+ * docs/memtrim.1. --tree walks a process's descendants and acts on each in turn.
  */
 #include "inject.h"
 #include "target.h"
@@ -30,6 +30,7 @@ struct opts {
     const char *verb;
     pid_t pid;
     int json;
+    int tree;  /* --tree: pid and its descendants, one line each */
     double thread_wait_s, call_wait_s;
     long pad;
 };
@@ -38,7 +39,8 @@ static void usage(FILE *f)
 {
     fputs("usage: memtrim trim PID [--pad BYTES] [options]\n"
           "       memtrim stats PID [options]\n"
-          "options: --json (JSON even on a terminal), --thread-wait SECONDS (default 5),\n"
+          "options: --json (JSON even on a terminal), --tree (PID and its descendants, a line\n"
+          "         each), --thread-wait SECONDS (default 5),\n"
           "         --timeout SECONDS (the call's deadline, default 30)\n"
           "See memtrim(1).\n", f);
 }
@@ -65,6 +67,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
             o->json = 1;
+        } else if (!strcmp(a, "--tree")) {
+            o->tree = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             exit(EXIT_OK);
@@ -130,7 +134,10 @@ static int fail(const struct opts *o, int code, const char *msg)
 {
     static const char *const codes[] = {"ok", "usage", "refused", "unsupported", "no_safe_thread",
                                         "timeout", "failed"};
-    fprintf(stderr, "memtrim: %s\n", msg);
+    if (o->tree && !o->json)
+        printf("memtrim: process %d: %s\n", (int)o->pid, msg); /* its line among the others' */
+    else
+        fprintf(stderr, "memtrim: %s\n", msg);
     if (o->json) {
         cJSON *j = cJSON_CreateObject();
         cJSON_AddNumberToObject(j, "pid", o->pid);
@@ -280,6 +287,64 @@ static int stats(const struct opts *o, struct target *t)
     return EXIT_OK;
 }
 
+/* One process: the checks, then the verb; its exit code. */
+static int act(const struct opts *o)
+{
+    struct target t = {.pid = o->pid};
+    char err[1024], buf[1024];
+    if (target_read_status(o->pid, &t.st, err, sizeof err) != 0)
+        return fail(o, EXIT_FAILED, err);
+    if (o->pid == getpid())
+        return fail(o, EXIT_USAGE, "memtrim cannot act on itself");
+    if (t.st.state == 'Z' || t.st.state == 'X')
+        return fail(o, EXIT_FAILED, "the process has exited (zombie)");
+    if (t.st.state == 'T' || t.st.state == 't') {
+        snprintf(buf, sizeof buf, "process %d is stopped (State: %c): memtrim acts only on running "
+                 "processes", (int)o->pid, t.st.state);
+        return fail(o, EXIT_REFUSED, buf);
+    }
+    const char *why = target_refusal(o->pid, &t.st, buf, sizeof buf);
+    if (why)
+        return fail(o, EXIT_REFUSED, why);
+    if (t.st.seccomp == 1) {
+        snprintf(buf, sizeof buf, "process %d runs in seccomp strict mode (Seccomp: 1): any call "
+                 "memtrim makes there would kill it", (int)o->pid);
+        return fail(o, EXIT_REFUSED, buf);
+    }
+    if (target_find_alloc(&t, err, sizeof err) != 0)
+        return fail(o, t.alloc == ALLOC_GLIBC ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
+    return !strcmp(o->verb, "trim") ? trim(o, &t) : stats(o, &t);
+}
+
+/* --tree: each process of the tree in turn, one line each; a refusal for one does not stop
+ * the others. The exit code is 0 when every one succeeded, else the first failure's. */
+static int act_tree(const struct opts *o)
+{
+    enum { TREE_MAX = 4096 };
+    pid_t *pids = malloc(TREE_MAX * sizeof *pids);
+    if (!pids)
+        return fail(o, EXIT_FAILED, "out of memory");
+    int n = target_tree(o->pid, pids, TREE_MAX), worst = 0;
+    if (n == 0) {
+        free(pids);
+        char buf[64];
+        snprintf(buf, sizeof buf, "no process %d", (int)o->pid);
+        return fail(o, EXIT_FAILED, buf);
+    }
+    for (int i = 0; i < n; i++) {
+        if (pids[i] == getpid())
+            continue; /* run from a shell of the tree */
+        struct opts one = *o;
+        one.pid = pids[i];
+        int rc = act(&one);
+        fflush(stdout);
+        if (rc && !worst)
+            worst = rc;
+    }
+    free(pids);
+    return worst;
+}
+
 int main(int argc, char **argv)
 {
     struct opts o;
@@ -290,28 +355,5 @@ int main(int argc, char **argv)
 #ifndef __x86_64__
     return fail(&o, EXIT_UNSUPPORTED, "this memtrim command supports x86_64 only");
 #endif
-    struct target t = {.pid = o.pid};
-    char err[1024], buf[1024];
-    if (target_read_status(o.pid, &t.st, err, sizeof err) != 0)
-        return fail(&o, EXIT_FAILED, err);
-    if (o.pid == getpid())
-        return fail(&o, EXIT_USAGE, "memtrim cannot act on itself");
-    if (t.st.state == 'Z' || t.st.state == 'X')
-        return fail(&o, EXIT_FAILED, "the process has exited (zombie)");
-    if (t.st.state == 'T' || t.st.state == 't') {
-        snprintf(buf, sizeof buf, "process %d is stopped (State: %c): memtrim acts only on running "
-                 "processes", (int)o.pid, t.st.state);
-        return fail(&o, EXIT_REFUSED, buf);
-    }
-    const char *why = target_refusal(o.pid, &t.st, buf, sizeof buf);
-    if (why)
-        return fail(&o, EXIT_REFUSED, why);
-    if (t.st.seccomp == 1) {
-        snprintf(buf, sizeof buf, "process %d runs in seccomp strict mode (Seccomp: 1): any call "
-                 "memtrim makes there would kill it", (int)o.pid);
-        return fail(&o, EXIT_REFUSED, buf);
-    }
-    if (target_find_alloc(&t, err, sizeof err) != 0)
-        return fail(&o, t.alloc == ALLOC_GLIBC ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
-    return !strcmp(o.verb, "trim") ? trim(&o, &t) : stats(&o, &t);
+    return o.tree ? act_tree(&o) : act(&o);
 }

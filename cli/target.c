@@ -12,6 +12,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,6 +393,79 @@ long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
     if (n < 1)
         return -2;
     return nr < 0 ? -1 : nr;
+}
+
+/* The parent of each process in /proc, read once: stat's fourth field, after the name's
+ * last ')' (a name may hold ')' and spaces). */
+static pid_t stat_ppid(const char *pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    char state;
+    int ppid;
+    if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+        return -1;
+    return (pid_t)ppid;
+}
+
+int target_tree(pid_t pid, pid_t *out, int max)
+{
+    if (max < 1 || (kill(pid, 0) != 0 && errno == ESRCH))
+        return 0;
+    size_t len = 0, cap = 1024;
+    pid_t(*all)[2] = malloc(cap * sizeof *all);
+    DIR *d = opendir("/proc");
+    if (!all || !d) {
+        free(all);
+        if (d)
+            closedir(d);
+        out[0] = pid;
+        return 1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        pid_t pp = stat_ppid(e->d_name);
+        if (pp <= 0)
+            continue;
+        if (len == cap) {
+            void *n = cap < (SIZE_MAX / sizeof *all) / 2 ? realloc(all, 2 * cap * sizeof *all) : NULL;
+            if (!n)
+                break;
+            all = n;
+            cap *= 2;
+        }
+        all[len][0] = (pid_t)atoi(e->d_name);
+        all[len][1] = pp;
+        len++;
+    }
+    closedir(d);
+    /* Breadth first: out[0..n) is the queue; a pid is added once (a reused pid cannot make a
+     * cycle within one reading, but the check costs nothing). */
+    int n = 0;
+    out[n++] = pid;
+    for (int head = 0; head < n && n < max; head++)
+        for (size_t i = 0; i < len && n < max; i++) {
+            if (all[i][1] != out[head])
+                continue;
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = out[k] == all[i][0];
+            if (!seen)
+                out[n++] = all[i][0];
+        }
+    free(all);
+    return n;
 }
 
 int target_threads(pid_t pid, pid_t *tids, int max)

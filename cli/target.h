@@ -59,6 +59,9 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);
+/* pid and its descendants (children's children too, from each /proc/N/stat's ppid), pid
+ * first and each parent before its children, up to max; their count (0 if pid is gone). */
+int target_tree(pid_t pid, pid_t *out, int max);
 /* The threads, up to max; their count. */
 int target_threads(pid_t pid, pid_t *tids, int max);
 /* 1 if syscall nr with these arguments is one the allocator and loader never make while

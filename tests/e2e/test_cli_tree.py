@@ -1,0 +1,113 @@
+"""memtrim trim --tree / stats --tree against Debian's gunicorn, unmodified (issue 29).
+
+gunicorn's arbiter preforks 3 sync workers; each has served requests that left ~36 MB of freed
+small blocks in its heap (one block in ten kept). The control: `memtrim trim ARBITER` without
+--tree answers for the arbiter alone and leaves every worker's RSS where it was. Then, with one
+worker stopped (SIGSTOP), `--tree` gives one JSON line per process: the stopped worker's says
+it was refused because it is stopped, every other worker released memory, all are alive and
+serve on; after SIGCONT a second `--tree` trims that worker too. `stats --tree` answers for
+the same pids.
+"""
+import json
+import os
+import signal
+import subprocess
+import textwrap
+
+import pytest
+import requests
+
+from conftest import BUILD
+from hosts_util import children_of, free_port, procs  # noqa: F401
+from wait import wait_for
+
+PYTHON = "/usr/bin/python3"
+TOOL = BUILD / "memtrim"
+
+APP = textwrap.dedent("""
+    import os
+    pinned = []
+    def app(environ, start_response):
+        junk = [bytearray(1000) for _ in range(40000)]   # 40 MB in small blocks
+        pinned[:] = junk[::10]                            # one in ten kept: no top to trim
+        del junk
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [str(os.getpid()).encode()]
+""")
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def tool(*args):
+    r = subprocess.run([str(TOOL), *args, "--json"], capture_output=True, text=True, timeout=120)
+    return r.returncode, [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+
+
+def serve_all(app_port, workers):
+    served = set()
+
+    def more():
+        served.add(int(requests.get(f"http://127.0.0.1:{app_port}/", timeout=30).text))
+        return served == set(workers)
+    wait_for(more, 60, f"a request served by each of {workers}")
+
+
+def test_tree_trims_gunicorns_workers(procs, tmp_path):  # noqa: F811
+    if subprocess.run([PYTHON, "-c", "import gunicorn"], capture_output=True).returncode:
+        pytest.skip("python3-gunicorn is not installed (tests/install-deps.sh)")
+    (tmp_path / "app.py").write_text(APP)
+    app_port = free_port()
+    p = procs([PYTHON, "-m", "gunicorn", "--workers", "3", "--bind", f"127.0.0.1:{app_port}",
+               "--chdir", str(tmp_path), "app:app"], tmp_path / "gunicorn.log", cwd=tmp_path)
+    workers = wait_for(lambda: len(children_of(p.pid)) == 3 and children_of(p.pid), 30,
+                       "gunicorn's 3 workers")
+    serve_all(app_port, workers)
+    tree = [p.pid] + workers
+
+    # Control: without --tree only the arbiter is acted on; the workers keep their heaps.
+    before = {w: rss(w) for w in workers}
+    rc, lines, err = tool("trim", str(p.pid))
+    assert rc == 0, err
+    assert [x["pid"] for x in lines] == [p.pid]
+    for w in workers:
+        assert rss(w) > before[w] - (4 << 20), (w, before[w], rss(w))
+
+    rc, lines, err = tool("stats", "--tree", str(p.pid))
+    assert rc == 0, err
+    assert sorted(x["pid"] for x in lines) == sorted(tree) and lines[0]["pid"] == p.pid
+    for x in lines:
+        if x["pid"] in workers:
+            assert x["heap_free_bytes"] > 20 << 20, x
+
+    stopped = workers[0]
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        wait_for(lambda: open(f"/proc/{stopped}/stat").read().rsplit(")", 1)[1].split()[0]
+                 in "Tt", 10, f"worker {stopped} stopped")
+        rc, lines, err = tool("trim", "--tree", str(p.pid))
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    by_pid = {x["pid"]: x for x in lines}
+    assert len(lines) == len(tree) and sorted(by_pid) == sorted(tree), lines
+    assert rc == 2, (rc, err)  # the first failure's code: refused
+    assert by_pid[stopped]["error"]["code"] == "refused", by_pid[stopped]
+    assert "stopped" in by_pid[stopped]["error"]["message"]
+    for w in workers[1:]:
+        assert by_pid[w]["released_bytes"] > 10 << 20, by_pid[w]
+        assert by_pid[w]["thread"] == w
+    assert all(os.path.exists(f"/proc/{pid}") for pid in tree)
+
+    rc, lines, err = tool("trim", "--tree", str(p.pid))
+    assert rc == 0, err
+    by_pid = {x["pid"]: x for x in lines}
+    assert by_pid[stopped]["released_bytes"] > 10 << 20, by_pid[stopped]
+
+    assert children_of(p.pid) == workers  # none died and none was replaced
+    for pid in tree:
+        with open(f"/proc/{pid}/status") as f:
+            assert "TracerPid:\t0\n" in f.read()
+    serve_all(app_port, workers)
+    assert p.stop() == 0, p.output()
