@@ -264,9 +264,15 @@ static int fill_page(pid_t pid, uint64_t page, int write_code, const struct save
     memcpy(AT(TR_MAGIC_OFF), TR_MAGIC, 8);
     PUT(TR_SELF, page);
     PUT(TR_FUNC, c->func);
-    PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0]);
-    PUT(TR_ARG1, c->args[1]);
-    PUT(TR_ARG2, c->args[2]);
+    PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0] + (c->page_args & 1 ? page : 0));
+    PUT(TR_ARG1, c->args[1] + (c->page_args & 2 ? page : 0));
+    PUT(TR_ARG2, c->args[2] + (c->page_args & 4 ? page : 0));
+    if (c->in) {
+        size_t n = strlen(c->in);
+        if (n >= TR_PATH_MAX)
+            return -1;
+        memcpy(AT(TR_PATH), c->in, n + 1);
+    }
     uint64_t low = s->regs.rsp - TR_RED_ZONE - 16;
     PUT(TR_LOW_RSP, low);
     /* the features the kernel saved (its sw_reserved bytes say which: XCR0), never AMX's

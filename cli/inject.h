@@ -23,6 +23,8 @@ struct inject_call {
     uint64_t args[3];
     int arg0_is_out;      /* args[0] := the page's output buffer (a struct returned in memory) */
     size_t out_len;       /* bytes of the output buffer to read back, at most 1024 */
+    const char *in;       /* a string copied to the page's TR_PATH (at most TR_PATH_MAX bytes) */
+    unsigned page_args;   /* bit i: args[i] is an offset in the page (TR_PATH, TR_OUT) */
     double thread_wait_s; /* how long to look for a safe thread */
     double call_wait_s;   /* how long the call may take */
     /* results */

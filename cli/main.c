@@ -2,17 +2,22 @@
  * main.c - the memtrim command: acts on a running process by pid from outside
  * (`memtrim trim PID`, `memtrim stats PID`), through one thread of it (inject.c), with the
  * kernel's reason when it may not. It talks to the engine only through the C ABI it injects;
- * for trim and stats it calls the target's own allocator. One thread; exit codes in
- * docs/memtrim.1. --tree walks a process's descendants and acts on each in turn.
+ * for trim and stats it calls the target's own allocator; `memtrim load PID` calls the
+ * target's dlopen on libmemtrim.so, then its memtrim_attach (include/memtrim.h). One thread;
+ * exit codes in docs/memtrim.1. --tree walks a process's descendants and acts on each in turn.
  */
 #include "inject.h"
 #include "target.h"
+#include "tramp.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -24,6 +29,7 @@ enum exit_code {
     EXIT_NO_THREAD = 4,   /* no safe thread in time: untouched */
     EXIT_TIMEOUT = 5,     /* the call goes on past the deadline */
     EXIT_FAILED = 6,
+    EXIT_ALREADY = 7,     /* load: memtrim already runs there */
 };
 
 struct opts {
@@ -33,12 +39,14 @@ struct opts {
     int tree;  /* --tree: pid and its descendants, one line each */
     double thread_wait_s, call_wait_s;
     long pad;
+    const char *config, *library; /* load */
 };
 
 static void usage(FILE *f)
 {
     fputs("usage: memtrim trim PID [--pad BYTES] [options]\n"
           "       memtrim stats PID [options]\n"
+          "       memtrim load PID [--config JSON|FILE] [--library PATH] [options]\n"
           "options: --json (JSON even on a terminal), --tree (PID and its descendants, a line\n"
           "         each), --thread-wait SECONDS (default 5),\n"
           "         --timeout SECONDS (the call's deadline, default 30)\n"
@@ -80,6 +88,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
                 return -1;
             }
             i++;
+        } else if ((!strcmp(a, "--config") || !strcmp(a, "--library")) && i + 1 < argc) {
+            *(a[2] == 'c' ? &o->config : &o->library) = argv[++i];
         } else if (!strcmp(a, "--pad") && i + 1 < argc) {
             char *end;
             errno = 0;
@@ -111,12 +121,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
             return -1;
         }
     }
-    if (!o->verb || (strcmp(o->verb, "trim") && strcmp(o->verb, "stats"))) {
-        fprintf(stderr, "memtrim: %s\n", o->verb ? "unknown command (trim, stats)" : "no command");
+    if (!o->verb || (strcmp(o->verb, "trim") && strcmp(o->verb, "stats") && strcmp(o->verb, "load"))) {
+        fprintf(stderr, "memtrim: %s\n", o->verb ? "unknown command (trim, stats, load)" : "no command");
         return -1;
     }
     if (!o->pid) {
         fprintf(stderr, "memtrim: %s needs a process id\n", o->verb);
+        return -1;
+    }
+    if (o->tree && !strcmp(o->verb, "load")) {
+        fprintf(stderr, "memtrim: --tree is for trim and stats; load acts on one process\n");
         return -1;
     }
     return 0;
@@ -133,7 +147,7 @@ static double now_s(void)
 static int fail(const struct opts *o, int code, const char *msg)
 {
     static const char *const codes[] = {"ok", "usage", "refused", "unsupported", "no_safe_thread",
-                                        "timeout", "failed"};
+                                        "timeout", "failed", "already_loaded"};
     if (o->tree && !o->json)
         printf("memtrim: process %d: %s\n", (int)o->pid, msg); /* its line among the others' */
     else
@@ -287,6 +301,224 @@ static int stats(const struct opts *o, struct target *t)
     return EXIT_OK;
 }
 
+/* The configuration as text: inline JSON, or the file's contents (read here, in the tool's
+ * mount namespace: the target may not see the file). NULL with err set. */
+static char *load_config_text(const char *arg, char *err, size_t errlen)
+{
+    const char *p = arg ? arg : "{}";
+    while (*p == ' ' || *p == '\t' || *p == '\n')
+        p++;
+    char *text = NULL;
+    if (*p == '{') {
+        text = strdup(p);
+    } else {
+        FILE *f = fopen(arg, "re");
+        if (!f) {
+            snprintf(err, errlen, "--config: cannot read %s: %s", arg, strerror(errno));
+            return NULL;
+        }
+        text = calloc(1, TR_PATH_MAX + 1);
+        size_t n = text ? fread(text, 1, TR_PATH_MAX, f) : 0;
+        fclose(f);
+        if (text)
+            text[n] = 0;
+    }
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (!j || !cJSON_IsObject(j)) {
+        snprintf(err, errlen, "--config: not a JSON object: %.200s", text);
+        cJSON_Delete(j);
+        free(text);
+        return NULL;
+    }
+    /* sent compact: it must fit the page's string buffer */
+    char *compact = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    free(text);
+    if (compact && strlen(compact) >= TR_PATH_MAX) {
+        snprintf(err, errlen, "--config: %zu bytes once compacted, more than the %d the call "
+                 "carries", strlen(compact), TR_PATH_MAX - 1);
+        free(compact);
+        return NULL;
+    }
+    return compact;
+}
+
+/* libmemtrim.so: --library, beside this command (a build tree), or the install's libdir. */
+static int find_library(const struct opts *o, char *out, size_t len)
+{
+    if (o->library)
+        return realpath(o->library, out) && len >= PATH_MAX ? 0 : -1;
+    char exe[PATH_MAX], cand[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(cand, sizeof cand, "%s/libmemtrim.so", exe);
+        if (realpath(cand, out))
+            return 0;
+    }
+    snprintf(cand, sizeof cand, "%s/libmemtrim.so", MEMTRIM_INSTALL_LIBDIR);
+    return realpath(cand, out) ? 0 : -1;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The path the target opens: the library itself when the target shares our mount namespace
+ * and uid; otherwise a copy in the target's own /tmp, written through /proc/PID/root (its
+ * mount namespace: a container's), mode 0644, removed once loaded (docs/architecture.md). */
+static int target_path(const struct target *t, const char *lib, char *out, size_t len, char *copy,
+                       size_t copylen, char *err, size_t errlen)
+{
+    char ns[64];
+    copy[0] = 0;
+    snprintf(ns, sizeof ns, "/proc/%d/ns/mnt", (int)t->pid);
+    if (same_file("/proc/self/ns/mnt", ns) && t->st.euid == geteuid()) {
+        snprintf(out, len, "%s", lib);
+        return 0;
+    }
+    snprintf(out, len, "/tmp/libmemtrim-load-%d-%d.so", (int)getpid(), (int)t->pid);
+    snprintf(copy, copylen, "/proc/%d/root%s", (int)t->pid, out);
+    FILE *in = fopen(lib, "rbe");
+    int fd = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    FILE *w = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    int ok = in && w;
+    char buf[65536];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        ok = fwrite(buf, 1, n, w) == n;
+    ok = ok && !ferror(in);
+    if (in)
+        fclose(in);
+    if (w)
+        ok = fclose(w) == 0 && ok;
+    else if (fd >= 0)
+        close(fd);
+    if (!ok || fchmodat(AT_FDCWD, copy, 0644, 0) != 0) {
+        snprintf(err, errlen, "cannot copy %.400s to %.400s (the target's /tmp): %s", lib, copy,
+                 strerror(errno));
+        unlink(copy);
+        copy[0] = 0;
+        return -1;
+    }
+    return 0;
+}
+
+/* memtrim_attach in an instance already loaded: 0, or an exit code. */
+static int attach(const struct opts *o, struct target *t, const struct target_lib *lib,
+                  const char *json, int loaded_now, double t0)
+{
+    uint64_t fn = target_sym(lib, "memtrim_attach");
+    if (!fn) {
+        char msg[800];
+        snprintf(msg, sizeof msg, "process %d maps %s, which exports no memtrim_attach (an older "
+                 "memtrim?)", (int)t->pid, lib->path);
+        return fail(o, EXIT_UNSUPPORTED, msg);
+    }
+    struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
+                            .in = json, .out_len = 1024};
+    int rc = do_call(o, t, &c);
+    if (rc)
+        return rc;
+    char out[1025];
+    memcpy(out, c.out, 1024);
+    out[1024] = 0;
+    int r = (int)c.result;
+    char msg[1400];
+    if (r == -EALREADY) {
+        snprintf(msg, sizeof msg, "memtrim is already loaded in process %d%s%s", (int)t->pid,
+                 out[0] ? "; its API listens on " : " (no API address)", out);
+        fprintf(stderr, "memtrim: %s\n", msg);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "pid", t->pid);
+        cJSON *e = cJSON_AddObjectToObject(j, "error");
+        cJSON_AddStringToObject(e, "code", "already_loaded");
+        cJSON_AddStringToObject(e, "message", msg);
+        if (out[0])
+            cJSON_AddStringToObject(j, "listen", out);
+        cJSON_AddStringToObject(j, "library", lib->path);
+        if (o->json)
+            emit(o, j, msg); /* JSON only: the line is on stderr already */
+        else
+            cJSON_Delete(j);
+        return EXIT_ALREADY;
+    }
+    if (r < 0 || r == 1) {
+        snprintf(msg, sizeof msg, "memtrim was loaded into process %d but did not start: %s",
+                 (int)t->pid, out[0] ? out : strerror(-r));
+        return fail(o, r == 1 ? EXIT_REFUSED : EXIT_FAILED, msg);
+    }
+    cJSON *j = cJSON_CreateObject();
+    add_common(j, t, &c);
+    cJSON_AddStringToObject(j, "listen", out);
+    cJSON_AddStringToObject(j, "library", lib->path);
+    cJSON_AddBoolToObject(j, "loaded_now", loaded_now);
+    cJSON_AddNumberToObject(j, "duration_seconds", now_s() - t0);
+    snprintf(msg, sizeof msg, "memtrim: loaded into process %d (%s); its API listens on %s",
+             (int)t->pid, t->st.name, out);
+    emit(o, j, msg);
+    return EXIT_OK;
+}
+
+static int load(const struct opts *o, struct target *t)
+{
+    char err[1024], lib[PATH_MAX], path[PATH_MAX + 64], copy[PATH_MAX + 128];
+    double t0 = now_s();
+    char *json = load_config_text(o->config, err, sizeof err);
+    if (!json)
+        return fail(o, EXIT_USAGE, err);
+    struct target_lib mt;
+    int rc;
+    if (target_find_lib(t->pid, "libmemtrim", &mt) == 0) { /* loaded: it says how it runs */
+        rc = attach(o, t, &mt, json, 0, t0);
+        free(json);
+        return rc;
+    }
+    uint64_t dl = target_sym(&t->libc, "dlopen");
+    if (!dl) {
+        free(json);
+        return fail(o, EXIT_UNSUPPORTED, "the target's libc exports no dlopen (glibc before 2.34 "
+                    "keeps it in libdl): load needs glibc 2.34 or later");
+    }
+    if (find_library(o, lib, sizeof lib) != 0) {
+        free(json);
+        snprintf(err, sizeof err, "cannot find libmemtrim.so (%s): give it with --library PATH",
+                 o->library ? o->library : "beside this command or in " MEMTRIM_INSTALL_LIBDIR);
+        return fail(o, EXIT_FAILED, err);
+    }
+    if (target_path(t, lib, path, sizeof path, copy, sizeof copy, err, sizeof err) != 0) {
+        free(json);
+        return fail(o, EXIT_FAILED, err);
+    }
+    struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
+                            .in = path};
+    rc = do_call(o, t, &c);
+    if (copy[0] && rc != EXIT_TIMEOUT)
+        unlink(copy); /* mapped now (or never): the file is not needed */
+    if (rc) {
+        free(json);
+        return rc;
+    }
+    if (!c.result || target_find_lib(t->pid, "libmemtrim", &mt) != 0) {
+        free(json);
+        snprintf(err, sizeof err, "dlopen(\"%.800s\") failed in process %d (see its dlerror; a "
+                 "library built for another glibc?)", path, (int)t->pid);
+        return fail(o, EXIT_FAILED, err);
+    }
+    rc = attach(o, t, &mt, json, 1, t0);
+    free(json);
+    return rc;
+}
+
 /* One process: the checks, then the verb; its exit code. */
 static int act(const struct opts *o)
 {
@@ -313,6 +545,8 @@ static int act(const struct opts *o)
     }
     if (target_find_alloc(&t, err, sizeof err) != 0)
         return fail(o, t.alloc == ALLOC_GLIBC ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
+    if (!strcmp(o->verb, "load"))
+        return load(o, &t);
     return !strcmp(o->verb, "trim") ? trim(o, &t) : stats(o, &t);
 }
 

@@ -266,6 +266,31 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
     return 0;
 }
 
+int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)
+{
+    FILE *f = open_maps(pid);
+    char line[1024];
+    struct mapping m;
+    int found = 0;
+    if (!f)
+        return -1;
+    while (!found && fgets(line, sizeof line, f))
+        found = parse_map_line(line, &m) == 0 && m.path[0] == '/' && m.offset == 0 &&
+                name_starts(m.path, prefix);
+    fclose(f);
+    if (!found)
+        return -1;
+    struct elf_file ef;
+    char err[256];
+    snprintf(lib->path, sizeof lib->path, "%s", m.path);
+    lib_file(pid, &m, lib->file, sizeof lib->file);
+    if (elf_open(lib->file, &ef, err, sizeof err) != 0)
+        return -1;
+    lib->base = m.start - ef.first_vaddr;
+    elf_close(&ef);
+    return 0;
+}
+
 uint64_t target_sym(const struct target_lib *lib, const char *name)
 {
     struct elf_file ef;

@@ -45,6 +45,8 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
 const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len);
 /* The allocator serving the target and, for glibc, its libc; a refusal text otherwise. */
 int target_find_alloc(struct target *t, char *err, size_t errlen);
+/* The first library the target maps whose file name starts with prefix; -1 if none. */
+int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib);
 /* The address of a dynamic symbol of lib in the target (0 if absent). */
 uint64_t target_sym(const struct target_lib *lib, const char *name);
 /* The address in the target of the first such bytes in lib's code (0 if none). */

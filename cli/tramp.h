@@ -25,7 +25,8 @@
 #define TR_VMA_NAME 0x480 /* 32 bytes */
 #define TR_REGS 0x500     /* rax rbx rcx rdx rsi rdi rbp r8 .. r15 */
 #define TR_OUT 0x600      /* the call's output buffer (mallinfo2's struct), 1 KiB */
-#define TR_PATH 0xa00     /* a path argument (dlopen), 1 KiB */
+#define TR_PATH 0xa00     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */
+#define TR_PATH_MAX 0x600
 #define TR_XSAVE 0x1000   /* 16 KiB */
 #define TR_XSAVE_SIZE 0x4000
 #define TR_STACK_TOP 0x20000

@@ -58,6 +58,7 @@
 #include "core.h"
 #include "named.h"
 #include "proctree.h"
+#include "memtrim.h"
 
 #define CONFIG_FILE_MAX (1024 * 1024)
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
@@ -770,52 +771,63 @@ static void preload_child_after_fork(void)
 
 /* ---- start and stop ------------------------------------------------------- */
 
-__attribute__((constructor)) static void preload_init(void)
+/* Starts memtrim from a configuration (inline JSON or a file path) as the constructor does:
+ * 0 (started, or nothing wanted here: *started says which), or a negative errno value with
+ * *err set; *logged when mt_create has already logged why. Called by the constructor (the
+ * program's only thread) or by memtrim_attach under attach_lock, never both: attach starts
+ * nothing once preload_json is set. */
+static int preload_begin(const char *value, char **err, int *started, int *logged)
 {
-    const char *value = getenv("MEMTRIM_CONFIG");
     struct memtrim *mt = NULL;
-    char *err = NULL;
-
-    if (!value || !*value || !preloaded())
-        return;
-    preload_json = load_config(value, &err);
-    if (preload_json && config_parse(preload_json, &preload_cfg, &err) != 0) {
+    *started = 0;
+    *logged = 0;
+    preload_json = load_config(value, err);
+    if (preload_json && config_parse(preload_json, &preload_cfg, err) != 0) {
         free(preload_json);
         preload_json = NULL;
     }
-    if (!preload_json) { /* the one line a configuration error prints */
-        fprintf(stderr, "memtrim: not started: %s\n", err ? err : "unknown error");
-        free(err);
-        return;
+    if (!preload_json) {
+        if (!*err)
+            *err = mt_strdup("unknown error");
+        return -EINVAL;
     }
     int wanted = program_wanted(&preload_cfg);
     if (wanted && named_wanted(&preload_cfg)) {
         /* A named group: the election runs on its own thread (it may wait for a leader). */
-        if (mt_named_open(&named, &preload_cfg, &err) != 0) {
-            fprintf(stderr, "memtrim: not started: %s\n", err ? err : "GroupName: no directory");
-            free(err);
+        if (mt_named_open(&named, &preload_cfg, err) != 0) {
+            if (!*err)
+                *err = mt_strdup("GroupName: no directory");
             free(preload_json);
             preload_json = NULL;
-            return;
+            return -EINVAL;
         }
         mt_fork_hooks_install(); /* the core's handlers before ours (see core.h) */
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
         pthread_mutex_lock(&preload_lock);
         restart_running = mt_thread_start(&restart_thread, "memtrim-named", named_main, NULL) == 0;
         pthread_mutex_unlock(&preload_lock);
-        if (!restart_running)
-            fprintf(stderr, "memtrim: not started: GroupName %s: cannot start its thread\n",
-                    preload_cfg.group_name);
-        return;
+        if (!restart_running) {
+            char buf[300];
+            snprintf(buf, sizeof(buf), "GroupName %s: cannot start its thread",
+                     preload_cfg.group_name);
+            *err = mt_strdup(buf);
+            return -EAGAIN;
+        }
+        *started = 1;
+        return 0;
     }
     if (!wanted || (preload_cfg.enabled && held_by_ancestor(&preload_cfg))) {
         free(preload_json);
         preload_json = NULL;
-        return;
+        return 0;
     }
     /* Any other failure (a port in use, ...) is logged once by mt_create itself. */
-    if (mt_create(preload_json, &api_routes, &mt, &err) == 0 && mt) {
+    int rc = mt_create(preload_json, &api_routes, &mt, err);
+    if (rc == 0 && mt) {
+        pthread_mutex_lock(&preload_lock);
         preload_instance = mt;
+        pthread_mutex_unlock(&preload_lock);
+        *started = 1;
         if (group_wanted(&preload_cfg)) {
             char *gerr = NULL;
             if (mt_group_lead(mt, &gerr) != 0)
@@ -826,7 +838,58 @@ __attribute__((constructor)) static void preload_init(void)
         port_file_write(mt);
         pthread_atfork(preload_prepare_fork, preload_parent_after_fork, preload_child_after_fork);
     }
+    *logged = rc != 0;
+    return rc;
+}
+
+__attribute__((constructor)) static void preload_init(void)
+{
+    const char *value = getenv("MEMTRIM_CONFIG");
+    char *err = NULL;
+    int started, logged;
+
+    if (!value || !*value || !preloaded())
+        return;
+    if (preload_begin(value, &err, &started, &logged) != 0 && !logged) /* the one line it prints */
+        fprintf(stderr, "memtrim: not started: %s\n", err ? err : "unknown error");
     free(err);
+}
+
+/* memtrim_attach (memtrim.h): the memtrim command's `load`, on one of the host's threads. */
+static pthread_mutex_t attach_lock = PTHREAD_MUTEX_INITIALIZER;
+
+MEMTRIM_API int memtrim_attach(const char *config_json, char *out, size_t size)
+{
+    if (!config_json || !out || size < 2)
+        return -EINVAL;
+    out[0] = '\0';
+    pthread_mutex_lock(&attach_lock);
+    pthread_mutex_lock(&preload_lock);
+    int running = preload_json != NULL || restart_running;
+    if (preload_instance)
+        mt_http_address(preload_instance, out, size);
+    pthread_mutex_unlock(&preload_lock);
+    if (running) {
+        pthread_mutex_unlock(&attach_lock);
+        return -EALREADY;
+    }
+    char *err = NULL;
+    int started, logged;
+    int rc = preload_begin(config_json, &err, &started, &logged);
+    if (rc != 0) {
+        snprintf(out, size, "%s", err ? err : strerror(-rc));
+    } else if (!started) {
+        snprintf(out, size, "nothing started: Enabled is false, or Program names another program");
+        rc = 1;
+    } else {
+        pthread_mutex_lock(&preload_lock);
+        if (!preload_instance || mt_http_address(preload_instance, out, size) != 0)
+            snprintf(out, size, "%s", preload_instance ? "no HTTP server" : "a named group: electing");
+        pthread_mutex_unlock(&preload_lock);
+    }
+    free(err);
+    pthread_mutex_unlock(&attach_lock);
+    return rc;
 }
 
 __attribute__((destructor)) static void preload_fini(void)

@@ -1,0 +1,102 @@
+"""`memtrim load PID` (issue 29): libmemtrim.so loaded into a running, unmodified Debian
+python3 that never linked memtrim, started with the given configuration through the existing
+call mechanism (dlopen, then memtrim_attach, each on one thread blocked in read): /healthz
+names that pid, /memory/stats answers, a second load says it is already loaded, the program
+reads its input on and exits 0. In its own mount namespace with a tmpfs over the build
+directory (the library's path does not exist there) the copy into the target's /tmp is what
+it loads. Refusals: a static binary, a configuration that is not JSON; both leave the target
+without the library.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+import requests
+
+from conftest import BUILD
+from hosts_util import free_port
+
+TOOL = BUILD / "memtrim"
+
+PY_THREAD = """
+import sys, threading
+threading.Thread(target=threading.Event().wait, daemon=True).start()  # a thread in a futex
+print('ready', flush=True)
+sys.stdin.read()
+print('bye', flush=True)
+"""
+
+
+def maps_memtrim(pid):
+    return [line for line in open(f"/proc/{pid}/maps") if "libmemtrim" in line]
+
+
+def load(pid, *args):
+    r = subprocess.run([str(TOOL), "load", str(pid), "--json", *args], capture_output=True,
+                       text=True, timeout=60)
+    return r.returncode, json.loads(r.stdout) if r.stdout.strip() else None, r.stderr
+
+
+@pytest.mark.parametrize("own_mounts", [False, True], ids=["same-namespace", "own-mount-namespace"])
+def test_load_into_python3(own_mounts):
+    argv = ["/usr/bin/python3", "-c", PY_THREAD]
+    if own_mounts:  # the build directory (and so the library's path) is hidden from the target
+        argv = ["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                f"mount -t tmpfs none '{BUILD}' && exec \"$0\" \"$@\"", *argv]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        assert maps_memtrim(p.pid) == []  # it never linked memtrim
+        if own_mounts:
+            assert not os.path.exists(f"/proc/{p.pid}/root{BUILD}/libmemtrim.so")
+        port = free_port()
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": port}))
+        assert rc == 0, err
+        assert out["listen"] == f"127.0.0.1:{port}" and out["loaded_now"] is True, out
+        assert out["thread_syscall"] == "read", out  # the main thread: the other is in a futex
+        if own_mounts:
+            assert out["library"].startswith("/tmp/libmemtrim-load-"), out
+        health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
+        assert health["pid"] == p.pid and health["program"] == "python3", health
+        stats = requests.get(f"http://127.0.0.1:{port}/memory/stats", timeout=10)
+        assert stats.status_code == 200 and stats.json()["rss_bytes"] > 0
+        rc, again, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}))
+        assert rc == 7 and again["error"]["code"] == "already_loaded", (rc, again, err)
+        assert again["listen"] == f"127.0.0.1:{port}" and "already loaded" in err
+        assert len({line.split()[-1] for line in maps_memtrim(p.pid)}) == 1  # one copy mapped
+        for line in open(f"/proc/{p.pid}/status"):
+            if line.startswith("TracerPid:"):
+                assert line.split()[1] == "0"
+        p.stdin.close()  # its read goes on and sees the end of input; memtrim stops at exit
+        assert p.stdout.readline().strip() == "bye"
+        assert p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_load_refusals():
+    static = subprocess.Popen([str(BUILD / "memtrim-cli-target-static")], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    py = subprocess.Popen(["/usr/bin/python3", "-c", PY_THREAD], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True)
+    try:
+        assert static.stdout.readline().startswith("ready")
+        assert py.stdout.readline().strip() == "ready"
+        rc, out, err = load(static.pid, "--config", "{}")
+        assert rc == 3 and "static binary" in err, (rc, err)
+        assert out["error"]["code"] == "unsupported"
+        rc, out, err = load(py.pid, "--config", "{HttpPort: 1}")
+        assert rc == 1 and "--config: not a JSON object" in err, (rc, err)
+        rc, out, err = load(py.pid, "--config", "/nonexistent/memtrim.json")
+        assert rc == 1 and "cannot read /nonexistent/memtrim.json" in err, (rc, err)
+        assert maps_memtrim(py.pid) == [] and maps_memtrim(static.pid) == []
+        py.stdin.close()
+        assert py.stdout.readline().strip() == "bye" and py.wait(30) == 0
+    finally:
+        for p in (static, py):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
