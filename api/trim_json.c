@@ -40,6 +40,12 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
         api_json_num(o, "reaction_seconds", (double)t->reaction_ns / 1e9, &failed);
     else
         api_json_null(o, "reaction_seconds", &failed);
+    /* Why it released under a page (null when it released more): docs/policy.md. */
+    const char *why = mt_nothing_name(t->nothing_reason);
+    if (why)
+        api_json_str(o, "released_nothing_reason", why, &failed);
+    else
+        api_json_null(o, "released_nothing_reason", &failed);
     if (with_coalesced)
         api_json_bool(o, "coalesced", t->coalesced, &failed);
     if (t->pid > 0) /* a worker group's member (a single process's trims have none) */

@@ -171,6 +171,29 @@ struct mt_trim_result {
     int heap_skipped;        /* no free-heap figures: the readings were skipped (ProbeBudgetPercent
                               * was spent), or the allocator reports no free heap (mimalloc) */
     int pid;                 /* worker groups: the member that ran it; 0 = this process */
+    int nothing_reason;      /* enum mt_nothing: why it released under a page (0: it did not) */
+};
+
+/* Why a trim released less than a page (trim_nothing_reason, docs/policy.md). */
+enum mt_nothing {
+    MT_NOTHING_NONE = 0,     /* it released a page or more */
+    MT_NOTHING_NOT_MEASURED, /* no heap reading around it (budget spent, or no free-heap figure) */
+    MT_NOTHING_FREE,         /* the heap's free memory was under a page before it */
+    MT_NOTHING_PINNED_SMALL, /* the last per-arena reading: free only in chunks under a page */
+    MT_NOTHING_PINNED_EDGE,  /* ... only in the page ends of larger chunks */
+    MT_NOTHING_PINNED_TOP,   /* ... only in a thread arena's top, which glibc never madvises */
+    MT_NOTHING_NOT_RESIDENT, /* releasable pages were free, yet RSS did not fall: they were
+                              * not resident (an earlier trim, or glibc's own, released them) */
+    MT_NOTHING_UNEXPLAINED,  /* free memory, no per-arena reading to say whether it is pinned */
+    MT_NOTHING_COUNT
+};
+const char *mt_nothing_name(int reason); /* NULL for MT_NOTHING_NONE and unknown codes */
+int mt_nothing_parse(const char *name);  /* MT_NOTHING_UNEXPLAINED for an unknown name */
+
+/* The last per-arena reading's totals of free, releasable and pinned memory (by reason). */
+struct mt_arenas_pinned {
+    uint64_t free_bytes, releasable_bytes, small_bytes, edge_bytes, top_bytes;
+    int64_t timestamp_ms;
 };
 
 /* A trim's re-fault figure, known once its window closed (queued for the store). */

@@ -36,6 +36,23 @@ const char *mt_trigger_name(int trigger)
     return trigger_names[trigger];
 }
 
+static const char *const nothing_names[MT_NOTHING_COUNT] = {
+    NULL, "not_measured", "nothing_free", "pinned_small_chunks", "pinned_chunk_edges",
+    "pinned_thread_arena_top", "not_resident", "unexplained"};
+
+const char *mt_nothing_name(int reason)
+{
+    return reason > 0 && reason < MT_NOTHING_COUNT ? nothing_names[reason] : NULL;
+}
+
+int mt_nothing_parse(const char *name)
+{
+    for (int i = 1; name && i < MT_NOTHING_COUNT; i++)
+        if (strcmp(name, nothing_names[i]) == 0)
+            return i;
+    return MT_NOTHING_UNEXPLAINED;
+}
+
 int mt_trigger_parse(const char *name)
 {
     for (int i = 0; name && i < MT_TRIGGER_COUNT; i++)

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include "types.h" /* common/: the value types stored */
 
-#define DB_SCHEMA_VERSION 6
+#define DB_SCHEMA_VERSION 7
 
 struct db_writer;
 struct db_reader;

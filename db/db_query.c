@@ -18,7 +18,8 @@
 #define DB_TRIM_COLUMNS                                                                        \
     "rowid, seq, trigger, start_ms, duration_ns, rss_before_bytes, rss_after_bytes,"           \
     " heap_free_before_bytes, heap_free_after_bytes, released_bytes, malloc_trim_ret,"         \
-    " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid"
+    " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid,"     \
+    " nothing_reason"
 
 /* ?1 since, ?2 until, ?3 trigger (variant 1 only), ?7 pid (0 = any). */
 static const char *const db_trim_where[2] = {
@@ -147,6 +148,9 @@ static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)
                          ? -1
                          : (int64_t)(sqlite3_column_double(st, 15) * 1e9 + 0.5);
     t->pid = sqlite3_column_type(st, 16) == SQLITE_NULL ? 0 : sqlite3_column_int(st, 16);
+    t->nothing_reason = sqlite3_column_type(st, 17) == SQLITE_NULL
+                            ? MT_NOTHING_NONE
+                            : mt_nothing_parse((const char *)sqlite3_column_text(st, 17));
 }
 
 static int db_query_trim_rows(sqlite3_stmt *st, const struct db_trim_query *q, int64_t count,

@@ -119,6 +119,13 @@ static const char db_schema_v6[] =
     " PRIMARY KEY (pid, timestamp_ms)) WITHOUT ROWID;"
     "CREATE INDEX member_samples_time ON member_samples (timestamp_ms);";
 
+/*
+ * Version 7: why a trim released under a page (core/measure/trim.c's
+ * trim_nothing_reason, by name: "nothing_free", "pinned_small_chunks", ...);
+ * NULL when it released a page or more, and in rows stored before this version.
+ */
+static const char db_schema_v7[] = "ALTER TABLE trims ADD COLUMN nothing_reason TEXT;";
+
 /* Step i takes the schema from version i to version i + 1. */
 static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v1,
@@ -127,6 +134,7 @@ static const char *const db_migrations[DB_SCHEMA_VERSION] = {
     db_schema_v4,
     db_schema_v5,
     db_schema_v6,
+    db_schema_v7,
 };
 
 static int db_count_objects(sqlite3 *db, int64_t *n, char **err)

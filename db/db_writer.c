@@ -26,8 +26,8 @@ static const char *const db_wsql[DB_W_COUNT] = {
     [DB_W_INSERT_TRIM] =
         "INSERT INTO trims (start_ms, trigger, duration_ns, rss_before_bytes, rss_after_bytes,"
         " released_bytes, malloc_trim_ret, seq, heap_free_before_bytes, heap_free_after_bytes,"
-        " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid,"
+        " nothing_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     [DB_W_RETAIN_SAMPLES] =
         "DELETE FROM samples WHERE timestamp_ms IN (SELECT timestamp_ms FROM samples"
         " WHERE timestamp_ms < ?1 ORDER BY timestamp_ms LIMIT ?2)",
@@ -443,6 +443,11 @@ int db_writer_add_trim(struct db_writer *w, const struct mt_trim_result *t, char
         sqlite3_bind_int(st, 16, t->pid);
     else
         sqlite3_bind_null(st, 16);
+    const char *why = mt_nothing_name(t->nothing_reason); /* a static name */
+    if (why)
+        sqlite3_bind_text(st, 17, why, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 17);
     return db_writer_insert(w, st, "insert trim", err);
 }
 

@@ -238,7 +238,8 @@ static int trim_in_range(const struct mt_trim_result *t)
     return peer_id_ok(t->id) && peer_ms_ok(t->start_ms) && peer_bytes_ok(t->rss_before_bytes) &&
            peer_bytes_ok(t->rss_after_bytes) && peer_bytes_ok(t->heap_free_before_bytes) &&
            peer_bytes_ok(t->heap_free_after_bytes) && peer_sbytes_ok(t->released_bytes) &&
-           peer_sbytes_ok(t->refaulted_bytes);
+           peer_sbytes_ok(t->refaulted_bytes) && t->nothing_reason >= 0 &&
+           t->nothing_reason < MT_NOTHING_COUNT;
 }
 
 /* A member's message as the leader may use it (group.h), or -1 (nonsense: the member is

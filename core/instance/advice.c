@@ -44,10 +44,14 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
     return rc;
 }
 
-int mt_arenas_pinned_get(struct memtrim *mt, struct mt_arenas_pinned *out)
+/* Blocking: a reader waits out a malloc_info in progress; try: -EBUSY instead (a trim). */
+static int pinned_sums(struct memtrim *mt, struct mt_arenas_pinned *out, int try)
 {
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&mt->arenas.lock);
+    if (!try)
+        pthread_mutex_lock(&mt->arenas.lock);
+    else if (pthread_mutex_trylock(&mt->arenas.lock))
+        return -EBUSY;
     const struct mt_arenas *a = &mt->arenas.last;
     int rc = mt->arenas.mono_ns ? 0 : -ENOENT;
     for (int i = 0; rc == 0 && i < a->count; i++) {
@@ -60,6 +64,16 @@ int mt_arenas_pinned_get(struct memtrim *mt, struct mt_arenas_pinned *out)
     out->timestamp_ms = a->timestamp_ms;
     pthread_mutex_unlock(&mt->arenas.lock);
     return rc;
+}
+
+int mt_arenas_pinned_get(struct memtrim *mt, struct mt_arenas_pinned *out)
+{
+    return pinned_sums(mt, out, 0);
+}
+
+int mt_arenas_pinned_peek(void *mt, struct mt_arenas_pinned *out)
+{
+    return pinned_sums(mt, out, 1);
 }
 
 static int ncpu(void)

@@ -119,11 +119,10 @@ int mt_arenas_get(struct memtrim *mt, int64_t max_age_ms, struct mt_arenas *out,
 void mt_arenas_free(struct mt_arenas *a);
 /* The last per-arena reading's totals of free, releasable and pinned memory (by reason),
  * without a malloc_info of its own (/metrics): 0, or -ENOENT before the first reading. */
-struct mt_arenas_pinned {
-    uint64_t free_bytes, releasable_bytes, small_bytes, edge_bytes, top_bytes;
-    int64_t timestamp_ms;
-};
 int mt_arenas_pinned_get(struct memtrim *mt, struct mt_arenas_pinned *out);
+/* The same without waiting (-EBUSY while a malloc_info holds the cache): the trim
+ * service's pinned callback (arg: the instance). */
+int mt_arenas_pinned_peek(void *mt, struct mt_arenas_pinned *out);
 
 /* The doctor's findings now, most severe first; returns how many (<= max,
  * DOCTOR_MAX_FINDINGS at most). */

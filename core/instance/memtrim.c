@@ -230,6 +230,7 @@ static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
     mt->trims.refault_sink = mt->member ? member_refault_done : instance_refault_done;
     mt->trims.sink_wake = mt->member ? NULL : instance_store_wake;
     mt->trims.sink_arg = mt;
+    mt->trims.pinned = mt_arenas_pinned_peek;
     mt->trims.suspend_depth = &mt->suspend_depth;
     mt->store.trims = &mt->trims;
     atomic_init(&mt->group_zone, 0);

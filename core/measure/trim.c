@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common.h"
 #include "trim.h"
@@ -88,6 +89,41 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     /* An allocator that reports no free heap (mimalloc): those fields are unknown too. */
     if (!r->heap_skipped && !(after.known & MT_HEAP_HAS_FREE))
         r->heap_skipped = 1;
+}
+
+int trim_nothing_reason(const struct mt_trim_result *r, const struct mt_arenas_pinned *p,
+                        uint64_t page)
+{
+    if (r->released_bytes >= (int64_t)page)
+        return MT_NOTHING_NONE;
+    if (r->heap_skipped)
+        return MT_NOTHING_NOT_MEASURED;
+    if (r->heap_free_before_bytes < page)
+        return MT_NOTHING_FREE;
+    if (p == NULL)
+        return MT_NOTHING_UNEXPLAINED;
+    /* Whole free pages the allocator could give back, yet RSS did not fall: they were
+     * not resident, given back before (an earlier trim, or glibc's own top trim). */
+    if (p->releasable_bytes >= page)
+        return MT_NOTHING_NOT_RESIDENT;
+    if (p->small_bytes == 0 && p->edge_bytes == 0 && p->top_bytes == 0)
+        return MT_NOTHING_UNEXPLAINED;
+    if (p->small_bytes >= p->edge_bytes && p->small_bytes >= p->top_bytes)
+        return MT_NOTHING_PINNED_SMALL;
+    return p->top_bytes >= p->edge_bytes ? MT_NOTHING_PINNED_TOP : MT_NOTHING_PINNED_EDGE;
+}
+
+/* The reason of a trim that released under a page, from the pinned cache (no lock held). */
+static void explain_nothing(struct trim_service *ts, struct mt_trim_result *r)
+{
+    struct mt_arenas_pinned p;
+    long ps = sysconf(_SC_PAGESIZE);
+    uint64_t page = ps > 0 ? (uint64_t)ps : 4096;
+
+    if (r->released_bytes >= (int64_t)page)
+        return;
+    int have = ts->pinned && ts->pinned(ts->sink_arg, &p) == 0;
+    r->nothing_reason = trim_nothing_reason(r, have ? &p : NULL, page);
 }
 
 static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
@@ -180,6 +216,7 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     pthread_mutex_unlock(&ts->lock);
 
     measure_trim(sc, trigger, pad, crossing_ns, &r);
+    explain_nothing(ts, &r);
 
     pthread_mutex_lock(&ts->lock);
     if (min_interval_ms >= 0) /* the gap counts from the end: a long trim leaves a whole one */

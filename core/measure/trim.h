@@ -50,6 +50,10 @@ struct trim_service {
     void (*sink)(void *arg, const struct mt_trim_result *r);
     void (*refault_sink)(void *arg, const struct mt_refault *rf);
     void *sink_arg;
+    /* the last per-arena reading's pinned sums for a trim that released under a page
+     * (0, or negative when there is none or it is busy): a cache, never malloc_info;
+     * called with no lock held; NULL: none */
+    int (*pinned)(void *arg, struct mt_arenas_pinned *out);
     /* trim_request's: set before trims run, then read-only */
     void (*sink_wake)(void *arg);    /* hand what the sink holds on now (NULL: none) */
     const atomic_int *suspend_depth; /* > 0: the host holds trims off (NULL: never) */
@@ -85,6 +89,13 @@ int trim_run(struct trim_service *ts, struct snapshot_cache *sc, int trigger, ui
 int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad,
                 int64_t min_interval_ms, int flags, int64_t crossing_ns,
                 struct mt_trim_result *out, int64_t *retry_after_ms);
+
+/*
+ * Why a trim released under a page (enum mt_nothing; MT_NOTHING_NONE when it did
+ * not), from its own readings and p, the last per-arena reading (NULL: none). Pure.
+ */
+int trim_nothing_reason(const struct mt_trim_result *r, const struct mt_arenas_pinned *p,
+                        uint64_t page);
 
 /* What a trigger asks of trim_request. */
 struct trim_ask {

@@ -1,10 +1,11 @@
 """Manual trims: memory comes back after churn, the rate limit (429 then
 success after the interval), and concurrent requests coalescing into one trim."""
+import sqlite3
 import threading
 import time
 
 from conftest import metric_value
-from wait import wait_for_stats
+from wait import wait_for, wait_for_stats
 
 # No periodic, burst or pressure trims: the freed memory stays resident until we trim.
 QUIET_POLICY = {"TrimIntervalSeconds": 0, "TrimReleasableTriggerBytes": 0, "PressureRatio": 0}
@@ -21,6 +22,50 @@ def test_manual_trim_after_churn_releases_memory(start_demo):
     assert t["rss_after_bytes"] < t["rss_before_bytes"], t
     assert t["malloc_trim_result"] == 1
     assert not t["coalesced"]
+    assert t["released_nothing_reason"] is None, t  # it released: no reason
+
+
+# What a trim's record may say when it released under a page, with the readings a host
+# at rest gives (heap and per-arena readings both taken): never "unexplained" or
+# "not measured" there.
+TOLD_APART = {"nothing_free", "pinned_small_chunks", "pinned_chunk_edges",
+              "pinned_thread_arena_top", "not_resident"}
+
+
+def stored_trims(d):
+    """The store's trim rows, read from its file (an HTTP request would leave freed
+    memory of its own for the next trim to give back)."""
+    with sqlite3.connect(f"file:{d.config['Database']}?mode=ro", uri=True) as db:
+        return db.execute("SELECT seq, trigger, released_bytes, heap_free_before_bytes,"
+                          " nothing_reason FROM trims ORDER BY start_ms").fetchall()
+
+
+def test_trim_that_releases_nothing_says_why(start_demo, validate):
+    """A fresh demo host at rest: one small study, then nothing, and periodic trims each
+    second with no HTTP request between them. The first after the per-arena reading gives
+    back that reading's buffers; the ones after it release nothing and say why, in the
+    store and in /memory/trims, in the contract's terms."""
+    d = start_demo(dict(QUIET_POLICY, TrimIntervalSeconds=1, TrimMinReleasableBytes=0,
+                        ProbeBudgetPercent=10, SampleIntervalSeconds=3600),
+                   workers=1, study_mb=4, pause_ms=3600000, quiet=False)
+    wait_for(lambda: "study 1 on worker" in d.output(), what="the one study's end")
+    arenas = wait_for(lambda: (r := d.get("/memory/arenas", params={"max_age": "0ms"}))
+                      .status_code == 200 and r, what="a per-arena reading")
+    assert arenas.json()["arenas"], arenas.text
+    since = len(stored_trims(d))
+    rows = wait_for(lambda: t[since:] if len(t := stored_trims(d)) >= since + 3 else None,
+                    timeout=60, what="three periodic trims after the reading")
+    assert all(r[1] == 1 for r in rows), rows  # periodic
+    last = rows[2]  # two trims after the last request
+    print("periodic trims after the reading:", rows)
+    assert last[2] < 4096, rows
+    assert last[4] in TOLD_APART, rows
+    # nothing_free exactly when the heap's free memory was under a page
+    assert (last[4] == "nothing_free") == (last[3] < 4096), rows
+    api = validate("/memory/trims", "GET", d.get("/memory/trims"))["trims"]
+    row = next(x for x in api if x["id"] == last[0])
+    assert row["released_nothing_reason"] == last[4], (row, last)
+    assert row["released_bytes"] == last[2]
 
 
 def test_rate_limit_then_success(start_demo):

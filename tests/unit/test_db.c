@@ -192,9 +192,10 @@ static void test_migration_v5_unique_ids(void)
     CHECK_OK(db_writer_flush(w, E));
     db_writer_close(w);
     w = NULL;
-    /* Back to version 4: without what version 6 added. */
+    /* Back to version 4: without what versions 6 and 7 added. */
     raw_exec(p, "DROP INDEX trims_pid_start; DROP INDEX member_samples_time;"
                 " DROP TABLE member_samples; ALTER TABLE trims DROP COLUMN pid;"
+                " ALTER TABLE trims DROP COLUMN nothing_reason;"
                 " PRAGMA user_version = 4;");
     CHECK_OK(db_writer_open(p, &w, E));
     CHECK_EQ_INT(raw_int(p, "PRAGMA user_version"), DB_SCHEMA_VERSION);
@@ -359,6 +360,7 @@ static void check_trim_equal(const struct mt_trim_result *a, const struct mt_tri
     CHECK_EQ_INT(a->arena_count, b->arena_count);
     CHECK_EQ_INT(a->refaulted_bytes, b->refaulted_bytes);
     CHECK_EQ_INT(a->reaction_ns, b->reaction_ns);
+    CHECK_EQ_INT(a->nothing_reason, b->nothing_reason);
 }
 
 static void test_roundtrip(void)
@@ -381,6 +383,7 @@ static void test_roundtrip(void)
     t.coalesced = 1;
     t.malloc_trim_ret = 0;
     t.arena_count = 17;
+    t.nothing_reason = MT_NOTHING_PINNED_TOP; /* stored by name, read back */
     nh.heap.timestamp_ms = 0;          /* no mallinfo2 yet */
     nh.cheap.cgroup_usage_bytes = -1;  /* unknown */
     nh.cheap.cgroup_anon_bytes = nh.cheap.cgroup_file_bytes = -1;

@@ -4,12 +4,14 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "churn.h"
 #include "core.h"
 #include "harness.h"
+#include "arenas.h"
 #include "probe.h"
 #include "snapshot.h"
 #include "trim.h"
@@ -46,6 +48,7 @@ static void test_trim_returns_churn(void)
     CHECK_MSG(r.released_bytes > (100 << 20), "released %lld", (long long)r.released_bytes);
     CHECK(r.heap_free_before_bytes > (150u << 20));
     CHECK(!r.coalesced);
+    CHECK_EQ_INT(r.nothing_reason, MT_NOTHING_NONE); /* it released: no reason */
     /* The bar: RSS after <= 1.5 x (live heap + RSS at start). */
     double bound = 1.5 * (double)(live.heap_in_use_bytes + rss_start);
     CHECK_MSG((double)r.rss_after_bytes <= bound, "RSS after %llu > bound %.0f (live %llu, start %llu)",
@@ -71,6 +74,99 @@ static void test_trim_returns_churn(void)
         hist += k.trim_hist[i];
     CHECK_EQ_INT(hist, 1);
     churn_release(c, 4);
+}
+
+/* The last per-arena reading's sums, from a malloc_info of the test's own (the
+ * instance's callback reads its cache; this one has none). */
+static int pinned_now(void *arg, struct mt_arenas_pinned *out)
+{
+    struct mt_arenas a;
+    char *err = NULL;
+    (void)arg;
+    memset(out, 0, sizeof(*out));
+    if (arenas_read(&a, &err) != 0) {
+        free(err);
+        return -1;
+    }
+    for (int i = 0; i < a.count; i++) {
+        out->free_bytes += a.arena[i].free_bytes;
+        out->releasable_bytes += a.arena[i].releasable_bytes;
+        out->small_bytes += a.arena[i].pinned_small_bytes;
+        out->edge_bytes += a.arena[i].pinned_edge_bytes;
+        out->top_bytes += a.arena[i].pinned_top_bytes;
+    }
+    arenas_free(&a);
+    return 0;
+}
+
+/* A second trim of a heap just trimmed releases nothing, and its record says why:
+ * a reason its readings can tell (never none, unmeasured or unexplained). */
+static void test_trim_that_releases_nothing_says_why(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+    struct churn c[2];
+    struct mt_trim_result r;
+    struct mt_arenas_pinned p;
+    struct snapshot_cache fresh; /* its probe budget not spent by the tests before */
+
+    snapshot_init(&fresh);
+    churn_run(c, 2, 16, 20);
+    churn_release(c, 2);
+    malloc_trim(0); /* all the heap gives back, given back */
+    malloc_trim(0);
+    ts.pinned = pinned_now;
+    CHECK_EQ_INT(trim_run(&ts, &fresh, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
+    ts.pinned = NULL;
+    CHECK_MSG(r.released_bytes < 4096, "the second trim released %lld", (long long)r.released_bytes);
+    CHECK(!r.heap_skipped);
+    CHECK_MSG(r.nothing_reason != MT_NOTHING_NONE && r.nothing_reason != MT_NOTHING_NOT_MEASURED &&
+                  r.nothing_reason != MT_NOTHING_UNEXPLAINED,
+              "reason %d (%s)", r.nothing_reason, mt_nothing_name(r.nothing_reason) ?
+                                                      mt_nothing_name(r.nothing_reason) : "none");
+    CHECK(mt_nothing_name(r.nothing_reason) != NULL);
+    CHECK_EQ_INT(mt_nothing_parse(mt_nothing_name(r.nothing_reason)), r.nothing_reason);
+    /* Without a per-arena reading, free memory above a page cannot be told apart. */
+    if (r.heap_free_before_bytes >= 4096)
+        CHECK_EQ_INT(trim_nothing_reason(&r, NULL, 4096), MT_NOTHING_UNEXPLAINED);
+    CHECK_EQ_INT(pinned_now(NULL, &p), 0);
+    printf("   released %lld, free before %llu: %s\n", (long long)r.released_bytes,
+           (unsigned long long)r.heap_free_before_bytes,
+           mt_nothing_name(r.nothing_reason) ? mt_nothing_name(r.nothing_reason) : "none");
+    snapshot_destroy(&fresh);
+}
+
+/* Each reason from the readings that tell it apart. */
+static void test_nothing_reasons(void)
+{
+    struct mt_trim_result r;
+    struct mt_arenas_pinned p = {.free_bytes = 1 << 20};
+    memset(&r, 0, sizeof(r));
+    r.released_bytes = 4096;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_NONE);
+    r.released_bytes = 4095;
+    r.heap_skipped = 1;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_NOT_MEASURED);
+    r.heap_skipped = 0;
+    r.heap_free_before_bytes = 4095;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_FREE);
+    r.heap_free_before_bytes = 1 << 20;
+    r.released_bytes = -8192; /* RSS grew meanwhile */
+    CHECK_EQ_INT(trim_nothing_reason(&r, NULL, 4096), MT_NOTHING_UNEXPLAINED);
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_UNEXPLAINED); /* no figures */
+    p.releasable_bytes = 4096;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_NOT_RESIDENT);
+    p.releasable_bytes = 4095;
+    p.small_bytes = 300, p.edge_bytes = 200, p.top_bytes = 100;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_PINNED_SMALL);
+    p.edge_bytes = 400;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_PINNED_EDGE);
+    p.top_bytes = 500;
+    CHECK_EQ_INT(trim_nothing_reason(&r, &p, 4096), MT_NOTHING_PINNED_TOP);
+    CHECK(mt_nothing_name(MT_NOTHING_NONE) == NULL);
+    CHECK(mt_nothing_name(MT_NOTHING_COUNT) == NULL);
+    CHECK_EQ_INT(mt_nothing_parse("no such reason"), MT_NOTHING_UNEXPLAINED);
+    for (int i = 1; i < MT_NOTHING_COUNT; i++)
+        CHECK_EQ_INT(mt_nothing_parse(mt_nothing_name(i)), i);
 }
 
 static void test_rate_limit(void)
@@ -461,6 +557,8 @@ int main(void)
     snapshot_init(&cache);
     trim_service_init(&ts);
     RUN(test_trim_returns_churn);
+    RUN(test_nothing_reasons);
+    RUN(test_trim_that_releases_nothing_says_why);
     RUN(test_rate_limit);
     RUN(test_coalesce);
     RUN(test_coalesced_counts_for_the_interval);
