@@ -210,6 +210,17 @@ async function checkDesktop(demo, ctx) {
       ` (coalesced: ${result.coalesced})`);
     assert(rec && rec.released_bytes === Number(result.released) && Number(got.released) === rec.released_bytes,
       `released: result ${result.released}, row ${got.released}, API ${rec && rec.released_bytes}`);
+    // Each row's reason for releasing under a page is the API's (none where it released).
+    const whys = await page.$$eval('#trims tbody tr', (rows) =>
+      rows.map((r) => [r.dataset.id, r.children[3].dataset.why || null]));
+    let compared = 0;
+    for (const [id, why] of whys) {
+      const x = api.trims.find((t) => String(t.id) === id);
+      if (!x) continue;
+      compared++;
+      assert(why === x.released_nothing_reason, `trim ${id}: the row says ${why}, the API ${x.released_nothing_reason}`);
+    }
+    assert(compared >= 1, 'no trims row to compare with the API');
     await page.waitForFunction(() => Number(document.querySelector('#chart').dataset.trims) >= 1,
       null, { timeout: 15e3 });
   });
