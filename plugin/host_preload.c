@@ -63,6 +63,11 @@
 #define CONFIG_FILE_MAX (1024 * 1024)
 #define FORK_RETRY_MS 100    /* the child retries a taken port this often... */
 #define FORK_RETRY_MAX 50    /* ...for 5 s: a daemon's parent exits well within that */
+/* A forked child starts its member (or instance) only once it has lived this long: a
+ * child that exits or execs sooner (a shell's, a CGI server's, a test runner's) pays
+ * the fork handlers' few system calls and one thread, not a member's start and stop
+ * (#31 F13: 500 fork/exit cycles cost 8-13x without memtrim). */
+#define FORK_JOIN_DELAY_MS 200
 #define NAMED_RETRY_MS 20    /* a named group's role being taken: ask again this often... */
 #define NAMED_RETRY_MAX 500  /* ...for 10 s, then: */
 #define NAMED_RETRY_SLOW_MS 1000 /* once a second, for as long as the lock stays held */
@@ -77,6 +82,8 @@ static struct mt_config preload_cfg;     /* written by the constructor only */
 static pthread_t restart_thread;         /* guarded by preload_lock, with: */
 static int restart_running, exiting;
 static int member_fd = -1;              /* a forked child's channel to its leader */
+static struct mt_fdid member_id;        /* ...its identity: a host's closefrom frees it */
+static int64_t forked_ms, exiting_ms;   /* when this child was forked, when its exit began */
 static int member_waits;                /* ...which leads to a member: wait to be adopted */
 /* A member whose leader left, until it leads (or stays off): the channels of the children
  * forked by it meanwhile or while it was a member, adopted by its new leader instance. */
@@ -391,6 +398,13 @@ static int run_member(int fd)
     return 1;
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
 /* Wait up to ms for exiting (under preload_lock); returns exiting. */
 static int wait_exiting_locked(int ms)
 {
@@ -399,8 +413,8 @@ static int wait_exiting_locked(int ms)
     deadline.tv_nsec += (long)ms * 1000000L;
     deadline.tv_sec += deadline.tv_nsec / 1000000000L;
     deadline.tv_nsec %= 1000000000L;
-    if (!exiting)
-        pthread_cond_timedwait(&preload_cond, &preload_lock, &deadline);
+    while (!exiting && pthread_cond_timedwait(&preload_cond, &preload_lock, &deadline) == 0)
+        ; /* woken for leader_gone, or spuriously: on to the deadline */
     return exiting;
 }
 
@@ -654,7 +668,20 @@ static void *restart_run(void *arg)
     pthread_mutex_lock(&preload_lock);
     int fd = member_fd, waits = member_waits;
     member_fd = -1;
+    /* Nothing until the child has lived a while; exiting meanwhile, it leaves the
+     * channel to the kernel's close at exit (the leader then sees its end close). */
+    if (wait_exiting_locked(FORK_JOIN_DELAY_MS) && exiting_ms - forked_ms < FORK_JOIN_DELAY_MS) {
+        pthread_mutex_unlock(&preload_lock);
+        return NULL;
+    } /* one that lived that long joins even if this thread woke late, into its exit */
     pthread_mutex_unlock(&preload_lock);
+    if (fd >= 0 && !mt_fdid_is(fd, &member_id)) {
+        mt_log(MT_LOG_DEBUG, "preload", "pid %ld: the channel to the worker group's leader "
+                                        "was closed by the program (its number is not "
+                                        "memtrim's now): memtrim stays off in this process",
+               (long)getpid());
+        return NULL; /* the host's number now: left alone */
+    }
     if (fd >= 0 && waits && !wait_adopted(fd))
         return NULL;
     int rc = fd >= 0 ? run_member(fd) : 1;
@@ -756,7 +783,8 @@ static void preload_child_after_fork(void)
     }
     mt_after_fork_child(); /* the core's own atfork handler did it too; be sure */
     pthread_mutex_lock(&preload_lock);
-    member_fd = fd;
+    forked_ms = mono_ms();
+    member_fd = fd >= 0 && mt_fdid_take(fd, &member_id) != 0 ? (close(fd), -1) : fd;
     member_waits = waits;
     /* Until its member starts, children it forks wait on a channel to it (a daemon forks
      * its workers at once). */
@@ -899,6 +927,7 @@ __attribute__((destructor)) static void preload_fini(void)
 
     pthread_mutex_lock(&preload_lock);
     exiting = 1;
+    exiting_ms = mono_ms();
     pthread_cond_broadcast(&preload_cond); /* a member's restart thread waits on it */
     joining = restart_running;
     restart_running = 0;

@@ -212,12 +212,13 @@ def test_a_killed_member_leaves_no_entry_and_no_descriptor(procs, tmp_path):
 
 
 def test_200_fork_exit_cycles(procs, tmp_path):
-    """200 workers come and go one after the other: no stale member, the
+    """200 workers come and go one after the other, each living at least 250 ms (past the 200 ms
+    a forked child lives before its member starts: host_preload.c): no stale member, the
     leader's descriptors as at the start, the member label does not grow, and
     the store passes its integrity check with every worker's samples or trims
     named by its pid."""
     p, api = start_prefork(procs, tmp_path, ["--workers", "1", "--studies", "2", "--study-mb",
-                                             "2", "--pause-ms", "30", "--cycles", "200", "--hold"],
+                                             "2", "--pause-ms", "250", "--cycles", "200", "--hold"],
                            config={"TrimIntervalSeconds": 0})
     info = forked(p)
     master = info["master"]
@@ -291,6 +292,48 @@ def test_children_that_exec_at_once_log_no_error(procs, tmp_path):
     assert http_ok(f"http://127.0.0.1:{port}/healthz")
     errors = [l for l in p.output().splitlines() if "(error)" in l]
     assert errors == [], errors
+    p.stop()
+
+
+SHORT_LIVED = textwrap.dedent("""\
+    import ctypes, os, sys, time
+    libc = ctypes.CDLL(None)
+    for i in range(int(sys.argv[1])):
+        pid = os.fork()
+        if pid == 0:
+            libc.exit(0)  # C exit() at once: its atexit handlers and destructors run
+        os.waitpid(pid, 0)
+    pid = os.fork()
+    if pid == 0:
+        while True:
+            time.sleep(0.1)
+    print("long", pid, flush=True)
+    time.sleep(600)
+    """)
+
+
+def test_short_lived_children_start_no_member(procs, tmp_path):
+    """#31 F13, the cost: a FollowFork leader's 30 children that exit at once never
+    start a member (no hello reaches the leader: its joined count stays at the one
+    child that lives on), so they pay the fork handlers, not a member's threads, files
+    and handshake. On 30f456e each started one and stopped it at its exit (joined 31 on main at 9d9ceee).
+    The child that lives on joins, as before."""
+    port = free_port()
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_LIVED)
+    cfg = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / "m.sqlite")}
+    p = procs([PYTHON, str(script), "30"], tmp_path / "short.log", env=preload_env(cfg))
+    line = wait_for(lambda: next((l for l in p.output().splitlines() if l.startswith("long ")),
+                                 None), 60, "30 short-lived children, then one that lives")
+    long_pid = int(line.split()[1])
+    procs.adopt(long_pid)
+    api = f"http://127.0.0.1:{port}"
+    wait_for(lambda: http_ok(api + "/healthz") and long_pid in member_pids(api), 20,
+             "the child that lives on to join")
+    g = group(api)
+    assert g["joined"] == 1 and g["left"] == 0 and g["member_count"] == 2, g
+    assert "(error)" not in p.output(), p.output()
+    os.kill(long_pid, signal.SIGTERM)
     p.stop()
 
 
