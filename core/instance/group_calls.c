@@ -1,8 +1,8 @@
 /*
  * group_calls.c - core.h's worker-group calls (mt_group_*) on the instance's
  * group (core/group/, its face group.h): each hands the call to the group the
- * instance keeps (mt->group), and the fork hooks add the instance's own fork
- * hold of the store around the group's.
+ * instance keeps (mt->group); the store's fork hold is the instance's own atfork
+ * handlers' (memtrim.c), for every host.
  * Threads: as each call's caller (HTTP workers, the host's forking thread, the
  * LD_PRELOAD adapter's). No lock of its own: mt->group is set and cleared by
  * the start steps (memtrim.c) and the adapter's lead, under its preload_lock;
@@ -46,25 +46,16 @@ int mt_group_lead(struct memtrim *mt, char **err)
 
 void mt_group_fork_prepare(struct memtrim *mt)
 {
-    /* No SQLite transaction open across fork(): a child that later opens the store (a
-     * FollowFork restart, a member taking over) would find its locks in SQLite's
-     * per-process state, copied at fork, and the file locked for good. */
-    if (mt && !mt->member)
-        store_fork_prepare(&mt->store);
     group_fork_prepare(mt ? mt->group : NULL);
 }
 
 void mt_group_fork_parent(struct memtrim *mt)
 {
-    if (mt && !mt->member)
-        store_fork_after(&mt->store);
     group_fork_parent(mt ? mt->group : NULL);
 }
 
 int mt_group_fork_child(struct memtrim *mt, int *waits)
 {
-    if (mt && !mt->member)
-        store_fork_after(&mt->store); /* taken by this thread in prepare */
     return group_fork_child(mt ? mt->group : NULL, waits);
 }
 

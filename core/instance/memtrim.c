@@ -7,8 +7,12 @@
  * in instance.c. Runs on the host's thread that starts or stops it.
  *
  * This file's globals: at most one instance runs per process (malloc_trim is
- * process-wide), so `instance_running` is guarded by `instance_lock`, which the
- * atfork handlers (installed once, `fork_once`) keep consistent across fork();
+ * process-wide), so `instance_running` and `instance_held` (the started instance
+ * that owns a store) are guarded by `instance_lock`, which the atfork handlers
+ * (installed once, `fork_once`) hold across fork(), with that store's tick lock
+ * (store_fork_prepare) for every host. Lock order: an adapter's fork locks (the
+ * preload's preload_lock, the group's g->lock, whose handlers run first), then
+ * instance_lock, then the store's tick_lock;
  * `test_fail_step` lets the tests fail one step (atomic).
  */
 #include <errno.h>
@@ -33,6 +37,7 @@
 
 static pthread_mutex_t instance_lock = PTHREAD_MUTEX_INITIALIZER;
 static int instance_running;
+static struct memtrim *instance_held; /* the running leader or single instance: its store's fork hold */
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 /*
@@ -43,18 +48,28 @@ static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 static void fork_prepare(void)
 {
     pthread_mutex_lock(&instance_lock);
+    /* No SQLite transaction open across fork(): a child that later opens the store (a
+     * FollowFork restart, a member taking over) would find its locks in SQLite's
+     * per-process state, copied at fork, and the file locked for good. */
+    if (instance_held)
+        store_fork_prepare(&instance_held->store);
     mt_log_fork_prepare();
 }
 
 static void fork_parent(void)
 {
     mt_log_fork_parent();
+    if (instance_held)
+        store_fork_after(&instance_held->store);
     pthread_mutex_unlock(&instance_lock);
 }
 
 static void fork_child(void)
 {
     mt_log_fork_child();
+    if (instance_held)
+        store_fork_after(&instance_held->store); /* taken by this thread in prepare */
+    instance_held = NULL; /* the parent's: its threads are not here */
     mt_canary_fork_child();
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
@@ -571,6 +586,11 @@ static int instance_create(const char *config_json, const struct server_routes *
         mt_canary_close();
         goto fail_running;
     }
+    if (!mt->member) {
+        pthread_mutex_lock(&instance_lock);
+        instance_held = mt;
+        pthread_mutex_unlock(&instance_lock);
+    }
     if (mt->member) {
         mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of a "
                                      "worker group", MEMTRIM_VERSION, (long)getpid());
@@ -647,6 +667,10 @@ void mt_destroy(struct memtrim *mt)
                                        "is left alone");
         return;
     }
+    pthread_mutex_lock(&instance_lock); /* no fork holds its store from here on */
+    if (instance_held == mt)
+        instance_held = NULL;
+    pthread_mutex_unlock(&instance_lock);
     unwind(mt, NSTEPS, 1);
     mt_canary_close();
     pthread_mutex_lock(&instance_lock);
