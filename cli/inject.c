@@ -267,6 +267,8 @@ static int fill_page(pid_t pid, uint64_t page, int write_code, const struct save
     PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0] + (c->page_args & 1 ? page : 0));
     PUT(TR_ARG1, c->args[1] + (c->page_args & 2 ? page : 0));
     PUT(TR_ARG2, c->args[2] + (c->page_args & 4 ? page : 0));
+    PUT(TR_ARG3, c->args[3]);
+    PUT(TR_ARG4, c->args[4]);
     if (c->in) {
         size_t n = strlen(c->in);
         if (n >= TR_PATH_MAX)

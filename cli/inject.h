@@ -20,7 +20,7 @@ enum inject_rc {
 
 struct inject_call {
     uint64_t func;        /* in the target */
-    uint64_t args[3];
+    uint64_t args[5];     /* rdi rsi rdx rcx r8 */
     int arg0_is_out;      /* args[0] := the page's output buffer (a struct returned in memory) */
     size_t out_len;       /* bytes of the output buffer to read back, at most 1024 */
     const char *in;       /* a string copied to the page's TR_PATH (at most TR_PATH_MAX bytes) */

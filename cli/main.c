@@ -215,12 +215,37 @@ static void add_common(cJSON *j, const struct target *t, const struct inject_cal
     cJSON_AddNumberToObject(j, "call_seconds", c->call_s);
 }
 
+/* The allocator's own release call, as core/alloc names it: glibc malloc_trim(pad); jemalloc
+ * mallctl("arena.<MALLCTL_ARENAS_ALL>.purge", NULL, NULL, NULL, 0) (its name copied into our
+ * page); tcmalloc MallocExtension_ReleaseFreeMemory(); mimalloc mi_collect(true). */
+static const struct {
+    const char *sym, *call;
+} release_calls[] = {
+    [ALLOC_GLIBC] = {"malloc_trim", "malloc_trim"},
+    [ALLOC_JEMALLOC] = {"mallctl", "mallctl(\"arena.4096.purge\")"},
+    [ALLOC_TCMALLOC] = {"MallocExtension_ReleaseFreeMemory", "MallocExtension_ReleaseFreeMemory"},
+    [ALLOC_MIMALLOC] = {"mi_collect", "mi_collect(true)"},
+};
+
 static int trim(const struct opts *o, struct target *t)
 {
-    uint64_t fn = target_sym(&t->libc, "malloc_trim");
-    if (!fn)
-        return fail(o, EXIT_UNSUPPORTED, "the target's libc exports no malloc_trim");
+    const struct target_lib *lib = t->alloc == ALLOC_GLIBC ? &t->libc : &t->alloc_lib;
+    const char *sym = release_calls[t->alloc].sym;
+    uint64_t fn = target_sym(lib, sym);
+    if (!fn) {
+        char buf[700];
+        snprintf(buf, sizeof buf, "the target's %s (%s) exports no %s", target_alloc_name(t->alloc),
+                 lib->path, sym);
+        return fail(o, EXIT_UNSUPPORTED, buf);
+    }
     struct inject_call c = {.func = fn, .args = {(uint64_t)o->pad}};
+    if (t->alloc == ALLOC_JEMALLOC) /* 4096: MALLCTL_ARENAS_ALL, every arena */
+        c = (struct inject_call){.func = fn, .in = "arena.4096.purge", .args = {TR_PATH},
+                                 .page_args = 1};
+    else if (t->alloc == ALLOC_TCMALLOC)
+        c.args[0] = 0;
+    else if (t->alloc == ALLOC_MIMALLOC)
+        c.args[0] = 1; /* force */
     int64_t before = target_rss(t->pid);
     double t0 = now_s();
     int rc = do_call(o, t, &c);
@@ -234,7 +259,11 @@ static int trim(const struct opts *o, struct target *t)
     cJSON_AddNumberToObject(j, "rss_after_bytes", (double)after);
     cJSON_AddNumberToObject(j, "released_bytes", (double)(before > after ? before - after : 0));
     cJSON_AddNumberToObject(j, "duration_seconds", dur);
-    cJSON_AddNumberToObject(j, "malloc_trim_return", (double)(int)c.result);
+    cJSON_AddStringToObject(j, "release_call", release_calls[t->alloc].call);
+    if (t->alloc == ALLOC_GLIBC)
+        cJSON_AddNumberToObject(j, "malloc_trim_return", (double)(int)c.result);
+    else if (t->alloc == ALLOC_JEMALLOC)
+        cJSON_AddNumberToObject(j, "mallctl_return", (double)(int)c.result);
     char human[512], b[32], a[32], r[32];
     mib(b, sizeof b, before);
     mib(a, sizeof a, after);
@@ -248,6 +277,13 @@ static int trim(const struct opts *o, struct target *t)
 
 static int stats(const struct opts *o, struct target *t)
 {
+    if (t->alloc != ALLOC_GLIBC) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "process %d's malloc is %s: stats reads glibc's mallinfo2 only "
+                 "(trim calls %s)", (int)t->pid, target_alloc_name(t->alloc),
+                 release_calls[t->alloc].call);
+        return fail(o, EXIT_UNSUPPORTED, buf);
+    }
     uint64_t fn = target_sym(&t->libc, "mallinfo2");
     int v2 = fn != 0;
     if (!fn)

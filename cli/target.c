@@ -214,8 +214,9 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
         return -1;
     }
     char line[1024];
-    struct mapping m, libc = {0};
-    int have_libc = 0, musl = 0, je = 0, tc = 0, mi = 0;
+    struct mapping m, libc = {0}, other[3];
+    int have_libc = 0, musl = 0, have[3] = {0};
+    static const char *const other_names[3] = {"libjemalloc", "libtcmalloc", "libmimalloc"};
     while (fgets(line, sizeof line, f)) {
         if (parse_map_line(line, &m) != 0 || m.path[0] != '/')
             continue;
@@ -224,9 +225,11 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
             have_libc = 1;
         }
         musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
-        je |= name_starts(m.path, "libjemalloc");
-        tc |= name_starts(m.path, "libtcmalloc");
-        mi |= name_starts(m.path, "libmimalloc");
+        for (int i = 0; i < 3; i++)
+            if (name_starts(m.path, other_names[i]) && m.offset == 0 && !have[i]) {
+                other[i] = m;
+                have[i] = 1;
+            }
     }
     fclose(f);
     if (musl) {
@@ -235,12 +238,24 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
                  "do", (int)t->pid);
         return -1;
     }
-    if (je || tc || mi) {
-        t->alloc = je ? ALLOC_JEMALLOC : tc ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
-        snprintf(err, errlen, "process %d's malloc is %s: this memtrim acts on glibc's malloc only "
-                 "(jemalloc, tcmalloc and mimalloc release calls are not done yet)", (int)t->pid,
-                 target_alloc_name(t->alloc));
-        return -1;
+    /* jemalloc, tcmalloc, mimalloc: the first mapped one that exports malloc (a prefixed build
+     * loaded beside glibc's malloc does not serve it), as the library's dladdr of malloc. */
+    for (int i = 0; i < 3; i++) {
+        if (!have[i])
+            continue;
+        struct target_lib *l = &t->alloc_lib;
+        snprintf(l->path, sizeof l->path, "%s", other[i].path);
+        lib_file(t->pid, &other[i], l->file, sizeof l->file);
+        struct elf_file ef;
+        if (elf_open(l->file, &ef, err, errlen) != 0)
+            return -1;
+        l->base = other[i].start - ef.first_vaddr;
+        int serves = elf_dynsym(&ef, "malloc") != 0;
+        elf_close(&ef);
+        if (serves) {
+            t->alloc = i == 0 ? ALLOC_JEMALLOC : i == 1 ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
+            return 0;
+        }
     }
     if (!have_libc) {
         char exe[64];

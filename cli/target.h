@@ -33,7 +33,8 @@ struct target {
     pid_t pid;
     struct target_status st;
     enum target_alloc alloc;
-    struct target_lib libc;   /* ALLOC_GLIBC */
+    struct target_lib libc;   /* glibc's, whichever malloc serves */
+    struct target_lib alloc_lib; /* ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC: its library */
     uint64_t page;            /* our page, 0 if none yet */
 };
 
@@ -43,7 +44,8 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
 /* Why this tool may not ptrace pid, as the kernel's rules say (NULL if nothing refuses):
  * another uid without CAP_SYS_PTRACE, ptrace_scope 1/2/3, a tracer already there. */
 const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len);
-/* The allocator serving the target and, for glibc, its libc; a refusal text otherwise. */
+/* The allocator serving the target, its libc and (jemalloc, tcmalloc, mimalloc) its library;
+ * a refusal text otherwise. */
 int target_find_alloc(struct target *t, char *err, size_t errlen);
 /* The first library the target maps whose file name starts with prefix; -1 if none. */
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib);

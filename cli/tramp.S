@@ -35,6 +35,8 @@ mt_tramp_start:
     mov (mt_tramp_start + TR_ARG0)(%rip), %rdi
     mov (mt_tramp_start + TR_ARG1)(%rip), %rsi
     mov (mt_tramp_start + TR_ARG2)(%rip), %rdx
+    mov (mt_tramp_start + TR_ARG3)(%rip), %rcx
+    mov (mt_tramp_start + TR_ARG4)(%rip), %r8
     xor %eax, %eax
     call *(mt_tramp_start + TR_FUNC)(%rip)
     mov %rax, (mt_tramp_start + TR_RESULT)(%rip)

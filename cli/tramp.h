@@ -23,6 +23,8 @@
 #define TR_USE_FXSR 0x470
 #define TR_SELF 0x478 /* the page's own address: with the magic, how the tool knows it again */
 #define TR_VMA_NAME 0x480 /* 32 bytes */
+#define TR_ARG3 0x4a0
+#define TR_ARG4 0x4a8
 #define TR_REGS 0x500     /* rax rbx rcx rdx rsi rdi rbp r8 .. r15 */
 #define TR_OUT 0x600      /* the call's output buffer (mallinfo2's struct), 1 KiB */
 #define TR_PATH 0xa00     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */

@@ -1,0 +1,92 @@
+"""memtrim trim on jemalloc, tcmalloc and mimalloc targets (issue 29): Debian's libjemalloc2,
+libtcmalloc-minimal4 and libmimalloc2.0 preloaded into Debian's python3, whose main thread
+made and dropped 120 MB of 1 KB bytearrays (malloc's, not pymalloc's) and then reads stdin,
+while a second thread churns: allocates, fills, checks and drops blocks in a loop.
+
+The tool finds the allocator's library in the target's maps and calls its own release call
+(jemalloc mallctl("arena.4096.purge"), its name copied into our page; tcmalloc
+MallocExtension_ReleaseFreeMemory; mimalloc mi_collect(true)) on the main thread, in read.
+The control: `memtrim stats` on the same target is refused by name (it reads glibc's
+mallinfo2 only) and the RSS stays where it was; the trim then releases > 40 MB, the churn
+finds no changed block, nobody traces the target and it reads its input on and exits 0.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+
+TOOL = BUILD / "memtrim"
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+
+PROGRAM = r"""
+import sys, threading
+stop, bad, n = False, 0, 0
+def churn():
+    global bad, n
+    while not stop:
+        b = bytearray(b"m" * 1000)
+        if b.count(b"m") != 1000:
+            bad += 1
+        n += 1
+t = threading.Thread(target=churn)
+t.start()
+x = [bytearray(1000) for _ in range(120000)]
+del x
+print("ready", flush=True)
+sys.stdin.readline()
+stop = True
+t.join()
+print(n, bad, flush=True)
+"""
+
+
+def rss(pid):
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def tool(*args):
+    r = subprocess.run([str(TOOL), *args, "--json"], capture_output=True, text=True, timeout=60)
+    return r.returncode, json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("alloc,lib,call", [
+    ("jemalloc", "libjemalloc.so.2", 'mallctl("arena.4096.purge")'),
+    ("tcmalloc", "libtcmalloc_minimal.so.4", "MallocExtension_ReleaseFreeMemory"),
+    ("mimalloc", "libmimalloc.so.2", "mi_collect(true)"),
+])
+def test_allocator_release_call(alloc, lib, call):
+    path = os.path.join(LIBDIR, lib)
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not installed (tests/install-deps.sh)")
+    p = subprocess.Popen(["/usr/bin/python3", "-c", PROGRAM], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "LD_PRELOAD": path})
+    try:
+        assert p.stdout.readline() == "ready\n"
+        before = rss(p.pid)
+        assert before > 100 << 20, before
+        rc, out = tool("stats", str(p.pid))  # the control: refused, nothing called
+        assert rc == 3 and out["error"]["code"] == "unsupported", out
+        assert alloc in out["error"]["message"] and "mallinfo2" in out["error"]["message"]
+        assert rss(p.pid) > before - (20 << 20), (before, rss(p.pid))
+
+        rc, out = tool("trim", str(p.pid))
+        assert rc == 0, out
+        assert out["allocator"] == alloc and out["release_call"] == call, out
+        assert out["thread"] == p.pid and out["thread_syscall"] == "read", out
+        assert out["released_bytes"] > 40 << 20, out
+        if alloc == "jemalloc":
+            assert out["mallctl_return"] == 0, out
+        with open(f"/proc/{p.pid}/status") as f:
+            assert "TracerPid:\t0\n" in f.read()
+        out, _ = p.communicate("\n", timeout=30)
+        iterations, corrupt = map(int, out.split())
+        assert p.returncode == 0 and corrupt == 0 and iterations > 0, out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
