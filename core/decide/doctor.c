@@ -467,12 +467,90 @@ static void rule_arena_auto(struct ctx *c)
         (long long)in->auto_arena_max);
 }
 
+/* pinned_arena: the arena with the most free memory no trim can give back (arenas.c's
+ * pinned figures: chunks under a page, chunk edges, a thread arena's top), named with
+ * the change that would free it; at least 16 MiB and half of that arena's free memory. */
+static void rule_pinned_arena(struct ctx *c)
+{
+    const struct doctor_input *in = c->in;
+    const struct mt_arenas *a = in->arenas;
+    int best = -1;
+    double most = 0;
+
+    if (!in->glibc || !a)
+        return;
+    for (int i = 0; i < a->count; i++) {
+        const struct mt_arena *x = &a->arena[i];
+        double p = (double)x->pinned_small_bytes + (double)x->pinned_edge_bytes +
+                   (double)x->pinned_top_bytes;
+        if (p > most) {
+            most = p;
+            best = i;
+        }
+    }
+    if (best < 0 || most < 16.0 * MIB || most < 0.5 * (double)a->arena[best].free_bytes)
+        return;
+    const struct mt_arena *x = &a->arena[best];
+    double rss = (double)in->snap.cheap.rss_bytes;
+    struct doctor_finding *f = add(c, "pinned_arena",
+                                   rss > 0 && most >= 0.25 * rss ? DOCTOR_WARNING : DOCTOR_INFO,
+                                   "config");
+    if (!f)
+        return;
+    int top = x->pinned_top_bytes >= x->pinned_small_bytes &&
+              x->pinned_top_bytes >= x->pinned_edge_bytes;
+    int small = !top && x->pinned_small_bytes >= x->pinned_edge_bytes;
+    const char *why = top ? "its top chunk" : small ? "chunks under a page" : "chunk edges";
+    set(f->title, sizeof(f->title), "Arena %d holds %.1f MiB free that no trim can give back (%s)",
+        x->nr, mib(most), why);
+    evidence(f, "arena", x->nr);
+    evidence(f, "free_bytes", (double)x->free_bytes);
+    evidence(f, "releasable_bytes", (double)x->releasable_bytes);
+    evidence(f, "pinned_bytes", most);
+    evidence(f, "pinned_small_bytes", (double)x->pinned_small_bytes);
+    evidence(f, "pinned_edge_bytes", (double)x->pinned_edge_bytes);
+    evidence(f, "pinned_top_bytes", (double)x->pinned_top_bytes);
+    int64_t cap = in->auto_arena_max > 0 ? in->auto_arena_max : 2 * (int64_t)in->ncpu;
+    if (top && (in->cfg.malloc_trim_threshold_bytes < 0 ||
+                in->cfg.malloc_trim_threshold_bytes > 131072)) {
+        set(f->detail, sizeof(f->detail),
+            "A thread arena's top chunk: glibc's malloc_trim madvises free chunks but never a "
+            "thread heap's top (glibc 2.36); glibc shrinks that heap itself, on a free() at "
+            "its end, once the top passes M_TRIM_THRESHOLD (raised with the mmap threshold, "
+            "up to 64 MiB, unless set). Expected: up to %.1f MiB less RSS.", mib(most));
+        recommend(f, "MallocTrimThresholdBytes", 131072);
+        set(f->action, sizeof(f->action),
+            "Set \"MallocTrimThresholdBytes\": 131072 (glibc's initial 128 KiB, kept fixed): "
+            "glibc then gives a thread heap's top back itself.");
+    } else if (small && a->count > cap) {
+        set(f->detail, sizeof(f->detail),
+            "Free chunks under a page lie between live blocks: no page of them is whole. In "
+            "%d arenas each thread reuses only its own arena's; fewer arenas let the others "
+            "fill them before asking the kernel for more.", a->count);
+        recommend(f, "MallocArenaMax", (double)cap);
+        set(f->action, sizeof(f->action),
+            "Set \"MallocArenaMax\": %lld (two per CPU this process may use), then compare "
+            "peak RSS.", (long long)cap);
+    } else {
+        f->kind = "none";
+        set(f->detail, sizeof(f->detail),
+            top ? "A thread arena's top, with MallocTrimThresholdBytes already low: it stays "
+                  "until the blocks at its end are freed."
+            : small ? "Free chunks under a page lie between live blocks: only freeing their "
+                      "neighbours gives them back (or an allocator that keeps sizes apart, "
+                      "such as jemalloc)."
+                    : "The ends of free chunks larger than a page: at most a page and a header "
+                      "each, inherent to the chunks.");
+        set(f->action, sizeof(f->action), "Nothing in memtrim's configuration would free it.");
+    }
+}
+
 /* ---- running them ------------------------------------------------------- */
 
 typedef void (*rule_fn)(struct ctx *c);
 static const rule_fn rules[] = {rule_pressure,       rule_many_arenas,  rule_memory_returns,
                                 rule_release_little, rule_probe_budget, rule_no_limit,
-                                rule_never_frees,    rule_arena_auto};
+                                rule_never_frees,    rule_arena_auto,   rule_pinned_arena};
 
 int doctor_run(const struct doctor_input *in, struct doctor_finding *out, int max)
 {

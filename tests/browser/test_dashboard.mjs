@@ -292,7 +292,7 @@ async function checkDesktop(demo, ctx) {
     await page.waitForFunction(() => document.querySelector('#findings .finding, #findings [data-findings]'),
       null, { timeout: 20e3 });
     const ids = ['pressure_repeats', 'many_arenas', 'arena_max_auto', 'released_memory_returns', 'trims_release_little',
-      'probe_budget_limited', 'no_memory_limit', 'heap_never_frees'];
+      'probe_budget_limited', 'no_memory_limit', 'heap_never_frees', 'pinned_arena'];
     const shown = await page.$$eval('#findings .finding', (es) => es.map((e) =>
       ({ id: e.dataset.id, title: e.querySelector('b').textContent, rec: e.querySelector('.rec').textContent })));
     for (const f of shown) assert(ids.includes(f.id) && f.title && f.rec, 'finding ' + JSON.stringify(f));

@@ -186,6 +186,70 @@ static void test_many_arenas(void)
     CHECK(find(f, run(&in, f), "many_arenas") == NULL);
 }
 
+/* pinned_arena: the arena whose free memory no trim can give back, with the change. */
+static void test_pinned_arena(void)
+{
+    struct doctor_input in;
+    struct doctor_finding f[DOCTOR_MAX_FINDINGS];
+    healthy(&in);
+    set_arenas(&in, 3, 2 * MIB, 45 * MIB);
+    arena_buf[2].pinned_top_bytes = 40 * MIB; /* a thread arena's top */
+    arena_buf[2].pinned_small_bytes = 2 * MIB;
+    arena_buf[2].releasable_bytes = 3 * MIB;
+    const struct doctor_finding *a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a != NULL);
+    if (a) {
+        CHECK_EQ_INT(a->severity, DOCTOR_INFO); /* 42 MiB < 25 % of 200 MiB RSS */
+        CHECK(strcmp(a->kind, "config") == 0);
+        CHECK(strcmp(a->key, "MallocTrimThresholdBytes") == 0);
+        CHECK(a->has_value && a->value == 131072);
+        CHECK(evidence(a, "arena") == 2);
+        CHECK(evidence(a, "pinned_bytes") == 42 * MIB);
+        CHECK(evidence(a, "pinned_top_bytes") == 40 * MIB);
+        CHECK(evidence(a, "free_bytes") == 45 * MIB);
+        CHECK_CONTAINS(a->title, "Arena 2 holds 42.0 MiB");
+        CHECK_CONTAINS(a->title, "its top chunk");
+    }
+    in.snap.cheap.rss_bytes = 100 * MIB; /* now 42 % of RSS */
+    a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a && a->severity == DOCTOR_WARNING);
+    /* The threshold already low: nothing in memtrim's configuration frees it. */
+    in.cfg.malloc_trim_threshold_bytes = 65536;
+    a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a && strcmp(a->kind, "none") == 0 && a->key[0] == 0);
+    in.cfg.malloc_trim_threshold_bytes = -1;
+    /* Chunks under a page in 5 arenas on 2 CPUs: fewer arenas (4). */
+    set_arenas(&in, 5, 2 * MIB, 30 * MIB);
+    arena_buf[3].pinned_small_bytes = 20 * MIB;
+    a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a && strcmp(a->key, "MallocArenaMax") == 0 && a->value == 4);
+    CHECK(a && evidence(a, "arena") == 3);
+    CHECK(a && strstr(a->title, "chunks under a page") != NULL);
+    /* ...the cap the quota's "auto" would set, where known. */
+    in.auto_arena_max = 2;
+    a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a && a->value == 2);
+    in.auto_arena_max = 0;
+    /* Chunk edges: inherent, no change to make. */
+    arena_buf[3].pinned_small_bytes = 0;
+    arena_buf[3].pinned_edge_bytes = 20 * MIB;
+    a = find(f, run(&in, f), "pinned_arena");
+    CHECK(a && strcmp(a->kind, "none") == 0 && strstr(a->title, "chunk edges") != NULL);
+    /* Silent: under 16 MiB pinned; under half the arena's free memory; no view; not glibc. */
+    arena_buf[3].pinned_edge_bytes = 15 * MIB;
+    CHECK(find(f, run(&in, f), "pinned_arena") == NULL);
+    arena_buf[3].pinned_edge_bytes = 20 * MIB;
+    arena_buf[3].free_bytes = 41 * MIB;
+    CHECK(find(f, run(&in, f), "pinned_arena") == NULL);
+    arena_buf[3].free_bytes = 30 * MIB;
+    CHECK(find(f, run(&in, f), "pinned_arena") != NULL); /* the control of the three below */
+    in.glibc = 0;
+    CHECK(find(f, run(&in, f), "pinned_arena") == NULL);
+    in.glibc = 1;
+    in.arenas = NULL;
+    CHECK(find(f, run(&in, f), "pinned_arena") == NULL);
+}
+
 static void test_pressure_repeats(void)
 {
     struct doctor_input in;
@@ -392,6 +456,7 @@ int main(void)
     RUN(test_healthy_is_quiet);
     RUN(test_many_arenas);
     RUN(test_arena_auto);
+    RUN(test_pinned_arena);
     RUN(test_pressure_repeats);
     RUN(test_release_little);
     RUN(test_memory_returns);
