@@ -6,7 +6,8 @@ small blocks in its heap (one block in ten kept). The control: `memtrim trim ARB
 worker stopped (SIGSTOP), `--tree` gives one JSON line per process: the stopped worker's says
 it was refused because it is stopped, every other worker released memory, all are alive and
 serve on; after SIGCONT a second `--tree` trims that worker too. `stats --tree` answers for
-the same pids.
+the same pids. And Debian's apache2 prefork (root master, www-data children): a line each,
+none refused, the same children alive after.
 """
 import json
 import os
@@ -111,3 +112,41 @@ def test_tree_trims_gunicorns_workers(procs, tmp_path):  # noqa: F811
             assert "TracerPid:\t0\n" in f.read()
     serve_all(app_port, workers)
     assert p.stop() == 0, p.output()
+
+
+def test_tree_trims_apache_prefork_children(procs, tmp_path):  # noqa: F811
+    """Debian's apache2 prefork (root master, 3 www-data children, no memtrim in it), after
+    requests: `trim --tree MASTER` gives the master and each child a line with its release,
+    none refused; every child is alive after, the same ones, untraced, and Apache serves on
+    and stops cleanly."""
+    import shutil
+    from test_apache_prefork import APACHE, PAGE, configure, need_apache
+    from hosts_util import traversable_dir
+    need_apache()
+    root = traversable_dir("memtrim-cli-apache-")
+    try:
+        _, web, _ = configure(root)
+        p = procs([APACHE, "-f", str(root / "httpd.conf"), "-DFOREGROUND"], root / "apache.log",
+                  cwd=root, start_new_session=True)
+        kids = wait_for(lambda: len(children_of(p.pid)) == 3 and children_of(p.pid), 30,
+                        "Apache's 3 children")
+        site = f"http://127.0.0.1:{web}/"
+        for _ in range(30):
+            r = requests.get(site, timeout=10)
+            assert r.status_code == 200 and r.text == PAGE
+        rc, lines, err = tool("trim", "--tree", str(p.pid))
+        assert rc == 0, (lines, err)
+        assert lines[0]["pid"] == p.pid and sorted(x["pid"] for x in lines[1:]) == kids, lines
+        for x in lines:
+            assert x["allocator"] == "glibc" and "released_bytes" in x, x
+        print("apache2 --tree:", [(x["pid"], x["thread_syscall"], x["released_bytes"]) for x in lines])
+        assert children_of(p.pid) == kids
+        for pid in [p.pid] + kids:
+            with open(f"/proc/{pid}/status") as f:
+                assert "TracerPid:\t0\n" in f.read()
+        for _ in range(6):
+            r = requests.get(site, timeout=10)
+            assert r.status_code == 200 and r.text == PAGE
+        assert p.stop() == 0, p.output()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
