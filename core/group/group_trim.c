@@ -174,16 +174,24 @@ static int job_admit(struct group *g, int pid, const struct mt_config *cfg, int 
         trim_count_rate_limited(g->d.trims);
         return -EAGAIN;
     }
+    /* The trim service's lock is never taken under the group's (its sink, run under the
+     * trim service's lock, takes the group's: group_count_self): reserve the job, drop
+     * the group's lock for the rate limit, take it again to fill the job in. */
+    memset(&g->job, 0, sizeof(g->job));
+    g->job.active = 1;
+    g->job.deadline_ns = now + MANUAL_ANSWER_NS + MT_SEC; /* for a Retry-After meanwhile */
+    pthread_mutex_unlock(&g->lock);
     if (trim_manual_admit(g->d.trims, interval, retry_after_ms) != 0) {
+        pthread_mutex_lock(&g->lock);
+        g->job.active = 0;
         pthread_mutex_unlock(&g->lock);
         return -EAGAIN;
     }
+    pthread_mutex_lock(&g->lock);
     *np = 0;
     for (int i = 0; i < GROUP_MAX_MEMBERS; i++)
         if (g->m[i].used && g->m[i].pid > 0 && (pid <= 0 || g->m[i].pid == pid))
             pids[(*np)++] = g->m[i].pid; /* m[0], the leader, first */
-    memset(&g->job, 0, sizeof(g->job));
-    g->job.active = 1;
     for (int i = 0; i < *np; i++)
         if (pids[i] != g->d.pid)
             g->job.pids[g->job.n++] = pids[i];
