@@ -28,6 +28,19 @@
 #include "store.h"
 #include "trim.h"
 
+static _Atomic int64_t test_answer_ns; /* group_test_answer_ns; 0 in every host */
+
+void group_test_answer_ns(int64_t ns)
+{
+    atomic_store(&test_answer_ns, ns);
+}
+
+static int64_t answer_ns(void)
+{
+    int64_t t = atomic_load(&test_answer_ns);
+    return t > 0 ? t : MANUAL_ANSWER_NS;
+}
+
 /* ---- the API's view ------------------------------------------------------------ */
 
 int group_info(struct group *g, struct mt_group_info *info, struct mt_member *out, int cap,
@@ -137,7 +150,7 @@ void job_step(struct group *g, int64_t now)
     int done = j->next == j->n;
     for (int k = 0; done && k < j->n; k++)
         done = j->answered[k];
-    int end = done || (j->next == j->n && now - j->asked_ns >= MANUAL_ANSWER_NS) ||
+    int end = done || (j->next == j->n && now - j->asked_ns >= answer_ns()) ||
               now >= j->deadline_ns || g->stop;
     if (end)
         memset(j, 0, sizeof(*j));
@@ -179,7 +192,7 @@ static int job_admit(struct group *g, int pid, const struct mt_config *cfg, int 
      * the group's lock for the rate limit, take it again to fill the job in. */
     memset(&g->job, 0, sizeof(g->job));
     g->job.active = 1;
-    g->job.deadline_ns = now + MANUAL_ANSWER_NS + MT_SEC; /* for a Retry-After meanwhile */
+    g->job.deadline_ns = now + answer_ns() + MT_SEC; /* for a Retry-After meanwhile */
     pthread_mutex_unlock(&g->lock);
     if (trim_manual_admit(g->d.trims, interval, retry_after_ms) != 0) {
         pthread_mutex_lock(&g->lock);
@@ -195,7 +208,7 @@ static int job_admit(struct group *g, int pid, const struct mt_config *cfg, int 
     for (int i = 0; i < *np; i++)
         if (pids[i] != g->d.pid)
             g->job.pids[g->job.n++] = pids[i];
-    g->job.deadline_ns = now + g->job.n * MANUAL_STAGGER_NS + MANUAL_ANSWER_NS + MT_SEC;
+    g->job.deadline_ns = now + g->job.n * MANUAL_STAGGER_NS + answer_ns() + MT_SEC;
     pthread_mutex_unlock(&g->lock);
     return 0;
 }

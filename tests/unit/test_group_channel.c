@@ -419,6 +419,7 @@ static void test_a_stopped_member_holds_nothing(void)
     struct mt_counters c0, c1;
     int n = 0, status = 0;
     int64_t retry = 0;
+    group_test_answer_ns(200 * MT_MS); /* the stopped member's answer is waited 0.2 s, not 2 */
     struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\", "
                                "\"ManualTrimMinIntervalMs\": 60000}}");
     if (!mt)
