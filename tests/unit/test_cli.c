@@ -391,6 +391,85 @@ static void test_no_safe_thread(void)
     stop_target(&t);
 }
 
+/* The first child of pid (0 if none yet), from /proc/PID/task/PID/children. */
+static pid_t first_child(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+    FILE *f = fopen(path, "re");
+    int c = 0;
+    if (f) {
+        if (fscanf(f, "%d", &c) != 1)
+            c = 0;
+        fclose(f);
+    }
+    return (pid_t)c;
+}
+
+/* --tree reaches children's children: sh -> sh -> sleep, one JSON line each, parents first;
+ * the outer sh waits in rt_sigsuspend (dash's `wait`), which is never safe: its line says so
+ * (no_safe_thread) and the two below it still answer (wait4, clock_nanosleep); the exit code
+ * is the first failure's. The control without --tree: the root's line alone. */
+static void test_tree(void)
+{
+    pid_t root = fork();
+    if (root == 0) {
+        setpgid(0, 0);
+        execl("/bin/sh", "sh", "-c", "/bin/sh -c 'sleep 600; :' & wait", (char *)NULL);
+        _exit(127);
+    }
+    CHECK_MSG(root > 0, "fork: %s", strerror(errno));
+    if (root <= 0)
+        return;
+    setpgid(root, root);
+    pid_t mid = 0, leaf = 0;
+    char exe_path[64], exe[256] = "";
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do { /* the condition: three levels, the leaf exec'd; the deadline only guards a hang */
+        mid = first_child(root);
+        leaf = mid ? first_child(mid) : 0;
+        ssize_t n = -1;
+        if (leaf) {
+            snprintf(exe_path, sizeof exe_path, "/proc/%d/exe", (int)leaf);
+            n = readlink(exe_path, exe, sizeof exe - 1);
+        }
+        exe[n > 0 ? n : 0] = 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while (!strstr(exe, "sleep") && now.tv_sec - t0.tv_sec < 30);
+    CHECK_MSG(strstr(exe, "sleep") != NULL, "sh -> sh -> sleep did not start");
+    char out[8192], err[4096];
+    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--thread-wait 1", out, sizeof out,
+                      err, sizeof err, NULL);
+    CHECK_MSG(rc == 4 && strchr(out, '\n') == strrchr(out, '\n'), "control: %d %s %s", rc, out,
+              err);
+    rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--tree --thread-wait 1", out,
+                  sizeof out, err, sizeof err, NULL);
+    CHECK_MSG(rc == 4, "--tree: %d %s %s", rc, out, err);
+    pid_t want[3] = {root, mid, leaf};
+    char *line = out;
+    for (int i = 0; i < 3 && line; i++) {
+        char *nl = strchr(line, '\n');
+        CHECK_MSG(nl != NULL, "--tree: line %d missing in %s", i + 1, out);
+        if (!nl)
+            break;
+        *nl = 0;
+        cJSON *j = cJSON_Parse(line);
+        CHECK_MSG(j && num(j, "pid") == want[i], "--tree line %d: %s", i + 1, line);
+        if (i == 0)
+            CHECK_MSG(strstr(line, "no_safe_thread") && strstr(line, "rt_sigsuspend"),
+                      "--tree line 1: %s", line);
+        else
+            CHECK_MSG(j && num(j, "heap_free_bytes") >= 0, "--tree line %d: %s", i + 1, line);
+        cJSON_Delete(j);
+        line = nl + 1;
+    }
+    CHECK_MSG(line && *line == 0, "--tree: more than 3 lines: %s", line ? line : "");
+    CHECK_EQ_INT(tracer_of(leaf), 0);
+    kill(-root, SIGKILL);
+    waitpid(root, NULL, 0);
+}
+
 int main(void)
 {
     copy_binaries();
@@ -400,6 +479,7 @@ int main(void)
     RUN(test_permissions);
     RUN(test_unsupported);
     RUN(test_no_safe_thread);
+    RUN(test_tree);
     if (tmpdir[0])
         harness_rmtree(tmpdir);
     return harness_end();
