@@ -124,7 +124,7 @@ static const struct config_key keys[] = {
     {.name = "RefaultWindowSeconds", .type = KEY_DOUBLE, .offset = OFF(refault_window_seconds),
      .min = 0.1, .max = 3600, .def_num = 10, .runtime = 1},
     /* glibc tunables: null/absent = unset (-1), glibc's own behaviour. mallopt takes an int. */
-    /* "auto": from the container's CPU quota at start (core/instance/arena_auto.c) */
+    /* "auto": from the container's CPU quota at start (core/measure/cpuquota.c, applied by core/alloc/tunables.c) */
     {.name = "MallocArenaMax", .type = KEY_INT64, .offset = OFF(malloc_arena_max), .min = 1,
      .max = 1024, .def_num = -1, .nullable = 1, .auto_ok = 1},
     /* Ceilings, at start too: glibc's own bounds. mallopt refuses an mmap threshold above

@@ -6,7 +6,7 @@
 #ifndef MEMTRIM_CONFIG_H
 #define MEMTRIM_CONFIG_H
 
-/* MallocArenaMax "auto" (the start resolves it: core/instance/arena_auto.c). */
+/* MallocArenaMax "auto" (the start resolves it: core/measure/cpuquota.c, core/alloc/tunables.c). */
 #define MT_CONFIG_AUTO (-2)
 
 #include <pthread.h>

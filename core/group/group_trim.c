@@ -244,6 +244,10 @@ int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out
     }
     pthread_mutex_lock(&g->lock);
     g->job.pad = pad;
+    /* The members' time runs from here, not from the admission: the leader's own trim
+     * above may have waited on a running one or taken seconds on a large heap, and a
+     * deadline already past would end the job before any member was asked. */
+    g->job.deadline_ns = mt_mono_ns() + g->job.n * MANUAL_STAGGER_NS + answer_ns() + MT_SEC;
     g->job.ready = 1; /* the group thread asks the members from here */
     pthread_mutex_unlock(&g->lock);
     group_wake(g);
