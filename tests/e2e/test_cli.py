@@ -12,7 +12,6 @@ after a GC: stats and trim from outside, the main thread (in read) taken, their 
 import json
 import os
 import signal
-import statistics
 import subprocess
 import time
 
@@ -91,12 +90,16 @@ def test_a_thousand_attaches_leave_the_target_whole():
         assert status_field(t.pid, "TracerPid") == "0"
         assert status_field(t.pid, "Threads") == threads
         assert set(taken) <= {"read", "clock_nanosleep"}, taken
-        ratio = statistics.median(during) / statistics.median(alone)
-        print(f"1000 attaches, threads taken {taken}, loop pace with the tool {ratio:.2f} of "
-              f"without (median of 10 blocks each), longest gap {after['max_gap_seconds']:.3f} s")
-        # the tool's 1,000 processes share the two CPUs with the loop: the loop keeps at least
-        # a third of its pace (gdb, which stops every thread, would take it to near zero)
-        assert ratio >= 1 / 3, (during, alone)
+        ratios = [d / a for d, a in zip(during, alone)]
+        print(f"1000 attaches, threads taken {taken}, loop pace with the tool "
+              f"{min(ratios):.2f}-{max(ratios):.2f} of without (10 interleaved blocks), "
+              f"longest gap {after['max_gap_seconds']:.3f} s")
+        # the tool's 1,000 processes share the two CPUs with the loop: in every block (each
+        # counts, none is forgiven) the loop keeps at least a third of its pace beside the
+        # window without the tool just before it (gdb, which stops every thread, would take
+        # it to near zero)
+        slow = [(i, round(r, 2)) for i, r in enumerate(ratios) if r < 1 / 3]
+        assert not slow, (slow, during, alone)
         assert t.ask("quit") == ""
         assert t.p.wait(10) == 0
     finally:
