@@ -197,10 +197,13 @@ static uint64_t xcr0(void)
 
 /* The first call into a target maps our page: one mmap made on the stopped thread's own
  * syscall instruction, under ptrace (the one step that needs the tool alive: see
- * docs/architecture.md). The thread's registers are set again by the caller afterwards. */
-static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double deadline, char *err,
-                         size_t errlen)
+ * docs/architecture.md). Its registers are put back as soon as the mmap returns, so that a
+ * tool killed later leaves the thread as it was. A signal that stops the thread before the
+ * mmap is passed back in *sig (the caller restores the registers and delivers it). */
+static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double deadline, int *sig,
+                         char *err, size_t errlen)
 {
+    *sig = 0;
     struct user_regs_struct m = *orig;
     m.rip = orig->rip - 2;
     m.rax = 9; /* mmap */
@@ -216,10 +219,20 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double 
     for (int step = 0; step < 2; step++) { /* syscall entry, then exit */
         int status;
         if (ptrace(PTRACE_SYSCALL, tid, 0, 0) != 0 || wait_stop(tid, deadline, &status) != 0 ||
-            !WIFSTOPPED(status) || WSTOPSIG(status) != (SIGTRAP | 0x80))
+            !WIFSTOPPED(status))
             goto fail;
+        if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
+            if (step == 0 && status >> 16 == 0) /* a signal came first: it is the thread's */
+                *sig = WSTOPSIG(status);
+            snprintf(err, errlen, "thread %d took signal %d before the mmap: not mapped", (int)tid,
+                     WSTOPSIG(status));
+            return 0;
+        }
     }
-    if (ptrace(PTRACE_GETREGS, tid, 0, &m) != 0 || ((int64_t)m.rax < 0 && (int64_t)m.rax > -4096)) {
+    int got = ptrace(PTRACE_GETREGS, tid, 0, &m);
+    if (ptrace(PTRACE_SETREGS, tid, 0, orig) != 0) /* the thread as it was, from now on */
+        goto fail;
+    if (got != 0 || ((int64_t)m.rax < 0 && (int64_t)m.rax > -4096)) {
         snprintf(err, errlen, "mmap in the target failed: %s", strerror((int)-(int64_t)m.rax));
         return 0;
     }
@@ -426,15 +439,12 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
                 return INJECT_TIMEOUT;
             }
             if (!page) {
-                /* signals of the thread wait from here until the trampoline restores its mask */
-                uint64_t none = ~0ull;
-                ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
-                page = map_page(tid, &s.regs, t0 + 1.0, reason, sizeof reason);
+                int sig;
+                page = map_page(tid, &s.regs, t0 + 1.0, &sig, reason, sizeof reason);
                 c->new_page = 1;
-                if (!page) { /* the thread as it was: its registers and mask */
+                if (!page) { /* the thread as it was, and the signal that came meanwhile */
                     ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
-                    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s.sigmask);
-                    ptrace(PTRACE_DETACH, tid, 0, 0);
+                    ptrace(PTRACE_DETACH, tid, 0, (void *)(long)sig);
                     sigprocmask(SIG_SETMASK, &old, NULL);
                     snprintf(err, errlen, "%s", reason);
                     close(lock);
@@ -459,7 +469,9 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
                 close(lock);
                 return INJECT_FAILED;
             }
-            ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none); /* the trampoline blocks them too */
+            /* after the jump's SETREGS only: a tool killed before this leaves a thread whose
+             * trampoline blocks them itself */
+            ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
             ptrace(PTRACE_DETACH, tid, 0, 0);
             double released = now_s();
             sigprocmask(SIG_SETMASK, &old, NULL);
