@@ -72,7 +72,9 @@ void elf_close(struct elf_file *f)
         f->map = NULL;
 }
 
-uint64_t elf_dynsym(const struct elf_file *f, const char *name)
+/* want_object: STT_OBJECT (its st_size in *size), else a function. */
+static uint64_t dynsym_of(const struct elf_file *f, const char *name, int want_object,
+                          uint64_t *size)
 {
     const Elf64_Ehdr *eh = (const void *)f->map;
     if (eh->e_shentsize != sizeof(Elf64_Shdr) ||
@@ -105,15 +107,29 @@ uint64_t elf_dynsym(const struct elf_file *f, const char *name)
             strs->sh_size - syms[i].st_name <= len)
             continue;
         int type = ELF64_ST_TYPE(syms[i].st_info);
-        if ((type != STT_FUNC && type != STT_GNU_IFUNC) || memcmp(str + syms[i].st_name, name, len + 1))
+        if ((want_object ? type != STT_OBJECT : type != STT_FUNC && type != STT_GNU_IFUNC) ||
+            memcmp(str + syms[i].st_name, name, len + 1))
             continue;
         if (type == STT_GNU_IFUNC)
             continue; /* a resolver, not the function: none of ours are */
+        if (size)
+            *size = syms[i].st_size;
         if (!vs || !(vs[i] & 0x8000))
             return syms[i].st_value; /* the default version */
         found = syms[i].st_value;
     }
     return found;
+}
+
+uint64_t elf_dynsym(const struct elf_file *f, const char *name)
+{
+    return dynsym_of(f, name, 0, NULL);
+}
+
+uint64_t elf_dynobj(const struct elf_file *f, const char *name, uint64_t *size)
+{
+    *size = 0;
+    return dynsym_of(f, name, 1, size);
 }
 
 uint64_t elf_find_code(const struct elf_file *f, const void *bytes, size_t len)

@@ -21,6 +21,8 @@ int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen);
 void elf_close(struct elf_file *f);
 /* The defined dynamic symbol's value (its default version when there are several); 0 if absent. */
 uint64_t elf_dynsym(const struct elf_file *f, const char *name);
+/* The defined dynamic data object's value and its size (ld.so's _rtld_global); 0 if absent. */
+uint64_t elf_dynobj(const struct elf_file *f, const char *name, uint64_t *size);
 
 /* The virtual address (before the load bias) of the first occurrence of bytes in an
  * executable segment; 0 if none. */

@@ -352,8 +352,33 @@ struct pick {
     uint64_t sp, stack_end; /* its stack pointer in the call, and the end of that mapping */
 };
 
+/* 1 if tid is the owner of a recursive pthread mutex in [locks, locks + len) of the target:
+ * ld.so's _dl_load_lock, _dl_load_write_lock, _dl_load_tls_lock and its namespaces' symbol
+ * table locks all are (x86_64 layout: __owner at +8, __kind at +16, PTHREAD_MUTEX_RECURSIVE_NP
+ * 1, 40 bytes). Scanned rather than found at an offset: _rtld_global's layout changes between
+ * glibc versions; a stray match only makes that thread skipped. Unreadable: 1 (skipped). */
+static int owns_loader_lock(pid_t pid, pid_t tid, uint64_t locks, uint64_t len)
+{
+    static unsigned char area[16384];
+    if (!locks)
+        return 0;
+    if (len > sizeof area)
+        len = sizeof area;
+    if (len < 40 || mem_read(pid, locks, area, len) != 0)
+        return 1;
+    for (uint64_t off = 0; off + 40 <= len; off += 4) {
+        int32_t owner, kind;
+        memcpy(&owner, area + off + 8, 4);
+        memcpy(&kind, area + off + 16, 4);
+        if (owner == tid && (kind & 0x7f) == 1)
+            return 1;
+    }
+    return 0;
+}
+
 /* The safe threads now, the main thread last (it is the host's own loop more often). */
-static int safe_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
+static int safe_threads(pid_t pid, const struct inject_call *c, struct pick *out, int max,
+                        char *why, size_t whylen)
 {
     static pid_t tids[MAX_THREADS];
     int n = target_threads(pid, tids, MAX_THREADS), k = 0;
@@ -362,7 +387,13 @@ static int safe_threads(pid_t pid, struct pick *out, int max, char *why, size_t 
     for (int i = n - 1; i >= 0 && k < max; i--) {
         uint64_t args[7], start, end;
         long nr = target_thread_syscall(pid, tids[i], args);
-        if (nr >= 0 && target_syscall_safe(nr, args) &&
+        int locked = nr >= 0 && owns_loader_lock(pid, tids[i], c->locks, c->locks_len);
+        if (locked) {
+            if (w + 64 < whylen)
+                w += (size_t)snprintf(why + w, whylen - w, "%s%d holds the loader lock (in %s)",
+                                      w ? ", " : "", (int)tids[i],
+                                      target_syscall_name(nr) ? target_syscall_name(nr) : "a call");
+        } else if (nr >= 0 && target_syscall_safe(nr, args) &&
             target_mapping(pid, args[6], &start, &end) == 0) {
             out[k].tid = tids[i];
             out[k].sp = args[6];
@@ -393,7 +424,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
     int rc = INJECT_NO_THREAD;
     while (rc == INJECT_NO_THREAD) {
         struct pick picks[64];
-        int n = safe_threads(t->pid, picks, 64, why, sizeof why);
+        int n = safe_threads(t->pid, c, picks, 64, why, sizeof why);
         uint64_t known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
         for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++) {
             pid_t tid = picks[i].tid;

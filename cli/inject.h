@@ -25,6 +25,8 @@ struct inject_call {
     size_t out_len;       /* bytes of the output buffer to read back, at most 1024 */
     const char *in;       /* a string copied to the page's TR_PATH (at most TR_PATH_MAX bytes) */
     unsigned page_args;   /* bit i: args[i] is an offset in the page (TR_PATH, TR_OUT) */
+    uint64_t locks, locks_len; /* a thread owning a recursive mutex here is never taken
+                                  (ld.so's _rtld_global: its loader locks); 0: no check */
     double thread_wait_s; /* how long to look for a safe thread */
     double call_wait_s;   /* how long the call may take */
     /* results */

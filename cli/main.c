@@ -449,6 +449,17 @@ static int target_path(const struct target *t, const char *lib, char *out, size_
     return 0;
 }
 
+/* ld.so's _rtld_global, whose recursive mutexes (the loader locks) the chosen thread must not
+ * own: dlopen and memtrim_attach's dlsym take them. -1 when the target's ld.so is not found. */
+static int loader_locks(const struct target *t, uint64_t *addr, uint64_t *len)
+{
+    struct target_lib ld;
+    if (target_find_lib(t->pid, "ld-linux", &ld) != 0)
+        return -1;
+    *addr = target_obj(&ld, "_rtld_global", len);
+    return *addr && *len >= 40 ? 0 : -1;
+}
+
 /* memtrim_attach in an instance already loaded: 0, or an exit code. */
 static int attach(const struct opts *o, struct target *t, const struct target_lib *lib,
                   const char *json, int loaded_now, double t0)
@@ -462,6 +473,9 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
     }
     struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
                             .in = json, .out_len = 1024};
+    if (loader_locks(t, &c.locks, &c.locks_len) != 0)
+        return fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
+                    "found: the loader lock cannot be checked, nothing is called");
     int rc = do_call(o, t, &c);
     if (rc)
         return rc;
@@ -537,6 +551,13 @@ static int load(const struct opts *o, struct target *t)
     }
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
                             .in = path};
+    if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
+        if (copy[0])
+            unlink(copy);
+        free(json);
+        return fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
+                    "found: the loader lock cannot be checked, nothing is called");
+    }
     rc = do_call(o, t, &c);
     if (copy[0] && rc != EXIT_TIMEOUT)
         unlink(copy); /* mapped now (or never): the file is not needed */

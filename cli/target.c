@@ -306,15 +306,27 @@ int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)
     return 0;
 }
 
-uint64_t target_sym(const struct target_lib *lib, const char *name)
+/* A dynamic symbol of lib in the target: a function, or a data object with its size. */
+static uint64_t lib_symbol(const struct target_lib *lib, const char *name, uint64_t *obj_size)
 {
     struct elf_file ef;
     char err[256];
     if (elf_open(lib->file, &ef, err, sizeof err) != 0)
         return 0;
-    uint64_t v = elf_dynsym(&ef, name);
+    uint64_t v = obj_size ? elf_dynobj(&ef, name, obj_size) : elf_dynsym(&ef, name);
     elf_close(&ef);
     return v ? lib->base + v : 0;
+}
+
+uint64_t target_sym(const struct target_lib *lib, const char *name)
+{
+    return lib_symbol(lib, name, NULL);
+}
+
+uint64_t target_obj(const struct target_lib *lib, const char *name, uint64_t *size)
+{
+    *size = 0;
+    return lib_symbol(lib, name, size);
 }
 
 uint64_t target_code(const struct target_lib *lib, const void *bytes, size_t len)

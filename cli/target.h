@@ -51,6 +51,8 @@ int target_find_alloc(struct target *t, char *err, size_t errlen);
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib);
 /* The address of a dynamic symbol of lib in the target (0 if absent). */
 uint64_t target_sym(const struct target_lib *lib, const char *name);
+/* The address of a dynamic data object of lib in the target and its size (0 if absent). */
+uint64_t target_obj(const struct target_lib *lib, const char *name, uint64_t *size);
 /* The address in the target of the first such bytes in lib's code (0 if none). */
 uint64_t target_code(const struct target_lib *lib, const void *bytes, size_t len);
 /* Our page in the target's maps ("[anon:memtrim-inject]"), 0 if none. */

@@ -5,7 +5,8 @@ names that pid, /memory/stats answers, a second load says it is already loaded, 
 reads its input on and exits 0. In its own mount namespace with a tmpfs over the build
 directory (the library's path does not exist there) the copy into the target's /tmp is what
 it loads. Refusals: a static binary, a configuration that is not JSON; both leave the target
-without the library.
+without the library. The loader lock: a thread inside dlopen is never taken (trim, the
+control, takes it), and a lock held by another thread is waited for only until --timeout.
 """
 import json
 import os
@@ -15,7 +16,7 @@ import pytest
 import requests
 
 from conftest import BUILD
-from hosts_util import free_port
+from hosts_util import free_port, wait_for
 
 TOOL = BUILD / "memtrim"
 
@@ -100,3 +101,99 @@ def test_load_refusals():
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+HOLD_C = r"""
+#include <unistd.h>
+/* Runs inside dlopen, so with ld.so's _dl_load_lock held: blocks in read(0) for a line. */
+__attribute__((constructor)) static void hold(void)
+{
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n')
+        ;
+}
+"""
+
+PY_HOLDER = """
+import ctypes, os, sys, threading
+dlopen = ctypes.CDLL(None).dlopen  # a foreign call: it runs without the GIL
+dlopen.argtypes, dlopen.restype = [ctypes.c_char_p, ctypes.c_int], ctypes.c_void_p
+threading.Thread(target=dlopen, args=(sys.argv[1].encode(), 2), daemon=True).start()
+print('ready', flush=True)
+if sys.argv[2] == 'futex':
+    threading.Event().wait()
+else:
+    os.read(int(sys.argv[3]), 1)  # the main thread in read too: a safe thread that holds no loader lock
+print('bye', flush=True)
+"""
+
+
+def holder_in_read(pid):
+    """The tid of the thread blocked in read inside the hold library's constructor."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if int(tid) != pid and open(f"/proc/{pid}/task/{tid}/syscall").read().split()[0] == "0":
+            return int(tid)
+    return None
+
+
+@pytest.fixture
+def hold_lib(tmp_path):
+    src = tmp_path / "hold.c"
+    src.write_text(HOLD_C)
+    lib = tmp_path / "libhold.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return lib
+
+
+def test_load_never_takes_the_loader_lock_holder(hold_lib):
+    """The only thread in a safe system call is inside dlopen (a constructor reading): load
+    refuses it and gives up (exit 4, nothing mapped); the control, trim (which needs no loader
+    lock), takes that same thread."""
+    p = subprocess.Popen(["/usr/bin/python3", "-c", PY_HOLDER, str(hold_lib), "futex"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        holder = wait_for(lambda: holder_in_read(p.pid), what="the holder in read")
+        r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0 and json.loads(r.stdout)["thread"] == holder, r.stderr
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}),
+                            "--thread-wait", "1")
+        assert rc == 4 and f"{holder} holds the loader lock" in err, (rc, err)
+        assert maps_memtrim(p.pid) == []
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_load_waits_for_the_loader_lock_within_its_deadline(hold_lib):
+    """Another thread holds the loader lock: dlopen on the main thread waits, --timeout bounds
+    the command (exit 5); once the lock is released the call completes on its own and the
+    thread restores itself; a second load starts memtrim; the program exits 0."""
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen(["/usr/bin/python3", "-c", PY_HOLDER, str(hold_lib), "read", str(r_fd)],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         pass_fds=(r_fd,))
+    os.close(r_fd)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        wait_for(lambda: holder_in_read(p.pid), what="the holder in read")
+        port = free_port()
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": port}), "--timeout", "1")
+        assert rc == 5 and "has not returned" in err, (rc, err)
+        assert maps_memtrim(p.pid) == []  # dlopen still waits for the lock
+        p.stdin.write("\n")  # the constructor returns: the lock is released
+        p.stdin.flush()
+        wait_for(lambda: maps_memtrim(p.pid), what="libmemtrim mapped")
+        rc, out, err = wait_for(lambda: (lambda r: r if r[0] != 5 else None)(
+            load(p.pid, "--config", json.dumps({"HttpPort": port}))), what="the page free")
+        assert rc == 0 and out["listen"] == f"127.0.0.1:{port}" and not out["loaded_now"], err
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()["pid"] == p.pid
+        os.write(w_fd, b"x")
+        assert p.stdout.readline().strip() == "bye"
+        assert p.wait(30) == 0
+    finally:
+        os.close(w_fd)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
