@@ -383,7 +383,7 @@ static char *load_config_text(const char *arg, char *err, size_t errlen)
     return compact;
 }
 
-/* libmemtrim.so: --library, beside this command (a build tree), or the install's libdir. */
+/* libmemtrim.so.0: --library, beside this command (a build tree), or the install's libdir. */
 static int find_library(const struct opts *o, char *out, size_t len)
 {
     if (o->library)
@@ -395,11 +395,12 @@ static int find_library(const struct opts *o, char *out, size_t len)
         char *slash = strrchr(exe, '/');
         if (slash)
             *slash = 0;
-        snprintf(cand, sizeof cand, "%s/libmemtrim.so", exe);
+        snprintf(cand, sizeof cand, "%s/libmemtrim.so.0", exe);
         if (realpath(cand, out))
             return 0;
     }
-    snprintf(cand, sizeof cand, "%s/libmemtrim.so", MEMTRIM_INSTALL_LIBDIR);
+    /* the soname: the runtime package ships it (libmemtrim.so is the dev package's link) */
+    snprintf(cand, sizeof cand, "%s/libmemtrim.so.0", MEMTRIM_INSTALL_LIBDIR);
     return realpath(cand, out) ? 0 : -1;
 }
 
@@ -541,7 +542,7 @@ static int load(const struct opts *o, struct target *t)
     }
     if (find_library(o, lib, sizeof lib) != 0) {
         free(json);
-        snprintf(err, sizeof err, "cannot find libmemtrim.so (%s): give it with --library PATH",
+        snprintf(err, sizeof err, "cannot find libmemtrim.so.0 (%s): give it with --library PATH",
                  o->library ? o->library : "beside this command or in " MEMTRIM_INSTALL_LIBDIR);
         return fail(o, EXIT_FAILED, err);
     }
