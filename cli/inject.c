@@ -329,8 +329,6 @@ static uint64_t usable_page(pid_t pid, uint64_t page, double deadline, int *busy
     *busy = 0;
     if (!page)
         return 0;
-    if (!page)
-        return 0;
     for (;;) {
         char m[8];
         uint64_t done = 0;
@@ -426,6 +424,12 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
         struct pick picks[64];
         int n = safe_threads(t->pid, c, picks, 64, why, sizeof why);
         uint64_t known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
+        int busy;
+        if (known_page && !usable_page(t->pid, known_page, thread_deadline, &busy) && busy) {
+            snprintf(err, errlen, "an earlier call in process %d has not finished", (int)t->pid);
+            close(lock);
+            return INJECT_TIMEOUT; /* waited for with no thread stopped */
+        }
         for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++) {
             pid_t tid = picks[i].tid;
             double t0 = now_s();
@@ -456,8 +460,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
                          strerror(errno));
                 continue;
             }
-            int busy;
-            uint64_t page = usable_page(t->pid, known_page, thread_deadline, &busy);
+            uint64_t page = usable_page(t->pid, known_page, 0, &busy); /* once more: no wait */
             c->new_page = 0;
             sigset_t all, old;
             sigfillset(&all);
@@ -491,12 +494,15 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
             if (fill_page(t->pid, page, 1, &s, c) != 0 ||
                 mem_write(t->pid, page + TR_DONE_ALL, &zero, 8) != 0 ||
                 ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
+                int e = errno;
+                uint64_t one = 1; /* fill_page zeroed it: the page is free again (a new one is
+                                   * left mapped, unnamed: unmapping needs another injection) */
+                mem_write(t->pid, page + TR_DONE_ALL, &one, 8);
                 ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
-                ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s.sigmask);
                 ptrace(PTRACE_DETACH, tid, 0, 0);
                 sigprocmask(SIG_SETMASK, &old, NULL);
                 snprintf(err, errlen, "cannot prepare the call in process %d: %s", (int)t->pid,
-                         strerror(errno));
+                         strerror(e));
                 close(lock);
                 return INJECT_FAILED;
             }
