@@ -17,7 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -410,41 +413,87 @@ static int same_file(const char *a, const char *b)
     return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
+/* The copy in the target's /tmp: its directory (opened inside the target's root) and name,
+ * so that it is removed there and nowhere else. */
+static int copy_dirfd = -1;
+static char copy_name[64];
+
+static void copy_remove(char *copy)
+{
+    if (copy[0] && copy_dirfd >= 0)
+        unlinkat(copy_dirfd, copy_name, 0);
+    if (copy_dirfd >= 0)
+        close(copy_dirfd);
+    copy_dirfd = -1;
+    copy[0] = 0;
+}
+
+/* The target's /tmp, resolved inside its root: a symbolic link there (absolute or with
+ * "..") stays inside the container instead of leading into ours (openat2 RESOLVE_IN_ROOT,
+ * Linux 5.6). An O_PATH descriptor, or -1 with errno. */
+static int target_tmp(pid_t pid)
+{
+    char root[64];
+    snprintf(root, sizeof root, "/proc/%d/root", (int)pid);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return -1;
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int d = (int)syscall(SYS_openat2, rfd, "tmp", &how, sizeof how);
+    int e = errno;
+    close(rfd);
+    errno = e;
+    return d;
+}
+
 /* The path the target opens: the library itself when the target shares our mount namespace
- * and uid; otherwise a copy in the target's own /tmp, written through /proc/PID/root (its
- * mount namespace: a container's), mode 0644, removed once loaded (docs/architecture.md). */
+ * and uid; otherwise a copy in the target's own /tmp, under a random name, created there
+ * exclusively through a directory resolved inside the target's root (its mount namespace:
+ * a container's) and never by a path that could follow a link of the container's, mode
+ * 0644 set on the descriptor, removed once loaded (docs/architecture.md). */
 static int target_path(const struct target *t, const char *lib, char *out, size_t len, char *copy,
                        size_t copylen, char *err, size_t errlen)
 {
     char ns[64];
+    unsigned char rnd[8];
     copy[0] = 0;
     snprintf(ns, sizeof ns, "/proc/%d/ns/mnt", (int)t->pid);
     if (same_file("/proc/self/ns/mnt", ns) && t->st.euid == geteuid()) {
         snprintf(out, len, "%s", lib);
         return 0;
     }
-    snprintf(out, len, "/tmp/libmemtrim-load-%d-%d.so", (int)getpid(), (int)t->pid);
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        snprintf((char *)rnd, sizeof rnd, "%07x", (unsigned)getpid() & 0xfffffff);
+    snprintf(copy_name, sizeof copy_name, "libmemtrim-load-%02x%02x%02x%02x%02x%02x%02x%02x.so",
+             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(out, len, "/tmp/%s", copy_name);
     snprintf(copy, copylen, "/proc/%d/root%s", (int)t->pid, out);
+    copy_dirfd = target_tmp(t->pid);
     FILE *in = fopen(lib, "rbe");
-    int fd = open(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    int fd = copy_dirfd >= 0 ? openat(copy_dirfd, copy_name, O_WRONLY | O_CREAT | O_EXCL |
+                                      O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    int ok = fd >= 0 && fchmod(fd, 0644) == 0; /* whatever the umask: the target's uid reads it */
     FILE *w = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    int ok = in && w;
+    ok = ok && in && w;
     char buf[65536];
     size_t n;
     while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
         ok = fwrite(buf, 1, n, w) == n;
     ok = ok && !ferror(in);
+    int e = errno;
     if (in)
         fclose(in);
     if (w)
         ok = fclose(w) == 0 && ok;
     else if (fd >= 0)
         close(fd);
-    if (!ok || fchmodat(AT_FDCWD, copy, 0644, 0) != 0) {
+    if (!ok) {
         snprintf(err, errlen, "cannot copy %.400s to %.400s (the target's /tmp): %s", lib, copy,
-                 strerror(errno));
-        unlink(copy);
-        copy[0] = 0;
+                 strerror(e ? e : EIO));
+        if (fd < 0)
+            copy[0] = 0; /* nothing was created: nothing of ours to remove */
+        copy_remove(copy);
         return -1;
     }
     return 0;
@@ -553,15 +602,14 @@ static int load(const struct opts *o, struct target *t)
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
                             .in = path};
     if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
-        if (copy[0])
-            unlink(copy);
+        copy_remove(copy);
         free(json);
         return fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
                     "found: the loader lock cannot be checked, nothing is called");
     }
     rc = do_call(o, t, &c);
-    if (copy[0] && rc != EXIT_TIMEOUT)
-        unlink(copy); /* mapped now (or never): the file is not needed */
+    if (rc != EXIT_TIMEOUT)
+        copy_remove(copy); /* mapped now (or never): the file is not needed */
     if (rc) {
         free(json);
         return rc;

@@ -839,6 +839,11 @@ static int preload_begin(const char *value, char **err, int *started, int *logge
             snprintf(buf, sizeof(buf), "GroupName %s: cannot start its thread",
                      preload_cfg.group_name);
             *err = mt_strdup(buf);
+            /* Nothing runs: leave nothing that says it does (memtrim_attach would answer
+             * "already loaded"), nor the named group's directory, lock and socket open. */
+            mt_named_close(&named);
+            free(preload_json);
+            preload_json = NULL;
             return -EAGAIN;
         }
         *started = 1;
