@@ -166,17 +166,20 @@ static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip
 }
 
 /* Is the thread inside a signal handler (which may have interrupted malloc with its lock
- * held)? A handler's frame starts with glibc's restorer address: look for it on the stack. */
+ * held)? A handler's frame starts with glibc's restorer address: look for it on the stack.
+ * 1: yes; -1: the stack could not be read, or it is deeper than the scan (unsafe too). */
 static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end, uint64_t restorer)
 {
     if (!restorer)
         return 0;
     static uint64_t buf[4096]; /* 32 KiB a read, 128 KiB of stack at most */
     uint64_t at = rsp & ~(uint64_t)7, stop = end < at + 4 * sizeof buf ? end : at + 4 * sizeof buf;
+    if (stop < end)
+        return -1;
     while (at < stop) {
         size_t len = stop - at < sizeof buf ? (size_t)(stop - at) : sizeof buf;
         if (mem_read(pid, at, buf, len) != 0)
-            return 0;
+            return -1;
         for (size_t i = 0; i < len / 8; i++)
             if (buf[i] == restorer)
                 return 1;
@@ -448,10 +451,18 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
                 continue;
             }
             unsigned char insn[2] = {0};
-            if (mem_read(t->pid, s.regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05 ||
-                in_signal_handler(t->pid, s.regs.rsp, picks[i].stack_end, restorer)) {
+            if (mem_read(t->pid, s.regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05) {
                 ptrace(PTRACE_DETACH, tid, 0, 0);
-                snprintf(reason, sizeof reason, "thread %d is inside a signal handler", (int)tid);
+                snprintf(reason, sizeof reason, "thread %d: the instruction before rip is not "
+                         "syscall", (int)tid);
+                continue;
+            }
+            int sh = in_signal_handler(t->pid, s.regs.rsp, picks[i].stack_end, restorer);
+            if (sh != 0) {
+                ptrace(PTRACE_DETACH, tid, 0, 0);
+                snprintf(reason, sizeof reason, sh > 0 ? "thread %d is inside a signal handler"
+                         : "thread %d: its stack could not be scanned whole for a signal frame "
+                         "(unreadable, or deeper than 128 KiB): refused", (int)tid);
                 continue;
             }
             if (save_thread(tid, &s) != 0) {
