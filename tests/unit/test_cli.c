@@ -439,11 +439,11 @@ static void test_tree(void)
     } while (!strstr(exe, "sleep") && now.tv_sec - t0.tv_sec < 30);
     CHECK_MSG(strstr(exe, "sleep") != NULL, "sh -> sh -> sleep did not start");
     char out[8192], err[4096];
-    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--thread-wait 1", out, sizeof out,
+    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--thread-wait 0.2", out, sizeof out,
                       err, sizeof err, NULL);
     CHECK_MSG(rc == 4 && strchr(out, '\n') == strrchr(out, '\n'), "control: %d %s %s", rc, out,
               err);
-    rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--tree --thread-wait 1", out,
+    rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--tree --thread-wait 0.2", out,
                   sizeof out, err, sizeof err, NULL);
     CHECK_MSG(rc == 4, "--tree: %d %s %s", rc, out, err);
     pid_t want[3] = {root, mid, leaf};
