@@ -432,14 +432,15 @@ def test_without_memtrim_4_workers_are_oom_killed(procs, cgroup, tmp_path):
             "4 workers, 250 MB")
 
 
-@pytest.mark.skip(reason=SKIP_PAIRS)
 def test_the_group_survives_the_shared_limit(procs, cgroup, tmp_path):
     """The issue's cell (survival_util): 4 workers, 20 studies of 80 MB in 1 KB blocks,
     400 ms apart in their own slots (the absolute schedule), 100 ms between workers, in one
     250 MB cgroup; memtrim at its defaults with FollowFork and one port. Over 10
     interleaved pairs, counted in full, the group finishes at least as many workers as
     malloc_trim after each study; each group run's own store holds the pressure trims of
-    every worker but at most one."""
+    every worker but at most one. Measured quiet (2026-12-03 15:06-15:09 UTC, load 1.4-3.5):
+    the group 40 of 40, malloc_trim after each study 39 of 40. At load 14-33 it did not hold
+    (25 of 40 against 30, docs/groups.md): a node that busy fails this case."""
     pairs(prefork_runner(procs, tmp_path, cell_args(4, "absolute")), cgroup, 250 << 20, 4,
           PAIRS, "4 workers, 250 MB", check_group=group_trimmed(4))
 
@@ -450,10 +451,10 @@ def test_without_memtrim_8_workers_are_oom_killed(procs, cgroup, tmp_path):
             "8 workers, 400 MB")
 
 
-@pytest.mark.skip(reason=SKIP_PAIRS)
 def test_more_workers_survive_the_shared_limit(procs, cgroup, tmp_path):
-    """The same with 8 workers in 400 MB (malloc_trim after every study peaks near
-    170 MB there on a quiet node), the relative schedule, 5 pairs."""
+    """The same with 8 workers in 400 MB, the relative schedule, 5 pairs. Measured
+    2026-12-03: the group 40 of 40 against 32 (15:12-15:13 UTC, load 2.1-4.5) and 25
+    against 25 (14:04-14:09, load 21-23)."""
     pairs(prefork_runner(procs, tmp_path, cell_args(8, "relative")), cgroup, 400 << 20, 8,
           5, "8 workers, 400 MB", check_group=group_trimmed(8))
 
