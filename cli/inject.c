@@ -41,6 +41,8 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 #define NR_RESTART_SYSCALL 219
 #define MAX_THREADS 4096
 
+int inject_left_seized;
+
 
 static double now_s(void)
 {
@@ -110,13 +112,19 @@ static int seize_stop(pid_t tid, double deadline, char *err, size_t errlen)
         return e == EPERM ? -4 : -1;
     }
     if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) != 0) {
-        snprintf(err, errlen, "ptrace(PTRACE_INTERRUPT, %d): %s", (int)tid, strerror(errno));
-        return -1;
+        int e = errno;
+        snprintf(err, errlen, "ptrace(PTRACE_INTERRUPT, %d): %s", (int)tid, strerror(e));
+        if (ptrace(PTRACE_DETACH, tid, 0, 0) == 0 || errno == ESRCH)
+            return -1; /* released, or gone */
+        snprintf(err, errlen, "ptrace(PTRACE_INTERRUPT, %d): %s, and it cannot be released: it "
+                 "stays seized until memtrim exits; nothing more is done", (int)tid, strerror(e));
+        return -2;
     }
     for (;;) {
         int status;
         if (wait_stop(tid, deadline, &status) != 0) {
-            snprintf(err, errlen, "thread %d did not stop in time", (int)tid);
+            snprintf(err, errlen, "thread %d did not stop in time: it stays seized until memtrim "
+                     "exits; nothing more is done", (int)tid);
             return -2; /* still seized: only this process's exit releases it */
         }
         if (!WIFSTOPPED(status)) {
@@ -438,6 +446,7 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
             double t0 = now_s();
             int sr = seize_stop(tid, t0 + 1.0, reason, sizeof reason);
             if (sr == -2 || sr == -4) {
+                inject_left_seized = sr == -2;
                 snprintf(err, errlen, "%s", reason);
                 close(lock);
                 return sr == -2 ? INJECT_FAILED : INJECT_REFUSED;

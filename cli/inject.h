@@ -40,5 +40,8 @@ struct inject_call {
 };
 
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen);
+/* Set once a thread stays seized by this process (it did not stop in time, or could not be
+ * released): only this process's exit frees it, so nothing more is done (--tree stops). */
+extern int inject_left_seized;
 
 #endif

@@ -671,7 +671,7 @@ static int act_tree(const struct opts *o)
         snprintf(buf, sizeof buf, "no process %d", (int)o->pid);
         return fail(o, EXIT_FAILED, buf);
     }
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && !inject_left_seized; i++) { /* a thread still seized: stop */
         if (pids[i] == getpid())
             continue; /* run from a shell of the tree */
         struct opts one = *o;
