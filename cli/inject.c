@@ -176,6 +176,23 @@ static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip
 /* Is the thread inside a signal handler (which may have interrupted malloc with its lock
  * held)? A handler's frame starts with glibc's restorer address: look for it on the stack.
  * 1: yes; -1: the stack could not be read, or it is deeper than the scan (unsafe too). */
+/* Whether the restorer's address at f is the top of a real rt_sigframe (pretcode, then the
+ * ucontext), not a stale copy of it in a live frame's unused slot (Apache's children showed
+ * such copies): the kernel's uc_flags (UC_FP_XSTATE, UC_SIGCONTEXT_SS, UC_STRICT_RESTORE_SS
+ * at most), user code segment 0x33 in the saved context, and the fpstate pointer within
+ * 64 KiB above the frame (the kernel puts the xsave area there, on the thread's stack or its
+ * alternate one alike). Offsets from f: uc_flags at 8; the sigcontext starts at 48 (after
+ * pretcode, uc_flags, uc_link, uc_stack); cs is the first u16 at 192, fpstate at 232. An
+ * unreadable frame counts as one (refused: fail closed). */
+static int is_sigframe(pid_t pid, uint64_t f)
+{
+    uint64_t w[30];
+    if (mem_read(pid, f, w, sizeof w) != 0)
+        return 1;
+    uint64_t flags = w[1], cs = w[24] & 0xffff, fpstate = w[29];
+    return (flags & ~(uint64_t)7) == 0 && cs == 0x33 && fpstate > f && fpstate - f < (64u << 10);
+}
+
 static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end, uint64_t restorer)
 {
     if (!restorer)
@@ -189,7 +206,7 @@ static int in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end, uint64_t res
         if (mem_read(pid, at, buf, len) != 0)
             return -1;
         for (size_t i = 0; i < len / 8; i++)
-            if (buf[i] == restorer)
+            if (buf[i] == restorer && is_sigframe(pid, at + 8 * i))
                 return 1;
         at += len;
     }

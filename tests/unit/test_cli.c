@@ -372,6 +372,70 @@ static void test_unsupported(void)
     stop_target(&t);
 }
 
+/* A target whose one thread blocks in read() inside a SIGUSR1 handler (in_handler) or
+ * outside one: the first is refused by name (a handler may have interrupted malloc with its
+ * lock held), the second, the control, is trimmed. */
+static int handler_pipe[2];
+static void on_usr1_read(int sig)
+{
+    char c;
+    (void)sig;
+    if (read(handler_pipe[0], &c, 1) < 0) {
+        /* ended by the test's kill */
+    }
+}
+
+static void handler_target_run(int in_handler)
+{
+    struct sigaction sa = {.sa_handler = on_usr1_read};
+    sigaction(SIGUSR1, &sa, NULL);
+    if (in_handler)
+        raise(SIGUSR1);
+    else
+        on_usr1_read(0);
+    _exit(0);
+}
+
+static void test_signal_handler_refused(void)
+{
+    for (int in_handler = 1; in_handler >= 0; in_handler--) {
+        CHECK_EQ_INT(pipe(handler_pipe), 0);
+        pid_t pid = fork();
+        if (pid == 0)
+            handler_target_run(in_handler);
+        close(handler_pipe[0]);
+        char path[64], sc[128] = "";
+        snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+        struct timespec t0, now, ms = {0, 1000000};
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        do { /* the condition: blocked in read (0); the deadline only guards a hang */
+            FILE *f = fopen(path, "re");
+            sc[0] = 0;
+            if (f) {
+                if (!fgets(sc, sizeof sc, f))
+                    sc[0] = 0;
+                fclose(f);
+            }
+            nanosleep(&ms, NULL);
+            clock_gettime(CLOCK_MONOTONIC, &now);
+        } while (strncmp(sc, "0 ", 2) != 0 && now.tv_sec - t0.tv_sec < 30);
+        char out[4096], err[4096];
+        int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", pid, "--thread-wait 0.3", out,
+                          sizeof out, err, sizeof err, NULL);
+        if (in_handler) {
+            CHECK_MSG(rc == 4 && strstr(err, "inside a signal handler"),
+                      "a thread in a handler: %d %s %s", rc, out, err);
+            CHECK_EQ_INT(rwx_mappings(pid), 0);
+        } else {
+            CHECK_MSG(rc == 0, "control, the same read outside a handler: %d %s %s", rc, out, err);
+        }
+        CHECK_EQ_INT(tracer_of(pid), 0);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        close(handler_pipe[1]);
+    }
+}
+
 /* No thread in a safe system call (the main thread waits on a futex, another computes):
  * the tool gives up in time with each thread's state, and the target is untouched. */
 static void test_no_safe_thread(void)
@@ -479,6 +543,7 @@ int main(void)
     RUN(test_permissions);
     RUN(test_unsupported);
     RUN(test_no_safe_thread);
+    RUN(test_signal_handler_refused);
     RUN(test_tree);
     if (tmpdir[0])
         harness_rmtree(tmpdir);
