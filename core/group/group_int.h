@@ -86,6 +86,8 @@ int group_msg_check(struct group_msg *msg);
 #define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
 /* Tests only: the answer's bound in ns instead (0: MANUAL_ANSWER_NS). */
 void group_test_answer_ns(int64_t ns);
+/* Tests only: the pause after an accept that found no descriptor (0: ACCEPT_PAUSE_NS). */
+void group_test_accept_pause_ns(int64_t ns);
 #define MANUAL_STAGGER_NS (250 * MT_MS)     /* the next member is asked after this at most */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
 #define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */

@@ -31,6 +31,19 @@
 #include "snapshot.h"
 #include "store.h"
 
+static _Atomic int64_t test_accept_pause_ns; /* group_test_accept_pause_ns; 0 in every host */
+
+void group_test_accept_pause_ns(int64_t ns)
+{
+    atomic_store(&test_accept_pause_ns, ns);
+}
+
+static int64_t accept_pause_ns(void)
+{
+    int64_t t = atomic_load(&test_accept_pause_ns);
+    return t > 0 ? t : ACCEPT_PAUSE_NS;
+}
+
 /* ==== the leader ============================================================ */
 
 /* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
@@ -325,7 +338,7 @@ static void leader_accept(struct group *g)
              * it would spin this thread (and the tick's cgroup reads) on a host that ran
              * out of descriptors. Try again in a while. */
             int e = errno;
-            g->accept_after_ns = mt_mono_ns() + ACCEPT_PAUSE_NS;
+            g->accept_after_ns = mt_mono_ns() + accept_pause_ns();
             mt_log_limited(&g->accept_log, MT_LOG_WARNING, "group",
                            "GroupName %s: cannot accept a new member: %s; trying again in 1 s",
                            g->name, strerror(e));

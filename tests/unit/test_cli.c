@@ -444,7 +444,7 @@ static void test_no_safe_thread(void)
     const char *args[] = {"--churn", "1", "--busy-main", NULL};
     CHECK_EQ_INT(spawn_target(&t, MEMTRIM_CLI_TARGET, args, 0, NULL), 0);
     char out[4096], err[4096];
-    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", t.pid, "--thread-wait 0.5", out,
+    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", t.pid, "--thread-wait 0.2", out,
                       sizeof out, err, sizeof err, NULL);
     CHECK_EQ_INT(rc, 4);
     CHECK_CONTAINS(err, "futex");
