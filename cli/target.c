@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -61,6 +62,11 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
             st->ruid = a;
             st->euid = b;
             st->suid = c;
+        } else if (sscanf(line, "Gid: %u %u %u", &a, &b, &c) == 3) {
+            st->rgid = a;
+            st->egid = b;
+            st->sgid = c;
+        } else if (sscanf(line, "CapPrm: %" SCNx64, &st->cap_prm) == 1) {
         } else if (sscanf(line, "TracerPid: %u", &a) == 1) {
             st->tracer = (pid_t)a;
         } else if (sscanf(line, "Seccomp: %u", &a) == 1) {
@@ -90,18 +96,18 @@ int target_ptrace_scope(void)
     return atoi(buf);
 }
 
-static int have_cap_sys_ptrace(void)
+/* This tool's effective and permitted capabilities (0 where unreadable). */
+static void own_caps(uint64_t *eff, uint64_t *prm)
 {
     char line[256];
     FILE *f = fopen("/proc/self/status", "re");
-    uint64_t eff = 0;
+    *eff = *prm = 0;
     if (!f)
-        return 0;
+        return;
     while (fgets(line, sizeof line, f))
-        if (sscanf(line, "CapEff: %" SCNx64, &eff) == 1)
-            break;
+        if (sscanf(line, "CapEff: %" SCNx64, eff) != 1)
+            sscanf(line, "CapPrm: %" SCNx64, prm);
     fclose(f);
-    return (eff >> 19) & 1; /* CAP_SYS_PTRACE */
 }
 
 /* Is pid a descendant of this process (Yama's scope 1 allows those)? */
@@ -126,8 +132,11 @@ static int is_descendant(pid_t pid)
 
 const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len)
 {
-    int cap = have_cap_sys_ptrace(), scope = target_ptrace_scope();
+    uint64_t eff, prm;
+    own_caps(&eff, &prm);
+    int cap = (eff >> 19) & 1, scope = target_ptrace_scope(); /* CAP_SYS_PTRACE */
     uid_t me = getuid();
+    gid_t gme = getgid();
     if (st->tracer) {
         snprintf(buf, len, "process %d is already traced by pid %d (TracerPid): the kernel allows one "
                  "tracer", (int)pid, (int)st->tracer);
@@ -148,6 +157,22 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
                  "run memtrim as that user or as root", (int)pid, (unsigned)st->euid, (unsigned)me);
         return buf;
     }
+    if (!cap && (st->rgid != gme || st->egid != gme || st->sgid != gme)) {
+        snprintf(buf, len, "process %d runs as gid %u, this tool as gid %u without CAP_SYS_PTRACE: "
+                 "run memtrim as root", (int)pid, (unsigned)st->egid, (unsigned)gme);
+        return buf;
+    }
+    /* the kernel's cap_ptrace_access_check: the target's permitted set within the tracer's
+     * (its permitted set for the attach, its effective one for /proc's files) */
+    uint64_t extra = st->cap_prm & ~(prm & eff);
+    if (!cap && extra) {
+        snprintf(buf, len, "process %d holds capabilities this tool lacks (CapPrm %016" PRIx64
+                 ", the tool's %016" PRIx64 "), and the tool has no CAP_SYS_PTRACE: the kernel "
+                 "lets it trace only a process whose capabilities are a subset of its own; give "
+                 "memtrim CAP_SYS_PTRACE (a container: --cap-add SYS_PTRACE)", (int)pid,
+                 st->cap_prm, prm & eff);
+        return buf;
+    }
     if (scope == 1 && !cap && !is_descendant(pid)) {
         snprintf(buf, len, "kernel.yama.ptrace_scope is 1: only a parent may trace without "
                  "CAP_SYS_PTRACE (process %d is not a child of this tool); run memtrim as root or set "
@@ -159,6 +184,7 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
 
 struct mapping {
     uint64_t start, end, offset, inode;
+    unsigned dev_major, dev_minor;
     char perms[8], path[512];
 };
 
@@ -166,8 +192,8 @@ static int parse_map_line(const char *line, struct mapping *m)
 {
     int n = 0;
     m->path[0] = 0;
-    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %*s %" SCNu64 " %n", &m->start,
-               &m->end, m->perms, &m->offset, &m->inode, &n) < 5)
+    if (sscanf(line, "%" SCNx64 "-%" SCNx64 " %7s %" SCNx64 " %x:%x %" SCNu64 " %n", &m->start,
+               &m->end, m->perms, &m->offset, &m->dev_major, &m->dev_minor, &m->inode, &n) < 7)
         return -1;
     const char *p = line + n;
     size_t l = strcspn(p, "\n");
@@ -196,13 +222,27 @@ static int name_starts(const char *path, const char *prefix)
     return strncmp(base_name(path), prefix, strlen(prefix)) == 0;
 }
 
+static int is_mapped_file(const char *path, const struct mapping *m)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && sb.st_ino == m->inode && major(sb.st_dev) == m->dev_major &&
+           minor(sb.st_dev) == m->dev_minor;
+}
+
 /* Where the tool reads a file the target mapped: map_files is the very file (a container's,
- * or one deleted by an upgrade); the target's root with its path otherwise. */
+ * or one deleted by an upgrade), open to CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE. Otherwise
+ * its path, which the maps give relative to the reader's root: inside the target's root
+ * (another mount namespace, a container) or as it is (the tool's own namespace, a target in a
+ * chroot): whichever is the mapped file (its device and inode). The first if none is. */
 static void lib_file(pid_t pid, const struct mapping *m, char *out, size_t len)
 {
     snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, m->start, m->end);
     if (access(out, R_OK) == 0)
         return;
+    if (is_mapped_file(m->path, m) && strlen(m->path) < len) {
+        snprintf(out, len, "%s", m->path);
+        return;
+    }
     snprintf(out, len, "/proc/%d/root%s", (int)pid, m->path);
 }
 
