@@ -37,8 +37,9 @@ endfunction()
 # TARGET's own sources are compiled (its include directories, those of what it links included,
 # its definitions and options, C11). test_rooms checks every probe: a "refuse" probe must fail
 # with "HEADER: No such file", an "allow" probe (the control: the set-up itself works) must
-# pass. Each probe is one compiler run (-fsyntax-only) from the test, not a build target: the
-# build tool's own work per target made the test take 11 s for 45 probes.
+# pass. The probes are compiler runs (-fsyntax-only) from the test, one per target (its
+# refusals asked of __has_include, cmake/rooms_check.cmake), not build targets: the build
+# tool's own work per target made the test take 11 s for 45 probes.
 function(memtrim_room_probe target header expect)
   string(MAKE_C_IDENTIFIER "${target}__${header}" id)
   set(dir "${CMAKE_BINARY_DIR}/room_probes")
