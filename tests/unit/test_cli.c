@@ -420,7 +420,7 @@ static void test_signal_handler_refused(void)
             clock_gettime(CLOCK_MONOTONIC, &now);
         } while (strncmp(sc, "0 ", 2) != 0 && now.tv_sec - t0.tv_sec < 30);
         char out[4096], err[4096];
-        int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", pid, "--thread-wait 0.3", out,
+        int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", pid, "--thread-wait 0.05", out,
                           sizeof out, err, sizeof err, NULL);
         if (in_handler) {
             CHECK_MSG(rc == 4 && strstr(err, "inside a signal handler"),
@@ -444,7 +444,7 @@ static void test_no_safe_thread(void)
     const char *args[] = {"--churn", "1", "--busy-main", NULL};
     CHECK_EQ_INT(spawn_target(&t, MEMTRIM_CLI_TARGET, args, 0, NULL), 0);
     char out[4096], err[4096];
-    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", t.pid, "--thread-wait 0.2", out,
+    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", t.pid, "--thread-wait 0.05", out,
                       sizeof out, err, sizeof err, NULL);
     CHECK_EQ_INT(rc, 4);
     CHECK_CONTAINS(err, "futex");
@@ -503,11 +503,11 @@ static void test_tree(void)
     } while (!strstr(exe, "sleep") && now.tv_sec - t0.tv_sec < 30);
     CHECK_MSG(strstr(exe, "sleep") != NULL, "sh -> sh -> sleep did not start");
     char out[8192], err[4096];
-    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--thread-wait 0.2", out, sizeof out,
+    int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--thread-wait 0.05", out, sizeof out,
                       err, sizeof err, NULL);
     CHECK_MSG(rc == 4 && strchr(out, '\n') == strrchr(out, '\n'), "control: %d %s %s", rc, out,
               err);
-    rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--tree --thread-wait 0.2", out,
+    rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "stats", root, "--tree --thread-wait 0.05", out,
                   sizeof out, err, sizeof err, NULL);
     CHECK_MSG(rc == 4, "--tree: %d %s %s", rc, out, err);
     pid_t want[3] = {root, mid, leaf};
