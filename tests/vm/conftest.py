@@ -29,11 +29,18 @@ def pure_v2_host():
 
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "vm_last: runs after every other case of the session "
+                            "(it changes the kernel for good: Yama's ptrace_scope 3)")
     _root.append(config.rootpath)
     why = pure_v2_host()
     if why:
         raise pytest.UsageError(f"tests/vm needs the cgroup v2 VM ({why}); run them with "
                                 "tests/vm/run.sh -- /usr/bin/python3 -m pytest -q tests/vm")
+
+
+def pytest_collection_modifyitems(items):
+    """The vm_last cases at the end, in their order (a stable sort)."""
+    items.sort(key=lambda item: item.get_closest_marker("vm_last") is not None)
 
 
 # No case here may skip unless tests/skips.txt lists it for "vm" (a case an open issue owns,

@@ -2,8 +2,10 @@
 machine's has not. At kernel.yama.ptrace_scope 1 a user's tool may not trace that user's
 process unless it is its descendant, at 2 only CAP_SYS_PTRACE may trace. Each refusal names
 the scope, and the kernel agrees (a ptrace(PTRACE_SEIZE) of the same pair fails with EPERM);
-each has its control at scope 0 or as root, which works. Scope 3 is not set: it cannot be
-undone until a reboot and would refuse the other tests of this VM."""
+each has its control at scope 0 or as root, which works. At 3 nobody may trace, root
+included: that case runs last in the VM's session (marked vm_last, tests/vm/conftest.py), as
+scope 3 cannot be lowered until a reboot, and its control is the same root tool trimming the
+same target just before."""
 import ctypes
 import json
 import os
@@ -60,11 +62,13 @@ def tool(bins, pid, user=None):
                           text=True, timeout=60, preexec_fn=user)
 
 
-def kernel_allows(pid):
-    """Does the kernel let nobody seize pid? (a child that tries, then detaches)"""
+def kernel_allows(pid, user=as_nobody):
+    """Does the kernel let nobody (or root: user None) seize pid? (a child that tries, then
+    detaches)"""
     child = os.fork()
     if child == 0:
-        as_nobody()
+        if user:
+            user()
         libc = ctypes.CDLL(None, use_errno=True)
         ok = libc.ptrace(0x4206, pid, None, None) == 0  # PTRACE_SEIZE
         os._exit(0 if ok else 1)
@@ -96,3 +100,18 @@ def test_scope_2_wants_cap_sys_ptrace(bins, scope, target):
     assert not kernel_allows(target.pid)
     r = tool(bins, target.pid)  # the control: root has CAP_SYS_PTRACE
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.vm_last  # scope 3 holds until a reboot: nothing may trace after it
+def test_scope_3_refuses_even_root(bins, target):
+    r = tool(bins, target.pid)  # the control: root, the same target, at scope 0
+    assert SCOPE.read_text().strip() == "0"
+    assert r.returncode == 0, r.stderr
+    assert kernel_allows(target.pid, None)
+    SCOPE.write_text("3\n")
+    r = tool(bins, target.pid)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "ptrace_scope is 3" in r.stderr and json.loads(r.stdout)["error"]["code"] == "refused"
+    assert not kernel_allows(target.pid, None)  # the kernel refuses root too
+    status = open(f"/proc/{target.pid}/status").read()
+    assert "TracerPid:\t0" in status and target.poll() is None  # untouched
