@@ -436,160 +436,209 @@ static int safe_threads(pid_t pid, const struct inject_call *c, struct pick *out
     return k;
 }
 
+/* One attempt on one picked thread: what it reads and where it reports. */
+struct attempt {
+    struct target *t;
+    struct inject_call *c;
+    const struct pick *pick;
+    uint64_t restorer;   /* glibc's signal restorer: a signal frame's mark */
+    uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
+    char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
+    size_t errlen, reasonlen;
+};
+
+/* Seizes the picked thread and checks it is where it was judged (its registers still in that
+ * system call, a syscall instruction before rip, no signal frame on its stack), then saves
+ * its state. 0: stopped and saved; 1: released untouched (reason says why); -2, -4: as
+ * seize_stop (seized for good; the kernel refused). */
+static int take_thread(struct attempt *a, struct saved *s, double t0)
+{
+    pid_t tid = a->pick->tid, pid = a->t->pid;
+    int sr = seize_stop(tid, t0 + 1.0, a->reason, a->reasonlen);
+    if (sr == -2 || sr == -4)
+        return sr;
+    if (sr != 0)
+        return 1;
+    unsigned char insn[2] = {0};
+    int sh = 0, e = 0;
+    const char *why = NULL;
+    if (ptrace(PTRACE_GETREGS, tid, 0, &s->regs) != 0 || s->regs.rsp != a->pick->sp ||
+        resume_point(&s->regs, a->pick->nr, &s->resume_rip, &s->resume_rax) != 0)
+        why = "thread %d left its system call"; /* it moved on: untouched */
+    else if (mem_read(pid, s->regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05)
+        why = "thread %d: the instruction before rip is not syscall";
+    else if ((sh = in_signal_handler(pid, s->regs.rsp, a->pick->stack_end, a->restorer)) != 0)
+        why = sh > 0 ? "thread %d is inside a signal handler"
+                     : "thread %d: its stack could not be scanned whole for a signal frame "
+                       "(unreadable, or deeper than 128 KiB): refused";
+    else if (save_thread(tid, s) != 0) {
+        e = errno;
+        why = "cannot read thread %d's state: %s";
+    }
+    if (!why)
+        return 0;
+    ptrace(PTRACE_DETACH, tid, 0, 0);
+    snprintf(a->reason, a->reasonlen, why, (int)tid, strerror(e));
+    return 1;
+}
+
+/* Our page for this call: the one known if no call uses it, else one mapped now on the
+ * stopped thread. 0 with err set (the thread restored and released: the caller only
+ * returns rc). */
+static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t0, int *rc)
+{
+    pid_t tid = a->pick->tid, pid = a->t->pid;
+    int busy, sig;
+    uint64_t page = usable_page(pid, a->known_page, 0, &busy); /* once more: no wait */
+    a->c->new_page = 0;
+    if (page)
+        return page;
+    if (busy) {
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        snprintf(a->err, a->errlen, "an earlier call in process %d has not finished", (int)pid);
+        *rc = INJECT_TIMEOUT;
+        return 0;
+    }
+    page = map_page(tid, &s->regs, t0 + 1.0, &sig, a->reason, a->reasonlen);
+    a->c->new_page = 1;
+    if (!page) { /* the thread as it was, and the signal that came meanwhile */
+        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
+        ptrace(PTRACE_DETACH, tid, 0, (void *)(long)sig);
+        snprintf(a->err, a->errlen, "%s", a->reason);
+        *rc = INJECT_FAILED;
+    }
+    return page;
+}
+
+/* Points the stopped thread at our page with every signal blocked and detaches it: from then
+ * on it runs the call and restores itself. INJECT_OK with *page and *released; else the
+ * thread is restored and released and err says why. */
+static int start_call(struct attempt *a, const struct saved *s, double t0, uint64_t *page,
+                      double *released)
+{
+    pid_t tid = a->pick->tid, pid = a->t->pid;
+    int rc = INJECT_OK;
+    sigset_t all, old;
+    sigfillset(&all);
+    sigprocmask(SIG_BLOCK, &all, &old); /* only SIGKILL can end the tool from here */
+    *page = page_for_call(a, s, t0, &rc);
+    struct user_regs_struct jump = s->regs;
+    jump.rip = *page;
+    jump.rsp = *page + TR_STACK_TOP;
+    jump.rax = 0;
+    jump.orig_rax = (uint64_t)-1; /* nothing is restarted now: the trampoline does it */
+    uint64_t none = ~0ull, zero = 0, one = 1;
+    if (*page && (fill_page(pid, *page, 1, s, a->c) != 0 ||
+                  mem_write(pid, *page + TR_DONE_ALL, &zero, 8) != 0 ||
+                  ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0)) {
+        int e = errno;
+        /* fill_page zeroed it: the page is free again (a new one is left mapped, unnamed:
+         * unmapping needs another injection) */
+        mem_write(pid, *page + TR_DONE_ALL, &one, 8);
+        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        snprintf(a->err, a->errlen, "cannot prepare the call in process %d: %s", (int)pid,
+                 strerror(e));
+        rc = INJECT_FAILED;
+    } else if (*page) {
+        /* after the jump's SETREGS only: a tool killed before this leaves a thread whose
+         * trampoline blocks them itself */
+        ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        *released = now_s();
+    }
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* The thread is on its own: waits for its done flags under the call's deadline, then reads
+ * the result and the output buffer. */
+static int wait_call(struct attempt *a, uint64_t page, double released)
+{
+    struct inject_call *c = a->c;
+    pid_t pid = a->t->pid;
+    double call_deadline = released + c->call_wait_s;
+    uint64_t flags[2] = {0, 0}; /* TR_DONE_CALL, TR_DONE_ALL */
+    while (mem_read(pid, page + TR_DONE_CALL, flags, sizeof flags) == 0 && flags[1] != 1) {
+        if (flags[0] == 1 && !c->call_s)
+            c->call_s = now_s() - released;
+        if (now_s() > call_deadline) {
+            snprintf(a->err, a->errlen, "the call in thread %d has not returned after %.1f s; it "
+                     "goes on, and the thread restores itself when it returns", (int)c->tid,
+                     c->call_wait_s);
+            return INJECT_TIMEOUT;
+        }
+        pause_us(50);
+    }
+    if (flags[1] != 1) {
+        snprintf(a->err, a->errlen, "process %d is gone", (int)pid);
+        return INJECT_FAILED;
+    }
+    if (!c->call_s)
+        c->call_s = now_s() - released;
+    mem_read(pid, page + TR_RESULT, &c->result, 8);
+    if (c->out_len)
+        mem_read(pid, page + TR_OUT, c->out, c->out_len < sizeof c->out ? c->out_len : sizeof c->out);
+    a->t->page = page;
+    return INJECT_OK;
+}
+
+/* One picked thread: taken, started, waited for. INJECT_NO_THREAD: passed over untouched. */
+static int try_thread(struct attempt *a, const struct pick *p)
+{
+    static struct saved s;
+    double t0 = now_s(), released = 0;
+    uint64_t page = 0;
+    a->pick = p;
+    int took = take_thread(a, &s, t0);
+    if (took == -2 || took == -4) {
+        inject_left_seized = took == -2;
+        snprintf(a->err, a->errlen, "%s", a->reason);
+        return took == -2 ? INJECT_FAILED : INJECT_REFUSED;
+    }
+    if (took != 0)
+        return INJECT_NO_THREAD;
+    int rc = start_call(a, &s, t0, &page, &released);
+    if (rc != INJECT_OK)
+        return rc;
+    a->c->tid = p->tid;
+    a->c->stopped_s = released - t0;
+    snprintf(a->c->syscall, sizeof a->c->syscall, "%s", target_syscall_name(p->nr));
+    return wait_call(a, page, released);
+}
+
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
 {
-    double start = now_s(), thread_deadline = start + c->thread_wait_s;
+    double thread_deadline = now_s() + c->thread_wait_s;
     int lock = lock_target(t->pid, thread_deadline);
     if (lock < 0) {
         snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
         return INJECT_NO_THREAD;
     }
-    uint64_t restorer = target_code(&t->libc, "\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9);
     char why[1024] = "", reason[512] = "";
-    static struct saved s;
-    int rc = INJECT_NO_THREAD;
+    struct attempt a = {.t = t, .c = c, .err = err, .errlen = errlen, .reason = reason,
+                        .reasonlen = sizeof reason,
+                        .restorer = target_code(&t->libc, "\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9)};
+    int rc = INJECT_NO_THREAD, busy;
     while (rc == INJECT_NO_THREAD) {
         struct pick picks[64];
         int n = safe_threads(t->pid, c, picks, 64, why, sizeof why);
-        uint64_t known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
-        int busy;
-        if (known_page && !usable_page(t->pid, known_page, thread_deadline, &busy) && busy) {
+        a.known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
+        if (a.known_page && !usable_page(t->pid, a.known_page, thread_deadline, &busy) && busy) {
             snprintf(err, errlen, "an earlier call in process %d has not finished", (int)t->pid);
-            close(lock);
-            return INJECT_TIMEOUT; /* waited for with no thread stopped */
-        }
-        for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++) {
-            pid_t tid = picks[i].tid;
-            double t0 = now_s();
-            int sr = seize_stop(tid, t0 + 1.0, reason, sizeof reason);
-            if (sr == -2 || sr == -4) {
-                inject_left_seized = sr == -2;
-                snprintf(err, errlen, "%s", reason);
-                close(lock);
-                return sr == -2 ? INJECT_FAILED : INJECT_REFUSED;
-            }
-            if (sr != 0)
-                continue;
-            if (ptrace(PTRACE_GETREGS, tid, 0, &s.regs) != 0 || s.regs.rsp != picks[i].sp ||
-                resume_point(&s.regs, picks[i].nr, &s.resume_rip, &s.resume_rax) != 0) {
-                ptrace(PTRACE_DETACH, tid, 0, 0); /* it moved on: untouched */
-                snprintf(reason, sizeof reason, "thread %d left its system call", (int)tid);
-                continue;
-            }
-            unsigned char insn[2] = {0};
-            if (mem_read(t->pid, s.regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05) {
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                snprintf(reason, sizeof reason, "thread %d: the instruction before rip is not "
-                         "syscall", (int)tid);
-                continue;
-            }
-            int sh = in_signal_handler(t->pid, s.regs.rsp, picks[i].stack_end, restorer);
-            if (sh != 0) {
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                snprintf(reason, sizeof reason, sh > 0 ? "thread %d is inside a signal handler"
-                         : "thread %d: its stack could not be scanned whole for a signal frame "
-                         "(unreadable, or deeper than 128 KiB): refused", (int)tid);
-                continue;
-            }
-            if (save_thread(tid, &s) != 0) {
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                snprintf(reason, sizeof reason, "cannot read thread %d's state: %s", (int)tid,
-                         strerror(errno));
-                continue;
-            }
-            uint64_t page = usable_page(t->pid, known_page, 0, &busy); /* once more: no wait */
-            c->new_page = 0;
-            sigset_t all, old;
-            sigfillset(&all);
-            sigprocmask(SIG_BLOCK, &all, &old); /* only SIGKILL can end the tool from here */
-            if (!page && busy) {
-                sigprocmask(SIG_SETMASK, &old, NULL);
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                snprintf(err, errlen, "an earlier call in process %d has not finished", (int)t->pid);
-                close(lock);
-                return INJECT_TIMEOUT;
-            }
-            if (!page) {
-                int sig;
-                page = map_page(tid, &s.regs, t0 + 1.0, &sig, reason, sizeof reason);
-                c->new_page = 1;
-                if (!page) { /* the thread as it was, and the signal that came meanwhile */
-                    ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
-                    ptrace(PTRACE_DETACH, tid, 0, (void *)(long)sig);
-                    sigprocmask(SIG_SETMASK, &old, NULL);
-                    snprintf(err, errlen, "%s", reason);
-                    close(lock);
-                    return INJECT_FAILED;
-                }
-            }
-            struct user_regs_struct jump = s.regs;
-            jump.rip = page;
-            jump.rsp = page + TR_STACK_TOP;
-            jump.rax = 0;
-            jump.orig_rax = (uint64_t)-1; /* nothing is restarted now: the trampoline does it */
-            uint64_t none = ~0ull, zero = 0;
-            if (fill_page(t->pid, page, 1, &s, c) != 0 ||
-                mem_write(t->pid, page + TR_DONE_ALL, &zero, 8) != 0 ||
-                ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
-                int e = errno;
-                uint64_t one = 1; /* fill_page zeroed it: the page is free again (a new one is
-                                   * left mapped, unnamed: unmapping needs another injection) */
-                mem_write(t->pid, page + TR_DONE_ALL, &one, 8);
-                ptrace(PTRACE_SETREGS, tid, 0, &s.regs);
-                ptrace(PTRACE_DETACH, tid, 0, 0);
-                sigprocmask(SIG_SETMASK, &old, NULL);
-                snprintf(err, errlen, "cannot prepare the call in process %d: %s", (int)t->pid,
-                         strerror(e));
-                close(lock);
-                return INJECT_FAILED;
-            }
-            /* after the jump's SETREGS only: a tool killed before this leaves a thread whose
-             * trampoline blocks them itself */
-            ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
-            ptrace(PTRACE_DETACH, tid, 0, 0);
-            double released = now_s();
-            sigprocmask(SIG_SETMASK, &old, NULL);
-            c->tid = tid;
-            c->stopped_s = released - t0;
-            snprintf(c->syscall, sizeof c->syscall, "%s", target_syscall_name(picks[i].nr));
-            rc = INJECT_OK;
-            /* the thread is on its own: wait for its done flags */
-            double call_deadline = released + c->call_wait_s;
-            uint64_t flags[2] = {0, 0}; /* TR_DONE_CALL, TR_DONE_ALL */
-            while (mem_read(t->pid, page + TR_DONE_CALL, flags, sizeof flags) == 0 && flags[1] != 1) {
-                if (flags[0] == 1 && !c->call_s)
-                    c->call_s = now_s() - released;
-                if (now_s() > call_deadline) {
-                    snprintf(err, errlen, "the call in thread %d has not returned after %.1f s; it goes "
-                             "on, and the thread restores itself when it returns", (int)tid,
-                             c->call_wait_s);
-                    close(lock);
-                    return INJECT_TIMEOUT;
-                }
-                pause_us(50);
-            }
-            if (flags[1] != 1) {
-                snprintf(err, errlen, "process %d is gone", (int)t->pid);
-                close(lock);
-                return INJECT_FAILED;
-            }
-            if (!c->call_s)
-                c->call_s = now_s() - released;
-            mem_read(t->pid, page + TR_RESULT, &c->result, 8);
-            if (c->out_len)
-                mem_read(t->pid, page + TR_OUT, c->out, c->out_len < sizeof c->out ? c->out_len
-                                                                                  : sizeof c->out);
-            t->page = page;
-        }
-        if (rc != INJECT_NO_THREAD)
+            rc = INJECT_TIMEOUT; /* waited for with no thread stopped */
             break;
-        if (now_s() > thread_deadline) {
+        }
+        for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++)
+            rc = try_thread(&a, &picks[i]);
+        if (rc == INJECT_NO_THREAD && now_s() > thread_deadline) {
             snprintf(err, errlen, "no thread of process %d was blocked in a system call outside the "
                      "allocator within %.1f s (%s%s%s); nothing was changed", (int)t->pid,
                      c->thread_wait_s, why[0] ? why : "no thread", reason[0] ? "; " : "", reason);
             break;
         }
-        pause_us(2000);
+        if (rc == INJECT_NO_THREAD)
+            pause_us(2000);
     }
     close(lock);
     return rc;

@@ -1,0 +1,49 @@
+/*
+ * cli.h - what the memtrim command's verbs share: their options, exit codes (docs/memtrim.1,
+ * EXIT STATUS) and output (main.c); the load verb (load.c). The tool's one thread.
+ */
+#ifndef MEMTRIM_CLI_CLI_H
+#define MEMTRIM_CLI_CLI_H
+
+#include "inject.h"
+#include "target.h"
+
+#include <cjson/cJSON.h>
+#include <sys/types.h>
+
+enum exit_code {
+    EXIT_OK = 0,
+    EXIT_USAGE = 1,       /* the command line, --config, or memtrim's own pid */
+    EXIT_REFUSED = 2,     /* the kernel's rules or the target's state: untouched */
+    EXIT_UNSUPPORTED = 3, /* static, musl, another allocator, another architecture */
+    EXIT_NO_THREAD = 4,   /* no safe thread in time, or another memtrim there: untouched */
+    EXIT_TIMEOUT = 5,     /* the call goes on past the deadline, or an earlier one still does */
+    EXIT_FAILED = 6,
+    EXIT_ALREADY = 7,     /* load: memtrim already runs there */
+};
+
+struct opts {
+    const char *verb;
+    pid_t pid;
+    unsigned long long start_time; /* --tree: pid's start time when the tree was read */
+    int json;
+    int tree;  /* --tree: pid and its descendants, one line each */
+    double thread_wait_s, call_wait_s;
+    long pad;
+    const char *config, *library; /* load */
+};
+
+double cli_now(void);
+/* The error as one JSON object on stdout (for scripts) and a line on stderr; returns code. */
+int cli_fail(const struct opts *o, int code, const char *msg);
+/* j as one JSON line, or the human line on a terminal; frees j. */
+void cli_emit(const struct opts *o, cJSON *j, const char *human);
+/* inject_run with the options' deadlines: 0, or the exit code (its error printed). */
+int cli_call(const struct opts *o, struct target *t, struct inject_call *c);
+/* pid, allocator, thread and timings of a call done. */
+void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *c);
+
+/* load.c: `memtrim load PID`; its exit code. */
+int load_run(const struct opts *o, struct target *t);
+
+#endif

@@ -1,0 +1,305 @@
+/*
+ * load.c - `memtrim load PID`: the target's own dlopen on libmemtrim.so (a copy in its /tmp
+ * when it does not share the tool's mount namespace and uid), then memtrim_attach
+ * (include/memtrim.h) in the library now mapped, each on a thread that holds no loader lock
+ * (docs/architecture.md, "The memtrim command"). The tool's one thread.
+ */
+#include "cli.h"
+#include "tramp.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/openat2.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* The configuration as text: inline JSON, or the file's contents (read here, in the tool's
+ * mount namespace: the target may not see the file). NULL with err set. */
+static char *load_config_text(const char *arg, char *err, size_t errlen)
+{
+    const char *p = arg ? arg : "{}";
+    while (*p == ' ' || *p == '\t' || *p == '\n')
+        p++;
+    char *text = NULL;
+    if (*p == '{') {
+        text = strdup(p);
+    } else {
+        FILE *f = fopen(arg, "re");
+        if (!f) {
+            snprintf(err, errlen, "--config: cannot read %s: %s", arg, strerror(errno));
+            return NULL;
+        }
+        text = calloc(1, TR_PATH_MAX + 1);
+        size_t n = text ? fread(text, 1, TR_PATH_MAX, f) : 0;
+        fclose(f);
+        if (text)
+            text[n] = 0;
+    }
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    cJSON *j = cJSON_Parse(text);
+    if (!j || !cJSON_IsObject(j)) {
+        snprintf(err, errlen, "--config: not a JSON object: %.200s", text);
+        cJSON_Delete(j);
+        free(text);
+        return NULL;
+    }
+    /* sent compact: it must fit the page's string buffer */
+    char *compact = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    free(text);
+    if (compact && strlen(compact) >= TR_PATH_MAX) {
+        snprintf(err, errlen, "--config: %zu bytes once compacted, more than the %d the call "
+                 "carries", strlen(compact), TR_PATH_MAX - 1);
+        free(compact);
+        return NULL;
+    }
+    return compact;
+}
+
+/* libmemtrim.so.0: --library, beside this command (a build tree), or the install's libdir. */
+static int find_library(const struct opts *o, char *out, size_t len)
+{
+    if (o->library)
+        return realpath(o->library, out) && len >= PATH_MAX ? 0 : -1;
+    char exe[PATH_MAX], cand[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(cand, sizeof cand, "%s/libmemtrim.so.0", exe);
+        if (realpath(cand, out))
+            return 0;
+    }
+    /* the soname: the runtime package ships it (libmemtrim.so is the dev package's link) */
+    snprintf(cand, sizeof cand, "%s/libmemtrim.so.0", MEMTRIM_INSTALL_LIBDIR);
+    return realpath(cand, out) ? 0 : -1;
+}
+
+static int same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The copy in the target's /tmp: its directory (opened inside the target's root) and name,
+ * so that it is removed there and nowhere else. */
+static int copy_dirfd = -1;
+static char copy_name[64];
+
+static void copy_remove(char *copy)
+{
+    if (copy[0] && copy_dirfd >= 0)
+        unlinkat(copy_dirfd, copy_name, 0);
+    if (copy_dirfd >= 0)
+        close(copy_dirfd);
+    copy_dirfd = -1;
+    copy[0] = 0;
+}
+
+/* The target's /tmp, resolved inside its root: a symbolic link there (absolute or with
+ * "..") stays inside the container instead of leading into ours (openat2 RESOLVE_IN_ROOT,
+ * Linux 5.6). An O_PATH descriptor, or -1 with errno. */
+static int target_tmp(pid_t pid)
+{
+    char root[64];
+    snprintf(root, sizeof root, "/proc/%d/root", (int)pid);
+    int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rfd < 0)
+        return -1;
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+    int d = (int)syscall(SYS_openat2, rfd, "tmp", &how, sizeof how);
+    int e = errno;
+    close(rfd);
+    errno = e;
+    return d;
+}
+
+/* The path the target opens: the library itself when the target shares our mount namespace
+ * and uid; otherwise a copy in the target's own /tmp, under a random name, created there
+ * exclusively through a directory resolved inside the target's root (its mount namespace:
+ * a container's) and never by a path that could follow a link of the container's, mode
+ * 0644 set on the descriptor, removed once loaded (docs/architecture.md). */
+static int target_path(const struct target *t, const char *lib, char *out, size_t len, char *copy,
+                       size_t copylen, char *err, size_t errlen)
+{
+    char ns[64];
+    unsigned char rnd[8];
+    copy[0] = 0;
+    snprintf(ns, sizeof ns, "/proc/%d/ns/mnt", (int)t->pid);
+    if (same_file("/proc/self/ns/mnt", ns) && t->st.euid == geteuid()) {
+        snprintf(out, len, "%s", lib);
+        return 0;
+    }
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        snprintf((char *)rnd, sizeof rnd, "%07x", (unsigned)getpid() & 0xfffffff);
+    snprintf(copy_name, sizeof copy_name, "libmemtrim-load-%02x%02x%02x%02x%02x%02x%02x%02x.so",
+             rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(out, len, "/tmp/%s", copy_name);
+    snprintf(copy, copylen, "/proc/%d/root%s", (int)t->pid, out);
+    copy_dirfd = target_tmp(t->pid);
+    FILE *in = fopen(lib, "rbe");
+    int fd = copy_dirfd >= 0 ? openat(copy_dirfd, copy_name, O_WRONLY | O_CREAT | O_EXCL |
+                                      O_CLOEXEC | O_NOFOLLOW, 0644) : -1;
+    int ok = fd >= 0 && fchmod(fd, 0644) == 0; /* whatever the umask: the target's uid reads it */
+    FILE *w = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    ok = ok && in && w;
+    char buf[65536];
+    size_t n;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0)
+        ok = fwrite(buf, 1, n, w) == n;
+    ok = ok && !ferror(in);
+    int e = errno;
+    if (in)
+        fclose(in);
+    if (w)
+        ok = fclose(w) == 0 && ok;
+    else if (fd >= 0)
+        close(fd);
+    if (!ok) {
+        snprintf(err, errlen, "cannot copy %.400s to %.400s (the target's /tmp): %s", lib, copy,
+                 strerror(e ? e : EIO));
+        if (fd < 0)
+            copy[0] = 0; /* nothing was created: nothing of ours to remove */
+        copy_remove(copy);
+        return -1;
+    }
+    return 0;
+}
+
+/* ld.so's _rtld_global, whose recursive mutexes (the loader locks) the chosen thread must not
+ * own: dlopen and memtrim_attach's dlsym take them. -1 when the target's ld.so is not found. */
+static int loader_locks(const struct target *t, uint64_t *addr, uint64_t *len)
+{
+    struct target_lib ld;
+    if (target_find_lib(t->pid, "ld-linux", &ld) != 0)
+        return -1;
+    *addr = target_obj(&ld, "_rtld_global", len);
+    return *addr && *len >= 40 ? 0 : -1;
+}
+
+/* memtrim_attach in an instance already loaded: 0, or an exit code. */
+static int attach(const struct opts *o, struct target *t, const struct target_lib *lib,
+                  const char *json, int loaded_now, double t0)
+{
+    uint64_t fn = target_sym(lib, "memtrim_attach");
+    if (!fn) {
+        char msg[800];
+        snprintf(msg, sizeof msg, "process %d maps %s, which exports no memtrim_attach (an older "
+                 "memtrim?)", (int)t->pid, lib->path);
+        return cli_fail(o, EXIT_UNSUPPORTED, msg);
+    }
+    struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
+                            .in = json, .out_len = 1024};
+    if (loader_locks(t, &c.locks, &c.locks_len) != 0)
+        return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
+                    "found: the loader lock cannot be checked, nothing is called");
+    int rc = cli_call(o, t, &c);
+    if (rc)
+        return rc;
+    char out[1025];
+    memcpy(out, c.out, 1024);
+    out[1024] = 0;
+    int r = (int)c.result;
+    char msg[1400];
+    if (r == -EALREADY) {
+        snprintf(msg, sizeof msg, "memtrim is already loaded in process %d%s%s", (int)t->pid,
+                 out[0] ? "; its API listens on " : " (no API address)", out);
+        fprintf(stderr, "memtrim: %s\n", msg);
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "pid", t->pid);
+        cJSON *e = cJSON_AddObjectToObject(j, "error");
+        cJSON_AddStringToObject(e, "code", "already_loaded");
+        cJSON_AddStringToObject(e, "message", msg);
+        if (out[0])
+            cJSON_AddStringToObject(j, "listen", out);
+        cJSON_AddStringToObject(j, "library", lib->path);
+        if (o->json)
+            cli_emit(o, j, msg); /* JSON only: the line is on stderr already */
+        else
+            cJSON_Delete(j);
+        return EXIT_ALREADY;
+    }
+    if (r < 0 || r == 1) {
+        snprintf(msg, sizeof msg, "memtrim was loaded into process %d but did not start: %s",
+                 (int)t->pid, out[0] ? out : strerror(-r));
+        return cli_fail(o, r == 1 ? EXIT_REFUSED : EXIT_FAILED, msg);
+    }
+    cJSON *j = cJSON_CreateObject();
+    cli_add_common(j, t, &c);
+    cJSON_AddStringToObject(j, "listen", out);
+    cJSON_AddStringToObject(j, "library", lib->path);
+    cJSON_AddBoolToObject(j, "loaded_now", loaded_now);
+    cJSON_AddNumberToObject(j, "duration_seconds", cli_now() - t0);
+    snprintf(msg, sizeof msg, "memtrim: loaded into process %d (%s); its API listens on %s",
+             (int)t->pid, t->st.name, out);
+    cli_emit(o, j, msg);
+    return EXIT_OK;
+}
+
+int load_run(const struct opts *o, struct target *t)
+{
+    char err[1024], lib[PATH_MAX], path[PATH_MAX + 64], copy[PATH_MAX + 128];
+    double t0 = cli_now();
+    char *json = load_config_text(o->config, err, sizeof err);
+    if (!json)
+        return cli_fail(o, EXIT_USAGE, err);
+    struct target_lib mt;
+    int rc;
+    if (target_find_lib(t->pid, "libmemtrim", &mt) == 0) { /* loaded: it says how it runs */
+        rc = attach(o, t, &mt, json, 0, t0);
+        free(json);
+        return rc;
+    }
+    uint64_t dl = target_sym(&t->libc, "dlopen");
+    if (!dl) {
+        free(json);
+        return cli_fail(o, EXIT_UNSUPPORTED, "the target's libc exports no dlopen (glibc before 2.34 "
+                    "keeps it in libdl): load needs glibc 2.34 or later");
+    }
+    if (find_library(o, lib, sizeof lib) != 0) {
+        free(json);
+        snprintf(err, sizeof err, "cannot find libmemtrim.so.0 (%s): give it with --library PATH",
+                 o->library ? o->library : "beside this command or in " MEMTRIM_INSTALL_LIBDIR);
+        return cli_fail(o, EXIT_FAILED, err);
+    }
+    if (target_path(t, lib, path, sizeof path, copy, sizeof copy, err, sizeof err) != 0) {
+        free(json);
+        return cli_fail(o, EXIT_FAILED, err);
+    }
+    struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
+                            .in = path};
+    if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
+        copy_remove(copy);
+        free(json);
+        return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
+                    "found: the loader lock cannot be checked, nothing is called");
+    }
+    rc = cli_call(o, t, &c);
+    if (rc != EXIT_TIMEOUT)
+        copy_remove(copy); /* mapped now (or never): the file is not needed */
+    if (rc) {
+        free(json);
+        return rc;
+    }
+    if (!c.result || target_find_lib(t->pid, "libmemtrim", &mt) != 0) {
+        free(json);
+        snprintf(err, sizeof err, "dlopen(\"%.800s\") failed in process %d (see its dlerror; a "
+                 "library built for another glibc?)", path, (int)t->pid);
+        return cli_fail(o, EXIT_FAILED, err);
+    }
+    rc = attach(o, t, &mt, json, 1, t0);
+    free(json);
+    return rc;
+}
