@@ -88,6 +88,12 @@ int group_msg_check(struct group_msg *msg);
 void group_test_answer_ns(int64_t ns);
 /* Tests only: the pause after an accept that found no descriptor (0: ACCEPT_PAUSE_NS). */
 void group_test_accept_pause_ns(int64_t ns);
+/* Tests only: the leader's poll outside the zone and a member's report period, in ns (0:
+ * LEADER_TICK_NS and REPORT_NS); group_tick_ns(product) is what the threads wait. */
+void group_test_tick_ns(int64_t ns);
+int64_t group_tick_ns(int64_t product_ns);
+/* Tests only: a manual trim's stagger between members, in ns (0: MANUAL_STAGGER_NS). */
+void group_test_stagger_ns(int64_t ns);
 #define MANUAL_STAGGER_NS (250 * MT_MS)     /* the next member is asked after this at most */
 #define PRESSURE_TIMEOUT_NS (2 * MT_SEC)     /* a pressure request's answer, at most */
 #define HELLO_DEADLINE_NS (30 * MT_SEC)      /* a named connection's hello, at most */

@@ -44,6 +44,19 @@ static int64_t accept_pause_ns(void)
     return t > 0 ? t : ACCEPT_PAUSE_NS;
 }
 
+static _Atomic int64_t test_tick_ns; /* group_test_tick_ns; 0 in every host */
+
+void group_test_tick_ns(int64_t ns)
+{
+    atomic_store(&test_tick_ns, ns);
+}
+
+int64_t group_tick_ns(int64_t product_ns)
+{
+    int64_t t = atomic_load(&test_tick_ns);
+    return t > 0 ? t : product_ns;
+}
+
 /* ==== the leader ============================================================ */
 
 /* The channel closed (the member exited, was killed, or exec'd): forget it at once. */
@@ -443,7 +456,7 @@ static void *leader_main(void *arg)
         pthread_mutex_unlock(&g->lock);
         if (stop)
             break;
-        int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : LEADER_TICK_NS) / MT_MS);
+        int timeout = (int)((zone ? LEADER_ZONE_TICK_NS : group_tick_ns(LEADER_TICK_NS)) / MT_MS);
         if (poll(p, (nfds_t)n, timeout) < 0 && errno != EINTR)
             continue;
         if ((p[0].revents & POLLNVAL) || (p[0].revents && !pipe_ours(g, g->wake[0])))

@@ -216,7 +216,7 @@ static void *member_main(void *arg)
     member_send(g, &msg);
     while (!gone) {
         int zone = atomic_load(g->d.zone);
-        int64_t period = zone ? REPORT_ZONE_NS : REPORT_NS, now = mt_mono_ns();
+        int64_t period = zone ? REPORT_ZONE_NS : group_tick_ns(REPORT_NS), now = mt_mono_ns();
         member_tick(g, zone, period, now, &pc);
         int64_t until = zone && pc.next_watch < pc.next_report ? pc.next_watch : pc.next_report;
         int64_t wait_ms = (until - now) / MT_MS + 1;

@@ -41,6 +41,19 @@ static int64_t answer_ns(void)
     return t > 0 ? t : MANUAL_ANSWER_NS;
 }
 
+static _Atomic int64_t test_stagger_ns; /* group_test_stagger_ns; 0 in every host */
+
+void group_test_stagger_ns(int64_t ns)
+{
+    atomic_store(&test_stagger_ns, ns);
+}
+
+static int64_t stagger_ns(void)
+{
+    int64_t t = atomic_load(&test_stagger_ns);
+    return t > 0 ? t : MANUAL_STAGGER_NS;
+}
+
 /* ---- the API's view ------------------------------------------------------------ */
 
 int group_info(struct group *g, struct mt_group_info *info, struct mt_member *out, int cap,
@@ -134,7 +147,7 @@ void job_step(struct group *g, int64_t now)
         return;
     }
     int last = j->next - 1;
-    if (j->next < j->n && (last < 0 || j->answered[last] || now - j->asked_ns >= MANUAL_STAGGER_NS)) {
+    if (j->next < j->n && (last < 0 || j->answered[last] || now - j->asked_ns >= stagger_ns())) {
         int k = j->next++;
         struct group_member *m = member_by_pid(g, j->pids[k]);
         struct group_msg msg;
@@ -208,7 +221,7 @@ static int job_admit(struct group *g, int pid, const struct mt_config *cfg, int 
     for (int i = 0; i < *np; i++)
         if (pids[i] != g->d.pid)
             g->job.pids[g->job.n++] = pids[i];
-    g->job.deadline_ns = now + g->job.n * MANUAL_STAGGER_NS + answer_ns() + MT_SEC;
+    g->job.deadline_ns = now + g->job.n * stagger_ns() + answer_ns() + MT_SEC;
     pthread_mutex_unlock(&g->lock);
     return 0;
 }
@@ -247,7 +260,7 @@ int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out
     /* The members' time runs from here, not from the admission: the leader's own trim
      * above may have waited on a running one or taken seconds on a large heap, and a
      * deadline already past would end the job before any member was asked. */
-    g->job.deadline_ns = mt_mono_ns() + g->job.n * MANUAL_STAGGER_NS + answer_ns() + MT_SEC;
+    g->job.deadline_ns = mt_mono_ns() + g->job.n * stagger_ns() + answer_ns() + MT_SEC;
     g->job.ready = 1; /* the group thread asks the members from here */
     pthread_mutex_unlock(&g->lock);
     group_wake(g);

@@ -420,6 +420,7 @@ static void test_a_stopped_member_holds_nothing(void)
     int n = 0, status = 0;
     int64_t retry = 0;
     group_test_answer_ns(200 * MT_MS); /* the stopped member's answer is waited 0.2 s, not 2 */
+    group_test_stagger_ns(50 * MT_MS); /* the next member asked after 50 ms, not 250 */
     struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\", "
                                "\"ManualTrimMinIntervalMs\": 60000}}");
     if (!mt)
