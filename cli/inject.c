@@ -447,10 +447,11 @@ struct attempt {
     size_t errlen, reasonlen;
 };
 
-/* Seizes the picked thread and checks it is where it was judged (its registers still in that
- * system call, a syscall instruction before rip, no signal frame on its stack), then saves
- * its state. 0: stopped and saved; 1: released untouched (reason says why); -2, -4: as
- * seize_stop (seized for good; the kernel refused). */
+/* Seizes the picked thread and checks it is where it was judged (the process read, its
+ * start time unchanged; the thread still its own; its registers still in that system call,
+ * a syscall instruction before rip, no signal frame on its stack), then saves its state.
+ * 0: stopped and saved; 1: released untouched (reason says why); -2, -4: as seize_stop
+ * (seized for good; the kernel refused); -5: the pid is another process's now. */
 static int take_thread(struct attempt *a, struct saved *s, double t0)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
@@ -459,6 +460,20 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
         return sr;
     if (sr != 0)
         return 1;
+    char task[64];
+    snprintf(task, sizeof task, "/proc/%d/task/%d", (int)pid, (int)tid);
+    if (a->t->start_time && target_start_time(pid) != a->t->start_time) {
+        ptrace(PTRACE_DETACH, tid, 0, 0); /* seized, it cannot be reused from now on */
+        snprintf(a->reason, a->reasonlen, "process %d is not the one read (its start time "
+                 "changed: it exited and the pid was reused): not touched", (int)pid);
+        return -5;
+    }
+    if (access(task, F_OK) != 0) {
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        snprintf(a->reason, a->reasonlen, "thread %d is no longer process %d's", (int)tid,
+                 (int)pid);
+        return 1;
+    }
     unsigned char insn[2] = {0};
     int sh = 0, e = 0;
     const char *why = NULL;
@@ -591,10 +606,10 @@ static int try_thread(struct attempt *a, const struct pick *p)
     uint64_t page = 0;
     a->pick = p;
     int took = take_thread(a, &s, t0);
-    if (took == -2 || took == -4) {
+    if (took < 0) {
         inject_left_seized = took == -2;
         snprintf(a->err, a->errlen, "%s", a->reason);
-        return took == -2 ? INJECT_FAILED : INJECT_REFUSED;
+        return took == -4 ? INJECT_REFUSED : INJECT_FAILED;
     }
     if (took != 0)
         return INJECT_NO_THREAD;

@@ -313,10 +313,18 @@ static int stats(const struct opts *o, struct target *t)
 /* One process: the checks, then the verb; its exit code. */
 static int act(const struct opts *o)
 {
-    struct target t = {.pid = o->pid};
+    struct target t = {.pid = o->pid, .start_time = o->start_time}; /* inject.c checks it too */
     char err[1024], buf[1024];
+    unsigned long long start = target_start_time(o->pid);
     if (target_read_status(o->pid, &t.st, err, sizeof err) != 0)
         return cli_fail(o, EXIT_FAILED, err);
+    if (!t.start_time)
+        t.start_time = start;
+    if (start != t.start_time) { /* --tree: not the process read */
+        snprintf(buf, sizeof buf, "process %d is not the one the tree was read with (its start "
+                 "time changed: it exited and the pid was reused): not touched", (int)o->pid);
+        return cli_fail(o, EXIT_FAILED, buf);
+    }
     if (o->pid == getpid())
         return cli_fail(o, EXIT_USAGE, "memtrim cannot act on itself");
     if (t.st.state == 'Z' || t.st.state == 'X')
@@ -342,16 +350,20 @@ static int act(const struct opts *o)
 }
 
 /* --tree: each process of the tree in turn, one line each; a refusal for one does not stop
- * the others. The exit code is 0 when every one succeeded, else the first failure's. */
+ * the others. Each is acted on only while it is the process the tree was read with (its
+ * start time: act, then inject.c once its thread is seized). The exit code is 0 when every
+ * one succeeded, else the first failure's. */
 static int act_tree(const struct opts *o)
 {
     enum { TREE_MAX = 4096 };
     pid_t *pids = malloc(TREE_MAX * sizeof *pids);
-    if (!pids)
-        return cli_fail(o, EXIT_FAILED, "out of memory");
-    int n = target_tree(o->pid, pids, TREE_MAX), worst = 0;
-    if (n == 0) {
+    unsigned long long *starts = malloc(TREE_MAX * sizeof *starts);
+    int n = pids && starts ? target_tree(o->pid, pids, starts, TREE_MAX) : -1, worst = 0;
+    if (n <= 0) {
         free(pids);
+        free(starts);
+        if (n < 0)
+            return cli_fail(o, EXIT_FAILED, "out of memory");
         char buf[64];
         snprintf(buf, sizeof buf, "no process %d", (int)o->pid);
         return cli_fail(o, EXIT_FAILED, buf);
@@ -361,12 +373,14 @@ static int act_tree(const struct opts *o)
             continue; /* run from a shell of the tree */
         struct opts one = *o;
         one.pid = pids[i];
+        one.start_time = starts[i];
         int rc = act(&one);
         fflush(stdout);
         if (rc && !worst)
             worst = rc;
     }
     free(pids);
+    free(starts);
     return worst;
 }
 

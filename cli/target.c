@@ -44,6 +44,11 @@ static int read_small(const char *path, char *buf, size_t len)
     return (int)n;
 }
 
+struct proc_entry {
+    pid_t pid, ppid;
+    unsigned long long start; /* clock ticks after boot: with the pid, the process's identity */
+};
+
 int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen)
 {
     char path[64], line[256];
@@ -487,74 +492,93 @@ long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
     return nr < 0 ? -1 : nr;
 }
 
-/* The parent of each process in /proc, read once: stat's fourth field, after the name's
- * last ')' (a name may hold ')' and spaces). */
-static pid_t stat_ppid(const char *pid)
+/* A process's parent and start time (stat's fourth and 22nd fields, after the name's last
+ * ')': a name may hold ')' and spaces); -1 if it is gone. */
+static int stat_fields(const char *pid, pid_t *ppid, unsigned long long *start)
 {
-    char path[64], buf[512];
+    char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (read_small(path, buf, sizeof buf) <= 0)
         return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = 0;
     const char *p = strrchr(buf, ')');
-    char state;
-    int ppid;
-    if (!p || sscanf(p + 1, " %c %d", &state, &ppid) != 2)
+    int pp;
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
+     * cutime cstime priority nice num_threads itrealvalue starttime */
+    if (!p || sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu", &pp, start) != 2)
         return -1;
-    return (pid_t)ppid;
+    *ppid = (pid_t)pp;
+    return 0;
 }
 
-int target_tree(pid_t pid, pid_t *out, int max)
+unsigned long long target_start_time(pid_t pid)
 {
-    if (max < 1 || (kill(pid, 0) != 0 && errno == ESRCH))
-        return 0;
+    char num[16];
+    pid_t pp;
+    unsigned long long start;
+    snprintf(num, sizeof num, "%d", (int)pid);
+    return stat_fields(num, &pp, &start) == 0 ? start : 0;
+}
+
+/* Every process's pid, parent and start time, read once from /proc; their count (-1 on an
+ * allocation failure). */
+static long read_procs(struct proc_entry **all)
+{
     size_t len = 0, cap = 1024;
-    pid_t(*all)[2] = malloc(cap * sizeof *all);
+    *all = malloc(cap * sizeof **all);
     DIR *d = opendir("/proc");
-    if (!all || !d) {
-        free(all);
+    if (!*all || !d) {
+        free(*all);
+        *all = NULL;
         if (d)
             closedir(d);
-        out[0] = pid;
-        return 1;
+        return -1;
     }
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (e->d_name[0] < '1' || e->d_name[0] > '9')
-            continue;
-        pid_t pp = stat_ppid(e->d_name);
-        if (pp <= 0)
+        struct proc_entry pe;
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' ||
+            stat_fields(e->d_name, &pe.ppid, &pe.start) != 0 || pe.ppid <= 0)
             continue;
         if (len == cap) {
-            void *n = cap < (SIZE_MAX / sizeof *all) / 2 ? realloc(all, 2 * cap * sizeof *all) : NULL;
+            void *n = cap < (SIZE_MAX / sizeof **all) / 2 ? realloc(*all, 2 * cap * sizeof **all)
+                                                          : NULL;
             if (!n)
                 break;
-            all = n;
+            *all = n;
             cap *= 2;
         }
-        all[len][0] = (pid_t)atoi(e->d_name);
-        all[len][1] = pp;
-        len++;
+        pe.pid = (pid_t)atoi(e->d_name);
+        (*all)[len++] = pe;
     }
     closedir(d);
+    return (long)len;
+}
+
+int target_tree(pid_t pid, pid_t *out, unsigned long long *start, int max)
+{
+    start[0] = target_start_time(pid);
+    if (max < 1 || !start[0])
+        return 0;
+    out[0] = pid;
+    struct proc_entry *all;
+    long len = read_procs(&all);
+    if (len < 0)
+        return 1;
     /* Breadth first: out[0..n) is the queue; a pid is added once (a reused pid cannot make a
      * cycle within one reading, but the check costs nothing). */
-    int n = 0;
-    out[n++] = pid;
+    int n = 1;
     for (int head = 0; head < n && n < max; head++)
-        for (size_t i = 0; i < len && n < max; i++) {
-            if (all[i][1] != out[head])
+        for (long i = 0; i < len && n < max; i++) {
+            if (all[i].ppid != out[head])
                 continue;
             int seen = 0;
             for (int k = 0; k < n && !seen; k++)
-                seen = out[k] == all[i][0];
-            if (!seen)
-                out[n++] = all[i][0];
+                seen = out[k] == all[i].pid;
+            if (!seen) {
+                start[n] = all[i].start;
+                out[n++] = all[i].pid;
+            }
         }
     free(all);
     return n;

@@ -38,6 +38,7 @@ struct target {
     struct target_lib libc;   /* glibc's, whichever malloc serves */
     struct target_lib alloc_lib; /* ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC: its library */
     uint64_t page;            /* our page, 0 if none yet */
+    unsigned long long start_time; /* when first read (target_start_time): its identity */
 };
 
 const char *target_alloc_name(enum target_alloc a);
@@ -69,8 +70,12 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);
 /* pid and its descendants (children's children too, from each /proc/N/stat's ppid), pid
- * first and each parent before its children, up to max; their count (0 if pid is gone). */
-int target_tree(pid_t pid, pid_t *out, int max);
+ * first and each parent before its children, up to max, each with its start time as read
+ * (start[i]); their count (0 if pid is gone). */
+int target_tree(pid_t pid, pid_t *out, unsigned long long *start, int max);
+/* The process's start time (/proc/PID/stat's 22nd field), which with its pid names it: a
+ * pid reused by another process has another; 0 if there is no such process. */
+unsigned long long target_start_time(pid_t pid);
 /* The threads, up to max; their count. */
 int target_threads(pid_t pid, pid_t *tids, int max);
 /* 1 if syscall nr with these arguments is one the allocator and loader never make while

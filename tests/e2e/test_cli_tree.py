@@ -7,7 +7,11 @@ worker stopped (SIGSTOP), `--tree` gives one JSON line per process: the stopped 
 it was refused because it is stopped, every other worker released memory, all are alive and
 serve on; after SIGCONT a second `--tree` trims that worker too. `stats --tree` answers for
 the same pids. And Debian's apache2 prefork (root master, www-data children): a line each,
-none refused, the same children alive after.
+none refused, the same children alive after. And a pid reused between the tree's reading and
+its turn: in a pid namespace of its own (ns_last_pid picks the pid) a child of the tree exits
+while the tool waits on its parent, and another process takes its pid: that pid's line says it
+is not the process read and the newcomer is untouched; the control, the same tree without the
+swap, trims the child at that pid.
 """
 import json
 import os
@@ -150,3 +154,78 @@ def test_tree_trims_apache_prefork_children(procs, tmp_path):  # noqa: F811
         assert p.stop() == 0, p.output()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# pid 1 of a pid namespace of its own: sh (in wait: rt_sigsuspend, never a safe thread: the
+# tool spends --thread-wait there) with two children in sleep; the tool's --tree on sh; when
+# asked, once the tool holds its lock on sh (the tree is read), the first sleep is killed and
+# a new sleep, not of the tree, is given its pid (ns_last_pid). Prints one JSON line.
+REUSE = r"""
+import json, os, subprocess, sys, time
+tool, swap = sys.argv[1], sys.argv[2] == "1"
+
+def wait_for(f):
+    for _ in range(2000):
+        v = f()
+        if v:
+            return v
+        time.sleep(0.005)
+    raise SystemExit("timed out")
+
+def syscall(pid):
+    try:
+        return open(f"/proc/{pid}/syscall").read().split()[0]
+    except OSError:
+        return None
+
+def start(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+
+sh = subprocess.Popen(["/bin/sh", "-c", "sleep 1000 & echo $!; sleep 1000 & wait"],
+                      stdout=subprocess.PIPE, text=True)
+b = int(sh.stdout.readline())
+wait_for(lambda: syscall(sh.pid) == "130" and syscall(b) == "230")  # rt_sigsuspend, clock_nanosleep
+b_start = start(b)
+t = subprocess.Popen([tool, "trim", "--tree", str(sh.pid), "--json", "--thread-wait", "1"],
+                     stdout=subprocess.PIPE, text=True)
+newcomer = None
+if swap:
+    wait_for(lambda: f"@memtrim-inject-{sh.pid}" in open("/proc/net/unix").read())
+    os.kill(b, 9)
+    wait_for(lambda: not os.path.exists(f"/proc/{b}"))  # sh reaped it; it waits on the other
+    ticks = lambda: float(open("/proc/uptime").read().split()[0]) * os.sysconf("SC_CLK_TCK")
+    wait_for(lambda: ticks() > b_start + 1)  # a later start time than b's
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(b - 1))
+    newcomer = subprocess.Popen(["sleep", "1000"])
+out, _ = t.communicate(timeout=60)
+lines = [json.loads(line) for line in out.splitlines()]
+result = {"rc": t.returncode, "b": b, "lines": lines, "newcomer": newcomer and newcomer.pid}
+if newcomer:
+    result["newcomer_rwx"] = sum(" rwxp " in m for m in open(f"/proc/{newcomer.pid}/maps"))
+    result["newcomer_tracer"] = [l.split()[1] for l in open(f"/proc/{newcomer.pid}/status")
+                                 if l.startswith("TracerPid:")][0]
+print(json.dumps(result), flush=True)
+"""
+
+
+def reuse_run(swap):
+    r = subprocess.run(["/usr/bin/unshare", "--pid", "--fork", "--mount-proc", PYTHON, "-c", REUSE,
+                        str(TOOL), "1" if swap else "0"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_tree_never_acts_on_a_reused_pid():
+    control = reuse_run(False)
+    at_b = [line for line in control["lines"] if line["pid"] == control["b"]]
+    assert len(control["lines"]) == 3 and at_b and "released_bytes" in at_b[0], control
+    swapped = reuse_run(True)
+    b = swapped["b"]
+    assert swapped["newcomer"] == b, swapped  # the pid was reused
+    (at_b,) = [line for line in swapped["lines"] if line["pid"] == b]
+    assert at_b["error"]["code"] == "failed", swapped
+    assert "the pid was reused" in at_b["error"]["message"], swapped
+    assert swapped["newcomer_rwx"] == 0 and swapped["newcomer_tracer"] == "0", swapped
+    assert [line for line in swapped["lines"] if "released_bytes" in line], swapped  # the other
