@@ -22,6 +22,10 @@
 struct db_writer;
 struct db_reader;
 
+/* Tests only: SQLite's busy timeout for connections opened from now on, in ms (0: the
+ * product's DB_BUSY_TIMEOUT_MS). Atomic; any thread. */
+void db_test_busy_timeout_ms(int ms);
+
 /*
  * Open or create the database at path (":memory:" allowed), migrate the schema.
  * Errors: -ENOENT/-ENOTDIR/-EACCES/-EROFS... (cannot open or create: the OS

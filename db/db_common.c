@@ -8,6 +8,7 @@
  * constant tables. No locks.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,13 @@
 
 #include "mt_alloc.h"
 #include "db_internal.h"
+
+static _Atomic int test_busy_timeout_ms; /* db_test_busy_timeout_ms; 0 in every host */
+
+void db_test_busy_timeout_ms(int ms)
+{
+    atomic_store(&test_busy_timeout_ms, ms);
+}
 
 /*
  * Exactly the sample columns a series can name: the stored fields of common/fields.h,
@@ -252,7 +260,8 @@ int db_connect(const char *path, int readonly, sqlite3 **out, char **err)
         goto fail;
     }
     sqlite3_extended_result_codes(db, 1);
-    sqlite3_busy_timeout(db, DB_BUSY_TIMEOUT_MS);
+    int busy_ms = atomic_load(&test_busy_timeout_ms);
+    sqlite3_busy_timeout(db, busy_ms > 0 ? busy_ms : DB_BUSY_TIMEOUT_MS);
     *out = db;
     return 0;
 fail:

@@ -287,6 +287,7 @@ int main(void)
 {
     if (harness_tmpdir(tmpdir, sizeof(tmpdir), "test-dbf"))
         return 1;
+    db_test_busy_timeout_ms(10); /* each locked write or open waits 10 ms, not 100 (tests only) */
     RUN(test_unwritable_dir);
     RUN(test_readonly_file);
     RUN(test_garbage);

@@ -18,6 +18,7 @@
 
 #include "api.h"
 #include "core.h"
+#include "db.h"
 #include "harness.h"
 #include "instance.h"
 
@@ -222,6 +223,7 @@ int main(void)
 {
     if (harness_tmpdir(dir, sizeof(dir), "store-faults"))
         return 1;
+    db_test_busy_timeout_ms(10); /* each locked write or open waits 10 ms, not 100 (tests only) */
     RUN(test_unusable_directory);
     RUN(test_garbage_file);
     RUN(test_locked_then_released);
