@@ -40,8 +40,6 @@ int mt_fdid_is(int fd, const struct mt_fdid *id);
 /* close(fd) when it is still id's file: 0; -EBADF when it was not (left alone). */
 int mt_fdid_close(int fd, const struct mt_fdid *id);
 
-#endif /* MEMTRIM_FDID_H */
-
 /*
  * A kept descriptor: its number and identity, owned by one thread (or published
  * once before other threads read it). mt_kept_fd() is the only way to the number:
@@ -83,3 +81,5 @@ int mt_fds_lost(void);
 /* Close the canary (at the instance's stop) while it is still memtrim's. */
 void mt_canary_close(void);
 void mt_canary_fork_child(void);
+
+#endif /* MEMTRIM_FDID_H */

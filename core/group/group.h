@@ -8,8 +8,9 @@
  * in a named group, a connection accepted on the group's unix socket,
  * named.c) and trims itself when asked, because malloc_trim must run in the
  * process that owns the heap. The instance (core/instance) hands a group what
- * it uses (struct group_deps) and keeps the struct group it gets back; api/ and
- * plugin/ reach it through core.h (core/instance/group_calls.c). What the
+ * it uses (struct group_deps) and keeps the struct group it gets back; api/
+ * reaches it through core.h (core/instance/group_calls.c), plugin/host_preload.c
+ * through the host side (group_host.h). What the
  * room's files share is group_int.h; its locking rule is there.
  */
 #ifndef MEMTRIM_GROUP_H
@@ -70,7 +71,15 @@ int group_role(const struct group *g);
 /* A member's place in its leader's join order (1 = the first), 0 unknown. */
 int group_join_index(struct group *g);
 
-/* The fork hooks (group_fork.c; core.h's mt_group_fork_* say what they do). */
+/* The fork hooks (group_fork.c; the host side, group_host.c, calls them): a leader makes a
+ * channel before fork(), keeps one end in the parent; the child gets the other (-1: none)
+ * and closes the group's inherited descriptors (a member's child closes its parent's
+ * channel). *waits: the child's channel leads to a member (its parent, not the leader):
+ * the child waits for a first message (adopted) or the channel's end before it starts a
+ * member. A member's side: its waiting children's channels, taken out when it stops to
+ * take the group over (the caller owns them), and the new leader's adoption of each (0,
+ * or -ENOSPC / -ENOTCONN: the caller closes it); the other way, a new member holds
+ * channels made before it started (the first n it can; the caller closes the rest). */
 void group_fork_prepare(struct group *g);
 void group_fork_parent(struct group *g);
 int group_fork_child(struct group *g, int *waits);

@@ -11,13 +11,15 @@
  *   group_trim.c    manual trims fanned out to every member, the API's view
  *   group_fork.c    the fork hooks: a channel made at fork, a member's waiting children
  *   named.c         a named group's rendezvous (named.h)
+ *   group_host.c, group_follow.c, group_elect.c: the host side, a forking process's
+ *                   instance, election and adoption (group_host.h, group_host_int.h)
  *
  * Threads: one "memtrim-group" thread per instance in a group (leader or
  * member). Locks: g->lock guards the registry, the requests and the
  * counters (a member's: its waiting children's channels); it is held across
  * fork() by the fork hooks of a leader and of a member (prepare ..
  * parent/child), never across a trim, a store push or a blocking send. It
- * may be taken while holding preload_lock (plugin/host_preload.c), never the
+ * may be taken while holding host.lock (group_host_int.h), never the
  * reverse. The pure pressure decision is core/decide/group_policy.c.
  */
 #ifndef MEMTRIM_GROUP_INT_H

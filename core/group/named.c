@@ -21,7 +21,7 @@
  * are checked with SO_PEERCRED: only this uid, or root, joins.
  *
  * Threads and locks: none of its own. A struct mt_named belongs to its
- * caller (plugin/host_preload.c keeps one under preload_lock); every function
+ * caller (core/group/group_host.c keeps one under host.lock); every function
  * here is a few non-blocking system calls. mt_named_dir_choose and
  * mt_named_peer_allowed are pure.
  */

@@ -1,6 +1,6 @@
 /*
- * named.h - named groups (named.c; docs/groups.md), the face of core/group/ that
- * plugin/host_preload.c uses.
+ * named.h - named groups (named.c; docs/groups.md): the rendezvous core/group/'s
+ * host side elects on (group_host_int.h, group_elect.c); private to the room.
  * Processes started separately with one GroupName: the first to take
  * <dir>/<name>.lock leads (and holds the lock for its life) and listens on
  * <dir>/<name>.sock; the others connect and run as members on that channel.

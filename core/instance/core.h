@@ -15,18 +15,7 @@ struct memtrim;
 struct cJSON;
 struct server_routes;
 struct server_store;
-
-/*
- * In a forked child: forget that an instance runs (its threads are the
- * parent's), so the child may start its own. Installed as an atfork handler
- * by the first start; adapters may call it again.
- */
-void mt_after_fork_child(void);
-/* Install the core's atfork handlers now (once; the first start does it otherwise). An
- * adapter that registers its own handlers before any start calls it first: the core's
- * child handler must run before an adapter's that calls mt_after_fork_child (child
- * handlers run in registration order, and the core's prepare handler holds its lock). */
-void mt_fork_hooks_install(void);
+struct group_host_ops;
 
 /* Lifecycle (the C ABI wraps these). */
 /* routes: what the HTTP server serves (the adapters give api/'s table, api_routes). */
@@ -163,37 +152,11 @@ int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_memb
 int mt_group_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
                   int *n, int64_t *retry_after_ms);
 
-/* The LD_PRELOAD adapter: lead a group (FollowFork with a fixed HttpPort). */
-int mt_group_lead(struct memtrim *mt, char **err);
-/* Its fork handlers: the leader makes a channel before fork(), keeps one end in
- * the parent; the child gets the other (-1: none) and closes the group's
- * inherited descriptors (a member's child closes its parent's channel). */
-void mt_group_fork_prepare(struct memtrim *mt);
-void mt_group_fork_parent(struct memtrim *mt);
-int mt_group_fork_child(struct memtrim *mt, int *waits);
-/* *waits: the child's channel leads to a member (its parent, not the leader): the child
- * waits for a first message (adopted) or the channel's end before it starts a member.
- * A member's side: its waiting children's channels, taken out when it stops to take the
- * group over (the caller owns them), and the new leader's adoption of each (0, or
- * -ENOSPC / -ENOTCONN: the caller closes it). */
-int mt_group_take_pending(struct memtrim *mt, int *fds, int cap);
-/* The other way: a new member holds channels made before it started (the first n it
- * can; the caller closes the rest). */
-int mt_group_hold_pending(struct memtrim *mt, const int *fds, int n);
-int mt_group_adopt(struct memtrim *mt, int fd);
-/* Start as a member on channel fd (owned from here on, closed on failure): no
- * port, no store, no pressure thread of its own. leader_gone runs once, on the
- * member's group thread, when the leader's end closes. */
-int mt_create_member(const char *config_json, int fd, void (*leader_gone)(void *), void *arg,
-                     struct memtrim **out, char **err);
-/* Lead the named group: accept members on listen_fd (the caller's; polled until the group
- * stops); forks_join: forked children also join over a socketpair (FollowFork). */
-int mt_group_lead_named(struct memtrim *mt, int listen_fd, const char *name, int forks_join,
-                        char **err);
+/* What a host adapter whose process forks hands core/group/'s host side (group_host.h,
+ * plugin/host_preload.c): the instance's calls, filled into ops (the adapter adds its own). */
+void mt_group_host_calls(struct group_host_ops *ops);
 
 /* This process's pid (getpid), for replies that name it. */
 int mt_pid(void);
-/* A member's place in its leader's join order (1 = the first), 0 unknown. */
-int mt_group_join_index(struct memtrim *mt);
 
 #endif /* MEMTRIM_CORE_H */

@@ -1,18 +1,22 @@
 /*
- * group_calls.c - core.h's worker-group calls (mt_group_*) on the instance's
- * group (core/group/, its face group.h): each hands the call to the group the
- * instance keeps (mt->group); the store's fork hold is the instance's own atfork
- * handlers' (memtrim.c), for every host.
+ * group_calls.c - the instance's worker-group calls on the group it keeps
+ * (mt->group; core/group/, its face group.h): core.h's mt_group_info and
+ * mt_group_trim, the leads (instance.h), and the calls core/group/'s host side
+ * is handed (mt_group_host_calls, group_host.h), the instance as an opaque
+ * handle there. The store's fork hold is the instance's own atfork handlers'
+ * (memtrim.c), for every host.
  * Threads: as each call's caller (HTTP workers, the host's forking thread, the
- * LD_PRELOAD adapter's). No lock of its own: mt->group is set and cleared by
- * the start steps (memtrim.c) and the adapter's lead, under its preload_lock;
- * each group call takes g->lock (core/group/group_int.h).
+ * host side's threads). No lock of its own: mt->group is set and cleared by
+ * the start steps (memtrim.c) and a lead, under the host side's host.lock
+ * (core/group/group_host_int.h); each group call takes g->lock
+ * (core/group/group_int.h).
  */
 #include <errno.h>
 #include <unistd.h>
 
 #include "core.h"
 #include "group.h"
+#include "group_host.h"
 #include "instance.h"
 
 int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_member *out, int cap,
@@ -44,39 +48,54 @@ int mt_group_lead(struct memtrim *mt, char **err)
     return group_lead(&mt->group, &d, -1, NULL, 1, err);
 }
 
-void mt_group_fork_prepare(struct memtrim *mt)
+/* ---- the host side's calls (group_host.h): the instance as an opaque handle ---- */
+
+static int host_create_member(const char *json, int fd, void (*leader_gone)(void *), void *arg,
+                              void **out, char **err)
 {
-    group_fork_prepare(mt ? mt->group : NULL);
+    struct memtrim *mt = NULL;
+    int rc = mt_create_member(json, fd, leader_gone, arg, &mt, err);
+    *out = mt;
+    return rc;
 }
 
-void mt_group_fork_parent(struct memtrim *mt)
+static void host_destroy(void *mt)
 {
-    group_fork_parent(mt ? mt->group : NULL);
+    mt_destroy(mt);
 }
 
-int mt_group_fork_child(struct memtrim *mt, int *waits)
+static int host_http_port(void *mt)
 {
-    return group_fork_child(mt ? mt->group : NULL, waits);
+    return mt_http_port(mt);
 }
 
-int mt_group_take_pending(struct memtrim *mt, int *fds, int cap)
+static int host_http_address(void *mt, char *buf, size_t size)
 {
-    return group_take_pending(mt ? mt->group : NULL, fds, cap);
+    return mt_http_address(mt, buf, size);
 }
 
-int mt_group_hold_pending(struct memtrim *mt, const int *fds, int n)
+static int host_lead(void *mt, int listen_fd, const char *name, int forks_join, char **err)
 {
-    return group_hold_pending(mt ? mt->group : NULL, fds, n);
+    if (listen_fd < 0)
+        return mt_group_lead(mt, err);
+    return mt_group_lead_named(mt, listen_fd, name, forks_join, err);
 }
 
-int mt_group_adopt(struct memtrim *mt, int fd)
+static struct group *host_group(void *mt)
 {
-    return group_adopt(mt ? mt->group : NULL, fd);
+    return mt ? ((struct memtrim *)mt)->group : NULL;
 }
 
-int mt_group_join_index(struct memtrim *mt)
+void mt_group_host_calls(struct group_host_ops *ops)
 {
-    return group_join_index(mt ? mt->group : NULL);
+    ops->create_member = host_create_member;
+    ops->destroy = host_destroy;
+    ops->http_port = host_http_port;
+    ops->http_address = host_http_address;
+    ops->lead = host_lead;
+    ops->group = host_group;
+    ops->fork_hooks_install = mt_fork_hooks_install;
+    ops->after_fork_child = mt_after_fork_child;
 }
 
 int mt_pid(void)

@@ -63,6 +63,30 @@ struct memtrim {
     int member;             /* a group member: no server, no store, no pressure thread */
 };
 
+/*
+ * In a forked child: forget that an instance runs (its threads are the
+ * parent's), so the child may start its own. Installed as an atfork handler
+ * by the first start; core/group/'s host side calls it again (group_host.h).
+ */
+void mt_after_fork_child(void);
+/* Install the core's atfork handlers now (once; the first start does it otherwise). An
+ * adapter (core/group/'s host side) that registers its own handlers before any start calls
+ * it first: the core's child handler must run before one that calls mt_after_fork_child
+ * (child handlers run in registration order, and the core's prepare handler holds its lock). */
+void mt_fork_hooks_install(void);
+
+/* Start as a member on channel fd (owned from here on, closed on failure): no
+ * port, no store, no pressure thread of its own. leader_gone runs once, on the
+ * member's group thread, when the leader's end closes. */
+int mt_create_member(const char *config_json, int fd, void (*leader_gone)(void *), void *arg,
+                     struct memtrim **out, char **err);
+/* group_calls.c: lead a group (FollowFork with a fixed HttpPort), or a named one: accept
+ * members on listen_fd (the caller's; polled until the group stops); forks_join: forked
+ * children also join over a socketpair (FollowFork). */
+int mt_group_lead(struct memtrim *mt, char **err);
+int mt_group_lead_named(struct memtrim *mt, int listen_fd, const char *name, int forks_join,
+                        char **err);
+
 /* memtrim.c: what a group is handed (group_calls.c, the member's start step). */
 struct group_deps mt_group_deps(struct memtrim *mt);
 

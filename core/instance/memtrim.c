@@ -11,7 +11,8 @@
  * that owns a store) are guarded by `instance_lock`, which the atfork handlers
  * (installed once, `fork_once`) hold across fork(), with that store's tick lock
  * (store_fork_prepare) for every host. Lock order: an adapter's fork locks (the
- * preload's preload_lock, the group's g->lock, whose handlers run first), then
+ * host side's host.lock (core/group/group_host_int.h), the group's g->lock, whose
+ * handlers run first), then
  * instance_lock, then the store's tick_lock;
  * `test_fail_step` lets the tests fail one step (atomic).
  */

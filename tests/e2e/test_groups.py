@@ -213,7 +213,7 @@ def test_a_killed_member_leaves_no_entry_and_no_descriptor(procs, tmp_path):
 
 def test_200_fork_exit_cycles(procs, tmp_path):
     """200 workers come and go one after the other, each living at least 250 ms (past the 200 ms
-    a forked child lives before its member starts: host_preload.c): no stale member, the
+    a forked child lives before its member starts: core/group/group_host_int.h): no stale member, the
     leader's descriptors as at the start, the member label does not grow, and
     the store passes its integrity check with every worker's samples or trims
     named by its pid."""

@@ -5,7 +5,7 @@
  * "memtrim-group" thread loop (each turn reading the cgroup's usage). This
  * binary's own accept4 (memtrim's static libraries take the call from it)
  * fails with EMFILE on the group's socket while the test says so and counts
- * the calls; the test plays a member over a socketpair (mt_group_adopt) and
+ * the calls; the test plays a member over a socketpair (group_adopt) and
  * wakes the leader 20 times with reports, each waited for in mt_group_info:
  * the failing accept must have been retried a few times at most meanwhile.
  * Then accept works again and the queued process joins. And a process in a
@@ -30,6 +30,7 @@
 #include "core.h"
 #include "group_int.h"
 #include "group_peer.h"
+#include "instance.h"
 #include "start.h"
 
 #define FAKE_PID 999999 /* the test's member (its hello's word: an adopted channel) */
@@ -98,7 +99,7 @@ static void test_accept_out_of_descriptors_does_not_spin(void)
 
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0); /* the leader owns pair[0] from here */
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0); /* the leader owns pair[0] from here */
     send_msg(pair[1], MSG_HELLO, 0);
     WAIT_FOR(members(mt) == 2, 60);
     CHECK_EQ_INT(members(mt), 2);

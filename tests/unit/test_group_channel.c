@@ -2,7 +2,7 @@
  * test_group_channel.c - the worker group's channels and its "memtrim-group"
  * threads in the unit builds (plain, ASan, TSan), not only under LD_PRELOAD:
  * a leader instance forks its members through the fork hooks the FollowFork
- * group uses (mt_group_fork_prepare / parent / child), each member runs
+ * group uses (group_fork_prepare / parent / child), each member runs
  * mt_create_member on its end of the channel, reports, is trimmed through the
  * leader (mt_group_trim, as POST /memory/trim), one is SIGKILLed, and the
  * leader must forget it at once (no stale member, its descriptor closed); at
@@ -100,11 +100,11 @@ static int channels_open(void)
 static pid_t fork_member(struct memtrim *mt, char *self, char *fdarg)
 {
     char *argv[] = {self, "--member", fdarg, NULL};
-    mt_group_fork_prepare(mt);
+    group_fork_prepare(mt->group);
     pid_t pid = fork();
     if (pid == 0) {
         int waits;
-        int fd = mt_group_fork_child(mt, &waits);
+        int fd = group_fork_child(mt->group, &waits);
         /* Keep the channel across exec on a known number (close-on-exec drops the
          * original); nothing that allocates before exec. */
         if (fd < 0 || dup2(fd, 100) < 0)
@@ -112,7 +112,7 @@ static pid_t fork_member(struct memtrim *mt, char *self, char *fdarg)
         execv("/proc/self/exe", argv);
         _exit(4);
     }
-    mt_group_fork_parent(mt);
+    group_fork_parent(mt->group);
     return pid;
 }
 
@@ -494,7 +494,7 @@ static void test_a_flooding_member_is_bounded(void)
     free(err);
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0);
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0);
     peer_msg(&msg, MSG_HELLO, PEER);
     CHECK(send(pair[1], &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg));
     WAIT_FOR(member_of(mt, &gi, m, PEER) != NULL, 60);

@@ -29,6 +29,7 @@
 #include "core.h"
 #include "group_int.h"
 #include "group_peer.h"
+#include "instance.h"
 #include "start.h"
 
 #define FAKE_PID 999998
@@ -87,7 +88,7 @@ static void test_leader_drops_a_reused_channel_without_closing_it(void)
     free(err);
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0); /* the group's from here */
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0); /* the group's from here */
     send_hello(pair[1]);
     WAIT_FOR(members(mt) == 2, 60);
     CHECK_EQ_INT(members(mt), 2);
@@ -100,7 +101,7 @@ static void test_leader_drops_a_reused_channel_without_closing_it(void)
 
     /* Closed outright (POLLNVAL): dropped; nothing closed later when the number is reused. */
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0);
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0);
     send_hello(pair[1]);
     WAIT_FOR(members(mt) == 2, 60);
     CHECK_EQ_INT(members(mt), 2);
@@ -144,7 +145,7 @@ static void test_member_drops_reused_channels_without_closing_them(void)
     if (!mt)
         return;
     /* A child it forked waits on a channel to it (FollowFork without a GroupName). */
-    CHECK_EQ_INT(mt_group_hold_pending(mt, &child[0], 1), 1);
+    CHECK_EQ_INT(group_hold_pending(mt->group, &child[0], 1), 1);
     struct group_msg hello;
     CHECK(recv(leader[1], &hello, sizeof(hello), 0) == (ssize_t)sizeof(hello)); /* it runs */
 
@@ -244,7 +245,7 @@ static void test_reused_wake_pipe_and_socket_are_left_alone(void)
     /* ...which a member's hello brings (its adoption wakes the group: wake()). */
     int pair[2];
     CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
-    CHECK_EQ_INT(mt_group_adopt(mt, pair[0]), 0);
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0);
     send_hello(pair[1]);
     WAIT_FOR(members(mt) == 2, 60);
     CHECK_EQ_INT(members(mt), 2);
