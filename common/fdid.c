@@ -1,6 +1,7 @@
 /*
- * fdid.c - a kept descriptor's identity (fdid.h). No state and no lock: any
- * thread; a struct mt_kept belongs to the thread that holds it.
+ * fdid.c - a kept descriptor's identity (fdid.h). No lock: any thread; a struct
+ * mt_kept belongs to the thread that holds it. State: the canary, and the list of
+ * kept numbers a forked child closes (atomics, each slot claimed by one thread).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -84,6 +85,69 @@ int mt_fdid_close(int fd, const struct mt_fdid *id)
     return 0;
 }
 
+void mt_fdid_file(uint64_t dev, uint64_t ino, struct mt_fdid *id)
+{
+    memset(id, 0, sizeof(*id));
+    id->dev = dev;
+    id->ino = ino;
+    id->type = S_IFREG;
+    id->eventfd_id = -1;
+}
+
+/* The list (fdid.h): a slot is 0 (free), -1 (claimed: being filled, or looked at by one
+ * thread) or fd + 1 (listed; its id written before, read only by the thread that claims it). */
+static struct listed {
+    _Atomic int v;
+    struct mt_fdid id;
+} listed[MT_FDID_LISTED];
+
+void mt_fdid_list(int fd, const struct mt_fdid *id)
+{
+    if (fd < 0 || !id || (id->dev == 0 && id->ino == 0))
+        return;
+    for (int i = 0; i < MT_FDID_LISTED; i++) {
+        int free_slot = 0;
+        if (atomic_compare_exchange_strong(&listed[i].v, &free_slot, -1)) {
+            listed[i].id = *id;
+            atomic_store(&listed[i].v, fd + 1);
+            return;
+        }
+    }
+}
+
+static int same_id(const struct mt_fdid *a, const struct mt_fdid *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->type == b->type;
+}
+
+void mt_fdid_unlist(int fd, const struct mt_fdid *id)
+{
+    if (fd < 0 || !id)
+        return;
+    for (int i = 0; i < MT_FDID_LISTED; i++) {
+        int v = fd + 1;
+        if (!atomic_compare_exchange_strong(&listed[i].v, &v, -1))
+            continue;
+        if (same_id(&listed[i].id, id)) {
+            atomic_store(&listed[i].v, 0);
+            return;
+        }
+        atomic_store(&listed[i].v, fd + 1); /* the same number, another file: not this one */
+    }
+}
+
+int mt_fdid_fork_child(void)
+{
+    int closed = 0;
+    for (int i = 0; i < MT_FDID_LISTED; i++) {
+        int v = atomic_exchange(&listed[i].v, 0);
+        /* -1: a parent's thread was filling or looking at it at the fork: forgotten */
+        if (v > 0 && mt_fdid_close(v - 1, &listed[i].id) == 0)
+            closed++;
+    }
+    return closed;
+}
+
 int mt_kept_set(struct mt_kept *k, int fd, const char *what)
 {
     k->what = what;
@@ -95,6 +159,7 @@ int mt_kept_set(struct mt_kept *k, int fd, const char *what)
         return -1;
     }
     k->fd = fd;
+    mt_fdid_list(fd, &k->id);
     return fd;
 }
 
@@ -111,6 +176,7 @@ int mt_kept_fd(struct mt_kept *k)
         return -1;
     if (mt_fdid_is(k->fd, &k->id))
         return k->fd;
+    mt_fdid_unlist(k->fd, &k->id);
     lost(k->fd, k->what);
     k->fd = -1;
     return -1;
@@ -118,6 +184,8 @@ int mt_kept_fd(struct mt_kept *k)
 
 void mt_kept_close(struct mt_kept *k)
 {
+    if (k->fd >= 0)
+        mt_fdid_unlist(k->fd, &k->id); /* before the close: a child never sees it listed closed */
     if (k->fd >= 0 && mt_fdid_close(k->fd, &k->id) != 0)
         lost(k->fd, k->what);
     k->fd = -1;

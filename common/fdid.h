@@ -39,6 +39,24 @@ int mt_fdid_take(int fd, struct mt_fdid *id);
 int mt_fdid_is(int fd, const struct mt_fdid *id);
 /* close(fd) when it is still id's file: 0; -EBADF when it was not (left alone). */
 int mt_fdid_close(int fd, const struct mt_fdid *id);
+/* A regular file's identity from its fstat's device and inode (cgroup and /proc files). */
+void mt_fdid_file(uint64_t dev, uint64_t ino, struct mt_fdid *id);
+
+/*
+ * The kept numbers of the process, for a forked child: memtrim lists each descriptor it
+ * keeps (its number and a copy of its identity) once it is published, and takes it off
+ * before it closes or forgets it. In the atfork child handler (mt_fdid_fork_child, before
+ * any host code runs there) each listed number that is still its file, checked then, after
+ * the fork, is closed; the rest are forgotten, never closed. A child thus keeps none of its
+ * parent's cgroup, /proc and pressure descriptors. At most MT_FDID_LISTED at once (past
+ * that a number is not listed: a child keeps it, as before). Lock-free (a fork may come at
+ * any moment: a lock held then would stay held in the child); any thread.
+ */
+#define MT_FDID_LISTED 64
+void mt_fdid_list(int fd, const struct mt_fdid *id);
+void mt_fdid_unlist(int fd, const struct mt_fdid *id);
+/* The child's side: how many it closed. */
+int mt_fdid_fork_child(void);
 
 /*
  * A kept descriptor: its number and identity, owned by one thread (or published

@@ -72,6 +72,7 @@ static void fork_child(void)
         store_fork_after(&instance_held->store); /* taken by this thread in prepare */
     instance_held = NULL; /* the parent's: its threads are not here */
     mt_canary_fork_child();
+    mt_fdid_fork_child(); /* the parent's cgroup, /proc and pressure descriptors (fdid.h) */
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
 }

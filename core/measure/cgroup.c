@@ -25,6 +25,7 @@
 
 #include "cgroup.h"
 #include "common.h"
+#include "fdid.h"
 
 #define NO_LIMIT_V1 ((int64_t)1 << 60) /* v1 reports "unlimited" as ~2^63 rounded to pages */
 
@@ -345,6 +346,13 @@ int cgroup_lookup(const char *proc_cgroup, const char *mountinfo, const char *fs
     return -ENOENT;
 }
 
+/* Slot (level, file)'s identity, as fdid.h's list has it. */
+static void slot_id(struct cgroup_info *info, int level, int file, struct mt_fdid *id)
+{
+    mt_fdid_file(atomic_load(&info->fd_dev[level][file]), atomic_load(&info->fd_ino[level][file]),
+                 id);
+}
+
 /* fd is still the file kept in slot (level, file): same device and inode, a regular file. */
 static int still(struct cgroup_info *info, int level, int file, int fd)
 {
@@ -361,6 +369,9 @@ void cgroup_close(struct cgroup_info *info)
     for (int i = 0; i < CGROUP_LEVELS; i++)
         for (int f = 0; f < CG_FILES; f++) {
             int fd = atomic_exchange(&info->fd[i][f], -1);
+            struct mt_fdid id;
+            slot_id(info, i, f, &id);
+            mt_fdid_unlist(fd, &id); /* before the close (fdid.h) */
             if (fd >= 0 && still(info, i, f, fd))
                 close(fd); /* else the host's file now: left alone */
         }
@@ -418,7 +429,10 @@ static int kept(struct cgroup_info *info, int level, int file)
         return fd;
     if (fd >= 0) { /* closed and reused by someone else: forget the number, open ours again */
         int was = fd;
-        if (atomic_compare_exchange_strong(&info->fd[level][file], &was, -1))
+        struct mt_fdid id;
+        slot_id(info, level, file, &id);
+        if (atomic_compare_exchange_strong(&info->fd[level][file], &was, -1) &&
+            (mt_fdid_unlist(fd, &id), 1))
             mt_log(MT_LOG_WARNING, "fd", "descriptor %d (a cgroup file) was closed by someone "
                                          "else in pid %ld (the host?): left alone, reopened",
                    fd, (long)getpid());
@@ -447,6 +461,9 @@ static int kept(struct cgroup_info *info, int level, int file)
         close(fd);
         return expected;
     }
+    struct mt_fdid id;
+    mt_fdid_file((uint64_t)st.st_dev, (uint64_t)st.st_ino, &id);
+    mt_fdid_list(fd, &id); /* a forked child closes it (fdid.h) */
     return fd;
 }
 

@@ -20,6 +20,7 @@
 
 #include "mt_alloc.h"
 #include "common.h"
+#include "fdid.h"
 #include "probe.h"
 
 /*
@@ -29,8 +30,8 @@
  * Opened at start (probe_proc_open), lock-free (atomics: a fork may happen
  * at any moment, and a lock held then would stay held in the child). A
  * forked child opens its own, since /proc/self was resolved at open time;
- * it leaves its parent's three (close-on-exec) descriptors alone rather than
- * race a reader.
+ * its parent's three are closed by the atfork child handler (fdid.h's list,
+ * each checked there first), and this file forgets their numbers.
  */
 enum { PROC_STATM, PROC_STATUS, PROC_STAT, PROC_NFILES };
 static const char *const proc_paths[PROC_NFILES] = {"/proc/self/statm", "/proc/self/status",
@@ -59,7 +60,10 @@ static int proc_get(int which)
     int fd = atomic_load(&proc_fd[which]);
     if (fd >= 0 && proc_still(which, fd))
         return fd;
-    if (fd >= 0 && atomic_compare_exchange_strong(&proc_fd[which], &fd, -1))
+    struct mt_fdid id;
+    mt_fdid_file(atomic_load(&proc_dev[which]), atomic_load(&proc_ino[which]), &id);
+    if (fd >= 0 && atomic_compare_exchange_strong(&proc_fd[which], &fd, -1) &&
+        (mt_fdid_unlist(fd, &id), 1))
         mt_log(MT_LOG_WARNING, "fd", "descriptor %d (%s) was closed by someone else in pid %ld "
                                      "(the host?): left alone, reopened",
                fd, proc_paths[which], (long)pid);
@@ -79,6 +83,8 @@ static int proc_get(int which)
         close(fd); /* another thread opened it first */
         return expected;
     }
+    mt_fdid_file((uint64_t)st.st_dev, (uint64_t)st.st_ino, &id);
+    mt_fdid_list(fd, &id); /* a forked child closes it (fdid.h) */
     return fd;
 }
 

@@ -356,6 +356,7 @@ static int wake_ours(struct pressure *p)
     if (mt_fdid_is(p->wake_fd, &p->wake_id))
         return 1;
     p->wake_lost = 1;
+    mt_fdid_unlist(p->wake_fd, &p->wake_id);
     mt_log(MT_LOG_WARNING, "fd", "descriptor %d (the pressure thread's wake) was closed by "
                                  "someone else in pid %ld (the host?): left alone; the thread "
                                  "looks every %lld ms instead",
@@ -749,11 +750,13 @@ struct pressure *pressure_create(const struct pressure_deps *deps)
         close(p->wake_fd);
         p->wake_fd = -1;
     }
+    mt_fdid_list(p->wake_fd, &p->wake_id); /* a forked child closes it (fdid.h) */
     mt_kept_set(&p->statm, open("/proc/self/statm", O_RDONLY | O_CLOEXEC), "/proc/self/statm");
     /* The cgroup the probe found (fixed when the cache was made). */
     p->cg = &deps->cache->cg.info;
     p->cg_version = deps->cache->cg.version;
     if (p->wake_fd < 0 || pthread_mutex_init(&p->lock, NULL)) {
+        mt_fdid_unlist(p->wake_fd, &p->wake_id);
         if (p->wake_fd >= 0)
             close(p->wake_fd); /* just opened: certainly ours */
         mt_kept_close(&p->statm);
@@ -769,6 +772,7 @@ void pressure_free(struct pressure *p)
         return;
     pthread_mutex_destroy(&p->lock);
     pthread_mutex_destroy(&p->trim_log.lock);
+    mt_fdid_unlist(p->wake_fd, &p->wake_id); /* before the close (fdid.h) */
     mt_fdid_close(p->wake_fd, &p->wake_id); /* left alone when the host took it */
     mt_kept_close(&p->statm);
     free(p);

@@ -5,6 +5,9 @@
  * untouched. One case per kind memtrim keeps: regular files (cgroup files,
  * /proc/self/statm), eventfds (the pressure wake, v1 thresholds), pipes and
  * sockets (group channels), and the kept descriptors of cgroup.c and probe.c.
+ * And a forked child of a running instance keeps none of its parent's cgroup, /proc
+ * and pressure descriptors (the atfork child closes them), yet leaves alone a number
+ * the host took before the fork.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,12 +15,16 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include "api.h"
 #include "cgroup.h"
 #include "common.h"
+#include "core.h"
 #include "fdid.h"
 #include "harness.h"
 #include "probe.h"
+#include "start.h"
 
 static char tmp[256];
 
@@ -208,6 +215,78 @@ static void test_cgroup_kept(void)
     close(fd);
 }
 
+/* How many of this process's descriptors are memtrim's kind (pid's /proc files, cgroup
+ * files, an eventfd with memtrim's stamp), their numbers and targets into what. */
+static int memtrim_fds(pid_t pid, char *what, size_t size)
+{
+    char proc[64];
+    int n = snprintf(proc, sizeof(proc), "/proc/%ld/", (long)pid), count = 0;
+    size_t w = 0;
+    what[0] = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        char link[64], to[512];
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        ssize_t k = readlink(link, to, sizeof(to) - 1);
+        if (k <= 0)
+            continue;
+        to[k] = 0;
+        int ours = (strncmp(to, proc, (size_t)n) == 0 && strcmp(to + n, "fd") != 0) ||
+                   strstr(to, "/sys/fs/cgroup/") != NULL ||
+                   (strcmp(to, "anon_inode:[eventfd]") == 0 &&
+                    fcntl(fd, F_GETSIG) == MT_FDID_STAMP);
+        if (ours && w < size) {
+            count++;
+            w += (size_t)snprintf(what + w, size - w, " %d:%s", fd, to);
+        }
+    }
+    return count;
+}
+
+/* A running instance's kept descriptors in a forked child: none left (the atfork child
+ * closed each, checked there first), except a number the host took before the fork. */
+static void test_fork_child_keeps_none(void)
+{
+    struct memtrim *mt = start("{\"HttpPort\": 0, \"Database\": \"\"}");
+    if (!mt)
+        return;
+    struct mt_counters c;
+    WAIT_FOR((mt_counters_get(mt, &c), c.housekeeper_ticks >= 1), 20); /* its probes ran */
+    char mine[2048], status[64];
+    int in_parent = memtrim_fds(getpid(), mine, sizeof(mine));
+    printf("the parent's:%s\n", mine);
+    /* the control: the parent holds them (the pressure thread's statm and wake, probe.c's
+     * three, the cgroup's files where there is a cgroup) */
+    CHECK_MSG(in_parent >= 3, "%d of memtrim's descriptors in the parent:%s", in_parent, mine);
+    snprintf(status, sizeof(status), "/proc/%ld/status", (long)getpid());
+    int taken = find_fd(status); /* probe.c's: the host takes its number before the fork */
+    CHECK_MSG(taken >= 0 && take_number(taken, "host-forked") == 0, "no %s kept", status);
+    int p[2];
+    CHECK_EQ_INT(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char what[2048], line[2100];
+        int left = memtrim_fds(getppid(), what, sizeof(what));
+        int n = snprintf(line, sizeof(line), "%d %d%s", left, host_file_intact(taken), what);
+        _exit(write(p[1], line, (size_t)n) == n ? 0 : 1);
+    }
+    close(p[1]);
+    char got[2100] = "";
+    ssize_t k = read(p[0], got, sizeof(got) - 1);
+    got[k > 0 ? k : 0] = 0;
+    close(p[0]);
+    int st = -1;
+    CHECK_EQ_INT(waitpid(pid, &st, 0), pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int left = -1, intact = 0;
+    CHECK_MSG(sscanf(got, "%d %d", &left, &intact) == 2 && left == 0,
+              "the child still holds its parent's: %s", got);
+    CHECK_MSG(intact == 1, "the host's file on %d was closed in the child: %s", taken, got);
+    CHECK(host_file_intact(taken)); /* and in the parent */
+    mt_destroy(mt);
+    CHECK(host_file_intact(taken));
+    close(taken);
+}
+
 int main(void)
 {
     CHECK_EQ_INT(harness_tmpdir(tmp, sizeof(tmp), "fdid"), 0);
@@ -215,6 +294,7 @@ int main(void)
     RUN(test_kept);
     RUN(test_probe_statm);
     RUN(test_cgroup_kept);
+    RUN(test_fork_child_keeps_none);
     harness_rmtree(tmp);
     return harness_end();
 }
