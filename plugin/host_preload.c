@@ -173,7 +173,7 @@ static int preload_create(const char *json, void **out, char **err)
     return rc;
 }
 
-static struct group_host_ops preload_ops; /* filled once, by the first start */
+static struct group_host_ops preload_ops; /* filled by a start (the same calls each time) */
 
 static const struct group_host_ops *host_ops(void)
 {
