@@ -19,30 +19,41 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The configuration as text: inline JSON, or the file's contents (read here, in the tool's
- * mount namespace: the target may not see the file). NULL with err set. */
+/* A --config file's whole text (at most 1 MiB: any more is no configuration), read here, in
+ * the tool's mount namespace: the target may not see the file. NULL with err set. */
+static char *read_config_file(const char *path, char *err, size_t errlen)
+{
+    enum { CONFIG_FILE_MAX = 1 << 20 };
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        snprintf(err, errlen, "--config: cannot read %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = malloc(CONFIG_FILE_MAX + 1);
+    size_t n = text ? fread(text, 1, CONFIG_FILE_MAX + 1, f) : 0;
+    int bad = text && ferror(f), e = errno;
+    fclose(f);
+    if (!text || bad || n > CONFIG_FILE_MAX) {
+        snprintf(err, errlen, !text ? "out of memory" : bad ? "--config: cannot read %s: %s"
+                 : "--config: %s is larger than 1 MiB", path, strerror(e));
+        free(text);
+        return NULL;
+    }
+    text[n] = 0;
+    return text;
+}
+
+/* The configuration as text: inline JSON, or the file's contents; parsed and sent compact,
+ * which must fit the page's string buffer (TR_PATH_MAX). NULL with err set. */
 static char *load_config_text(const char *arg, char *err, size_t errlen)
 {
     const char *p = arg ? arg : "{}";
     while (*p == ' ' || *p == '\t' || *p == '\n')
         p++;
-    char *text = NULL;
-    if (*p == '{') {
-        text = strdup(p);
-    } else {
-        FILE *f = fopen(arg, "re");
-        if (!f) {
-            snprintf(err, errlen, "--config: cannot read %s: %s", arg, strerror(errno));
-            return NULL;
-        }
-        text = calloc(1, TR_PATH_MAX + 1);
-        size_t n = text ? fread(text, 1, TR_PATH_MAX, f) : 0;
-        fclose(f);
-        if (text)
-            text[n] = 0;
-    }
+    char *text = *p == '{' ? strdup(p) : read_config_file(arg, err, errlen);
     if (!text) {
-        snprintf(err, errlen, "out of memory");
+        if (*p == '{')
+            snprintf(err, errlen, "out of memory");
         return NULL;
     }
     cJSON *j = cJSON_Parse(text);
@@ -52,13 +63,17 @@ static char *load_config_text(const char *arg, char *err, size_t errlen)
         free(text);
         return NULL;
     }
-    /* sent compact: it must fit the page's string buffer */
     char *compact = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     free(text);
-    if (compact && strlen(compact) >= TR_PATH_MAX) {
-        snprintf(err, errlen, "--config: %zu bytes once compacted, more than the %d the call "
-                 "carries", strlen(compact), TR_PATH_MAX - 1);
+    if (!compact) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (strlen(compact) >= TR_PATH_MAX) {
+        snprintf(err, errlen, "--config: %zu bytes once compacted; load carries at most %d (the "
+                 "buffer of its page in the process): shorten the configuration", strlen(compact),
+                 TR_PATH_MAX - 1);
         free(compact);
         return NULL;
     }

@@ -10,6 +10,7 @@
 #include "tramp.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,52 @@ static int parse_double(const char *s, double *out)
     return 0;
 }
 
+static int parse_long(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* argv[*i], an option (with its value, *i moved past it): 0, or -1 with the reason printed. */
+static int parse_option(int argc, char **argv, int *i, struct opts *o)
+{
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    long n;
+    if (!strcmp(a, "--json")) {
+        o->json = 1;
+    } else if (!strcmp(a, "--tree")) {
+        o->tree = 1;
+    } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        usage(stdout);
+        exit(EXIT_OK);
+    } else if ((!strcmp(a, "--thread-wait") || !strcmp(a, "--timeout")) && v) {
+        if (parse_double(v, a[3] == 'h' ? &o->thread_wait_s : &o->call_wait_s) != 0) {
+            fprintf(stderr, "memtrim: %s wants seconds between 0 and 3600, not '%s'\n", a, v);
+            return -1;
+        }
+        (*i)++;
+    } else if ((!strcmp(a, "--config") || !strcmp(a, "--library")) && v) {
+        *(a[2] == 'c' ? &o->config : &o->library) = v;
+        (*i)++;
+    } else if (!strcmp(a, "--pad") && v) {
+        if (parse_long(v, 0, LONG_MAX, &n) != 0) {
+            fprintf(stderr, "memtrim: --pad wants a byte count, not '%s'\n", v);
+            return -1;
+        }
+        o->pad = n;
+        (*i)++;
+    } else {
+        fprintf(stderr, "memtrim: unknown option '%s'\n", a);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, struct opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -47,44 +94,15 @@ static int parse_args(int argc, char **argv, struct opts *o)
     int pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-        } else if (!strcmp(a, "--tree")) {
-            o->tree = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            exit(EXIT_OK);
-        } else if ((!strcmp(a, "--thread-wait") || !strcmp(a, "--timeout")) && i + 1 < argc) {
-            if (parse_double(argv[i + 1], a[2] == 't' && a[3] == 'h' ? &o->thread_wait_s
-                                                                    : &o->call_wait_s) != 0) {
-                fprintf(stderr, "memtrim: %s wants seconds between 0 and 3600, not '%s'\n", a,
-                        argv[i + 1]);
+        long v;
+        if (a[0] == '-') {
+            if (parse_option(argc, argv, &i, o) != 0)
                 return -1;
-            }
-            i++;
-        } else if ((!strcmp(a, "--config") || !strcmp(a, "--library")) && i + 1 < argc) {
-            *(a[2] == 'c' ? &o->config : &o->library) = argv[++i];
-        } else if (!strcmp(a, "--pad") && i + 1 < argc) {
-            char *end;
-            errno = 0;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (errno || end == argv[i + 1] || *end || v < 0) {
-                fprintf(stderr, "memtrim: --pad wants a byte count, not '%s'\n", argv[i + 1]);
-                return -1;
-            }
-            o->pad = v;
-            i++;
-        } else if (a[0] == '-') {
-            fprintf(stderr, "memtrim: unknown option '%s'\n", a);
-            return -1;
         } else if (pos == 0) {
             o->verb = a;
             pos++;
         } else if (pos == 1) {
-            char *end;
-            errno = 0;
-            long v = strtol(a, &end, 10);
-            if (errno || end == a || *end || v <= 0 || v > 0x3fffffff) {
+            if (parse_long(a, 1, 0x3fffffff, &v) != 0) {
                 fprintf(stderr, "memtrim: '%s' is not a process id\n", a);
                 return -1;
             }
@@ -248,6 +266,21 @@ static int trim(const struct opts *o, struct target *t)
     return EXIT_OK;
 }
 
+/* mallinfo2's ten size_t fields, or mallinfo's ten ints (before glibc 2.33), in order:
+ * arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost. */
+static void mallinfo_fields(const unsigned char *out, int v2, uint64_t f[10])
+{
+    for (int i = 0; i < 10; i++) {
+        if (v2) {
+            memcpy(&f[i], out + 8 * i, 8);
+        } else {
+            int x;
+            memcpy(&x, out + 4 * i, 4);
+            f[i] = (uint64_t)(unsigned)x;
+        }
+    }
+}
+
 static int stats(const struct opts *o, struct target *t)
 {
     if (t->alloc != ALLOC_GLIBC) {
@@ -270,16 +303,7 @@ static int stats(const struct opts *o, struct target *t)
         return rc;
     double dur = cli_now() - t0;
     uint64_t f[10];
-    for (int i = 0; i < 10; i++) {
-        if (v2) {
-            memcpy(&f[i], c.out + 8 * i, 8);
-        } else {
-            int x;
-            memcpy(&x, c.out + 4 * i, 4);
-            f[i] = (uint64_t)(unsigned)x;
-        }
-    }
-    /* mallinfo2: arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost */
+    mallinfo_fields(c.out, v2, f);
     int version;
     int64_t usage, max, rss = target_rss(t->pid);
     target_cgroup(t->pid, &version, &usage, &max);

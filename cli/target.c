@@ -251,61 +251,98 @@ static void lib_file(pid_t pid, const struct mapping *m, char *out, size_t len)
     snprintf(out, len, "/proc/%d/root%s", (int)pid, m->path);
 }
 
-int target_find_alloc(struct target *t, char *err, size_t errlen)
+/* The library mapped at m: its name, where the tool reads it and its load bias. */
+static int lib_at(pid_t pid, const struct mapping *m, struct target_lib *lib, char *err,
+                  size_t errlen)
 {
-    FILE *f = open_maps(t->pid);
+    struct elf_file ef;
+    snprintf(lib->path, sizeof lib->path, "%s", m->path);
+    lib_file(pid, m, lib->file, sizeof lib->file);
+    if (elf_open(lib->file, &ef, err, errlen) != 0)
+        return -1;
+    lib->base = m->start - ef.first_vaddr;
+    elf_close(&ef);
+    return 0;
+}
+
+/* What the maps say of the allocators: libc.so.6, musl, the first of each other one. */
+struct alloc_maps {
+    struct mapping libc, other[3];
+    int have_libc, musl, have[3];
+};
+
+static const char *const other_names[3] = {"libjemalloc", "libtcmalloc", "libmimalloc"};
+
+static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t errlen)
+{
+    FILE *f = open_maps(pid);
+    char line[1024];
+    struct mapping m;
+    memset(am, 0, sizeof *am);
     if (!f) {
-        snprintf(err, errlen, "cannot read /proc/%d/maps: %s", (int)t->pid, strerror(errno));
+        snprintf(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
         return -1;
     }
-    char line[1024];
-    struct mapping m, libc = {0}, other[3];
-    int have_libc = 0, musl = 0, have[3] = {0};
-    static const char *const other_names[3] = {"libjemalloc", "libtcmalloc", "libmimalloc"};
     while (fgets(line, sizeof line, f)) {
-        if (parse_map_line(line, &m) != 0 || m.path[0] != '/')
+        if (parse_map_line(line, &m) != 0 || m.path[0] != '/' || m.offset != 0)
             continue;
-        if (name_starts(m.path, "libc.so.6") && m.offset == 0 && !have_libc) {
-            libc = m;
-            have_libc = 1;
+        if (name_starts(m.path, "libc.so.6") && !am->have_libc) {
+            am->libc = m;
+            am->have_libc = 1;
         }
-        musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
+        am->musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
         for (int i = 0; i < 3; i++)
-            if (name_starts(m.path, other_names[i]) && m.offset == 0 && !have[i]) {
-                other[i] = m;
-                have[i] = 1;
+            if (name_starts(m.path, other_names[i]) && !am->have[i]) {
+                am->other[i] = m;
+                am->have[i] = 1;
             }
     }
     fclose(f);
-    if (musl) {
+    return 0;
+}
+
+/* jemalloc, tcmalloc, mimalloc: the first mapped one that exports malloc (a prefixed build
+ * loaded beside glibc's malloc does not serve it), as the library's dladdr of malloc.
+ * 1 if one serves, 0 if none, -1 on an error. */
+static int other_alloc(struct target *t, const struct alloc_maps *am, char *err, size_t errlen)
+{
+    for (int i = 0; i < 3; i++) {
+        if (!am->have[i])
+            continue;
+        struct elf_file ef;
+        if (lib_at(t->pid, &am->other[i], &t->alloc_lib, err, errlen) != 0 ||
+            elf_open(t->alloc_lib.file, &ef, err, errlen) != 0)
+            return -1;
+        int serves = elf_dynsym(&ef, "malloc") != 0;
+        elf_close(&ef);
+        if (serves) {
+            t->alloc = i == 0 ? ALLOC_JEMALLOC : i == 1 ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int target_find_alloc(struct target *t, char *err, size_t errlen)
+{
+    struct alloc_maps am;
+    if (read_alloc_maps(t->pid, &am, err, errlen) != 0)
+        return -1;
+    if (am.musl) {
         t->alloc = ALLOC_MUSL;
         snprintf(err, errlen, "process %d runs on musl libc, whose malloc has no trim call: nothing to "
                  "do", (int)t->pid);
         return -1;
     }
-    /* jemalloc, tcmalloc, mimalloc: the first mapped one that exports malloc (a prefixed build
-     * loaded beside glibc's malloc does not serve it), as the library's dladdr of malloc. */
-    for (int i = 0; i < 3; i++) {
-        if (!have[i])
-            continue;
-        struct target_lib *l = &t->alloc_lib;
-        snprintf(l->path, sizeof l->path, "%s", other[i].path);
-        lib_file(t->pid, &other[i], l->file, sizeof l->file);
+    /* glibc's libc whichever malloc serves: its dlopen and signal restorer are the process's */
+    if (am.have_libc && lib_at(t->pid, &am.libc, &t->libc, err, errlen) != 0)
+        return -1;
+    int other = other_alloc(t, &am, err, errlen);
+    if (other != 0)
+        return other > 0 ? 0 : -1;
+    if (!am.have_libc) {
+        char exe[64], e2[256];
         struct elf_file ef;
-        if (elf_open(l->file, &ef, err, errlen) != 0)
-            return -1;
-        l->base = other[i].start - ef.first_vaddr;
-        int serves = elf_dynsym(&ef, "malloc") != 0;
-        elf_close(&ef);
-        if (serves) {
-            t->alloc = i == 0 ? ALLOC_JEMALLOC : i == 1 ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
-            return 0;
-        }
-    }
-    if (!have_libc) {
-        char exe[64];
-        struct elf_file ef;
-        char e2[256];
         snprintf(exe, sizeof exe, "/proc/%d/exe", (int)t->pid);
         int is_static = elf_open(exe, &ef, e2, sizeof e2) == 0 && !ef.has_interp;
         elf_close(&ef);
@@ -316,20 +353,13 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
         return -1;
     }
     t->alloc = ALLOC_GLIBC;
-    snprintf(t->libc.path, sizeof t->libc.path, "%s", libc.path);
-    lib_file(t->pid, &libc, t->libc.file, sizeof t->libc.file);
-    struct elf_file ef;
-    if (elf_open(t->libc.file, &ef, err, errlen) != 0)
-        return -1;
-    t->libc.base = libc.start - ef.first_vaddr;
-    elf_close(&ef);
     return 0;
 }
 
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)
 {
     FILE *f = open_maps(pid);
-    char line[1024];
+    char line[1024], err[256];
     struct mapping m;
     int found = 0;
     if (!f)
@@ -338,17 +368,7 @@ int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)
         found = parse_map_line(line, &m) == 0 && m.path[0] == '/' && m.offset == 0 &&
                 name_starts(m.path, prefix);
     fclose(f);
-    if (!found)
-        return -1;
-    struct elf_file ef;
-    char err[256];
-    snprintf(lib->path, sizeof lib->path, "%s", m.path);
-    lib_file(pid, &m, lib->file, sizeof lib->file);
-    if (elf_open(lib->file, &ef, err, sizeof err) != 0)
-        return -1;
-    lib->base = m.start - ef.first_vaddr;
-    elf_close(&ef);
-    return 0;
+    return found ? lib_at(pid, &m, lib, err, sizeof err) : -1;
 }
 
 /* A dynamic symbol of lib in the target: a function, or a data object with its size. */

@@ -8,15 +8,18 @@ The tool finds the allocator's library in the target's maps and calls its own re
 MallocExtension_ReleaseFreeMemory; mimalloc mi_collect(true)) on the main thread, in read.
 The control: `memtrim stats` on the same target is refused by name (it reads glibc's
 mallinfo2 only) and the RSS stays where it was; the trim then releases > 40 MB, the churn
-finds no changed block, nobody traces the target and it reads its input on and exits 0.
+finds no changed block; `memtrim load` then starts memtrim there (dlopen is glibc's libc's,
+whichever malloc serves), nobody traces the target and it reads its input on and exits 0.
 """
 import json
 import os
 import subprocess
 
 import pytest
+import requests
 
 from conftest import BUILD
+from hosts_util import free_port
 
 TOOL = BUILD / "memtrim"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -81,6 +84,12 @@ def test_allocator_release_call(alloc, lib, call):
         assert out["released_bytes"] > 40 << 20, out
         if alloc == "jemalloc":
             assert out["mallctl_return"] == 0, out
+        # load finds dlopen in glibc's libc whichever malloc serves (it took jemalloc's,
+        # tcmalloc's or mimalloc's library for it and refused, exit 3)
+        port = free_port()
+        rc, out = tool("load", str(p.pid), "--config", json.dumps({"HttpPort": port}))
+        assert rc == 0 and out["allocator"] == alloc and out["listen"] == f"127.0.0.1:{port}", out
+        assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()["pid"] == p.pid
         with open(f"/proc/{p.pid}/status") as f:
             assert "TracerPid:\t0\n" in f.read()
         out, _ = p.communicate("\n", timeout=30)
