@@ -42,6 +42,8 @@ struct target {
 };
 
 const char *target_alloc_name(enum target_alloc a);
+/* A small /proc file read whole into buf (NUL-terminated): its length, or -errno. */
+int target_read_file(const char *path, char *buf, size_t len);
 /* 0, or -errno with err set (no such process, unreadable status). */
 int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen);
 /* Why this tool may not ptrace pid, as the kernel's rules say (NULL if nothing refuses):

@@ -1,0 +1,233 @@
+/*
+ * target_proc.c - what target.h reads of a process besides its rules and maps: its RSS and
+ * cgroup, its threads and the system call each waits in (and which of those are safe), its
+ * start time, and the tree of its descendants. Plain reads of /proc; the tool's one thread.
+ */
+#include "target.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+struct proc_entry {
+    pid_t pid, ppid;
+    unsigned long long start; /* clock ticks after boot: with the pid, the process's identity */
+};
+
+int64_t target_rss(pid_t pid)
+{
+    char path[64], buf[256];
+    long long size, res;
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    if (target_read_file(path, buf, sizeof buf) <= 0 || sscanf(buf, "%lld %lld", &size, &res) != 2)
+        return -1;
+    return (int64_t)res * sysconf(_SC_PAGESIZE);
+}
+
+static int64_t read_i64(const char *path)
+{
+    char buf[64];
+    if (target_read_file(path, buf, sizeof buf) <= 0)
+        return -1;
+    if (strncmp(buf, "max", 3) == 0)
+        return -1;
+    return strtoll(buf, NULL, 10);
+}
+
+void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
+{
+    char path[64], buf[4096], file[4600];
+    *version = 0;
+    *usage = *max = -1;
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    if (target_read_file(path, buf, sizeof buf) <= 0)
+        return;
+    const char *v2 = strstr(buf, "0::");
+    if (!v2 || (v2 != buf && v2[-1] != '\n'))
+        return;
+    char cg[2048];
+    if (sscanf(v2 + 3, "%2047[^\n]", cg) != 1)
+        return;
+    *version = 2;
+    snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.current", strcmp(cg, "/") ? cg : "");
+    *usage = read_i64(file);
+    snprintf(file, sizeof file, "/sys/fs/cgroup%s/memory.max", strcmp(cg, "/") ? cg : "");
+    *max = read_i64(file);
+}
+
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
+{
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+    if (target_read_file(path, buf, sizeof buf) <= 0 || strncmp(buf, "running", 7) == 0)
+        return -2;
+    long nr;
+    memset(args, 0, 7 * sizeof args[0]);
+    int n = sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64
+                   " %" SCNx64, &nr, &args[0], &args[1], &args[2], &args[3], &args[4], &args[5],
+                   &args[6]);
+    if (n < 1)
+        return -2;
+    return nr < 0 ? -1 : nr;
+}
+
+/* A process's parent and start time (stat's fourth and 22nd fields, after the name's last
+ * ')': a name may hold ')' and spaces); -1 if it is gone. */
+static int stat_fields(const char *pid, pid_t *ppid, unsigned long long *start)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    if (target_read_file(path, buf, sizeof buf) <= 0)
+        return -1;
+    const char *p = strrchr(buf, ')');
+    int pp;
+    /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
+     * cutime cstime priority nice num_threads itrealvalue starttime */
+    if (!p || sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d "
+                     "%*d %*d %llu", &pp, start) != 2)
+        return -1;
+    *ppid = (pid_t)pp;
+    return 0;
+}
+
+unsigned long long target_start_time(pid_t pid)
+{
+    char num[16];
+    pid_t pp;
+    unsigned long long start;
+    snprintf(num, sizeof num, "%d", (int)pid);
+    return stat_fields(num, &pp, &start) == 0 ? start : 0;
+}
+
+/* Every process's pid, parent and start time, read once from /proc; their count (-1 on an
+ * allocation failure). */
+static long read_procs(struct proc_entry **all)
+{
+    size_t len = 0, cap = 1024;
+    *all = malloc(cap * sizeof **all);
+    DIR *d = opendir("/proc");
+    if (!*all || !d) {
+        free(*all);
+        *all = NULL;
+        if (d)
+            closedir(d);
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct proc_entry pe;
+        if (e->d_name[0] < '1' || e->d_name[0] > '9' ||
+            stat_fields(e->d_name, &pe.ppid, &pe.start) != 0 || pe.ppid <= 0)
+            continue;
+        if (len == cap) {
+            void *n = cap < (SIZE_MAX / sizeof **all) / 2 ? realloc(*all, 2 * cap * sizeof **all)
+                                                          : NULL;
+            if (!n)
+                break;
+            *all = n;
+            cap *= 2;
+        }
+        pe.pid = (pid_t)atoi(e->d_name);
+        (*all)[len++] = pe;
+    }
+    closedir(d);
+    return (long)len;
+}
+
+int target_tree(pid_t pid, pid_t *out, unsigned long long *start, int max)
+{
+    start[0] = target_start_time(pid);
+    if (max < 1 || !start[0])
+        return 0;
+    out[0] = pid;
+    struct proc_entry *all;
+    long len = read_procs(&all);
+    if (len < 0)
+        return 1;
+    /* Breadth first: out[0..n) is the queue; a pid is added once (a reused pid cannot make a
+     * cycle within one reading, but the check costs nothing). */
+    int n = 1;
+    for (int head = 0; head < n && n < max; head++)
+        for (long i = 0; i < len && n < max; i++) {
+            if (all[i].ppid != out[head])
+                continue;
+            int seen = 0;
+            for (int k = 0; k < n && !seen; k++)
+                seen = out[k] == all[i].pid;
+            if (!seen) {
+                start[n] = all[i].start;
+                out[n++] = all[i].pid;
+            }
+        }
+    free(all);
+    return n;
+}
+
+int target_threads(pid_t pid, pid_t *tids, int max)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    int n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+            tids[n++] = (pid_t)atoi(e->d_name);
+    closedir(d);
+    return n;
+}
+
+/* The system calls a thread may be taken in: blocking waits that glibc's malloc and ld.so
+ * never make with a lock held, each restarted exactly (or failing EINTR, as after any stop).
+ * The ones that swap the signal mask for the wait qualify only without a mask. */
+static const struct {
+    long nr;
+    const char *name;
+    int mask_arg; /* the argument holding a temporary signal mask, -1 for none */
+} safe_calls[] = {
+    {SYS_read, "read", -1},           {SYS_readv, "readv", -1},
+    {SYS_recvfrom, "recvfrom", -1},   {SYS_recvmsg, "recvmsg", -1},
+    {SYS_recvmmsg, "recvmmsg", -1},   {SYS_accept, "accept", -1},
+    {SYS_accept4, "accept4", -1},     {SYS_poll, "poll", -1},
+    {SYS_ppoll, "ppoll", 3},          {SYS_select, "select", -1},
+    {SYS_pselect6, "pselect6", 5},    {SYS_epoll_wait, "epoll_wait", -1},
+    {SYS_epoll_pwait, "epoll_pwait", 4}, {SYS_epoll_pwait2, "epoll_pwait2", 4},
+    {SYS_nanosleep, "nanosleep", -1}, {SYS_clock_nanosleep, "clock_nanosleep", -1},
+    {SYS_wait4, "wait4", -1},         {SYS_waitid, "waitid", -1},
+    {SYS_pause, "pause", -1},         {SYS_rt_sigtimedwait, "rt_sigtimedwait", -1},
+    {SYS_msgrcv, "msgrcv", -1},       {SYS_connect, "connect", -1},
+};
+
+int target_syscall_safe(long nr, const uint64_t args[6])
+{
+    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
+        if (safe_calls[i].nr == nr)
+            return safe_calls[i].mask_arg < 0 || args[safe_calls[i].mask_arg] == 0;
+    return 0;
+}
+
+const char *target_syscall_name(long nr)
+{
+    static const struct {
+        long nr;
+        const char *name;
+    } others[] = {{SYS_futex, "futex"}, {SYS_mmap, "mmap"}, {SYS_munmap, "munmap"},
+                  {SYS_madvise, "madvise"}, {SYS_brk, "brk"}, {SYS_mprotect, "mprotect"},
+                  {SYS_openat, "openat"}, {SYS_rt_sigsuspend, "rt_sigsuspend"},
+                  {SYS_write, "write"}, {SYS_sched_yield, "sched_yield"}};
+    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
+        if (safe_calls[i].nr == nr)
+            return safe_calls[i].name;
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        if (others[i].nr == nr)
+            return others[i].name;
+    return NULL;
+}
