@@ -83,6 +83,9 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
         }
     }
     fclose(f);
+    struct stat sb;
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid); /* a file: the directory keeps euid */
+    st->proc_uid = stat(path, &sb) == 0 ? sb.st_uid : st->euid;
     return 0;
 }
 
@@ -169,6 +172,14 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
                  "lets it trace only a process whose capabilities are a subset of its own; give "
                  "memtrim CAP_SYS_PTRACE (a container: --cap-add SYS_PTRACE)", (int)pid,
                  st->cap_prm, prm & eff);
+        return buf;
+    }
+    /* the kernel's __ptrace_may_access: a process that is not dumpable (PR_SET_DUMPABLE 0, or
+     * one that changed its credentials) wants CAP_SYS_PTRACE; /proc shows it owned by root */
+    if (!cap && st->euid != 0 && st->proc_uid == 0) {
+        snprintf(buf, len, "process %d is not dumpable (prctl PR_SET_DUMPABLE 0, or it changed "
+                 "its uid or gid): only a tracer with CAP_SYS_PTRACE may trace it; run memtrim as "
+                 "root", (int)pid);
         return buf;
     }
     if (scope == 1 && !cap && !is_descendant(pid)) {

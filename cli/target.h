@@ -14,6 +14,7 @@ struct target_status {
     uid_t ruid, euid, suid;
     gid_t rgid, egid, sgid;
     uint64_t cap_prm; /* CapPrm: a tool without CAP_SYS_PTRACE may trace a subset of its own */
+    uid_t proc_uid;   /* /proc/PID/stat's owner: root for a process that is not dumpable */
     pid_t tracer;   /* TracerPid */
     int seccomp;    /* 0 none, 1 strict, 2 filter */
     int no_new_privs;
@@ -47,8 +48,8 @@ int target_read_file(const char *path, char *buf, size_t len);
 /* 0, or -errno with err set (no such process, unreadable status). */
 int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen);
 /* Why this tool may not ptrace pid, as the kernel's rules say (NULL if nothing refuses):
- * another uid or gid, or capabilities the tool lacks, without CAP_SYS_PTRACE; ptrace_scope
- * 1/2/3; a tracer already there. */
+ * another uid or gid, capabilities the tool lacks, or a process that is not dumpable, without
+ * CAP_SYS_PTRACE; ptrace_scope 1/2/3; a tracer already there. */
 const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len);
 /* The allocator serving the target, its libc and (jemalloc, tcmalloc, mimalloc) its library;
  * a refusal text otherwise. */

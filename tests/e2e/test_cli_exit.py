@@ -8,9 +8,12 @@ named in COVERED_ELSEWHERE.
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +45,7 @@ class Env:
     """The processes a row needs, made when asked and ended after it."""
 
     def __init__(self, tmp_path):
-        self.tmp, self.procs = tmp_path, []
+        self.tmp, self.procs, self.dirs = tmp_path, [], []
 
     def spawn(self, argv):
         p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -86,6 +89,8 @@ class Env:
                 os.kill(p.pid, signal.SIGCONT)
                 p.kill()
             p.wait()
+        for d in self.dirs:
+            shutil.rmtree(d)
 
 
 def tool(*args):
@@ -146,6 +151,42 @@ def loaded_twice(env):
     return tool("load", pid, "--config", json.dumps({"HttpPort": free_port()}))
 
 
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+NOT_DUMPABLE = """
+import ctypes, sys
+ctypes.CDLL(None).prctl(4, int(sys.argv[1]), 0, 0, 0)  # PR_SET_DUMPABLE
+print('ready', flush=True)
+sys.stdin.read()
+"""
+
+
+def not_dumpable(env):
+    """nobody's tool on nobody's process: the control, dumpable, is trimmed; the same
+    process after prctl(PR_SET_DUMPABLE, 0) is the kernel's to refuse (CAP_SYS_PTRACE only)."""
+    bin_dir = Path(tempfile.mkdtemp(prefix="memtrim-exit-"))  # pytest's are 0700
+    env.dirs.append(bin_dir)
+    bin_dir.chmod(0o755)
+    shutil.copy(TOOL, bin_dir / "memtrim")
+    runs = []
+    for dumpable in (1, 0):
+        p = subprocess.Popen(["/usr/bin/python3", "-c", NOT_DUMPABLE, str(dumpable)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             preexec_fn=as_nobody, cwd="/")
+        env.procs.append(p)
+        assert p.stdout.readline().startswith("ready")
+        r = subprocess.run([str(bin_dir / "memtrim"), "trim", str(p.pid), "--json"],
+                           capture_output=True, text=True, timeout=60, preexec_fn=as_nobody)
+        runs.append((r.returncode, r.stdout, r.stderr))
+        assert open(f"/proc/{p.pid}/status").read().count("TracerPid:\t0\n") == 1
+    assert runs[0][0] == 0, runs[0]  # the control
+    return runs[1]
+
+
 ROWS = {  # id: (how, exit code, a word of its message, the man page's words for it)
     "help": (lambda e: tool("--help"), 0, None, "done"),
     "trim": (lambda e: tool("trim", e.target()), 0, None, "done"),
@@ -172,6 +213,7 @@ ROWS = {  # id: (how, exit code, a word of its message, the man page's words for
         {"HttpPort": free_port(), "Program": "p" * 2000})), 1, "at most 1535",
         "longer than 1,535 bytes once compacted"),
     "stopped": (lambda e: tool("trim", e.stopped()), 2, "is stopped", "a stopped process"),
+    "not-dumpable": (not_dumpable, 2, "is not dumpable", "not dumpable"),
     "config-disables-it": (lambda e: tool("load", e.python(), "--config",
                                           json.dumps({"Enabled": False})), 2, "did not start",
                            "Enabled false"),
