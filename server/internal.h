@@ -216,6 +216,7 @@ void server_tls_reload_stop(struct server *s); /* joins it; stops a draining dae
 
 struct server {
     struct MHD_Daemon *daemon; /* the current one; swapped by reload.c (read it atomically) */
+    int gnutls_held; /* one reference of GnuTLS's global init count (server.c, gnutls_hold) */
     /* starts a daemon on s->listener (server.c's server_daemon_start, handed to
      * the reload thread so that reload.c needs nothing of server.c) */
     struct MHD_Daemon *(*daemon_start)(struct server *s, struct server_pems *pems);

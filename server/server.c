@@ -13,6 +13,7 @@
 #include "server.h"
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <netinet/in.h>
 #include <errno.h>
 #include <microhttpd.h>
@@ -489,6 +490,30 @@ static int server_check_exposure(const struct server *s, const struct server_opt
     return 0;
 }
 
+/*
+ * GnuTLS, which libmicrohttpd links, tears its global state down in an ELF destructor at
+ * every exit (~160,000 instructions freeing its ASN.1 trees, callgrind) and, in a forked
+ * child, writes to pages the child shares with its parent, each then copied: that was most
+ * of what a FollowFork fork() cost (#31 F13). A running server holds one reference of
+ * GnuTLS's own init count (gnutls_global_init, found at run time: memtrim links no GnuTLS
+ * of its own), let go at its stop. A forked child never stops its parent's server, so it
+ * exits with the count above one and GnuTLS's destructor only lowers it; the process that
+ * started the server stops it first (the preload's destructor runs before GnuTLS's, which
+ * it depends on) and GnuTLS frees everything at its exit as before.
+ */
+static int gnutls_hold(int take)
+{
+    int (*fn)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, take ? "gnutls_global_init"
+                                                              : "gnutls_global_deinit");
+    if (!fn)
+        return 0; /* a libmicrohttpd without TLS: no GnuTLS in the process */
+    if (!take) {
+        fn();
+        return 0;
+    }
+    return fn() == 0;
+}
+
 int server_start(const struct server_options *cfg, const struct server_routes *routes,
                  const struct server_store *store, void *app, struct server **out, char **err)
 {
@@ -566,6 +591,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         server_free(s);
         goto fail;
     }
+    s->gnutls_held = gnutls_hold(1);
     char where[256];
     if (s->listener.is_unix)
         snprintf(where, sizeof(where), "unix socket %s (mode %04o%s%s)", s->listener.unix_path,
@@ -641,6 +667,8 @@ void server_stop(struct server *s)
     server_daemon_stop(s->daemon);
     server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers, s->store);
+    if (s->gnutls_held)
+        gnutls_hold(0);
     uint64_t dropped = mt_log_limit_flush(&s->mhd_log);
     if (dropped > 0)
         mt_log(MT_LOG_WARNING, "server", "libmicrohttpd: %llu more message(s) dropped since the "

@@ -3,7 +3,10 @@
  * ephemeral port, a taken port (-EADDRINUSE with a message), a bad bind
  * address (-EINVAL), and real HTTP over a socket for what does not reach a
  * handler: 404, 405 + Allow, 401 + WWW-Authenticate, 413 (declared and
- * chunked bodies), keep-alive, and a clean stop.
+ * chunked bodies), keep-alive, and a clean stop. A child forked while the
+ * server runs skips GnuTLS's teardown at its exit (its ASN.1 frees, counted
+ * by this binary's asn1_delete_structure in front of libtasn1's); the control,
+ * a child forked after the stop, runs it.
  *
  * Threads: the test's and MHD's. Files: none.
  */
@@ -13,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <dlfcn.h>
@@ -260,6 +265,60 @@ static void test_panic_handler_owner(void)
         dlclose(lib);
 }
 
+/* libtasn1's call, in front of it (CMakeLists.txt exports it from this binary, so GnuTLS's
+ * calls come here): each call writes a byte to asn1_report while that is set. */
+__attribute__((visibility("default"))) int asn1_delete_structure(void **structure);
+static _Atomic int asn1_report = -1;
+int asn1_delete_structure(void **structure)
+{
+    int (*real)(void **) = (int (*)(void **))dlsym(RTLD_NEXT, "asn1_delete_structure");
+    int fd = atomic_load(&asn1_report);
+    if (fd >= 0 && write(fd, "x", 1) != 1)
+        atomic_store(&asn1_report, -1);
+    return real ? real(structure) : 0;
+}
+
+/* The calls GnuTLS makes in a child that exits at once, -1 when no child could be forked. */
+static int child_teardown_calls(void)
+{
+    int p[2];
+    if (pipe(p) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        atomic_store(&asn1_report, p[1]);
+        exit(0); /* its atexit handlers and destructors run */
+    }
+    close(p[1]);
+    char buf[4096];
+    int n = 0;
+    ssize_t k;
+    while ((k = read(p[0], buf, sizeof(buf))) > 0)
+        n += (int)k;
+    close(p[0]);
+    int st = -1;
+    waitpid(pid, &st, 0);
+    return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? n : -1;
+}
+
+static void test_forked_child_skips_gnutls_teardown(void)
+{
+    if (!dlsym(RTLD_DEFAULT, "gnutls_global_init"))
+        SKIP("this libmicrohttpd links no GnuTLS");
+    int rc;
+    char *err = NULL;
+    struct server *s = start("", 0, &rc, &err);
+    CHECK_EQ_INT(rc, 0);
+    int running = child_teardown_calls();
+    server_stop(s);
+    int stopped = child_teardown_calls(); /* the control */
+    printf("GnuTLS's teardown in a child: %d calls while the server runs, %d after its stop\n",
+           running, stopped);
+    CHECK_EQ_INT(running, 0);
+    CHECK_MSG(stopped > 0, "the control: %d calls after the stop", stopped);
+}
+
 int main(void)
 {
     RUN(test_panic_handler_owner);
@@ -267,5 +326,6 @@ int main(void)
     RUN(test_ports);
     RUN(test_http);
     RUN(test_limits);
+    RUN(test_forked_child_skips_gnutls_teardown);
     return harness_end();
 }
