@@ -120,4 +120,15 @@ void mt_deadline(struct timespec *ts, int64_t after_ns);
  */
 int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg);
 
+/*
+ * The allocator's hook for memtrim's own threads: called once per thread, first thing, on
+ * every thread mt_thread_start starts, and by mt_thread_enter on threads memtrim did not
+ * start itself (libmicrohttpd's, at their first callback). Set at start, before any of
+ * memtrim's threads runs (jemalloc: alloc_jemalloc.c puts them in an arena of their own);
+ * NULL = none. mt_thread_enter is cheap after the first call on a thread (a flag).
+ */
+typedef void (*mt_thread_enter_fn)(void);
+void mt_thread_set_enter(mt_thread_enter_fn fn);
+void mt_thread_enter(void);
+
 #endif /* MEMTRIM_COMMON_H */

@@ -107,6 +107,7 @@ struct server_call {
 
 static void *server_uri_log(void *cls, const char *uri, struct MHD_Connection *conn)
 {
+    mt_thread_enter(); /* an MHD thread: the allocator's hook, once (common.h) */
     struct server_call *c = mt_calloc(1, sizeof(*c));
     if (c != NULL && (c->uri = mt_strdup(uri)) == NULL) {
         free(c);
@@ -127,6 +128,7 @@ static void server_notify_connection(void *cls, struct MHD_Connection *conn, voi
                                      enum MHD_ConnectionNotificationCode code)
 {
     struct server *s = cls;
+    mt_thread_enter();
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *i =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -392,6 +394,7 @@ static void server_limits(const struct server_options *cfg, struct server_limits
 static enum MHD_Result server_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     struct server *s = cls;
+    mt_thread_enter(); /* before MHD's first allocation for a connection on this thread */
     if (s->listener.is_unix)
         return MHD_YES;
     struct server_addr_key key;

@@ -107,9 +107,16 @@ def run_once(build, args, allocator, with_memtrim, tmp):
         if rss is not None:
             last_rss, hwm = rss, peak if peak is not None else hwm
             trace.append((t, rss, cf))
+            if TRACE is not None:
+                TRACE.append({"t": round(t, 2), "rss": rss, "cf": cf, "memtrim": with_memtrim,
+                              "allocator": (stats or {}).get("allocator", {}).get("stats")
+                              if cf is not None else None})
         time.sleep(0.1)
     p.wait()
     return trace, last_rss, hwm, stats
+
+
+TRACE = None  # --trace: every reading of every run, written as JSON lines
 
 
 def at(trace, t):
@@ -127,7 +134,9 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", help="workload names, comma-separated")
     ap.add_argument("--allocators", default="glibc,jemalloc")
+    ap.add_argument("--trace", help="a directory: each run's readings as <host>-<workload>-<n>.json")
     a = ap.parse_args()
+    global TRACE
     only = set(a.only.split(",")) if a.only else None
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,9 +146,13 @@ def main():
                     continue
                 res = {k: [] for k in ("end0", "peak0", "end1", "cf_end", "peak1", "cf_peak",
                                        "e_end", "e_peak", "e_time", "saved_end")}
-                for _ in range(a.runs):
+                for n in range(a.runs):
+                    TRACE = [] if a.trace else None
                     base, end0, hwm0, _s = run_once(a.build, args, alloc, False, tmp)
                     tr, end1, hwm1, st = run_once(a.build, args, alloc, True, tmp)
+                    if a.trace:
+                        out = Path(a.trace) / f"{alloc}-{name}-{n}.json"
+                        out.write_text("\n".join(json.dumps(x) for x in TRACE) + "\n")
                     if not base or not st:
                         print(f"{alloc} {name}: a run failed", file=sys.stderr)
                         continue

@@ -40,6 +40,9 @@ struct alloc_ops {
     int (*release)(uint64_t pad);
     /* Optional (NULL): the number of arenas, costlier than stats (-1 unknown). */
     int (*arena_count)(void);
+    /* Optional (NULL): called first thing on each of memtrim's own threads
+     * (mt_thread_set_enter). jemalloc moves them into an arena of their own. */
+    void (*thread_enter)(void);
 };
 
 extern const struct alloc_ops alloc_glibc;

@@ -575,6 +575,7 @@ static int instance_create(const char *config_json, const struct server_routes *
         ctx = *member;
     if ((rc = alloc_select_quiet(cfg.allocator, &ctx.alloc, member != NULL, &e)))
         goto fail_running;
+    mt_thread_set_enter(ctx.alloc->thread_enter); /* before any of memtrim's threads */
     if (!(mt = mt_calloc(1, sizeof(*mt)))) {
         rc = oom(&e, "instance");
         goto fail_running;
