@@ -237,6 +237,10 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
             "Time spent reading /proc/self and the cgroup files.", c->cheap_probe_seconds);
     api_f64(t, "memtrim_housekeeper_cpu_seconds_total", "counter",
             "CPU time of memtrim's housekeeper thread.", c->housekeeper_cpu_seconds);
+    api_f64(t, "memtrim_cpu_seconds_total", "counter",
+            "CPU time of all of memtrim's threads (housekeeper, pressure, store, HTTP, group, "
+            "...), per-thread CPU clocks, those that ended included.",
+            c->cpu_seconds);
     api_u64(t, "memtrim_housekeeper_ticks_total", "counter", "Housekeeper ticks.",
             c->housekeeper_ticks);
     api_u64(t, "memtrim_samples_stored_total", "counter", "Samples written to the store.",

@@ -121,7 +121,7 @@ void mt_deadline(struct timespec *ts, int64_t after_ns);
 int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg);
 
 /*
- * The allocator's hook for memtrim's own threads: called once per thread, first thing, on
+ * The allocator's hook for memtrim's own threads (thread.c): called once per thread, first thing, on
  * every thread mt_thread_start starts, and by mt_thread_enter on threads memtrim did not
  * start itself (libmicrohttpd's, at their first callback). Set at start, before any of
  * memtrim's threads runs (jemalloc: alloc_jemalloc.c puts them in an arena of their own);
@@ -130,5 +130,8 @@ int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), vo
 typedef void (*mt_thread_enter_fn)(void);
 void mt_thread_set_enter(mt_thread_enter_fn fn);
 void mt_thread_enter(void);
+/* CPU seconds of memtrim's own threads in this process: those listed by mt_thread_enter
+ * (every thread of mt_thread_start, MHD's from their first callback), live or ended. */
+double mt_threads_cpu_seconds(void);
 
 #endif /* MEMTRIM_COMMON_H */

@@ -245,6 +245,7 @@ struct mt_counters {
     double pressure_reaction_seconds_sum;
     double pressure_reaction_last_seconds; /* -1 none yet */
     double pressure_cpu_seconds;     /* CLOCK_THREAD_CPUTIME_ID of the pressure thread */
+    double cpu_seconds;              /* all of memtrim's threads, live and ended (thread.c) */
     /* what trimming cost the host (cost.c, housekeeper.c) */
     double trim_seconds[MT_TRIGGER_COUNT];      /* wall time in trims, by trigger */
     uint64_t refaulted_bytes[MT_TRIGGER_COUNT]; /* upper bound of released bytes that came back */

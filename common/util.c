@@ -1,15 +1,14 @@
 /*
- * util.c - logging, clocks, starting a thread, reading a kept file whole, and
+ * util.c - logging, clocks, reading a kept file whole, and
  * the names of triggers and skip reasons. The log sink (a function and its argument) is set by a host
  * adapter, normally before an instance starts, and read by any thread;
- * log_lock guards the pair and is held while a line is written. The thread-start hook
- * (mt_thread_set_enter) is an atomic pointer, each thread's "entered" flag its own.
+ * log_lock guards the pair and is held while a line is written. Starting a thread is in
+ * thread.c.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -189,59 +188,6 @@ ssize_t mt_read_small(const char *path, char *buf, size_t size)
     close(fd);
     buf[total] = '\0';
     return total;
-}
-
-/* The allocator's hook for memtrim's own threads (mt_thread_set_enter): set at start, before
- * any of them runs, read by each as it starts. */
-static _Atomic(mt_thread_enter_fn) thread_enter_fn;
-static __thread int thread_entered;
-
-void mt_thread_set_enter(mt_thread_enter_fn fn)
-{
-    atomic_store(&thread_enter_fn, fn);
-}
-
-void mt_thread_enter(void)
-{
-    if (thread_entered)
-        return;
-    thread_entered = 1;
-    mt_thread_enter_fn fn = atomic_load(&thread_enter_fn);
-    if (fn)
-        fn();
-}
-
-struct thread_start {
-    void *(*fn)(void *);
-    void *arg;
-};
-
-static void *thread_trampoline(void *p)
-{
-    mt_thread_enter(); /* before this thread's first allocation below */
-    struct thread_start ts = *(struct thread_start *)p;
-    free(p);
-    return ts.fn(ts.arg);
-}
-
-int mt_thread_start(pthread_t *thread, const char *name, void *(*fn)(void *), void *arg)
-{
-    sigset_t all, saved;
-    struct thread_start *ts = malloc(sizeof(*ts));
-    if (!ts)
-        return ENOMEM;
-    ts->fn = fn;
-    ts->arg = arg;
-    /* The new thread inherits the mask in force here: block everything for it. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &saved);
-    int rc = pthread_create(thread, NULL, thread_trampoline, ts);
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
-    if (rc == 0)
-        pthread_setname_np(*thread, name);
-    else
-        free(ts);
-    return rc;
 }
 
 int mt_secret_owner_ok(unsigned uid)

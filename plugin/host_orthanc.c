@@ -383,6 +383,7 @@ static void host_refresh_metrics(void)
     host_set("memtrim_released_mb_total", (double)released / MB);
     host_set("memtrim_heap_probe_last_ms", c.heap_probe_last_seconds * 1000.0);
     host_set("memtrim_housekeeper_cpu_seconds", c.housekeeper_cpu_seconds);
+    host_set("memtrim_cpu_seconds", c.cpu_seconds);
 }
 
 /* ---- the four exports --------------------------------------------------- */

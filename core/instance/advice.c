@@ -230,7 +230,7 @@ void advice_exit_summary(struct memtrim *mt)
            (double)sv->saved_bytes / 1048576.0, (unsigned long long)saved_at_peak,
            (unsigned long long)sv->rss_without_memtrim_peak_bytes,
            sv->saved_byte_seconds_total / 3.6e12,
-           in.counters.housekeeper_cpu_seconds + in.counters.pressure_cpu_seconds, finding);
+           in.counters.cpu_seconds, finding);
     arenas_free(&arenas);
     free(trims);
 }

@@ -218,6 +218,7 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     trim_counters(&mt->trims, out);
     snapshot_counters(&mt->cache, out);
     housekeeper_counters(&mt->hk, out);
+    out->cpu_seconds = mt_threads_cpu_seconds();
     struct pressure_stats ps;
     pressure_stats_get(mt->pressure, &ps);
     out->pressure_source = pressure_source_name(ps.source);
