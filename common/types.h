@@ -61,6 +61,7 @@ struct mt_cheap {
 #define MT_HEAP_HAS_RESIDENT 0x08  /* heap_resident_bytes */
 #define MT_HEAP_HAS_RETAINED 0x10  /* heap_retained_bytes */
 #define MT_HEAP_HAS_MALLINFO 0x20  /* the raw mallinfo2 fields (glibc) */
+#define MT_HEAP_HAS_DECAY 0x40     /* decay_ms: the allocator returns free pages by itself */
 
 /* The costly part: the allocator's stats (glibc: mallinfo2(), which locks every
  * arena and walks its free lists; jemalloc: an epoch refresh, which walks arenas). */
@@ -90,6 +91,9 @@ struct mt_heap {
     uint64_t heap_mapped_bytes;     /* what the allocator holds from the system */
     uint64_t heap_resident_bytes;   /* of which resident, when the allocator knows */
     uint64_t heap_retained_bytes;   /* address space kept but given back (not resident) */
+    uint64_t decay_ms;              /* MT_HEAP_HAS_DECAY: it returns free pages within this by
+                                     * itself, whether the host allocates or not (jemalloc's
+                                     * background threads: dirty_decay_ms + muzzy_decay_ms) */
     int nfigures;
     struct mt_alloc_figure {
         const char *name; /* static */

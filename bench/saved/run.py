@@ -24,7 +24,12 @@ import urllib.request
 from pathlib import Path
 
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
-ALLOCATORS = {"glibc": None, "jemalloc": LIBDIR / "libjemalloc.so.2"}
+# host: (LD_PRELOAD, extra environment); jemalloc-bg: jemalloc with its background threads,
+# whose decay returns dirty pages within dirty_decay_ms (10 s) whether the host allocates or not
+ALLOCATORS = {"glibc": (None, {}), "jemalloc": (LIBDIR / "libjemalloc.so.2", {}),
+              "jemalloc-bg": (LIBDIR / "libjemalloc.so.2",
+                              {"MALLOC_CONF": "background_thread:true"}),
+              "tcmalloc": (LIBDIR / "libtcmalloc_minimal.so.4", {})}
 MB = 1 << 20
 
 # name, what it is, the demo's arguments (each ends idle: --linger keeps the process, and
@@ -39,6 +44,9 @@ WORKLOADS = [
     ("comes-back", "1 worker, 8 studies of 200 MB, 1.5 s apart: what a trim released comes back",
      ["--workers", "1", "--study-mb", "200", "--studies", "8", "--pause-ms", "1500",
       "--linger", "4"]),
+    ("burst-long-idle", "the burst, then 30 s idle: longer than jemalloc's decay (only by --only)",
+     ["--workers", "4", "--concurrency", "4", "--study-mb", "150", "--studies", "4",
+      "--pause-ms", "0", "--linger", "30"]),
     ("stays-live", "8 workers, one 60 MB study each, all of it kept live: nothing to save",
      ["--workers", "8", "--study-mb", "60", "--studies", "8", "--keep-percent", "100",
       "--pause-ms", "200", "--linger", "6"]),
@@ -68,8 +76,10 @@ def run_once(build, args, allocator, with_memtrim, tmp):
     """One run: [(t, rss, cf)], its last RSS, its VmHWM, and (with memtrim) the last stats."""
     cmd = [str(Path(build) / "memtrim-demo"), "--quiet"] + args
     env = dict(os.environ)
-    if ALLOCATORS[allocator]:
-        env["LD_PRELOAD"] = str(ALLOCATORS[allocator])
+    lib, extra = ALLOCATORS[allocator]
+    if lib:
+        env["LD_PRELOAD"] = str(lib)
+    env.update(extra)
     port_file = Path(tmp) / f"port-{time.monotonic_ns()}"
     if with_memtrim:
         cfg = {"HttpPort": 0, "Database": ":memory:"}
@@ -142,7 +152,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for alloc in a.allocators.split(","):
             for name, what, args in WORKLOADS:
-                if only and name not in only:
+                if (only and name not in only) or (not only and name == "burst-long-idle"):
                     continue
                 res = {k: [] for k in ("end0", "peak0", "end1", "cf_end", "peak1", "cf_peak",
                                        "e_end", "e_peak", "e_time", "saved_end")}

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "alloc.h"
 
@@ -85,6 +86,29 @@ static void je_thread_enter(void)
         je_mallctl("thread.arena", NULL, NULL, &je_arena, sizeof(je_arena));
 }
 
+/* jemalloc's own decay (the defaults for its arenas, read without a lock): with background
+ * threads it purges a dirty page within dirty_decay_ms, and the muzzy one (MADV_FREE, still
+ * resident) within muzzy_decay_ms more, idle host or not: saved.c takes that off what
+ * memtrim saved. Without them, decay runs only as an arena's threads allocate. */
+static void je_decay(struct mt_heap *out, bool bg)
+{
+    ssize_t dirty = -1, muzzy = -1;
+    size_t len = sizeof(dirty);
+    if (je_mallctl("arenas.dirty_decay_ms", &dirty, &len, NULL, 0) != 0)
+        return;
+    len = sizeof(muzzy);
+    if (je_mallctl("arenas.muzzy_decay_ms", &muzzy, &len, NULL, 0) != 0)
+        return;
+    if (dirty >= 0) /* -1: never */
+        alloc_figure(out, "dirty_decay_ms", (uint64_t)dirty);
+    if (muzzy >= 0)
+        alloc_figure(out, "muzzy_decay_ms", (uint64_t)muzzy);
+    if (bg && dirty >= 0 && muzzy >= 0) {
+        out->decay_ms = (uint64_t)dirty + (uint64_t)muzzy;
+        out->known |= MT_HEAP_HAS_DECAY;
+    }
+}
+
 static void je_stats(struct mt_heap *out)
 {
     uint64_t epoch = 1, allocated = 0, active = 0, resident = 0, mapped = 0, retained = 0;
@@ -134,6 +158,7 @@ static void je_stats(struct mt_heap *out)
     len = sizeof(bg);
     if (je_mallctl("background_thread", &bg, &len, NULL, 0) == 0)
         alloc_figure(out, "background_thread", bg ? 1 : 0);
+    je_decay(out, bg);
     if (atomic_load(&je_arena_made))
         alloc_figure(out, "memtrim_arena", je_arena);
 }

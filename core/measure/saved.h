@@ -12,8 +12,19 @@
 #include <stdint.h>
 #include "types.h"
 
+#define SAVED_TRANCHES 8 /* releases kept apart for the allocator's decay; older ones merge */
+
 struct saved_ledger {
-    uint64_t outstanding;   /* released by trims and not come back: counterfactual - RSS */
+    uint64_t outstanding;   /* released by trims and not come back: counterfactual - RSS,
+                             * the sum of the tranches' amounts */
+    struct saved_tranche {
+        uint64_t amount;    /* of this release, not come back and not decayed */
+        uint64_t released;  /* what the release gave back: the decay's start */
+        int64_t at_ns;      /* when */
+    } tranche[SAVED_TRANCHES]; /* oldest first */
+    int ntranches;
+    int64_t decay_ms;       /* the allocator returns free pages by itself within this
+                             * (MT_HEAP_HAS_DECAY of the last heap reading); -1 never */
     uint64_t rss, rss_peak; /* the last RSS fed, the highest */
     uint64_t rss_at_heap;   /* RSS when the last heap reading (or trim) bounded it */
     uint64_t cf_peak;       /* the highest counterfactual */
@@ -26,7 +37,8 @@ struct saved_ledger {
 /* Start empty. */
 void saved_init(struct saved_ledger *l);
 
-/* An RSS reading at monotonic time now_ns (peak_rss: the kernel's VmHWM, 0 unknown). */
+/* An RSS reading at monotonic time now_ns; it also ages the releases by the allocator's
+ * decay (what it would have returned by itself by now is not saved) (peak_rss: the kernel's VmHWM, 0 unknown). */
 void saved_on_rss(struct saved_ledger *l, uint64_t rss, uint64_t peak_rss, int64_t now_ns);
 
 /* A trim: RSS right before and right after the release, at now_ns; bounded: a heap

@@ -177,6 +177,50 @@ static void test_retained_bounds_too(void)
     CHECK_EQ_INT(v.saved_bytes, 30 * MB);
 }
 
+/* An allocator that returns free pages by itself (jemalloc's background threads): a
+ * release is held under its decay curve, half at half the window, none after it; the
+ * control, the same readings without MT_HEAP_HAS_DECAY, keeps it all. */
+static void test_allocator_decay_takes_it_back(void)
+{
+    for (int with_decay = 0; with_decay < 2; with_decay++) {
+        struct saved_ledger l;
+        struct mt_saved v;
+        saved_init(&l);
+        saved_on_rss(&l, 600 * MB, 0, 1 * SEC);
+        saved_on_trim(&l, 600 * MB, 40 * MB, 1, 1 * SEC);
+        struct mt_heap h = heap_free(0, 800 * MB, MT_HEAP_HAS_FREE | MT_HEAP_HAS_RETAINED);
+        if (with_decay) {
+            h.known |= MT_HEAP_HAS_DECAY;
+            h.decay_ms = 10000;
+        }
+        saved_on_heap(&l, &h, 0, 40 * MB);
+        view(&l, 40 * MB, &v);
+        CHECK_EQ_INT(v.saved_bytes, 560 * MB);
+        saved_on_rss(&l, 40 * MB, 0, 6 * SEC); /* 5 s: half the window */
+        view(&l, 40 * MB, &v);
+        CHECK_EQ_INT(v.saved_bytes, with_decay ? 280 * MB : 560 * MB);
+        saved_on_rss(&l, 40 * MB, 0, 11 * SEC); /* the whole window */
+        view(&l, 40 * MB, &v);
+        CHECK_EQ_INT(v.saved_bytes, with_decay ? 0 : 560 * MB);
+        CHECK_EQ_INT(v.rss_without_memtrim_peak_bytes, 600 * MB); /* the peak stays */
+    }
+    /* a later release decays from its own time; what comes back is the newest first */
+    struct saved_ledger l;
+    struct mt_saved v;
+    saved_init(&l);
+    struct mt_heap h = heap_free(0, 800 * MB, MT_HEAP_HAS_FREE | MT_HEAP_HAS_RETAINED |
+                                                  MT_HEAP_HAS_DECAY);
+    h.decay_ms = 10000;
+    saved_on_heap(&l, &h, 0, 10 * MB);
+    saved_on_trim(&l, 110 * MB, 10 * MB, 1, 1 * SEC);
+    saved_on_trim(&l, 110 * MB, 10 * MB, 1, 6 * SEC); /* the first is at half by then */
+    view(&l, 10 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 150 * MB);
+    saved_on_rss(&l, 10 * MB, 0, 11 * SEC); /* the first gone, the second at half */
+    view(&l, 10 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 50 * MB);
+}
+
 /* The kernel's VmHWM sees a peak between two readings. */
 static void test_peak_between_readings(void)
 {
@@ -244,6 +288,7 @@ int main(void)
     RUN(test_growth_elsewhere_keeps_the_saving);
     RUN(test_no_free_figure_counts_growth_back);
     RUN(test_retained_bounds_too);
+    RUN(test_allocator_decay_takes_it_back);
     RUN(test_peak_between_readings);
     RUN(test_cache_around_a_real_trim);
     return harness_end();
