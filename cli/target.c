@@ -265,6 +265,7 @@ static int lib_at(pid_t pid, const struct mapping *m, struct target_lib *lib, ch
     if (elf_open(lib->file, &ef, err, errlen) != 0)
         return -1;
     lib->base = m->start - ef.first_vaddr;
+    lib->start = m->start;
     elf_close(&ef);
     return 0;
 }
@@ -358,6 +359,36 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
     }
     t->alloc = ALLOC_GLIBC;
     return 0;
+}
+
+static int own_seccomp(void)
+{
+    char line[256];
+    int mode = -1;
+    FILE *f = fopen("/proc/self/status", "re");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f) && sscanf(line, "Seccomp: %d", &mode) != 1)
+        ;
+    fclose(f);
+    return mode;
+}
+
+const char *target_memory_refusal(const struct target *t, char *buf, size_t len)
+{
+    uint64_t at = t->libc.start ? t->libc.start : t->alloc_lib.start, word;
+    struct iovec local = {&word, sizeof word}, remote = {(void *)(uintptr_t)at, sizeof word};
+    if (!at || process_vm_readv(t->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof word)
+        return NULL;
+    int e = errno, mode = own_seccomp();
+    if (e == EPERM && mode == 2)
+        snprintf(buf, len, "this tool runs under a seccomp filter that refuses process_vm_readv "
+                 "(Docker's default profile allows it only with CAP_SYS_PTRACE: --cap-add "
+                 "SYS_PTRACE); process %d not touched", (int)t->pid);
+    else
+        snprintf(buf, len, "the kernel refused reading process %d's memory (process_vm_readv: "
+                 "%s): not touched", (int)t->pid, strerror(e));
+    return buf;
 }
 
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)

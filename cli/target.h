@@ -30,6 +30,7 @@ struct target_lib {
     char path[512];      /* as the target names it */
     char file[600];      /* where the tool reads it (/proc/PID/map_files/... or root/...) */
     uint64_t base;       /* load bias */
+    uint64_t start;      /* where its first mapping starts */
 };
 
 struct target {
@@ -54,6 +55,10 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
 /* The allocator serving the target, its libc and (jemalloc, tcmalloc, mimalloc) its library;
  * a refusal text otherwise. */
 int target_find_alloc(struct target *t, char *err, size_t errlen);
+/* Whether this tool may read the target's memory (process_vm_readv of its libc's first
+ * page): NULL, or why not with the rule that refused it (a seccomp filter of the tool's own,
+ * as Docker's default profile without CAP_SYS_PTRACE is). */
+const char *target_memory_refusal(const struct target *t, char *buf, size_t len);
 /* The first library the target maps whose file name starts with prefix; -1 if none. */
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib);
 /* The address of a dynamic symbol of lib in the target (0 if absent). */

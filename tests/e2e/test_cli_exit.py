@@ -187,6 +187,48 @@ def not_dumpable(env):
     return runs[1]
 
 
+SECCOMP_C = r"""
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+/* argv[1]: a system call refused with EPERM from now on; then runs argv[2..] */
+int main(int argc, char **argv)
+{
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)atoi(argv[1]), 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (argc < 3 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog))
+        return 125;
+    execv(argv[2], argv + 2);
+    return 126;
+}
+"""
+
+
+def tool_under_seccomp(env):
+    """The tool under a seccomp filter of its own that refuses process_vm_readv (Docker's
+    default profile without CAP_SYS_PTRACE): refused by name before any ptrace; the control,
+    a filter that refuses another call (syslog), trims."""
+    src, exe = env.tmp / "seccomp.c", env.tmp / "seccomp"
+    src.write_text(SECCOMP_C)
+    subprocess.run(["gcc", "-O", "-o", str(exe), str(src)], check=True)
+    pid = env.target()
+    runs = [subprocess.run([str(exe), str(nr), str(TOOL), "trim", str(pid), "--json"],
+                           capture_output=True, text=True, timeout=60) for nr in (103, 310)]
+    assert runs[0].returncode == 0, runs[0].stderr  # the control
+    assert open(f"/proc/{pid}/status").read().count("TracerPid:\t0\n") == 1
+    return runs[1].returncode, runs[1].stdout, runs[1].stderr
+
+
 ROWS = {  # id: (how, exit code, a word of its message, the man page's words for it)
     "help": (lambda e: tool("--help"), 0, None, "done"),
     "trim": (lambda e: tool("trim", e.target()), 0, None, "done"),
@@ -214,6 +256,8 @@ ROWS = {  # id: (how, exit code, a word of its message, the man page's words for
         "longer than 1,535 bytes once compacted"),
     "stopped": (lambda e: tool("trim", e.stopped()), 2, "is stopped", "a stopped process"),
     "not-dumpable": (not_dumpable, 2, "is not dumpable", "not dumpable"),
+    "tool-under-seccomp": (tool_under_seccomp, 2, "seccomp filter that refuses process_vm_readv",
+                           "a seccomp filter of memtrim's own"),
     "config-disables-it": (lambda e: tool("load", e.python(), "--config",
                                           json.dumps({"Enabled": False})), 2, "did not start",
                            "Enabled false"),
