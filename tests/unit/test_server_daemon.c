@@ -278,7 +278,7 @@ int asn1_delete_structure(void **structure)
     return real ? real(structure) : 0;
 }
 
-/* The calls GnuTLS makes in a child that exits at once, -1 when no child could be forked. */
+/* The calls GnuTLS makes in a child that exits at once, -1 when no child ran. */
 static int child_teardown_calls(void)
 {
     int p[2];
@@ -298,8 +298,9 @@ static int child_teardown_calls(void)
         n += (int)k;
     close(p[0]);
     int st = -1;
-    waitpid(pid, &st, 0);
-    return pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? n : -1;
+    /* any exit status: a sanitizer's leak check may end a child that holds its parent's
+     * memory (the calls were counted by then: GnuTLS's destructor runs before it) */
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) ? n : -1;
 }
 
 static void test_forked_child_skips_gnutls_teardown(void)
