@@ -361,17 +361,20 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
     return 0;
 }
 
-static int own_seccomp(void)
+/* A number field of this tool's own /proc/self/status ("Seccomp", "NoNewPrivs"); -1. */
+static int own_status(const char *field)
 {
     char line[256];
-    int mode = -1;
+    int v = -1;
+    size_t n = strlen(field);
     FILE *f = fopen("/proc/self/status", "re");
     if (!f)
         return -1;
-    while (fgets(line, sizeof line, f) && sscanf(line, "Seccomp: %d", &mode) != 1)
-        ;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%d", &v) == 1)
+            break;
     fclose(f);
-    return mode;
+    return v;
 }
 
 const char *target_memory_refusal(const struct target *t, char *buf, size_t len)
@@ -380,14 +383,20 @@ const char *target_memory_refusal(const struct target *t, char *buf, size_t len)
     struct iovec local = {&word, sizeof word}, remote = {(void *)(uintptr_t)at, sizeof word};
     if (!at || process_vm_readv(t->pid, &local, 1, &remote, 1, 0) == (ssize_t)sizeof word)
         return NULL;
-    int e = errno, mode = own_seccomp();
+    int e = errno, mode = own_status("Seccomp");
     if (e == EPERM && mode == 2)
         snprintf(buf, len, "this tool runs under a seccomp filter that refuses process_vm_readv "
                  "(Docker's default profile allows it only with CAP_SYS_PTRACE: --cap-add "
                  "SYS_PTRACE); process %d not touched", (int)t->pid);
+    else if (e == EPERM && own_status("NoNewPrivs") == 1)
+        snprintf(buf, len, "the kernel refused this tool process %d's memory (process_vm_readv: "
+                 "%s); the tool runs with no_new_privs (NoNewPrivs: 1), as a Landlock sandbox "
+                 "has it, and a sandboxed process may trace only processes inside its sandbox: "
+                 "run memtrim outside it; not touched", (int)t->pid, strerror(e));
     else
         snprintf(buf, len, "the kernel refused reading process %d's memory (process_vm_readv: "
-                 "%s): not touched", (int)t->pid, strerror(e));
+                 "%s), where no rule memtrim checks forbids it (a security module?): not "
+                 "touched", (int)t->pid, strerror(e));
     return buf;
 }
 

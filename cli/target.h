@@ -57,7 +57,8 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
 int target_find_alloc(struct target *t, char *err, size_t errlen);
 /* Whether this tool may read the target's memory (process_vm_readv of its libc's first
  * page): NULL, or why not with the rule that refused it (a seccomp filter of the tool's own,
- * as Docker's default profile without CAP_SYS_PTRACE is). */
+ * as Docker's default profile without CAP_SYS_PTRACE is; a Landlock sandbox of its own,
+ * which wants no_new_privs). */
 const char *target_memory_refusal(const struct target *t, char *buf, size_t len);
 /* The first library the target maps whose file name starts with prefix; -1 if none. */
 int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib);

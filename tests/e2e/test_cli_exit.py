@@ -218,15 +218,56 @@ def tool_under_seccomp(env):
     """The tool under a seccomp filter of its own that refuses process_vm_readv (Docker's
     default profile without CAP_SYS_PTRACE): refused by name before any ptrace; the control,
     a filter that refuses another call (syslog), trims."""
-    src, exe = env.tmp / "seccomp.c", env.tmp / "seccomp"
-    src.write_text(SECCOMP_C)
-    subprocess.run(["gcc", "-O", "-o", str(exe), str(src)], check=True)
     pid = env.target()
-    runs = [subprocess.run([str(exe), str(nr), str(TOOL), "trim", str(pid), "--json"],
-                           capture_output=True, text=True, timeout=60) for nr in (103, 310)]
-    assert runs[0].returncode == 0, runs[0].stderr  # the control
+    control = wrapped(env, "seccomp", SECCOMP_C, 103, pid)  # syslog
+    assert control[0] == 0, control
     assert open(f"/proc/{pid}/status").read().count("TracerPid:\t0\n") == 1
-    return runs[1].returncode, runs[1].stdout, runs[1].stderr
+    return wrapped(env, "seccomp", SECCOMP_C, 310, pid)  # process_vm_readv
+
+
+LANDLOCK_C = r"""
+#include <linux/landlock.h>
+#include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+/* argv[1] 1: runs argv[2..] in a Landlock sandbox of its own (it only forbids making
+ * character devices; its ptrace scope is what counts), with no_new_privs as Landlock wants */
+int main(int argc, char **argv)
+{
+    struct landlock_ruleset_attr attr = {.handled_access_fs = LANDLOCK_ACCESS_FS_MAKE_CHAR};
+    if (argc < 3)
+        return 125;
+    if (atoi(argv[1])) {
+        int fd = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+        if (fd < 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
+            syscall(SYS_landlock_restrict_self, fd, 0))
+            return 125;
+    }
+    execv(argv[2], argv + 2);
+    return 126;
+}
+"""
+
+
+def wrapped(env, name, source, setting, pid):
+    """The tool run by a wrapper built from source with argv[1] = setting."""
+    src, exe = env.tmp / f"{name}.c", env.tmp / name
+    if not exe.exists():
+        src.write_text(source)
+        subprocess.run(["gcc", "-O", "-o", str(exe), str(src)], check=True)
+    r = subprocess.run([str(exe), str(setting), str(TOOL), "trim", str(pid), "--json"],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def tool_in_landlock(env):
+    """The tool in a Landlock sandbox (no_new_privs) against a process outside it: the kernel
+    refuses it the process's memory; refused by name before any ptrace. The control, the same
+    wrapper without the sandbox, trims."""
+    pid = env.target()
+    assert wrapped(env, "landlock", LANDLOCK_C, 0, pid)[0] == 0  # the control
+    return wrapped(env, "landlock", LANDLOCK_C, 1, pid)
 
 
 ROWS = {  # id: (how, exit code, a word of its message, the man page's words for it)
@@ -258,6 +299,7 @@ ROWS = {  # id: (how, exit code, a word of its message, the man page's words for
     "not-dumpable": (not_dumpable, 2, "is not dumpable", "not dumpable"),
     "tool-under-seccomp": (tool_under_seccomp, 2, "seccomp filter that refuses process_vm_readv",
                            "a seccomp filter of memtrim's own"),
+    "tool-in-landlock": (tool_in_landlock, 2, "runs with no_new_privs", "a Landlock sandbox"),
     "config-disables-it": (lambda e: tool("load", e.python(), "--config",
                                           json.dumps({"Enabled": False})), 2, "did not start",
                            "Enabled false"),
