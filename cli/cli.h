@@ -1,6 +1,6 @@
 /*
  * cli.h - what the memtrim command's verbs share: their options, exit codes (docs/memtrim.1,
- * EXIT STATUS) and output (main.c); the load verb (load.c). The tool's one thread.
+ * EXIT STATUS) and output (output.c); the load verb (load.c). The tool's one thread.
  */
 #ifndef MEMTRIM_CLI_CLI_H
 #define MEMTRIM_CLI_CLI_H

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -128,82 +127,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
     return 0;
 }
 
-double cli_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-int cli_fail(const struct opts *o, int code, const char *msg)
-{
-    static const char *const codes[] = {"ok", "usage", "refused", "unsupported", "no_safe_thread",
-                                        "timeout", "failed", "already_loaded"};
-    if (o->tree && !o->json)
-        printf("memtrim: process %d: %s\n", (int)o->pid, msg); /* its line among the others' */
-    else
-        fprintf(stderr, "memtrim: %s\n", msg);
-    if (o->json) {
-        cJSON *j = cJSON_CreateObject();
-        cJSON_AddNumberToObject(j, "pid", o->pid);
-        cJSON *e = cJSON_AddObjectToObject(j, "error");
-        cJSON_AddStringToObject(e, "code", codes[code]);
-        cJSON_AddStringToObject(e, "message", msg);
-        char *s = cJSON_PrintUnformatted(j);
-        if (s)
-            puts(s);
-        free(s);
-        cJSON_Delete(j);
-    }
-    return code;
-}
-
-void cli_emit(const struct opts *o, cJSON *j, const char *human)
-{
-    if (o->json) {
-        char *s = cJSON_PrintUnformatted(j);
-        if (s)
-            puts(s);
-        free(s);
-    } else {
-        puts(human);
-    }
-    cJSON_Delete(j);
-}
-
 static void mib(char *buf, size_t len, long long bytes)
 {
     snprintf(buf, len, "%.1f MiB", (double)bytes / 1048576.0);
-}
-
-int cli_call(const struct opts *o, struct target *t, struct inject_call *c)
-{
-    char err[2048];
-    c->thread_wait_s = o->thread_wait_s;
-    c->call_wait_s = o->call_wait_s;
-    int rc = inject_run(t, c, err, sizeof err);
-    switch (rc) {
-    case INJECT_OK:
-        return 0;
-    case INJECT_REFUSED:
-        return cli_fail(o, EXIT_REFUSED, err);
-    case INJECT_NO_THREAD:
-        return cli_fail(o, EXIT_NO_THREAD, err);
-    case INJECT_TIMEOUT:
-        return cli_fail(o, EXIT_TIMEOUT, err);
-    default:
-        return cli_fail(o, EXIT_FAILED, err);
-    }
-}
-
-void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *c)
-{
-    cJSON_AddNumberToObject(j, "pid", t->pid);
-    cJSON_AddStringToObject(j, "allocator", target_alloc_name(t->alloc));
-    cJSON_AddNumberToObject(j, "thread", c->tid);
-    cJSON_AddStringToObject(j, "thread_syscall", c->syscall);
-    cJSON_AddNumberToObject(j, "thread_stopped_seconds", c->stopped_s);
-    cJSON_AddNumberToObject(j, "call_seconds", c->call_s);
 }
 
 /* The allocator's own release call, as core/alloc names it: glibc malloc_trim(pad); jemalloc
