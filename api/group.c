@@ -53,6 +53,7 @@ static void api_group_member(cJSON *list, const struct mt_member *m, int *failed
     api_json_u64(o, "trims", m->trims, failed);
     api_json_u64(o, "released_bytes", m->released_bytes, failed);
     api_json_u64(o, "pressure_trims", m->pressure_trims, failed);
+    api_json_u64(o, "own_trims", m->own_trims, failed);
     api_json_item(list, NULL, o, failed);
 }
 
@@ -104,6 +105,8 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     api_json_bool(g, "trim_running", gi.trim_running, failed);
     api_json_u64(g, "pressure_trims", gi.pressure_trims, failed);
     api_json_u64(g, "pressure_released_bytes", gi.pressure_released_bytes, failed);
+    api_json_u64(g, "own_trims", gi.own_trims, failed);
+    api_json_u64(g, "own_released_bytes", gi.own_released_bytes, failed);
     api_json_u64(g, "joined", gi.joined, failed);
     api_json_u64(g, "left", gi.left, failed);
     api_json_u64(g, "refused", gi.refused, failed);

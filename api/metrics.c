@@ -440,6 +440,11 @@ static void api_metrics_group(struct api_text *t, struct memtrim *mt)
             "Trims the group's pressure decision asked its members for.", gi.pressure_trims);
     api_u64(t, "memtrim_group_pressure_released_bytes_total", "counter",
             "Bytes those trims released.", gi.pressure_released_bytes);
+    api_u64(t, "memtrim_group_own_trims_total", "counter",
+            "Of those, trims members ran on their own inside the zone, in their slots "
+            "(GroupTrimSlotMs).", gi.own_trims);
+    api_u64(t, "memtrim_group_own_released_bytes_total", "counter",
+            "Bytes the members' own trims released.", gi.own_released_bytes);
     static const struct {
         const char *name, *help;
     } gauges[] = {

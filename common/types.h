@@ -142,6 +142,7 @@ enum mt_skip_reason {
     MT_SKIP_NO_HEAP_STATS,            /* estimate unavailable (probe budget) */
     MT_SKIP_HOST_BUSY,                /* periodic/burst deferred: the host's CPU share was high */
     MT_SKIP_BUDGET,                   /* periodic/burst: TrimBudgetPercent used up */
+    MT_SKIP_STAGGER,                  /* a group member's own trim outside its slot (trim.c) */
     MT_SKIP_COUNT
 };
 
@@ -358,6 +359,7 @@ struct mt_member {
     uint64_t trims;             /* trims it reported since it joined */
     uint64_t released_bytes;    /* their positive releases */
     uint64_t pressure_trims;    /* of which the group's pressure asked for */
+    uint64_t own_trims;         /* ...of those, run on its own in the zone (GroupTrimSlotMs) */
 };
 
 struct mt_group_info {
@@ -366,6 +368,8 @@ struct mt_group_info {
     uint64_t joined, left, refused; /* since start; refused: the registry was full */
     uint64_t pressure_trims;    /* trims the group's pressure decision asked for */
     uint64_t pressure_released_bytes;
+    uint64_t own_trims;         /* ...of which members ran on their own in the zone */
+    uint64_t own_released_bytes;
     int64_t usage_bytes;        /* what the decision reads: the cgroup's usage, or the sum of RSS */
     int64_t limit_bytes;        /* -1 none */
     int zone;                   /* usage inside the pressure zone at the last reading */

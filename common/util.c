@@ -24,7 +24,8 @@ const double mt_hist_bounds[MT_HIST_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 
 static const char *const trigger_names[MT_TRIGGER_COUNT] = {"manual", "periodic", "pressure",
                                                             "burst"};
 static const char *const skip_names[MT_SKIP_COUNT] = {
-    "below_min_releasable", "suspended", "busy", "no_heap_stats", "host_busy", "budget"};
+    "below_min_releasable", "suspended", "busy", "no_heap_stats", "host_busy", "budget",
+    "stagger"};
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static mt_log_fn log_fn;

@@ -172,3 +172,20 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     }
     return -1;
 }
+
+uint64_t group_act_threshold(const struct group_pressure_in *in)
+{
+    if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0)
+        return 0;
+    uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
+    uint64_t usage = (uint64_t)in->usage, min = in->min_releasable ? in->min_releasable : 1;
+    if (usage >= line || group_ahead(in))
+        return min;
+    if (usage < floor)
+        return 0;
+    uint64_t t = line - usage;
+    if (in->burst_bytes && in->burst_bytes < t)
+        t = in->burst_bytes;
+    return t > min ? t : min;
+}

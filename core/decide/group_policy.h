@@ -105,6 +105,16 @@ uint64_t group_kept(int64_t usage, uint64_t rss_sum, uint64_t peak_sum);
 int64_t group_growth_step(int64_t limit);
 
 /*
+ * What a member must hold free to trim on its own now, without the leader's request (the
+ * leader's grant, core/group/group_pressure.c); 0: no member may (below the zone and not
+ * ahead of it). The rules of group_pressure_pick for one member alone: at the line or
+ * ahead of the next climb, TrimMinReleasableBytes (in->min_releasable); inside the zone
+ * below the line, the headroom to the line or burst_bytes, whichever is less (what one
+ * member holding it would be picked for), and TrimMinReleasableBytes at least.
+ */
+uint64_t group_act_threshold(const struct group_pressure_in *in);
+
+/*
  * Which member trims next: the index into c[0..n), or -1 (none due); *rule
  * says why. Outside the zone (half the limit, or the line if lower) nothing.
  * Inside it: at the line, or when the usage grew by group_growth_step since

@@ -268,6 +268,7 @@ int group_msg_check(struct group_msg *msg)
     }
     case MSG_TRIM_DONE:
     case MSG_TRIM_ANSWER:
+    case MSG_TRIM_OWN:
         if (msg->u.trim.trigger < 0 || msg->u.trim.trigger >= MT_TRIGGER_COUNT)
             return -1;
         if (msg->u.trim.arena_count < -1 || msg->u.trim.arena_count > (1 << 20))

@@ -49,7 +49,26 @@ enum group_msg_kind {
     MSG_TRIM_ANSWER, /* member -> leader: req_id, arg = rc, the result */
     MSG_TRIM_DONE,   /* member -> leader: a trim it ran (any trigger), for the store */
     MSG_REFAULT,     /* member -> leader: a trim's re-fault figure */
-    MSG_ZONE,        /* leader -> member: arg = 1 inside the pressure zone, 0 outside */
+    MSG_ZONE,        /* leader -> member: arg = ZONE_* flags (0 outside), u.grant with ZONE_ACT */
+    MSG_TRIM_OWN,    /* member -> leader: a trim it ran on its own in the zone (the result) */
+};
+
+#define ZONE_ON 1  /* the zone's pace: watch the heap, report what it freed at once */
+#define ZONE_ACT 2 /* ...and trim what it freed on its own, in its slot (u.grant) */
+
+/*
+ * The leader's grant to a member that may trim on its own (MSG_ZONE with ZONE_ACT;
+ * group_pressure.c): member `slot` of `slots` may start such a trim only in its slots,
+ * [epoch + (k * slots + slot) * width, ... + width) for any k (CLOCK_MONOTONIC: one
+ * clock for the processes of a host), before until_ns (the leader renews it while the
+ * group stays in the zone: a stopped leader's grant runs out), and only when it holds
+ * free `threshold` bytes or more. So no two members acting alone start a trim in the
+ * same slot.
+ */
+struct group_grant {
+    int64_t epoch_ns, width_ns, until_ns;
+    uint64_t threshold;
+    int32_t slot, slots;
 };
 
 struct group_msg {
@@ -63,6 +82,7 @@ struct group_msg {
         struct mt_snapshot snap;
         struct mt_trim_result trim;
         struct mt_refault refault;
+        struct group_grant grant;
     } u;
 };
 
@@ -85,6 +105,12 @@ int group_msg_check(struct group_msg *msg);
  * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
 #define WATCH_BUDGET_FACTOR 100.0
 #define ZONE_HOLD_NS (5 * MT_SEC)
+/* A grant to trim alone (ZONE_ACT) lasts ACT_LEASE_NS from its sending; the leader sends
+ * it again every ACT_RENEW_NS while it stands, and when its threshold moved by
+ * TrimMinReleasableBytes (ACT_RESEND_NS apart at least) or the members changed. */
+#define ACT_LEASE_NS (2 * MT_SEC)
+#define ACT_RENEW_NS (500 * MT_MS)
+#define ACT_RESEND_NS (50 * MT_MS)
 #define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
 /* Tests only: the answer's bound in ns instead (0: MANUAL_ANSWER_NS). */
 void group_test_answer_ns(int64_t ns);
@@ -126,6 +152,7 @@ struct group_member {
     int64_t joined_ms, report_ns;
     struct mt_snapshot snap;
     uint64_t trims, released, pressure_trims;
+    uint64_t own_trims;                 /* ...of them, run on its own in the zone (MSG_TRIM_OWN) */
     int64_t last_trim_ns, last_trim_ms; /* the group's last pressure trim of it */
     uint64_t rss_after;                 /* its RSS right after its last trim (any trigger) */
     int64_t heap_ms_seen;               /* the heap reading its reports carry */
@@ -188,6 +215,12 @@ struct group {
     int64_t moving_until_ns;          /* the zone's tick until then (the usage climbs) */
     struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
     int zone;
+    int act;                          /* members may trim alone (ZONE_ACT was sent) */
+    uint64_t act_threshold;           /* ...holding this much free (the last grant's) */
+    int64_t act_sent_ns, act_width_ns; /* the last grant went out then, with this slot width */
+    uint64_t members_gen, act_gen;    /* joins and leaves; the last grant's count of them */
+    int64_t slot_epoch_ns;            /* the members' slots count from here */
+    uint64_t own_trims, own_released; /* members' trims of their own (in pressure_trims too) */
     const char *usage_source;
     int64_t press_sent_ns; /* when the last pressure request went out */
     int64_t next_total_ns;

@@ -68,8 +68,8 @@ static void member_remove(struct group *g, struct group_member *m)
     chan_close(m->fd, m->chan); /* not when the number is no longer this channel */
     if (pid > 0) {
         sat_add(&g->left, 1);
+        g->members_gen++;
         job_answer(g, pid, 0); /* a group trim does not wait for it any more */
-
     }
     memset(m, 0, sizeof(*m));
     m->fd = -1;
@@ -115,6 +115,28 @@ static void leader_answer(struct group *g, struct group_member *m, const struct 
             if (msg->u.trim.released_bytes > 0)
                 sat_add(&g->pressure_released, (uint64_t)msg->u.trim.released_bytes);
         }
+    }
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* A trim m ran on its own inside the zone (its leader's grant): a pressure trim of the
+ * group's, as one the leader asked for (the decision counts from it). */
+static void leader_own(struct group *g, struct group_member *m, const struct mt_trim_result *t,
+                       int64_t now)
+{
+    pthread_mutex_lock(&g->lock);
+    m->last_trim_ns = now;
+    m->last_trim_ms = mt_now_ms();
+    m->rss_after = t->rss_after_bytes;
+    note_peak(m, t->rss_before_bytes, now);
+    g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+    sat_add(&m->pressure_trims, 1);
+    sat_add(&m->own_trims, 1);
+    sat_add(&g->pressure_trims, 1);
+    sat_add(&g->own_trims, 1);
+    if (t->released_bytes > 0) {
+        sat_add(&g->pressure_released, (uint64_t)t->released_bytes);
+        sat_add(&g->own_released, (uint64_t)t->released_bytes);
     }
     pthread_mutex_unlock(&g->lock);
 }
@@ -195,6 +217,7 @@ static int leader_hello(struct group *g, struct group_member *m, const struct gr
             m->program[i] = '?'; /* it goes into JSON and metric labels */
     m->joined_ms = mt_now_ms();
     sat_add(&g->joined, 1);
+    g->members_gen++; /* the slots of the stagger are dealt again */
     msg_init(&w, MSG_WELCOME);
     w.arg = (int32_t)g->joined;
     chan_send(g, m->fd, m->chan, &w);
@@ -240,6 +263,11 @@ static int leader_handle(struct group *g, struct group_member *m, struct group_m
         if (m->pid == 0)
             return -1;
         leader_answer(g, m, msg);
+        return 0;
+    case MSG_TRIM_OWN:
+        if (m->pid == 0 || msg->u.trim.trigger != MT_TRIGGER_PRESSURE)
+            return -1;
+        leader_own(g, m, &msg->u.trim, now);
         return 0;
     case MSG_REFAULT:
         if (m->pid == 0)
@@ -491,6 +519,7 @@ int group_lead(struct group **slot, const struct group_deps *d, int listen_fd, c
     own_snapshot(&g->d, 0, 0, &g->m[0].snap);
     g->m[0].snap.pid = g->m[0].pid;
     g->m[0].report_ns = mt_mono_ns();
+    g->slot_epoch_ns = g->m[0].report_ns;
     /* From here on the instance's own trims and samples carry its pid. */
     atomic_store(g->d.record_pid, (int)getpid());
     *slot = g;

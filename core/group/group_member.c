@@ -1,9 +1,11 @@
 /*
  * group_member.c - a group's member (group.h): its thread answers trim
  * requests (its own trim service), reports every 250 ms (50 ms in the zone,
- * and at once when a heap reading there shows a freed study), watches its
- * forked children waiting on a channel to it, and calls leader_gone when the
- * leader's end closes. Its trim sinks send every result to the leader.
+ * and at once when a heap reading there shows a freed study), trims that
+ * study itself at once when its leader granted it (the zone, in its own slot
+ * of the leader's stagger: member_act), watches its forked children waiting
+ * on a channel to it, and calls leader_gone when the leader's end closes. Its
+ * trim sinks send every result to the leader.
  * Threads: "memtrim-group" (member_main); the sinks run on the trim's thread.
  * Locks: g->lock (group_int.h) for the waiting children; sends never block.
  */
@@ -126,11 +128,88 @@ static void pending_reap(struct group *g, const struct pollfd *p, int n)
 }
 
 /* The member's report pace: every period, and inside the zone a heap reading every
- * ZONE_WATCH_NS. */
+ * ZONE_WATCH_NS; and its leader's grant to trim on its own (ZONE_ACT). */
 struct member_pace {
     int64_t next_report, next_watch;
     uint64_t reported_free; /* the releasable estimate of the last report */
+    int act;                /* the grant holds (until grant.until_ns) */
+    struct group_grant grant;
+    int64_t act_at;         /* a trim of its own waits for its slot, which opens then (0 none) */
+    int64_t act_seen_ns;    /* ...for what it saw freed then (the trim's reaction time) */
+    uint64_t act_base;      /* what it held free after its last trim: it acts on growth above */
+    int act_useful;         /* ...which released TrimMinReleasableBytes (act_base 0 then) */
+    uint64_t trim_gen;      /* the trim service's generation when it last looked (trim_last) */
+    int64_t trimmed_ms;     /* ...a heap reading older than this predates the last trim */
 };
+
+/* A grant from the leader, checked as data: a slot in range, a sane width and lease. */
+static int grant_ok(const struct group_grant *gr, int64_t now)
+{
+    return gr->slots >= 1 && gr->slots <= GROUP_MAX_MEMBERS && gr->slot >= 0 &&
+           gr->slot < gr->slots && gr->width_ns >= MT_MS && gr->width_ns <= MT_SEC &&
+           gr->epoch_ns <= now + MT_SEC && gr->until_ns <= now + 2 * ACT_LEASE_NS;
+}
+
+/* The window of member gr->slot around now: the slot it is in, or the next one of its own. */
+static void grant_window(const struct group_grant *gr, int64_t now, int64_t *open, int64_t *close)
+{
+    int64_t w = gr->width_ns, since = now > gr->epoch_ns ? now - gr->epoch_ns : 0;
+    int64_t k = since / w, pos = k % gr->slots;
+    int64_t ahead = (gr->slot - pos + gr->slots) % gr->slots;
+    *open = gr->epoch_ns + (k + ahead) * w;
+    *close = *open + w < gr->until_ns ? *open + w : gr->until_ns;
+}
+
+/*
+ * Inside the zone, with its leader's grant (ZONE_ACT): what it freed (s, a heap reading
+ * just taken) goes back now, without the leader's round trip, when it holds the grant's
+ * threshold and TrimMinReleasableBytes (min) more than after its last trim; in its own
+ * slot only (it waits for the slot's start: act_at). By the member's row of the trim
+ * service's rules (trim.c: suspend, a running trim shared, the slot). 1 when it trimmed.
+ */
+static int member_act(struct group *g, struct member_pace *pc, const struct mt_snapshot *s,
+                      uint64_t min, int64_t now)
+{
+    uint64_t held = s->releasable_estimate_bytes;
+    struct mt_trim_result last;
+    if (trim_last(g->d.trims, &pc->trim_gen, &last)) /* its after-reading is in the cache */
+        pc->trimmed_ms = last.start_ms + (last.heap_skipped ? 1 : 0);
+    if (held < pc->act_base)
+        pc->act_base = held; /* a rise from here counts */
+    /* A heap reading from before the last trim (one whose own readings the probe budget
+     * skipped: the reading may be of the same ms) says what that trim took: the next
+     * one will say what is left. */
+    if (!pc->act || now >= pc->grant.until_ns || s->heap.timestamp_ms < pc->trimmed_ms ||
+        held < pc->grant.threshold ||
+        held < pc->act_base + (min ? min : 1)) {
+        pc->act_at = 0;
+        return 0;
+    }
+    if (!pc->act_at)
+        pc->act_seen_ns = now;
+    struct trim_ask ask = {.trigger = MT_TRIGGER_PRESSURE, .min_interval_ms = -1,
+                           .crossing_ns = pc->act_seen_ns, .group = TRIM_ASK_MEMBER};
+    grant_window(&pc->grant, now, &ask.open_ns, &ask.close_ns);
+    if (ask.open_ns > now) {
+        pc->act_at = ask.open_ns; /* its slot: the loop wakes then */
+        return 0;
+    }
+    pc->act_at = 0;
+    pthread_mutex_lock(g->d.config.lock);
+    ask.pad = (uint64_t)g->d.config.cfg->trim_pad_bytes;
+    pthread_mutex_unlock(g->d.config.lock);
+    struct group_msg msg;
+    msg_init(&msg, MSG_TRIM_OWN);
+    if (trim_request(g->d.trims, g->d.cache, &ask, &msg.u.trim, NULL) != 0)
+        return 0;
+    if (!msg.u.trim.coalesced)
+        member_send(g, &msg);
+    /* Released what it saw (or some of it: a study read mid-way through its free): what
+     * the next reading holds may be the rest of it. Released nothing worth it: what is
+     * left is pinned (no trim gives it back), and only a rise above it counts. */
+    pc->act_useful = msg.u.trim.released_bytes >= (int64_t)(min ? min : 1);
+    return 1;
+}
 
 /* Report when due; inside the zone, watch the heap between reports. */
 static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
@@ -143,7 +222,7 @@ static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
         pc->reported_free = s.releasable_estimate_bytes;
         pc->next_report = now + period;
         pc->next_watch = now + ZONE_WATCH_NS;
-    } else if (zone && now >= pc->next_watch) {
+    } else if (zone && (now >= pc->next_watch || (pc->act_at && now >= pc->act_at))) {
         /*
          * Inside the zone a worker that just freed a study holds it resident, and
          * the others under the limit need it within tens of milliseconds (a study
@@ -154,7 +233,13 @@ static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
          * was seen 50-90 ms late, and the limit was reached meanwhile.)
          */
         uint64_t min = own_snapshot(&g->d, ZONE_WATCH_NS, WATCH_BUDGET_FACTOR, &s);
-        if (s.releasable_estimate_bytes >= pc->reported_free + (min ? min : 1)) {
+        if (member_act(g, pc, &s, min, now)) {
+            own_snapshot(&g->d, ZONE_WATCH_NS, WATCH_BUDGET_FACTOR, &s); /* the trim's after */
+            member_report(g, &s);
+            pc->next_report = now + period;
+            pc->reported_free = s.releasable_estimate_bytes;
+            pc->act_base = pc->act_useful ? 0 : s.releasable_estimate_bytes;
+        } else if (s.releasable_estimate_bytes >= pc->reported_free + (min ? min : 1)) {
             member_report(g, &s);
             pc->next_report = now + period;
             pc->reported_free = s.releasable_estimate_bytes;
@@ -163,6 +248,19 @@ static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
         }
         pc->next_watch = now + ZONE_WATCH_NS;
     }
+}
+
+/* The leader's word on the zone: its pace (ZONE_ON), and a grant to act alone (ZONE_ACT). */
+static void member_zone(struct group *g, struct member_pace *pc, const struct group_msg *msg)
+{
+    int zone = (msg->arg & (ZONE_ON | ZONE_ACT)) != 0;
+    if (atomic_exchange(g->d.zone, zone) != zone)
+        pc->next_report = 0; /* report at the zone's pace from now */
+    pc->act = (msg->arg & ZONE_ACT) && grant_ok(&msg->u.grant, mt_mono_ns());
+    if (pc->act)
+        pc->grant = msg->u.grant;
+    else
+        pc->act_at = 0;
 }
 
 /* The leader's messages waiting on the channel; 1 when the channel closed or spoke
@@ -184,9 +282,8 @@ static int member_read(struct group *g, struct member_pace *pc)
             pc->reported_free = 0;
         } else if (msg.kind == MSG_WELCOME)
             atomic_store(&g->index, msg.arg);
-        else if (msg.kind == MSG_ZONE && atomic_exchange(g->d.zone, msg.arg != 0) !=
-                                             (msg.arg != 0))
-            pc->next_report = 0; /* report at the zone's pace from now */
+        else if (msg.kind == MSG_ZONE)
+            member_zone(g, pc, &msg);
     }
 }
 
@@ -207,7 +304,8 @@ static void *member_main(void *arg)
 {
     struct group *g = arg;
     struct group_msg msg;
-    struct member_pace pc = {0, 0, 0};
+    struct member_pace pc;
+    memset(&pc, 0, sizeof(pc));
     char exe[256];
     int gone = 0;
 
@@ -219,6 +317,8 @@ static void *member_main(void *arg)
         int64_t period = zone ? REPORT_ZONE_NS : group_tick_ns(REPORT_NS), now = mt_mono_ns();
         member_tick(g, zone, period, now, &pc);
         int64_t until = zone && pc.next_watch < pc.next_report ? pc.next_watch : pc.next_report;
+        if (zone && pc.act_at && pc.act_at < until)
+            until = pc.act_at;
         int64_t wait_ms = (until - now) / MT_MS + 1;
         struct pollfd p[2 + GROUP_MAX_MEMBERS] = {{.fd = g->fd, .events = POLLIN},
                                                   {.fd = g->wake[0], .events = POLLIN}};

@@ -1,9 +1,12 @@
 /*
  * group_pressure.c - the leader's pressure (group_int.h): every tick it reads
  * the cgroup's usage (or sums the members' RSS), tells members when the zone
- * starts and ends (they probe their heap at the zone's pace), asks the member
- * the decision (core/decide/group_policy.c) picks to trim, one request in
- * flight (staggered), and stores the group's totals as one sample.
+ * starts and ends (they probe their heap at the zone's pace) and, inside it or
+ * ahead of it, grants each a slot of the stagger in which it trims what it
+ * freed on its own (GroupTrimSlotMs; group_act_threshold says how much it must
+ * hold), asks the member the decision (core/decide/group_policy.c) picks to
+ * trim, one request in flight (staggered), and stores the group's totals as
+ * one sample.
  * Threads: the leader's "memtrim-group". Locks: g->lock (group_int.h), never
  * across a trim or a store push.
  */
@@ -67,19 +70,56 @@ void leader_total_sample(struct group *g, int64_t now, double sample_s)
     store_push_sample(g->d.store, &t);
 }
 
-/* Tell every member the zone began or ended (they probe their heap at its pace). */
-static void leader_zone(struct group *g, int zone)
+/*
+ * Tell every member the zone's state: its pace (ZONE_ON: they watch their heap), and
+ * with a threshold, the grant to trim what each freed on its own (ZONE_ACT): the
+ * stagger, one slot of width_ns each in turn, so that members acting alone never start
+ * their trims together; the grant lasts ACT_LEASE_NS unless sent again.
+ */
+static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t width_ns,
+                        int64_t now)
 {
     struct group_msg msg;
     msg_init(&msg, MSG_ZONE);
-    msg.arg = zone;
+    int act = zone && threshold > 0, slots = 0, slot = 0;
+    msg.arg = zone ? ZONE_ON | (act ? ZONE_ACT : 0) : 0;
     atomic_store(g->d.zone, zone);
     pthread_mutex_lock(&g->lock);
-    g->zone = zone;
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
-        if (g->m[i].used && g->m[i].pid > 0)
+        slots += g->m[i].used && g->m[i].pid > 0;
+    msg.u.grant = (struct group_grant){.epoch_ns = g->slot_epoch_ns, .width_ns = width_ns,
+                                       .until_ns = now + ACT_LEASE_NS, .threshold = threshold,
+                                       .slots = slots};
+    g->zone = zone;
+    g->act = act;
+    g->act_threshold = threshold;
+    g->act_sent_ns = now;
+    g->act_width_ns = width_ns;
+    g->act_gen = g->members_gen;
+    for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
+        if (g->m[i].used && g->m[i].pid > 0) {
+            msg.u.grant.slot = slot++;
             chan_send(g, g->m[i].fd, g->m[i].chan, &msg);
+        }
     pthread_mutex_unlock(&g->lock);
+}
+
+/* Whether the members must hear of the zone again: it began or ended, the grant came or
+ * went, or it stands and is due again (its lease, the members, its width, its threshold
+ * moved by TrimMinReleasableBytes). Locked. */
+static int zone_news(const struct group *g, int zone, uint64_t threshold, int64_t width_ns,
+                     int64_t now, uint64_t min)
+{
+    int act = zone && threshold > 0;
+    if (zone != g->zone || act != g->act)
+        return 1;
+    if (!act)
+        return 0;
+    uint64_t moved = threshold > g->act_threshold ? threshold - g->act_threshold
+                                                  : g->act_threshold - threshold;
+    return now - g->act_sent_ns >= ACT_RENEW_NS || g->act_gen != g->members_gen ||
+           g->act_width_ns != width_ns ||
+           (now - g->act_sent_ns >= ACT_RESEND_NS && moved >= (min ? min : 1));
 }
 
 /* The members' sums that group_kept reads (under g->lock). */
@@ -242,7 +282,10 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     pthread_mutex_lock(&g->lock);
     int n = pressure_candidates(g, now, now_ms, c, idx, &sum);
     pressure_inputs(g, now, cfg, usage, &sum, &in);
-    int was_zone = g->zone, zone = pressure_zone(g, now, cfg, &in);
+    int zone = pressure_zone(g, now, cfg, &in);
+    int64_t width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS;
+    uint64_t threshold = zone && width_ns > 0 ? group_act_threshold(&in) : 0;
+    int news = zone_news(g, zone, threshold, width_ns, now, in.min_releasable);
     int pick = group_pressure_pick(&in, c, n, &rule);
     struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
     int fd = -1;
@@ -260,8 +303,8 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
         }
     }
     pthread_mutex_unlock(&g->lock);
-    if (zone != was_zone)
-        leader_zone(g, zone);
+    if (news)
+        leader_zone(g, zone, threshold, width_ns, now);
     if (m)
         pressure_ask(g, m, fd, id, now, cfg);
 }

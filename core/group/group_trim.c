@@ -74,6 +74,8 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->refused = g->refused;
     info->pressure_trims = g->pressure_trims;
     info->pressure_released_bytes = g->pressure_released;
+    info->own_trims = g->own_trims;
+    info->own_released_bytes = g->own_released;
     info->usage_bytes = g->usage;
     info->limit_bytes = g->limit;
     info->zone = g->zone;
@@ -100,6 +102,7 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
         o->trims = m->trims;
         o->released_bytes = m->released;
         o->pressure_trims = m->pressure_trims;
+        o->own_trims = m->own_trims;
     }
     pthread_mutex_unlock(&g->lock);
     return 0;

@@ -208,7 +208,8 @@ int mt_trim_manual(struct memtrim *mt, int64_t pad, struct mt_trim_result *out,
     mt_config_get(mt, &cfg);
     if (pad < 0)
         pad = cfg.trim_pad_bytes;
-    struct trim_ask ask = {MT_TRIGGER_MANUAL, (uint64_t)pad, cfg.manual_trim_min_interval_ms, 0, 0};
+    struct trim_ask ask = {MT_TRIGGER_MANUAL, (uint64_t)pad, cfg.manual_trim_min_interval_ms, 0, 0,
+                           0, 0};
     return trim_request(&mt->trims, &mt->cache, &ask, out, retry_after_ms);
 }
 

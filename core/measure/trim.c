@@ -272,6 +272,7 @@ struct trim_rule {
     int obeys_suspend;           /* refused while the host holds trims off */
     int wakes_sink;              /* its result goes to the store at once */
     int64_t count_skip_every_ns; /* a refusal counted at most this often (0: each) */
+    int slotted;                 /* starts only inside the caller's window (trim_ask.open_ns) */
 };
 
 static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
@@ -298,6 +299,18 @@ static const struct trim_rule group_rules[MT_TRIGGER_COUNT] = {
     [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC},
 };
 
+/*
+ * A group's member trimming its own freed memory inside the group's zone, without its
+ * leader's request (core/group/group_member.c): pressure only. As the group's pressure
+ * row (it shares a running trim, obeys the host's suspend, counts a refusal once a
+ * second), and slotted: it starts only inside the window its leader's stagger gives it
+ * (its slot, while its leader's grant lasts), so that members acting alone never start
+ * their trims together; outside it is refused and counted as "stagger".
+ */
+static const struct trim_rule member_rules[MT_TRIGGER_COUNT] = {
+    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 1},
+};
+
 /* Count a refusal of a trigger's trim as its rule says. */
 static void count_refusal(struct trim_service *ts, const struct trim_rule *rule, int trigger,
                           int reason)
@@ -315,11 +328,22 @@ static void count_refusal(struct trim_service *ts, const struct trim_rule *rule,
 int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
                  struct mt_trim_result *out, int64_t *retry_after_ms)
 {
-    if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT)
+    if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT ||
+        (ask->group == TRIM_ASK_MEMBER && ask->trigger != MT_TRIGGER_PRESSURE))
         return -EINVAL;
-    const struct trim_rule *rule = ask->group ? &group_rules[ask->trigger]
-                                              : &trim_rules[ask->trigger];
+    const struct trim_rule *rule = ask->group == TRIM_ASK_MEMBER ? &member_rules[ask->trigger]
+                                   : ask->group                  ? &group_rules[ask->trigger]
+                                                                 : &trim_rules[ask->trigger];
     int flags = rule->flags | (rule->obeys_suspend ? TRIM_OBEYS_SUSPEND : 0);
+    if (rule->slotted) {
+        int64_t now = mt_mono_ns();
+        if (now < ask->open_ns || now >= ask->close_ns) {
+            if (retry_after_ms)
+                *retry_after_ms = now < ask->open_ns ? (ask->open_ns - now + MT_MS - 1) / MT_MS : -1;
+            count_refusal(ts, rule, ask->trigger, MT_SKIP_STAGGER);
+            return -EAGAIN;
+        }
+    }
     int rc = trim_run_at(ts, sc, ask->trigger, ask->pad, ask->min_interval_ms, flags,
                          ask->crossing_ns, out, retry_after_ms);
     if (rc == -EPERM)

@@ -97,13 +97,22 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
 int trim_nothing_reason(const struct mt_trim_result *r, const struct mt_arenas_pinned *p,
                         uint64_t page);
 
+/* Who asks (trim_ask.group): the row of the rule table a trigger's trim obeys (trim.c). */
+enum trim_asker {
+    TRIM_ASK_HOST = 0,   /* this process's own triggers */
+    TRIM_ASK_GROUP = 1,  /* a worker group's leader: a member on its request, its own pressure */
+    TRIM_ASK_MEMBER = 2, /* a group's member on its own inside the group's zone (pressure
+                          * only): only inside the slot its leader gave it */
+};
+
 /* What a trigger asks of trim_request. */
 struct trim_ask {
     int trigger;             /* enum mt_trigger */
     uint64_t pad;            /* malloc_trim's pad */
     int64_t min_interval_ms; /* the rate limit of a trigger that has one (ManualTrimMinIntervalMs) */
     int64_t crossing_ns;     /* a pressure trim's cause (monotonic; 0 none): its reaction time */
-    int group;               /* asked by a worker group's leader: the group's row (trim.c) */
+    int group;               /* enum trim_asker: the row (trim.c) */
+    int64_t open_ns, close_ns; /* TRIM_ASK_MEMBER: it may start in [open, close) (monotonic) */
 };
 
 /*
@@ -112,7 +121,8 @@ struct trim_ask {
  * does not wait for a running trim is refused while one runs (-EBUSY), a rate
  * limited one inside its interval (-EAGAIN, *retry_after_ms); the refusals
  * counted as skips (MT_SKIP_SUSPENDED, MT_SKIP_BUSY) at most as often as the rule
- * says. 0 with *out when it ran or shared a trim; the sink is woken after the
+ * says; a slotted one (a group member's own) outside its window (-EAGAIN, counted as
+ * MT_SKIP_STAGGER, *retry_after_ms until it opens, -1 when it has closed). 0 with *out when it ran or shared a trim; the sink is woken after the
  * triggers whose results should be stored at once.
  */
 int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,

@@ -80,7 +80,7 @@ static int do_trim(struct housekeeper *hk, struct hk_state *st, int trigger)
     /* A host that suspended trims while this tick probed and decided is obeyed (the
      * tick read suspend_depth at its start, and the probe takes a while): the trim
      * service refuses it then, and when another trim runs, and counts the skip. */
-    struct trim_ask ask = {trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0, 0};
+    struct trim_ask ask = {trigger, (uint64_t)st->cfg.trim_pad_bytes, -1, 0, 0, 0, 0};
     if (trim_request(hk->deps.trims, hk->deps.cache, &ask, &r, NULL) != 0)
         return 0;
     cost_hk_charge(&st->cost, &st->cfg, r.duration_ns);

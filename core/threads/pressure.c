@@ -517,7 +517,8 @@ static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot 
 
     /* The trim service refuses it while the host is suspended or another trim runs,
      * and counts those skips at most once a second (its rule for pressure trims). */
-    struct trim_ask ask = {MT_TRIGGER_PRESSURE, (uint64_t)l->cfg.trim_pad_bytes, -1, l->calm_ns, 0};
+    struct trim_ask ask = {MT_TRIGGER_PRESSURE, (uint64_t)l->cfg.trim_pad_bytes, -1, l->calm_ns, 0,
+                           0, 0};
     int rc = trim_request(d->trims, d->cache, &ask, &r, NULL);
     if (rc == -EPERM) {
         l->calm_ns = now; /* the host holds trims off: no reaction is owed */

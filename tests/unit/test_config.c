@@ -137,7 +137,7 @@ static void test_every_key(void)
             free(err);
         }
     }
-    CHECK_EQ_INT(nkeys, 48);
+    CHECK_EQ_INT(nkeys, 49);
     /* a key with a list of values names them when given another */
     CHECK_EQ_INT(parse("{\"Allocator\": \"tcmaloc\"}", &cfg, &err), -EINVAL);
     CHECK_CONTAINS(err, "Allocator");

@@ -285,6 +285,31 @@ static void test_ahead_inside_the_zone_needs_the_peaks_at_the_line(void)
     CHECK(group_ahead(&i));
 }
 
+/* What a member must hold to trim on its own (the leader's grant): below the zone and
+ * not ahead nothing; at the line or ahead TrimMinReleasableBytes; inside below the line
+ * the headroom or the burst size, whichever is less, TrimMinReleasableBytes at least. */
+static void test_act_threshold(void)
+{
+    struct group_pressure_in i = in(100, 100); /* 250 MB: the zone from 125, the line 225 */
+    CHECK(group_act_threshold(&i) == 0);
+    i.rise = MB(80);
+    i.kept = MB(340); /* ahead of the next climb */
+    CHECK(group_act_threshold(&i) == MB(8));
+    i = in(170, 170); /* inside, 55 MB below the line */
+    CHECK(group_act_threshold(&i) == MB(55));
+    i.burst_bytes = MB(40);
+    CHECK(group_act_threshold(&i) == MB(40));
+    i = in(220, 220); /* 5 MB below the line: TrimMinReleasableBytes at least */
+    CHECK(group_act_threshold(&i) == MB(8));
+    i = in(230, 230); /* at the line */
+    CHECK(group_act_threshold(&i) == MB(8));
+    i.limit = 0; /* no limit known */
+    CHECK(group_act_threshold(&i) == 0);
+    i = in(230, 230);
+    i.ratio = 0; /* PressureRatio 0: no pressure */
+    CHECK(group_act_threshold(&i) == 0);
+}
+
 static void test_kept_counts_shared_pages_once(void)
 {
     /* A master and 2 workers forked after it touched 40 MB they still share (5 MB of
@@ -326,5 +351,6 @@ int main(void)
     RUN(test_ahead_of_the_zone);
     RUN(test_ahead_inside_the_zone_needs_the_peaks_at_the_line);
     RUN(test_kept_counts_shared_pages_once);
+    RUN(test_act_threshold);
     return harness_end();
 }

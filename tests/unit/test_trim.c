@@ -418,10 +418,10 @@ static void test_request_rules(void)
 
     /* Suspended: periodic, burst and pressure are refused and counted; manual runs. */
     uint64_t susp = skips(MT_SKIP_SUSPENDED);
-    struct trim_ask periodic = {MT_TRIGGER_PERIODIC, 0, -1, 0, 0};
-    struct trim_ask burst = {MT_TRIGGER_BURST, 0, -1, 0, 0};
-    struct trim_ask pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 0};
-    struct trim_ask manual = {MT_TRIGGER_MANUAL, 0, -1, 0, 0};
+    struct trim_ask periodic = {MT_TRIGGER_PERIODIC, 0, -1, 0, 0, 0, 0};
+    struct trim_ask burst = {MT_TRIGGER_BURST, 0, -1, 0, 0, 0, 0};
+    struct trim_ask pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 0, 0, 0};
+    struct trim_ask manual = {MT_TRIGGER_MANUAL, 0, -1, 0, 0, 0, 0};
     CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
     CHECK_EQ_INT(trim_request(&ts, &cache, &periodic, &r, NULL), -EPERM);
     CHECK_EQ_INT(trim_request(&ts, &cache, &burst, &r, NULL), -EPERM);
@@ -458,8 +458,8 @@ static void test_request_rules(void)
               (unsigned long long)n);
     /* The group's pressure row (a member asked by its leader, the leader's own): it shares
      * the running trim instead of being refused. */
-    struct trim_ask group_pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 1};
-    struct trim_ask group_manual = {MT_TRIGGER_MANUAL, 0, 60000, 0, 1};
+    struct trim_ask group_pressure = {MT_TRIGGER_PRESSURE, 0, -1, 0, 1, 0, 0};
+    struct trim_ask group_manual = {MT_TRIGGER_MANUAL, 0, 60000, 0, 1, 0, 0};
     uint64_t shared = ts.coalesced;
     struct shared_call sc = {.ts = &ts, .cache = &cache, .ask = &group_pressure};
     pthread_t th;
@@ -492,8 +492,57 @@ static void test_request_rules(void)
     CHECK_EQ_INT(trim_manual_admit(&ts, 60000, &retry), -EAGAIN);
     CHECK(ts.rate_limited == limited + 2);
     atomic_store(&depth, 0);
-    struct trim_ask bad = {MT_TRIGGER_COUNT, 0, -1, 0, 0};
+    struct trim_ask bad = {MT_TRIGGER_COUNT, 0, -1, 0, 0, 0, 0};
     CHECK_EQ_INT(trim_request(&ts, &cache, &bad, &r, NULL), -EINVAL);
+    ts.suspend_depth = NULL;
+    ts.sink_wake = NULL;
+}
+
+/* trim_request's member row (TRIM_ASK_MEMBER: a group's member trimming on its own in the
+ * zone, core/group/group_member.c): pressure only; it starts only inside its window (its
+ * slot of the leader's stagger), refused outside it and counted as "stagger" once a
+ * second; it obeys the host's suspend; inside its window it runs and wakes the store. */
+static void test_request_member_row(void)
+{
+    atomic_int depth;
+    struct mt_trim_result r;
+    int64_t retry = 0, now = mt_mono_ns();
+    atomic_init(&depth, 0);
+    ts.suspend_depth = &depth;
+    ts.sink_wake = woken;
+    nwoken = 0;
+    struct trim_ask own = {.trigger = MT_TRIGGER_PRESSURE, .min_interval_ms = -1,
+                           .group = TRIM_ASK_MEMBER, .open_ns = now + 60 * MT_SEC,
+                           .close_ns = now + 61 * MT_SEC};
+    uint64_t stagger = skips(MT_SKIP_STAGGER), ran = ts.trims[MT_TRIGGER_PRESSURE];
+    /* before its slot: refused, told when it opens, counted once a second */
+    double t0 = harness_now_s();
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, &retry), -EAGAIN);
+    CHECK_MSG(retry > 59000 && retry <= 60000, "retry after %lld ms", (long long)retry);
+    uint64_t n = skips(MT_SKIP_STAGGER) - stagger;
+    CHECK_MSG(n >= 1 && (double)n <= 1 + (harness_now_s() - t0), "%llu counted",
+              (unsigned long long)n);
+    /* after it closed: refused, no time to wait for */
+    own.open_ns = now - 2 * MT_SEC;
+    own.close_ns = now - MT_SEC;
+    CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, &retry), -EAGAIN);
+    CHECK_EQ_INT(retry, -1);
+    CHECK_EQ_INT(ts.trims[MT_TRIGGER_PRESSURE], ran); /* none of those ran */
+    /* inside it: suspended, refused; resumed, it runs and its result is stored at once */
+    own.open_ns = now - MT_SEC;
+    own.close_ns = mt_mono_ns() + 60 * MT_SEC;
+    atomic_store(&depth, 1);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, NULL), -EPERM);
+    atomic_store(&depth, 0);
+    CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, NULL), 0);
+    CHECK(ts.trims[MT_TRIGGER_PRESSURE] == ran + 1 && r.trigger == MT_TRIGGER_PRESSURE);
+    CHECK_EQ_INT(nwoken, 1);
+    /* a member alone asks for nothing but pressure */
+    own.trigger = MT_TRIGGER_MANUAL;
+    CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, NULL), -EINVAL);
+    own.trigger = MT_TRIGGER_PERIODIC;
+    CHECK_EQ_INT(trim_request(&ts, &cache, &own, &r, NULL), -EINVAL);
     ts.suspend_depth = NULL;
     ts.sink_wake = NULL;
 }
@@ -564,6 +613,7 @@ int main(void)
     RUN(test_coalesced_counts_for_the_interval);
     RUN(test_sink);
     RUN(test_request_rules);
+    RUN(test_request_member_row);
     RUN(test_suspend_and_trim_cannot_cross);
     RUN(test_ids_unique_across_restarts);
     RUN(test_ids_never_overflow);
