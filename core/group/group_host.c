@@ -235,7 +235,7 @@ static void host_child_after_fork(void)
     pthread_mutex_unlock(&host.lock);
     if (old)
         close_inherited_listener(host.ops->http_port(old));
-    if (!host.cfg.follow_fork) {
+    if (!host.cfg.follow_fork || !host.json) { /* !json: a start that failed, nothing runs */
         if (fd >= 0)
             close(fd);
         return;
@@ -257,9 +257,31 @@ static void host_child_after_fork(void)
     pthread_mutex_unlock(&host.lock);
 }
 
-static void install_fork_hooks(void)
+static pthread_once_t hooks_once = PTHREAD_ONCE_INIT;
+
+static void hooks_install_once(void)
 {
     pthread_atfork(host_prepare_fork, host_parent_after_fork, host_child_after_fork);
+}
+
+/* Once per process: a start retried after a failed one (memtrim_attach) must not install
+ * them twice (a second prepare would lock host.lock again: the next fork would hang). */
+static void install_fork_hooks(void)
+{
+    pthread_once(&hooks_once, hooks_install_once);
+}
+
+/* What a start hands the room, under host.lock: a fork on another host thread meanwhile
+ * (memtrim_attach runs beside the host's threads) gives its child all or nothing of it. */
+static void host_set(const struct group_host_ops *ops, const char *json,
+                     const struct mt_config *cfg)
+{
+    pthread_mutex_lock(&host.lock);
+    host.ops = ops;
+    host.json = json;
+    if (cfg)
+        host.cfg = *cfg;
+    pthread_mutex_unlock(&host.lock);
 }
 
 /* ---- start, report, stop ----------------------------------------------------- */
@@ -267,13 +289,12 @@ static void install_fork_hooks(void)
 int group_host_start_named(const struct group_host_ops *ops, const char *json,
                            const struct mt_config *cfg, char **err)
 {
-    host.ops = ops;
-    host.json = json;
-    host.cfg = *cfg;
+    host_set(ops, json, cfg);
     /* A named group: the election runs on its own thread (it may wait for a leader). */
     if (mt_named_open(&host.named, &host.cfg, err) != 0) {
         if (!*err)
             *err = mt_strdup("GroupName: no directory");
+        host_set(ops, NULL, NULL); /* the caller frees json: a child must not read it */
         return -EINVAL;
     }
     ops->fork_hooks_install(); /* the core's handlers before ours (their order: core.h) */
@@ -287,8 +308,12 @@ int group_host_start_named(const struct group_host_ops *ops, const char *json,
         snprintf(buf, sizeof(buf), "GroupName %s: cannot start its thread", cfg->group_name);
         *err = mt_strdup(buf);
         /* Nothing runs: leave nothing that says it does (memtrim_attach would answer
-         * "already loaded"), nor the named group's directory, lock and socket open. */
+         * "already loaded"), nor the named group's directory, lock and socket open; nor
+         * json, which the caller frees, for a forked child's hook to start from. */
+        pthread_mutex_lock(&host.lock);
         mt_named_close(&host.named);
+        host.json = NULL;
+        pthread_mutex_unlock(&host.lock);
         return -EAGAIN;
     }
     return 0;
@@ -297,19 +322,17 @@ int group_host_start_named(const struct group_host_ops *ops, const char *json,
 void group_host_start(const struct group_host_ops *ops, const char *json,
                       const struct mt_config *cfg, void *mt)
 {
-    host.ops = ops;
-    host.json = json;
-    host.cfg = *cfg;
-    pthread_mutex_lock(&host.lock);
-    host.instance = mt;
-    pthread_mutex_unlock(&host.lock);
-    if (group_host_forks_join(cfg)) {
+    host_set(ops, json, cfg);
+    if (group_host_forks_join(cfg)) { /* before it is published: a fork hook reads its group */
         char *gerr = NULL;
         if (ops->lead(mt, -1, NULL, 1, &gerr) != 0)
             mt_log(MT_LOG_WARNING, "preload", "%s; forked children will not join a group",
                    gerr ? gerr : "group: cannot lead");
         free(gerr);
     }
+    pthread_mutex_lock(&host.lock);
+    host.instance = mt;
+    pthread_mutex_unlock(&host.lock);
     ops->serves(mt);
     install_fork_hooks();
 }

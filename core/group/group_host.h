@@ -27,8 +27,9 @@ struct group_host_ops {
     void (*serves)(void *mt);
     void (*withdraw)(void *mt);
     /* The instance's (mt_group_host_calls): start as a member on channel fd (owned from
-     * here on); stop; its port and "host:port"; lead a group (listen_fd: a named group's
-     * socket, -1 a forked one's); its group (NULL none, or mt NULL); the core's fork hooks. */
+     * here on); stop; its port and "host:port"; lead a group (name NULL: a forked one's;
+     * else a named one's, on its socket listen_fd); its group (NULL none, or mt NULL);
+     * the core's fork hooks. */
     int (*create_member)(const char *json, int fd, void (*leader_gone)(void *), void *arg,
                          void **mt, char **err);
     void (*destroy)(void *mt);

@@ -11,8 +11,10 @@
  * fork() (prepare .. parent/child), never across a start or a stop; it also guards the
  * named group's rendezvous (host.named, host.named_chan), so that a forked child closes
  * every copy of its descriptors. A group's g->lock and the instance's locks may be taken
- * under it, never the reverse. host.ops, host.json and host.cfg are written by a start
- * before any thread of ours runs, and read only after.
+ * under it, never the reverse. host.ops, host.json and host.cfg are written by a start,
+ * under host.lock (a fork on another host thread then copies all or none of them), before
+ * any thread of ours runs, and read only after; a start that fails clears host.json
+ * (the caller frees it), and a forked child then starts nothing.
  */
 #ifndef MEMTRIM_GROUP_HOST_INT_H
 #define MEMTRIM_GROUP_HOST_INT_H

@@ -6,9 +6,10 @@
  * handle there. The store's fork hold is the instance's own atfork handlers'
  * (memtrim.c), for every host.
  * Threads: as each call's caller (HTTP workers, the host's forking thread, the
- * host side's threads). No lock of its own: mt->group is set and cleared by
- * the start steps (memtrim.c) and a lead, under the host side's host.lock
- * (core/group/group_host_int.h); each group call takes g->lock
+ * host side's threads). No lock of its own: mt->group is set by a lead before
+ * the host side publishes the instance (host.instance, under host.lock:
+ * core/group/group_host_int.h), and cleared by the stop after the host side
+ * took it off (the start steps, memtrim.c); each group call takes g->lock
  * (core/group/group_int.h).
  */
 #include <errno.h>
@@ -74,9 +75,11 @@ static int host_http_address(void *mt, char *buf, size_t size)
     return mt_http_address(mt, buf, size);
 }
 
+/* name NULL: a forked group's lead; a named one without its socket is refused (-EINVAL),
+ * never turned into a forked group's. */
 static int host_lead(void *mt, int listen_fd, const char *name, int forks_join, char **err)
 {
-    if (listen_fd < 0)
+    if (!name)
         return mt_group_lead(mt, err);
     return mt_group_lead_named(mt, listen_fd, name, forks_join, err);
 }
