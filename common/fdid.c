@@ -16,21 +16,48 @@
 #include "common.h"
 #include "fdid.h"
 
+/* "/proc/self/fdinfo/<fd>" into path (at least 40 bytes), by hand: */
+static void fdinfo_path(int fd, char *path)
+{
+    static const char prefix[] = "/proc/self/fdinfo/";
+    char digits[12];
+    int n = 0;
+    unsigned v = (unsigned)fd;
+    do
+        digits[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    memcpy(path, prefix, sizeof(prefix) - 1);
+    char *p = path + sizeof(prefix) - 1;
+    while (n > 0)
+        *p++ = digits[--n];
+    *p = '\0';
+}
+
 /* The kernel's eventfd-id of fd (fdinfo): -1 when it has none (older kernels, not an
- * eventfd), -2 when fdinfo could not be read (a host at its descriptor limit). */
+ * eventfd), -2 when fdinfo could not be read (a host at its descriptor limit).
+ * Async-signal-safe (open, read, close, strstr; no stdio, no strtoll): the atfork child
+ * handler reaches it (mt_fdid_fork_child -> mt_fdid_close -> mt_fdid_is). */
 static int64_t eventfd_id(int fd)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+    char path[40], buf[512];
+    fdinfo_path(fd, path);
     ssize_t n = mt_read_small(path, buf, sizeof(buf));
     if (n <= 0)
         return n == -ENOENT || n == 0 ? -1 : -2;
     const char *p = strstr(buf, "\neventfd-id:");
     if (!p)
         return -1;
-    char *end;
-    long long v = strtoll(p + 12, &end, 10);
-    return end == p + 12 || v < 0 ? -1 : (int64_t)v;
+    p += 12;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    int64_t v = 0;
+    const char *start = p;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (INT64_MAX - (*p - '0')) / 10)
+            return -1; /* no id the kernel writes */
+        v = v * 10 + (*p - '0');
+    }
+    return p == start ? -1 : v;
 }
 
 int mt_fdid_take(int fd, struct mt_fdid *id)

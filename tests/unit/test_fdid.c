@@ -91,6 +91,22 @@ static void test_kinds(void)
     uint64_t v = 0;
     CHECK(write(e, &(uint64_t){3}, 8) == 8 && read(e, &v, 8) == 8 && v == 3);
     close(e);
+    /* one that carries the stamp too (another of memtrim's, moved there): only the
+     * kernel's eventfd-id (fdinfo, read by hand: the atfork child reads it) tells them
+     * apart; the control, the same descriptor, is still ours */
+    e = eventfd(0, EFD_CLOEXEC);
+    CHECK_EQ_INT(mt_fdid_take(e, &id), 0);
+    CHECK_MSG(id.eventfd_id >= 0, "no eventfd-id read from /proc/self/fdinfo/%d", e);
+    struct mt_fdid id2;
+    host_e = eventfd(0, EFD_CLOEXEC);
+    CHECK_EQ_INT(mt_fdid_take(host_e, &id2), 0);
+    CHECK(id2.eventfd_id >= 0 && id2.eventfd_id != id.eventfd_id);
+    CHECK(mt_fdid_is(e, &id));
+    CHECK(dup2(host_e, e) == e);
+    close(host_e);
+    CHECK_MSG(!mt_fdid_is(e, &id), "a stamped eventfd on the number passed for another");
+    CHECK(mt_fdid_is(e, &id2));
+    close(e);
 
     /* a pipe end and a socket, each replaced by another of its kind */
     CHECK_EQ_INT(pipe2(fds, O_CLOEXEC), 0);
