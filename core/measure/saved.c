@@ -140,8 +140,14 @@ void saved_on_trim(struct saved_ledger *l, uint64_t rss_before, uint64_t rss_aft
      * back; with one, that reading bounds the ledger (saved_on_heap) */
     if (!bounded)
         keep_at_most(l, shown(l, rss_before));
-    if (rss_before > rss_after)
+    if (rss_before > rss_after) {
         add(l, rss_before - rss_after, now_ns);
+        /* jemalloc's, tcmalloc's purge puts the released pages in retained: without a
+         * reading after the trim, the next one must see the host taking them out again
+         * as a fall from there, not from the figure before the trim */
+        if (!bounded && l->has_retained)
+            l->retained += rss_before - rss_after;
+    }
     l->rss = l->rss_at_heap = rss_after; /* not a growth: the release itself */
     note_peaks(l);
 }
@@ -158,7 +164,8 @@ void saved_on_heap(struct saved_ledger *l, const struct mt_heap *h, uint64_t res
     if (!l->clamp)
         return;
     uint64_t bound = h->heap_free_bytes;
-    if (h->known & MT_HEAP_HAS_RETAINED) {
+    l->has_retained = (h->known & MT_HEAP_HAS_RETAINED) != 0;
+    if (l->has_retained) {
         /* jemalloc, tcmalloc: purged pages go to retained, and the host reusing them takes
          * them out again; retained also holds address space reserved ahead, so it bounds
          * loosely, and a fall in it is released memory back in use */

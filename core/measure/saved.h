@@ -30,7 +30,9 @@ struct saved_ledger {
     uint64_t cf_peak;       /* the highest counterfactual */
     double byte_seconds;    /* outstanding integrated over time */
     int64_t last_ns;        /* monotonic time of the last reading fed; 0 = none */
-    uint64_t retained;      /* the allocator's retained bytes at the last heap reading */
+    uint64_t retained;      /* the allocator's retained bytes at the last heap reading, plus
+                             * what trims since released (their purge moved it there) */
+    int has_retained;       /* the last heap reading had a retained figure */
     int clamp;              /* the last heap reading reported free memory: bound by it */
 };
 
