@@ -80,7 +80,7 @@ def make_instance(study_uid, series_uid, number, size=1024):
     return buf.getvalue()
 
 
-def upload_studies(base, studies, per_study, threads=8):
+def upload_studies(base, studies, per_study, threads=8, size=1024):
     from pydicom.uid import generate_uid
     jobs = []
     for _ in range(studies):
@@ -102,7 +102,7 @@ def upload_studies(base, studies, per_study, threads=8):
         s = requests.Session()
         try:
             for study, series, n in chunk:
-                r = post(s, make_instance(study, series, n))
+                r = post(s, make_instance(study, series, n, size))
                 if r.status_code != 200:
                     errors.append(r.text)
         except requests.RequestException as e:  # a thread's exception must fail the burst
