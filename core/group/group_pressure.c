@@ -285,6 +285,11 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     int zone = pressure_zone(g, now, cfg, &in);
     int64_t width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS;
     uint64_t threshold = zone && width_ns > 0 ? group_act_threshold(&in) : 0;
+    /* The zone's hold (below it, not ahead, within ZONE_HOLD_NS of it): a member's own
+     * burst rule skips its cost rules there and trims TrimReleasableTriggerBytes; the grant
+     * lets it do that at once, in its slot, and while its leader cannot answer. */
+    if (zone && width_ns > 0 && threshold == 0)
+        threshold = in.burst_bytes;
     int news = zone_news(g, zone, threshold, width_ns, now, in.min_releasable);
     int pick = group_pressure_pick(&in, c, n, &rule);
     struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
