@@ -69,7 +69,8 @@ def run_stopped_leader(procs, cgroup, tmp_path, slot_ms):
     now_ms = time.monotonic() * 1000
     k = next(k for k in range(1, 6) if first["t0"] + first["start"] + k * PAUSE_MS - now_ms > 800)
     start_ms = first["t0"] + first["start"] + k * PAUSE_MS
-    time.sleep(max(0.0, (start_ms - 600 - time.monotonic() * 1000) / 1000))
+    wait_for(lambda: time.monotonic() * 1000 >= start_ms - 600, 10, "0.6 s before the study",
+             interval=0.005)
     leader = p.pid  # the cgroup's shell execs memtrim-prefork: the master, the leader
     os.kill(leader, signal.SIGSTOP)
     try:
