@@ -208,6 +208,7 @@ struct group {
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
+    uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_pressure.c) */
     uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
     int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
     int64_t zone_seen_ns;             /* the usage was last inside the zone then */
@@ -267,6 +268,7 @@ uint64_t own_snapshot(const struct group_deps *d, int64_t cheap_age_ns, double f
 /* ---- group_leader.c --------------------------------------------------------- */
 int member_add(struct group *g, int fd, int cred_pid);
 void note_peak(struct group_member *m, uint64_t rss, int64_t now);
+void note_heap(struct group_member *m); /* a new heap reading: the RSS it saw (locked) */
 
 /* ---- group_trim.c ----------------------------------------------------------- */
 void job_answer(struct group *g, int pid, uint64_t id); /* under g->lock */

@@ -142,7 +142,7 @@ static void leader_own(struct group *g, struct group_member *m, const struct mt_
 }
 
 /* A new heap reading in m's snapshot: the RSS it came with (growth since counts). Locked. */
-static void note_heap(struct group_member *m)
+void note_heap(struct group_member *m)
 {
     if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {
         m->heap_ms_seen = m->snap.heap.timestamp_ms;

@@ -233,11 +233,40 @@ static int pressure_zone(struct group *g, int64_t now, const struct mt_config *c
     return inside || (g->zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
 }
 
+/*
+ * The leader picked itself on a guess (its RSS grew since its heap reading, or since its
+ * last trim: what it grew by may be free), not on a fresh estimate. A member's guess costs
+ * a round trip; the leader can look: a heap reading now (on the watch's budget). 1 when
+ * that reading was taken and shows less free than TrimMinReleasableBytes: no trim, and the
+ * entry takes the reading (the same growth is no guess any more). A named group's leader
+ * is a worker: climbing through a study it was picked every 50 ms and trimmed a heap with
+ * nothing free, 11-14 times a run in the v2 cell (issue 32 item 4), each trim holding its
+ * allocator's locks for up to 170 ms under TCG while the study waited.
+ */
+static int self_holds_nothing(struct group *g, int64_t now)
+{
+    struct mt_snapshot s;
+    int64_t asked_ms = mt_now_ms();
+    uint64_t min = own_snapshot(&g->d, 0, WATCH_BUDGET_FACTOR, &s);
+    if (s.heap.timestamp_ms < asked_ms) /* not taken now (the budget): trim as guessed */
+        return 0;
+    if (s.releasable_estimate_bytes >= (min ? min : 1))
+        return 0;
+    s.pid = g->d.pid;
+    pthread_mutex_lock(&g->lock);
+    g->m[0].snap = s;
+    g->m[0].report_ns = now;
+    note_heap(&g->m[0]);
+    pthread_mutex_unlock(&g->lock);
+    return 1;
+}
+
 /* The picked member trims: another is sent the request (id), the leader trims here, by
  * the group's pressure row (trim.c: it obeys the host's suspend, shares a running trim;
- * its sink stores the result with its pid and the store is woken). */
+ * its sink stores the result with its pid and the store is woken); guess: picked on no
+ * fresh estimate (self_holds_nothing). */
 static void pressure_ask(struct group *g, struct group_member *m, int fd, uint64_t id,
-                         int64_t now, const struct mt_config *cfg)
+                         int64_t now, const struct mt_config *cfg, int guess)
 {
     if (id) {
         struct group_msg req;
@@ -248,6 +277,12 @@ static void pressure_ask(struct group *g, struct group_member *m, int fd, uint64
         pthread_mutex_lock(&g->lock);
         if (m->press_req == id && chan_send(g, fd, m->chan, &req) != 0)
             m->press_req = 0;
+        pthread_mutex_unlock(&g->lock);
+        return;
+    }
+    if (guess && self_holds_nothing(g, now)) {
+        pthread_mutex_lock(&g->lock);
+        sat_add(&g->self_verified, 1);
         pthread_mutex_unlock(&g->lock);
         return;
     }
@@ -293,7 +328,8 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     int news = zone_news(g, zone, threshold, width_ns, now, in.min_releasable);
     int pick = group_pressure_pick(&in, c, n, &rule);
     struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
-    int fd = -1;
+    int fd = -1, guess = pick >= 0 && !(c[pick].estimate_fresh &&
+                                         c[pick].releasable >= in.min_releasable);
     uint64_t id = 0;
     if (m) {
         m->last_trim_ns = now;
@@ -311,5 +347,5 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     if (news)
         leader_zone(g, zone, threshold, width_ns, now);
     if (m)
-        pressure_ask(g, m, fd, id, now, cfg);
+        pressure_ask(g, m, fd, id, now, cfg, guess);
 }
