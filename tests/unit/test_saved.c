@@ -219,6 +219,23 @@ static void test_allocator_decay_takes_it_back(void)
     saved_on_rss(&l, 10 * MB, 0, 11 * SEC); /* the first gone, the second at half */
     view(&l, 10 * MB, &v);
     CHECK_EQ_INT(v.saved_bytes, 50 * MB);
+
+    /* the same two releases, then 60 MB of them back in use (retained falls by 60 MB) at
+     * 6 s: taken from the newest (100 -> 40; the first stays at its 50). At 11 s the first
+     * has decayed away and the second's curve allows 50, so 40 stay; taken from the oldest
+     * first (50 -> 0, the second 100 -> 90, then held to 50) it would be 50. */
+    saved_init(&l);
+    saved_on_heap(&l, &h, 0, 10 * MB);
+    saved_on_trim(&l, 110 * MB, 10 * MB, 1, 1 * SEC);
+    saved_on_trim(&l, 110 * MB, 10 * MB, 1, 6 * SEC);
+    struct mt_heap back = h;
+    back.heap_retained_bytes = l.retained - 60 * MB;
+    saved_on_heap(&l, &back, 0, 10 * MB);
+    view(&l, 10 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 90 * MB);
+    saved_on_rss(&l, 10 * MB, 0, 11 * SEC);
+    view(&l, 10 * MB, &v);
+    CHECK_EQ_INT(v.saved_bytes, 40 * MB);
 }
 
 /* A trim with no heap reading after it (the budget skipped it), under an allocator whose
