@@ -263,6 +263,22 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
     for (int i = 0; i < MT_TRIGGER_COUNT; i++)
         api_text_printf(t, "memtrim_trim_seconds_total{trigger=\"%s\"} %.15g\n",
                         mt_trigger_name(i), c->trim_seconds[i]);
+    api_head(t, "memtrim_trim_host_stall_seconds_total", "counter",
+             "Sum over trims of the longest wait of the stall canary's malloc while the "
+             "trim ran, by trigger (a lower bound of a host thread's stall).");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_trim_host_stall_seconds_total{trigger=\"%s\"} %.15g\n",
+                        mt_trigger_name(i), c->host_stall_seconds[i]);
+    api_head(t, "memtrim_trim_host_stall_seconds_max", "gauge",
+             "The longest wait of the stall canary's malloc in any one trim, by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_trim_host_stall_seconds_max{trigger=\"%s\"} %.15g\n",
+                        mt_trigger_name(i), c->host_stall_max_seconds[i]);
+    api_head(t, "memtrim_trim_host_stall_measured_total", "counter",
+             "Trims the stall canary measured (took a sample while they ran), by trigger.");
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
+        api_text_printf(t, "memtrim_trim_host_stall_measured_total{trigger=\"%s\"} %llu\n",
+                        mt_trigger_name(i), (unsigned long long)c->host_stall_trims[i]);
     api_head(t, "memtrim_refaulted_bytes_total", "counter",
              "Upper bound of released bytes that came back within RefaultWindowSeconds "
              "(minor faults x page size), by trigger.");

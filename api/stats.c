@@ -121,6 +121,28 @@ cJSON *api_stats_to_json(const struct mt_snapshot *s)
     return api_json_done(root, failed);
 }
 
+/* The host stall the canary measured, by trigger (core/measure/stall.h): trims measured,
+ * the sum and the longest of each trim's longest wait. */
+static void api_stats_host_stall(cJSON *root, struct memtrim *mt, int *failed)
+{
+    struct mt_counters *c = mt_malloc(sizeof(*c));
+    cJSON *o = c ? cJSON_CreateObject() : NULL;
+    if (o) {
+        mt_counters_get(mt, c);
+        for (int i = 0; i < MT_TRIGGER_COUNT; i++) {
+            cJSON *t = cJSON_CreateObject();
+            if (t) {
+                api_json_u64(t, "trims", c->host_stall_trims[i], failed);
+                api_json_num(t, "seconds_total", c->host_stall_seconds[i], failed);
+                api_json_num(t, "max_seconds", c->host_stall_max_seconds[i], failed);
+            }
+            api_json_item(o, mt_trigger_name(i), t, failed);
+        }
+    }
+    api_json_item(root, "host_stall", o, failed);
+    free(c);
+}
+
 int api_stats_get(const struct server_request *req, struct server_reply *rep)
 {
     struct mt_snapshot snap;
@@ -148,6 +170,7 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
         cJSON *group = api_group_stats(req->app, &failed);
         if (group)
             api_json_item(root, "group", group, &failed);
+        api_stats_host_stall(root, req->app, &failed);
         root = api_json_done(root, failed);
     } else if (root) {
         cJSON_Delete(root);

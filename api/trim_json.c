@@ -40,6 +40,11 @@ cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesced)
         api_json_num(o, "reaction_seconds", (double)t->reaction_ns / 1e9, &failed);
     else
         api_json_null(o, "reaction_seconds", &failed);
+    /* The stall canary's longest wait while it ran (null: not measured, or from the store,
+     * which does not keep it): docs/policy.md, "The cost beside it". */
+    api_json_item(o, "host_stall_seconds",
+                  t->host_stall_measured ? cJSON_CreateNumber((double)t->host_stall_ns / 1e9)
+                                         : cJSON_CreateNull(), &failed);
     /* Why it released under a page (null when it released more): docs/policy.md. */
     const char *why = mt_nothing_name(t->nothing_reason);
     if (why)

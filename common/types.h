@@ -177,6 +177,8 @@ struct mt_trim_result {
                               * was spent), or the allocator reports no free heap (mimalloc) */
     int pid;                 /* worker groups: the member that ran it; 0 = this process */
     int nothing_reason;      /* enum mt_nothing: why it released under a page (0: it did not) */
+    int host_stall_measured; /* the stall canary took a sample while it ran (stall.h) */
+    int64_t host_stall_ns;   /* the longest of those samples; 0 when not measured */
 };
 
 /* Why a trim released less than a page (trim_nothing_reason, docs/policy.md). */
@@ -253,6 +255,9 @@ struct mt_counters {
     double cpu_seconds;              /* all of memtrim's threads, live and ended (thread.c) */
     /* what trimming cost the host (cost.c, housekeeper.c) */
     double trim_seconds[MT_TRIGGER_COUNT];      /* wall time in trims, by trigger */
+    uint64_t host_stall_trims[MT_TRIGGER_COUNT];  /* trims the stall canary measured */
+    double host_stall_seconds[MT_TRIGGER_COUNT];  /* sum of their longest waits */
+    double host_stall_max_seconds[MT_TRIGGER_COUNT]; /* the longest of them */
     uint64_t refaulted_bytes[MT_TRIGGER_COUNT]; /* upper bound of released bytes that came back */
     uint64_t refault_windows[MT_TRIGGER_COUNT]; /* trims whose re-fault window closed */
     double gap_factor;            /* the adaptive gap's multiplier now (1 = none) */

@@ -43,6 +43,7 @@ struct memtrim {
 
     struct snapshot_cache cache;
     struct trim_service trims;
+    struct stall_canary stall; /* times a small malloc while a trim runs (stall.h) */
     struct housekeeper hk;
     struct store store;
     struct pressure *pressure; /* the pressure thread (pressure.c); created with the instance */

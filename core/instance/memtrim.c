@@ -452,6 +452,28 @@ static int group_halt(struct memtrim *mt)
     return 0;
 }
 
+/* The stall canary (core/measure/stall.h): a member's too, its trims are its own. */
+static int stall_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
+{
+    if (stall_init(&mt->stall))
+        return oom(err, "stall canary");
+    int rc = stall_start(&mt->stall);
+    if (rc) {
+        stall_destroy(&mt->stall);
+        return oom(err, "stall canary thread");
+    }
+    mt->trims.stall = &mt->stall; /* no trim runs yet: the housekeeper starts after */
+    return 0;
+}
+
+static int stall_halt(struct memtrim *mt)
+{
+    mt->trims.stall = NULL; /* every trimming thread stopped before (reverse order) */
+    stall_stop(&mt->stall);
+    stall_destroy(&mt->stall);
+    return 0;
+}
+
 static int pressure_halt(struct memtrim *mt)
 {
     pressure_stop(mt->pressure);
@@ -471,6 +493,7 @@ static const struct step steps[] = {
     {"server", http_start, http_stop, STEP_FIRST_TO_STOP},
     {"group", group_run, group_halt, 0},
     {"store", store_run, store_halt, 0},
+    {"stall", stall_run, stall_halt, 0},
     {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY}, /* the exit summary */
     {"housekeeper", hk_run, hk_halt, 0},
     {"pressure", pressure_run, pressure_halt, 0},

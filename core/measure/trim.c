@@ -50,7 +50,7 @@ void trim_service_destroy(struct trim_service *ts)
 }
 
 /* The measured trim itself; no lock held. */
-static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, int64_t crossing_ns,
+static void measure_trim(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad, int64_t crossing_ns,
                          struct mt_trim_result *r)
 {
     struct mt_heap before, after;
@@ -73,8 +73,12 @@ static void measure_trim(struct snapshot_cache *sc, int trigger, uint64_t pad, i
     r->start_ms = mt_now_ms();
     int64_t t0 = mt_mono_ns();
     r->reaction_ns = crossing_ns > 0 && t0 >= crossing_ns ? t0 - crossing_ns : -1;
+    stall_begin(ts->stall);
     r->malloc_trim_ret = sc->alloc->release(pad); /* the back end's release (alloc.h) */
     r->duration_ns = mt_mono_ns() - t0;
+    int64_t stall_ns = stall_end(ts->stall);
+    r->host_stall_measured = stall_ns >= 0;
+    r->host_stall_ns = stall_ns >= 0 ? stall_ns : 0;
 
     probe_cheap(&sc->cg, &cheap_after);
     if (!r->heap_skipped)
@@ -142,6 +146,13 @@ static void record_locked(struct trim_service *ts, struct mt_trim_result *r)
     ts->hist[b]++;
     ts->seconds_sum += s;
     ts->seconds[r->trigger] += s;
+    if (r->host_stall_measured) {
+        double st = (double)r->host_stall_ns / 1e9;
+        ts->stall_trims[r->trigger]++;
+        ts->stall_sum[r->trigger] += st;
+        if (st > ts->stall_max[r->trigger])
+            ts->stall_max[r->trigger] = st;
+    }
     ts->recent[(ts->recent_head + ts->recent_count) % TRIM_RECENT] = *r;
     if (ts->recent_count < TRIM_RECENT)
         ts->recent_count++;
@@ -215,7 +226,7 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     ts->running_obeys = !!(flags & TRIM_OBEYS_SUSPEND);
     pthread_mutex_unlock(&ts->lock);
 
-    measure_trim(sc, trigger, pad, crossing_ns, &r);
+    measure_trim(ts, sc, trigger, pad, crossing_ns, &r);
     explain_nothing(ts, &r);
 
     pthread_mutex_lock(&ts->lock);
@@ -385,6 +396,9 @@ void trim_counters(struct trim_service *ts, struct mt_counters *out)
     out->manual_coalesced = ts->coalesced;
     out->manual_rate_limited = ts->rate_limited;
     memcpy(out->trim_seconds, ts->seconds, sizeof(out->trim_seconds));
+    memcpy(out->host_stall_trims, ts->stall_trims, sizeof(out->host_stall_trims));
+    memcpy(out->host_stall_seconds, ts->stall_sum, sizeof(out->host_stall_seconds));
+    memcpy(out->host_stall_max_seconds, ts->stall_max, sizeof(out->host_stall_max_seconds));
     memcpy(out->refaulted_bytes, ts->refaulted, sizeof(out->refaulted_bytes));
     memcpy(out->refault_windows, ts->refault_windows, sizeof(out->refault_windows));
     pthread_mutex_unlock(&ts->lock);

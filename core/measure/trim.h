@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include "snapshot.h"
+#include "stall.h"
 #include "types.h"
 
 #define TRIM_RECENT 128
@@ -41,6 +42,12 @@ struct trim_service {
     /* what trims cost (cost.c): wall time by trigger, re-faults once known */
     double seconds[MT_TRIGGER_COUNT];
     uint64_t refaulted[MT_TRIGGER_COUNT], refault_windows[MT_TRIGGER_COUNT];
+    /* the host stall the canary measured (stall.h), by trigger: trims measured, the sum
+     * and the longest of their longest waits */
+    uint64_t stall_trims[MT_TRIGGER_COUNT];
+    double stall_sum[MT_TRIGGER_COUNT], stall_max[MT_TRIGGER_COUNT];
+    /* set before trims run, then read-only: the canary timing each release (NULL: none) */
+    struct stall_canary *stall;
     /* the last TRIM_RECENT results, for the doctor (a ring, oldest at recent_head) */
     struct mt_trim_result recent[TRIM_RECENT];
     unsigned recent_head, recent_count;
