@@ -462,13 +462,15 @@ static int stall_run(struct memtrim *mt, const struct start_ctx *ctx, char **err
         stall_destroy(&mt->stall);
         return oom(err, "stall canary thread");
     }
-    mt->trims.stall = &mt->stall; /* no trim runs yet: the housekeeper starts after */
+    trim_set_stall(&mt->trims, &mt->stall); /* an HTTP worker's manual trim may run now */
     return 0;
 }
 
 static int stall_halt(struct memtrim *mt)
 {
-    mt->trims.stall = NULL; /* every trimming thread stopped before (reverse order) */
+    /* Every trimming thread stopped before: the server first, the group, housekeeper and
+     * pressure threads in reverse order (they start after this step). */
+    trim_set_stall(&mt->trims, NULL);
     stall_stop(&mt->stall);
     stall_destroy(&mt->stall);
     return 0;
@@ -491,9 +493,9 @@ static const struct step steps[] = {
     {"tunables", tunables_start, NULL, 0},
     /* the threads (every step runs with all signals blocked) */
     {"server", http_start, http_stop, STEP_FIRST_TO_STOP},
+    {"stall", stall_run, stall_halt, 0}, /* before every thread that trims but the server */
     {"group", group_run, group_halt, 0},
     {"store", store_run, store_halt, 0},
-    {"stall", stall_run, stall_halt, 0},
     {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY}, /* the exit summary */
     {"housekeeper", hk_run, hk_halt, 0},
     {"pressure", pressure_run, pressure_halt, 0},

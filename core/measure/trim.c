@@ -50,7 +50,7 @@ void trim_service_destroy(struct trim_service *ts)
 }
 
 /* The measured trim itself; no lock held. */
-static void measure_trim(struct trim_service *ts, struct snapshot_cache *sc, int trigger, uint64_t pad, int64_t crossing_ns,
+static void measure_trim(struct stall_canary *canary, struct snapshot_cache *sc, int trigger, uint64_t pad, int64_t crossing_ns,
                          struct mt_trim_result *r)
 {
     struct mt_heap before, after;
@@ -73,10 +73,10 @@ static void measure_trim(struct trim_service *ts, struct snapshot_cache *sc, int
     r->start_ms = mt_now_ms();
     int64_t t0 = mt_mono_ns();
     r->reaction_ns = crossing_ns > 0 && t0 >= crossing_ns ? t0 - crossing_ns : -1;
-    stall_begin(ts->stall);
+    stall_begin(canary);
     r->malloc_trim_ret = sc->alloc->release(pad); /* the back end's release (alloc.h) */
     r->duration_ns = mt_mono_ns() - t0;
-    int64_t stall_ns = stall_end(ts->stall);
+    int64_t stall_ns = stall_end(canary);
     r->host_stall_measured = stall_ns >= 0;
     r->host_stall_ns = stall_ns >= 0 ? stall_ns : 0;
 
@@ -224,9 +224,10 @@ int trim_run_at(struct trim_service *ts, struct snapshot_cache *sc, int trigger,
     }
     ts->running = 1;
     ts->running_obeys = !!(flags & TRIM_OBEYS_SUSPEND);
+    struct stall_canary *canary = ts->stall;
     pthread_mutex_unlock(&ts->lock);
 
-    measure_trim(ts, sc, trigger, pad, crossing_ns, &r);
+    measure_trim(canary, sc, trigger, pad, crossing_ns, &r);
     explain_nothing(ts, &r);
 
     pthread_mutex_lock(&ts->lock);
@@ -373,6 +374,13 @@ void trim_hold(struct trim_service *ts)
     while (ts->running && ts->running_obeys)
         pthread_cond_wait(&ts->done, &ts->lock);
     ts->waiting--;
+    pthread_mutex_unlock(&ts->lock);
+}
+
+void trim_set_stall(struct trim_service *ts, struct stall_canary *c)
+{
+    pthread_mutex_lock(&ts->lock);
+    ts->stall = c;
     pthread_mutex_unlock(&ts->lock);
 }
 

@@ -46,7 +46,8 @@ struct trim_service {
      * and the longest of their longest waits */
     uint64_t stall_trims[MT_TRIGGER_COUNT];
     double stall_sum[MT_TRIGGER_COUNT], stall_max[MT_TRIGGER_COUNT];
-    /* set before trims run, then read-only: the canary timing each release (NULL: none) */
+    /* under lock (trim_set_stall): the canary timing each release (NULL: none); a trim
+     * reads it as it starts, so it may be cleared only when no trim can run */
     struct stall_canary *stall;
     /* the last TRIM_RECENT results, for the doctor (a ring, oldest at recent_head) */
     struct mt_trim_result recent[TRIM_RECENT];
@@ -169,6 +170,8 @@ int trim_last(struct trim_service *ts, uint64_t *generation, struct mt_trim_resu
 
 /* Fill the trim counters of *out (skips included). */
 void trim_counters(struct trim_service *ts, struct mt_counters *out);
+/* The stall canary of the trims that start from now on (NULL: none; stall.h). */
+void trim_set_stall(struct trim_service *ts, struct stall_canary *c);
 
 /* Copy up to max of the most recent results into buf, oldest first; returns how many. */
 unsigned trim_recent(struct trim_service *ts, struct mt_trim_result *buf, unsigned max);

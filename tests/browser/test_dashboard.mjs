@@ -245,6 +245,15 @@ async function checkDesktop(demo, ctx) {
     // The demo's studies are freed and trimmed: something was saved, and the card's cost line is there.
     assert(/^for .+ of memtrim CPU · .+ trimming · .+ in /.test(await page.textContent('#saved-cost')),
       'the cost line says ' + await page.textContent('#saved-cost'));
+    // The host stall line names the trigger of the longest wait; /metrics, read after, has
+    // that trigger's trims measured (counters only grow).
+    await page.waitForFunction(() => document.querySelector('#saved').dataset.stallTrigger, null, { timeout: 15e3 });
+    const stall = await page.textContent('#saved-stall');
+    const st = /^host stall: max .+ \((manual|periodic|burst|pressure)\)$/.exec(stall);
+    assert(st, 'the host stall line says ' + stall);
+    const metricsText = await (await fetch(demo.base + 'metrics', { cache: 'no-store' })).text();
+    const measured = new RegExp('^memtrim_trim_host_stall_measured_total\\{trigger="' + st[1] + '"\\} (\\d+)$', 'm').exec(metricsText);
+    assert(measured && Number(measured[1]) > 0, `the line names ${st[1]}, /metrics: ${measured && measured[0]}`);
     await page.waitForFunction(() => {
       const p = document.querySelector('#chart path.ln[data-metric="rss_without_memtrim_bytes"]');
       return p && (p.getAttribute('d').match(/[ML]/g) || []).length >= 3;

@@ -74,7 +74,7 @@ static void test_stall_recorded_per_trigger(void)
     CHECK_EQ_INT(r.host_stall_measured, 0);
     churn_release(ch, 4);
 
-    ts.stall = &c;
+    trim_set_stall(&ts, &c);
     for (int i = 0; i < 3; i++) {
         churn_run(ch, 4, 32, 20); /* 128 MB in 4 arenas, 2 % kept */
         CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
@@ -99,7 +99,7 @@ static void test_stall_recorded_per_trigger(void)
     CHECK(k.host_stall_seconds[MT_TRIGGER_PERIODIC] == 0);
     CHECK(k.host_stall_max_seconds[MT_TRIGGER_PERIODIC] == 0);
 
-    ts.stall = NULL;
+    trim_set_stall(&ts, NULL);
     stall_stop(&c);
     stall_destroy(&c);
     trim_service_destroy(&ts);
