@@ -70,10 +70,10 @@ static void measure_trim(struct stall_canary *canary, struct snapshot_cache *sc,
     }
     r->rss_before_bytes = probe_rss();
 
+    stall_begin(canary); /* up to STALL_BEGIN_WAIT_NS: not the release's time */
     r->start_ms = mt_now_ms();
     int64_t t0 = mt_mono_ns();
     r->reaction_ns = crossing_ns > 0 && t0 >= crossing_ns ? t0 - crossing_ns : -1;
-    stall_begin(canary);
     r->malloc_trim_ret = sc->alloc->release(pad); /* the back end's release (alloc.h) */
     r->duration_ns = mt_mono_ns() - t0;
     int64_t stall_ns = stall_end(canary);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "churn.h"
+#include "common.h"
 #include "harness.h"
 #include "snapshot.h"
 #include "stall.h"
@@ -106,9 +107,43 @@ static void test_stall_recorded_per_trigger(void)
     snapshot_destroy(&cache);
 }
 
+/* A trim's duration is its release's: the wait for the canary's first sample (at most
+ * STALL_BEGIN_WAIT_NS, the whole of it for a canary that runs but is never scheduled) is
+ * not charged to it. Deterministic: the call as a whole contains that whole wait, and the
+ * duration nothing of it, so the duration is shorter than the call less the wait. */
+static void test_canary_wait_not_in_duration(void)
+{
+    struct snapshot_cache cache;
+    struct trim_service ts;
+    struct stall_canary c;
+    struct mt_trim_result r;
+
+    snapshot_init(&cache);
+    CHECK_EQ_INT(trim_service_init(&ts), 0);
+    CHECK_EQ_INT(stall_init(&c), 0);
+    c.running = 1; /* a canary that never takes its first sample: stall_begin waits it all */
+    trim_set_stall(&ts, &c);
+    for (int i = 0; i < 3; i++) {
+        int64_t t0 = mt_mono_ns();
+        CHECK_EQ_INT(trim_run(&ts, &cache, MT_TRIGGER_MANUAL, 0, -1, 0, &r, NULL), 0);
+        int64_t call_ns = mt_mono_ns() - t0;
+        CHECK_MSG(r.duration_ns < call_ns - STALL_BEGIN_WAIT_NS,
+                  "trim %d: duration %lld ns in a call of %lld ns", i, (long long)r.duration_ns,
+                  (long long)call_ns);
+        CHECK_EQ_INT(r.host_stall_measured, 0);
+    }
+    trim_set_stall(&ts, NULL);
+    c.running = 0; /* no thread to join */
+    stall_stop(&c);
+    stall_destroy(&c);
+    trim_service_destroy(&ts);
+    snapshot_destroy(&cache);
+}
+
 int main(void)
 {
     RUN(test_canary_lifecycle);
+    RUN(test_canary_wait_not_in_duration);
     RUN(test_stall_recorded_per_trigger);
     return harness_end();
 }
