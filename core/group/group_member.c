@@ -142,12 +142,14 @@ struct member_pace {
     int64_t trimmed_ms;     /* ...a heap reading older than this predates the last trim */
 };
 
-/* A grant from the leader, checked as data: a slot in range, a sane width and lease. */
+/* A grant from the leader, checked as data: a slot in range, a sane width and lease, an
+ * epoch a monotonic clock reads (>= 0: grant_window's now - epoch cannot overflow). */
 static int grant_ok(const struct group_grant *gr, int64_t now)
 {
     return gr->slots >= 1 && gr->slots <= GROUP_MAX_MEMBERS && gr->slot >= 0 &&
            gr->slot < gr->slots && gr->width_ns >= MT_MS && gr->width_ns <= MT_SEC &&
-           gr->epoch_ns <= now + MT_SEC && gr->until_ns <= now + 2 * ACT_LEASE_NS;
+           gr->epoch_ns >= 0 && gr->epoch_ns <= now + MT_SEC &&
+           gr->until_ns <= now + 2 * ACT_LEASE_NS;
 }
 
 /* The window of member gr->slot around now: the slot it is in, or the next one of its own. */

@@ -195,6 +195,18 @@ static void test_a_member_acts_on_its_grant(void)
     while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_ANSWER)
         CHECK(kind != MSG_TRIM_OWN);
 
+    /* A grant whose epoch is before CLOCK_MONOTONIC's zero (no leader's clock reads
+     * that; near INT64_MIN the slot's arithmetic, now - epoch, overflows): malformed, as
+     * without one. Before the check its one slot of 1 s was open now: it trimmed at once. */
+    now = mt_mono_ns();
+    zone(ch[1], ZONE_ON | ZONE_ACT, -1000 * MT_SEC, MT_SEC, now + ACT_LEASE_NS, 0, 1);
+    drain(ch[1]);
+    study();
+    CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT);
+    CHECK(send(ch[1], &req, sizeof(req), 0) == (ssize_t)sizeof(req));
+    while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_ANSWER)
+        CHECK(kind != MSG_TRIM_OWN);
+
     /* Its slot, the second of two of 1 s, opens 1 s after the epoch: it reports what it
      * freed at once (the leader may ask it sooner), and trims on its own only once its
      * slot opened. */
