@@ -9,7 +9,8 @@
  * so a clock read under it belongs to a live thread. The hook is an atomic pointer set at
  * start (memtrim.c), each thread's "entered" flag its own. After fork() the child keeps
  * the parent's table: entries of another pid are dropped on the next read, and the sum
- * starts again at 0.
+ * starts again at 0; and threads_lock anew (threads_fork_child): another thread of the
+ * parent may have held it at the fork, and nothing it guarded there is the child's.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -36,6 +37,20 @@ static pid_t ended_pid;
 static pthread_key_t thread_key;
 static int thread_key_ok;
 static pthread_once_t thread_key_once = PTHREAD_ONCE_INIT;
+static pthread_once_t threads_fork_once = PTHREAD_ONCE_INIT;
+
+/* The child of a fork: threads_lock as new (held or not by a thread of the parent, which
+ * is not here; every entry is of the parent's pid, dropped on the next read). */
+static void threads_fork_child(void)
+{
+    static const pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    threads_lock = fresh;
+}
+
+static void threads_fork_install(void)
+{
+    pthread_atfork(NULL, NULL, threads_fork_child);
+}
 
 static double clock_seconds(clockid_t clock)
 {
@@ -69,6 +84,7 @@ static void thread_leave(void *slot)
 
 static void thread_key_make(void)
 {
+    pthread_once(&threads_fork_once, threads_fork_install);
     thread_key_ok = pthread_key_create(&thread_key, thread_leave) == 0;
 }
 
@@ -94,6 +110,7 @@ static void thread_list(void)
 
 double mt_threads_cpu_seconds(void)
 {
+    pthread_once(&threads_fork_once, threads_fork_install);
     pid_t pid = getpid();
     pthread_mutex_lock(&threads_lock);
     double sum = *ended_locked(pid);
