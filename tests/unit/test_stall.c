@@ -34,7 +34,7 @@ static void test_canary_lifecycle(void)
     CHECK(stall_end(&c) == -1);
     CHECK_EQ_INT(stall_start(&c), 0);
     for (int round = 0; round < 20; round++) {
-        stall_begin(&c); /* returns once the first sample started (or 10 ms) */
+        stall_begin(&c); /* returns once the first sample started (or 1 ms) */
         while (samples_now(&c) < 3) /* a condition, not a sleep: it samples while active */
             sched_yield();
         int64_t ns = stall_end(&c);
