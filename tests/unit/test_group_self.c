@@ -12,7 +12,8 @@
  * leader's entry holds a heap reading of it (no guess is left to make); no
  * group trim may have happened, and within the zone the leader did look
  * (self_verified). Control: without the look, the first step inside the zone
- * was a group trim of a heap with nothing free.
+ * was a group trim of a heap with nothing free. Trims are counted from the end of the
+ * first step, below the zone: before it, what memtrim's own start freed may be trimmed.
  * No thread of the test's own; no time is asserted.
  */
 #include <malloc.h>
@@ -77,6 +78,7 @@ static void test_the_leader_looks_before_it_trims_itself(void)
     uint64_t in_use0 = 0;
     WAIT_FOR((in_use0 = seen(mt).heap_in_use) > 0, 60);
     size_t n = 0;
+    uint64_t base = 0; /* group trims before the climb's steps inside the zone */
     for (int step = 0; step < STEPS; step++) {
         for (int i = 0; i < STEP_BLOCKS; i++, n++) {
             blocks[n] = malloc(BLOCK);
@@ -89,9 +91,18 @@ static void test_the_leader_looks_before_it_trims_itself(void)
         struct seen v = seen(mt);
         CHECK_MSG(v.heap_in_use >= live, "step %d: the leader's heap reading %llu < %llu", step,
                   (unsigned long long)v.heap_in_use, (unsigned long long)live);
-        CHECK_MSG(v.trims == 0, "step %d (RSS %llu of %d): %llu group trims of a heap with "
+        /* the first step ends below the zone (RSS ~19 of 64 MB): a trim there is of what
+         * memtrim's own start freed (M_TRIM_THRESHOLD keeps it; seen 1 run in 5), a real
+         * one; from then on nothing is free, and each step must add none */
+        if (step == 0) {
+            base = v.trims;
+            CHECK_MSG(rss < LIMIT / 2, "step 0 ended at RSS %llu: inside the zone",
+                      (unsigned long long)rss);
+            continue;
+        }
+        CHECK_MSG(v.trims == base, "step %d (RSS %llu of %d): %llu group trims of a heap with "
                   "nothing free", step, (unsigned long long)rss, LIMIT,
-                  (unsigned long long)v.trims);
+                  (unsigned long long)(v.trims - base));
     }
     CHECK_MSG(probe_rss() >= LIMIT / 2, "RSS %llu: the climb did not reach the zone",
               (unsigned long long)probe_rss());
