@@ -289,11 +289,11 @@ struct trim_rule {
 
 static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
     /* a person asked: answered, with a trim of its own or a running one's result */
-    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0},
-    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0},
-    [MT_TRIGGER_BURST] = {0, 1, 0, 0},
+    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0, 0},
+    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0, 0},
+    [MT_TRIGGER_BURST] = {0, 1, 0, 0, 0},
     /* polled every few ms near the limit: one count a second of being refused */
-    [MT_TRIGGER_PRESSURE] = {0, 1, 1, MT_SEC},
+    [MT_TRIGGER_PRESSURE] = {0, 1, 1, MT_SEC, 0},
 };
 
 /*
@@ -305,10 +305,10 @@ static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
  * manual trims are the manual row (the leader applied the rate limit to the group).
  */
 static const struct trim_rule group_rules[MT_TRIGGER_COUNT] = {
-    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0},
-    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0},
-    [MT_TRIGGER_BURST] = {0, 1, 0, 0},
-    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC},
+    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0, 0},
+    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0, 0},
+    [MT_TRIGGER_BURST] = {0, 1, 0, 0, 0},
+    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 0},
 };
 
 /*
