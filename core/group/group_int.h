@@ -112,6 +112,13 @@ int group_msg_check(struct group_msg *msg);
 #define ACT_RENEW_NS (500 * MT_MS)
 #define ACT_RESEND_NS (50 * MT_MS)
 #define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
+/* A wait the tests may shorten: the hook's value (set by a group_test_*_ns below; 0 in
+ * every host) or, when 0, the product's. */
+static inline int64_t group_test_wait_ns(_Atomic int64_t *hook, int64_t product_ns)
+{
+    int64_t t = atomic_load(hook);
+    return t > 0 ? t : product_ns;
+}
 /* Tests only: the answer's bound in ns instead (0: MANUAL_ANSWER_NS). */
 void group_test_answer_ns(int64_t ns);
 /* Tests only: the pause after an accept that found no descriptor (0: ACCEPT_PAUSE_NS). */

@@ -40,8 +40,7 @@ void group_test_accept_pause_ns(int64_t ns)
 
 static int64_t accept_pause_ns(void)
 {
-    int64_t t = atomic_load(&test_accept_pause_ns);
-    return t > 0 ? t : ACCEPT_PAUSE_NS;
+    return group_test_wait_ns(&test_accept_pause_ns, ACCEPT_PAUSE_NS);
 }
 
 static _Atomic int64_t test_tick_ns; /* group_test_tick_ns; 0 in every host */
@@ -53,8 +52,7 @@ void group_test_tick_ns(int64_t ns)
 
 int64_t group_tick_ns(int64_t product_ns)
 {
-    int64_t t = atomic_load(&test_tick_ns);
-    return t > 0 ? t : product_ns;
+    return group_test_wait_ns(&test_tick_ns, product_ns);
 }
 
 /* ==== the leader ============================================================ */

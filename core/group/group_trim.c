@@ -37,8 +37,7 @@ void group_test_answer_ns(int64_t ns)
 
 static int64_t answer_ns(void)
 {
-    int64_t t = atomic_load(&test_answer_ns);
-    return t > 0 ? t : MANUAL_ANSWER_NS;
+    return group_test_wait_ns(&test_answer_ns, MANUAL_ANSWER_NS);
 }
 
 static _Atomic int64_t test_stagger_ns; /* group_test_stagger_ns; 0 in every host */
@@ -50,8 +49,7 @@ void group_test_stagger_ns(int64_t ns)
 
 static int64_t stagger_ns(void)
 {
-    int64_t t = atomic_load(&test_stagger_ns);
-    return t > 0 ? t : MANUAL_STAGGER_NS;
+    return group_test_wait_ns(&test_stagger_ns, MANUAL_STAGGER_NS);
 }
 
 /* ---- the API's view ------------------------------------------------------------ */
