@@ -138,6 +138,20 @@ static void api_u64(struct api_text *t, const char *name, const char *type, cons
     api_text_printf(t, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* A family with a line per trigger: the counts u, or the figures f when u is NULL. */
+static void api_by_trigger(struct api_text *t, const char *name, const char *type,
+                           const char *help, const uint64_t *u, const double *f)
+{
+    api_head(t, name, type, help);
+    for (int i = 0; i < MT_TRIGGER_COUNT; i++) {
+        if (u)
+            api_text_printf(t, "%s{trigger=\"%s\"} %llu\n", name, mt_trigger_name(i),
+                            (unsigned long long)u[i]);
+        else
+            api_text_printf(t, "%s{trigger=\"%s\"} %.15g\n", name, mt_trigger_name(i), f[i]);
+    }
+}
+
 static void api_f64(struct api_text *t, const char *name, const char *type, const char *help,
                     double v)
 {
@@ -201,15 +215,12 @@ static void api_histogram(struct api_text *t, const char *name, const char *help
 
 static void api_metrics_trims(struct api_text *t, const struct mt_counters *c)
 {
-    api_head(t, "memtrim_trims_total", "counter", "Trims run, by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_trims_total{trigger=\"%s\"} %llu\n", mt_trigger_name(i),
-                        (unsigned long long)c->trims[i]);
-    api_head(t, "memtrim_released_bytes_total", "counter",
-             "Bytes of RSS given back by trims (positive releases), by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_released_bytes_total{trigger=\"%s\"} %llu\n",
-                        mt_trigger_name(i), (unsigned long long)c->released_bytes[i]);
+    api_by_trigger(t, "memtrim_trims_total", "counter",
+                   "Trims run, by trigger.",
+                   c->trims, NULL);
+    api_by_trigger(t, "memtrim_released_bytes_total", "counter",
+                   "Bytes of RSS given back by trims (positive releases), by trigger.",
+                   c->released_bytes, NULL);
     api_head(t, "memtrim_trim_skips_total", "counter", "Trims skipped, by reason.");
     for (int i = 0; i < MT_SKIP_COUNT; i++)
         api_text_printf(t, "memtrim_trim_skips_total{reason=\"%s\"} %llu\n", mt_skip_reason_name(i),
@@ -257,39 +268,27 @@ static void api_metrics_probe(struct api_text *t, const struct mt_counters *c)
 /* What trimming cost the host (core/decide/cost.c): time, re-faults, the gap, a busy host. */
 static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
 {
-    api_head(t, "memtrim_trim_seconds_total", "counter",
-             "Wall time in trims, by trigger (periodic and burst are charged to "
-             "TrimBudgetPercent; pressure and manual are not).");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_trim_seconds_total{trigger=\"%s\"} %.15g\n",
-                        mt_trigger_name(i), c->trim_seconds[i]);
-    api_head(t, "memtrim_trim_host_stall_seconds_total", "counter",
-             "Sum over trims of the longest wait of the stall canary's malloc while the "
-             "trim ran, by trigger (a lower bound of a host thread's stall).");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_trim_host_stall_seconds_total{trigger=\"%s\"} %.15g\n",
-                        mt_trigger_name(i), c->host_stall_seconds[i]);
-    api_head(t, "memtrim_trim_host_stall_seconds_max", "gauge",
-             "The longest wait of the stall canary's malloc in any one trim, by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_trim_host_stall_seconds_max{trigger=\"%s\"} %.15g\n",
-                        mt_trigger_name(i), c->host_stall_max_seconds[i]);
-    api_head(t, "memtrim_trim_host_stall_measured_total", "counter",
-             "Trims the stall canary measured (took a sample while they ran), by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_trim_host_stall_measured_total{trigger=\"%s\"} %llu\n",
-                        mt_trigger_name(i), (unsigned long long)c->host_stall_trims[i]);
-    api_head(t, "memtrim_refaulted_bytes_total", "counter",
-             "Upper bound of released bytes that came back within RefaultWindowSeconds "
-             "(minor faults x page size), by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_refaulted_bytes_total{trigger=\"%s\"} %llu\n",
-                        mt_trigger_name(i), (unsigned long long)c->refaulted_bytes[i]);
-    api_head(t, "memtrim_refault_windows_total", "counter",
-             "Trims whose re-fault window has closed, by trigger.");
-    for (int i = 0; i < MT_TRIGGER_COUNT; i++)
-        api_text_printf(t, "memtrim_refault_windows_total{trigger=\"%s\"} %llu\n",
-                        mt_trigger_name(i), (unsigned long long)c->refault_windows[i]);
+    api_by_trigger(t, "memtrim_trim_seconds_total", "counter",
+                   "Wall time in trims, by trigger (periodic and burst are charged to "
+                   "TrimBudgetPercent; pressure and manual are not).",
+                   NULL, c->trim_seconds);
+    api_by_trigger(t, "memtrim_trim_host_stall_seconds_total", "counter",
+                   "Sum over trims of the longest wait of the stall canary's malloc while the "
+                   "trim ran, by trigger (a lower bound of a host thread's stall).",
+                   NULL, c->host_stall_seconds);
+    api_by_trigger(t, "memtrim_trim_host_stall_seconds_max", "gauge",
+                   "The longest wait of the stall canary's malloc in any one trim, by trigger.",
+                   NULL, c->host_stall_max_seconds);
+    api_by_trigger(t, "memtrim_trim_host_stall_measured_total", "counter",
+                   "Trims the stall canary measured (took a sample while they ran), by trigger.",
+                   c->host_stall_trims, NULL);
+    api_by_trigger(t, "memtrim_refaulted_bytes_total", "counter",
+                   "Upper bound of released bytes that came back within RefaultWindowSeconds "
+                   "(minor faults x page size), by trigger.",
+                   c->refaulted_bytes, NULL);
+    api_by_trigger(t, "memtrim_refault_windows_total", "counter",
+                   "Trims whose re-fault window has closed, by trigger.",
+                   c->refault_windows, NULL);
     api_f64(t, "memtrim_trim_gap_factor", "gauge",
             "Multiplier on the periodic and burst gaps while released memory comes back "
             "(1 = none; at most TrimGapMaxFactor).",
