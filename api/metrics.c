@@ -274,7 +274,8 @@ static void api_metrics_cost(struct api_text *t, const struct mt_counters *c)
                    NULL, c->trim_seconds);
     api_by_trigger(t, "memtrim_trim_host_stall_seconds_total", "counter",
                    "Sum over trims of the longest wait of the stall canary's malloc while the "
-                   "trim ran, by trigger (a lower bound of a host thread's stall).",
+                   "trim ran, by trigger: the wait a thread allocating during the trim saw (its own "
+                   "arena's lock and the CPU), not the worst host thread's (docs/policy.md).",
                    NULL, c->host_stall_seconds);
     api_by_trigger(t, "memtrim_trim_host_stall_seconds_max", "gauge",
                    "The longest wait of the stall canary's malloc in any one trim, by trigger.",
