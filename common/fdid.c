@@ -67,18 +67,15 @@ int mt_fdid_take(int fd, struct mt_fdid *id)
     id->eventfd_id = -1;
     if (fd < 0)
         return -EBADF;
-    if (fstat(fd, &st) != 0)
+    /* The stamp, on the open file description: a host's own open of the same file
+     * (same device and inode) at this number later has none (fdid.h). */
+    if (fstat(fd, &st) != 0 || fcntl(fd, F_SETSIG, MT_FDID_STAMP) != 0)
         return -errno;
     id->dev = (uint64_t)st.st_dev;
     id->ino = (uint64_t)st.st_ino;
     id->type = (uint32_t)(st.st_mode & S_IFMT);
     if (id->type == 0) { /* anon_inode: eventfd, timerfd, epoll... one inode for all */
         id->anon = 1;
-        if (fcntl(fd, F_SETSIG, MT_FDID_STAMP) != 0) {
-            int e = errno;
-            memset(id, 0, sizeof(*id));
-            return -e;
-        }
         id->eventfd_id = eventfd_id(fd);
         if (id->eventfd_id < 0)
             id->eventfd_id = -1;
@@ -86,6 +83,8 @@ int mt_fdid_take(int fd, struct mt_fdid *id)
     return 0;
 }
 
+/* Async-signal-safe (fstat, fcntl, and eventfd_id's open/read/close): the atfork child
+ * handler reaches it. */
 int mt_fdid_is(int fd, const struct mt_fdid *id)
 {
     struct stat st;
@@ -94,11 +93,9 @@ int mt_fdid_is(int fd, const struct mt_fdid *id)
     if ((uint64_t)st.st_dev != id->dev || (uint64_t)st.st_ino != id->ino ||
         (uint32_t)(st.st_mode & S_IFMT) != id->type)
         return 0;
-    if (!id->anon)
-        return 1;
     if (fcntl(fd, F_GETSIG) != MT_FDID_STAMP)
-        return 0;
-    if (id->eventfd_id < 0)
+        return 0; /* the same file, opened again by someone else: not our description */
+    if (!id->anon || id->eventfd_id < 0)
         return 1;
     int64_t now = eventfd_id(fd);
     return now == id->eventfd_id || now == -2; /* -2: unreadable, the stamp decides */

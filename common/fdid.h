@@ -6,15 +6,26 @@
  * still the file memtrim opened; when it is not, memtrim leaves it alone (it is
  * the host's now) and opens its own again where it needs one.
  *
- * The identity is the file's device, inode and type (fstat). Anonymous-inode
- * files (eventfd: every one shares one inode) add the kernel's eventfd-id from
- * /proc/self/fdinfo where the kernel gives it (6.3 on), and a stamp memtrim
- * puts on the open file itself (F_SETSIG, which does nothing without O_ASYNC,
- * and eventfds have no SIGIO): a host's eventfd on the same number carries no
- * stamp. The check cannot close the window between an fstat and the call that
- * follows it (no system call takes an identity): that window is a few hundred
- * nanoseconds on a thread of memtrim's, against a host whose closefrom would
- * otherwise hit every kept number for the rest of the run.
+ * The identity is the file's device, inode and type (fstat), and a stamp memtrim
+ * puts on its own open of it, the open file description, when it takes the
+ * identity (F_SETSIG to MT_FDID_STAMP: it does nothing without O_ASYNC, which
+ * memtrim never sets). A host that closed memtrim's number and opened the very
+ * same file there (a /proc or cgroup file, a PSI file, a lock file, a directory,
+ * a pipe by its /proc link) has a description of its own, without the stamp: not
+ * memtrim's. A forked child shares its parent's descriptions, the stamp with
+ * them: memtrim's there too (the atfork child handler closes them). Sockets and
+ * eventfds cannot be opened again by path (ENXIO): a host's is another inode, or
+ * for eventfds (every one shares one anonymous inode) one without the stamp and
+ * with another eventfd-id (/proc/self/fdinfo, 6.3 on). An identity is taken only
+ * with mt_fdid_take (mt_fdid_file rebuilds one of a file so taken).
+ *
+ * What remains is the window between the check (fstat, fcntl) and the call that
+ * follows it: no system call takes an identity, so a host thread can still close
+ * and reopen the number in between. That window is a few hundred nanoseconds on
+ * a thread of memtrim's, against a host whose closefrom would otherwise meet every
+ * kept number for the rest of the run. And a host's own description that carries
+ * the stamp: one it got from memtrim's (dup, SCM_RIGHTS), or its own F_SETSIG of
+ * MT_FDID_STAMP on the same file.
  *
  * Threads: no state; any thread. A struct mt_fdid is written once, before the
  * number is published to other threads, and only read after.
@@ -31,15 +42,17 @@ struct mt_fdid {
     int64_t eventfd_id; /* the kernel's eventfd-id, -1 where it has none */
 };
 
-#define MT_FDID_STAMP 37 /* F_SETSIG's value on memtrim's anonymous-inode files */
+#define MT_FDID_STAMP 37 /* F_SETSIG's value on each open file description memtrim keeps */
 
-/* Record fd's identity (stamping an anonymous inode). 0, or -errno (id zeroed). */
+/* Record fd's identity and stamp its open file description (fd: one memtrim just opened
+ * or was handed). 0, or -errno (id zeroed: nothing passes mt_fdid_is). */
 int mt_fdid_take(int fd, struct mt_fdid *id);
 /* 1 when fd is still the file id recorded, 0 otherwise (closed, or someone else's). */
 int mt_fdid_is(int fd, const struct mt_fdid *id);
 /* close(fd) when it is still id's file: 0; -EBADF when it was not (left alone). */
 int mt_fdid_close(int fd, const struct mt_fdid *id);
-/* A regular file's identity from its fstat's device and inode (cgroup and /proc files). */
+/* A regular file's identity from the device and inode mt_fdid_take gave (cgroup.c and
+ * probe.c keep those two in atomics): passes only on the stamped open mt_fdid_take saw. */
 void mt_fdid_file(uint64_t dev, uint64_t ino, struct mt_fdid *id);
 
 /*

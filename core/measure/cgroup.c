@@ -353,13 +353,14 @@ static void slot_id(struct cgroup_info *info, int level, int file, struct mt_fdi
                  id);
 }
 
-/* fd is still the file kept in slot (level, file): same device and inode, a regular file. */
+/* fd is still the file kept in slot (level, file), and memtrim's open of it: same device
+ * and inode, a regular file, and the stamp (fdid.h): a host's own open of that very file at
+ * the number is not. */
 static int still(struct cgroup_info *info, int level, int file, int fd)
 {
-    struct stat st;
-    return fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-           (uint64_t)st.st_dev == atomic_load(&info->fd_dev[level][file]) &&
-           (uint64_t)st.st_ino == atomic_load(&info->fd_ino[level][file]);
+    struct mt_fdid id;
+    slot_id(info, level, file, &id);
+    return mt_fdid_is(fd, &id);
 }
 
 void cgroup_close(struct cgroup_info *info)
@@ -448,21 +449,19 @@ static int kept(struct cgroup_info *info, int level, int file)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) /* missing stays missing; out of descriptors is tried again */
         return errno == ENOENT ? (atomic_store(&info->fd[level][file], -2), -2) : -1;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
+    struct mt_fdid id;
+    if (mt_fdid_take(fd, &id) != 0 || id.type != S_IFREG) { /* take stamps this open */
         close(fd);
         return -1;
     }
     /* The same file for every opener: whoever loses the race below stored the same. */
-    atomic_store(&info->fd_dev[level][file], (uint64_t)st.st_dev);
-    atomic_store(&info->fd_ino[level][file], (uint64_t)st.st_ino);
+    atomic_store(&info->fd_dev[level][file], id.dev);
+    atomic_store(&info->fd_ino[level][file], id.ino);
     int expected = -1;
     if (!atomic_compare_exchange_strong(&info->fd[level][file], &expected, fd)) {
         close(fd);
         return expected;
     }
-    struct mt_fdid id;
-    mt_fdid_file((uint64_t)st.st_dev, (uint64_t)st.st_ino, &id);
     mt_fdid_list(fd, &id); /* a forked child closes it (fdid.h) */
     return fd;
 }

@@ -43,11 +43,13 @@ static _Atomic int proc_fd[PROC_NFILES] = {-1, -1, -1};
  * file opened again. */
 static _Atomic uint64_t proc_dev[PROC_NFILES], proc_ino[PROC_NFILES];
 
+/* fd is still the file kept for which, and memtrim's open of it (its stamp, fdid.h): a
+ * host's own open of the same file at that number is not. */
 static int proc_still(int which, int fd)
 {
-    struct stat st;
-    return fstat(fd, &st) == 0 && (uint64_t)st.st_dev == atomic_load(&proc_dev[which]) &&
-           (uint64_t)st.st_ino == atomic_load(&proc_ino[which]);
+    struct mt_fdid id;
+    mt_fdid_file(atomic_load(&proc_dev[which]), atomic_load(&proc_ino[which]), &id);
+    return mt_fdid_is(fd, &id);
 }
 
 /* The kept descriptor of one file, opened on first use; a negative errno if it cannot be. */
@@ -70,20 +72,18 @@ static int proc_get(int which)
     fd = open(proc_paths[which], O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
+    int rc = mt_fdid_take(fd, &id); /* stamps it: the identity is this open's */
+    if (rc != 0) {
         close(fd);
-        return -e;
+        return rc;
     }
-    atomic_store(&proc_dev[which], (uint64_t)st.st_dev);
-    atomic_store(&proc_ino[which], (uint64_t)st.st_ino);
+    atomic_store(&proc_dev[which], id.dev);
+    atomic_store(&proc_ino[which], id.ino);
     int expected = -1;
     if (!atomic_compare_exchange_strong(&proc_fd[which], &expected, fd)) {
         close(fd); /* another thread opened it first */
         return expected;
     }
-    mt_fdid_file((uint64_t)st.st_dev, (uint64_t)st.st_ino, &id);
     mt_fdid_list(fd, &id); /* a forked child closes it (fdid.h) */
     return fd;
 }

@@ -145,6 +145,129 @@ static void test_kinds(void)
     CHECK(!mt_fdid_is(e, &id));
 }
 
+/* The host's open of the same file (same device and inode) at fd, as its open() after a
+ * closefrom would put it there, read `skip` bytes in (its offset moved, as a host's
+ * reader's is): 0, -1 when it cannot. */
+static int take_same(int fd, const char *path, int flags, int skip)
+{
+    char buf[8];
+    struct stat a, b;
+    int h = open(path, flags | O_CLOEXEC);
+    if (h < 0)
+        return -1;
+    int rc = fstat(fd, &a) == 0 && fstat(h, &b) == 0 && a.st_dev == b.st_dev &&
+                     a.st_ino == b.st_ino && (skip == 0 || read(h, buf, (size_t)skip) == skip) &&
+                     dup2(h, fd) == fd
+                 ? 0
+                 : -1;
+    close(h);
+    return rc;
+}
+
+/* fd is open on path's file, its offset at `at`. */
+static int same_intact(int fd, const char *path, off_t at)
+{
+    struct stat a, b;
+    return fcntl(fd, F_GETFD) >= 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino && lseek(fd, 0, SEEK_CUR) == at;
+}
+
+/*
+ * Each kind memtrim keeps, replaced by the host's own open of the very same file (the
+ * same device and inode: /proc/self/statm, a cgroup file, a PSI file, a named group's
+ * lock and directory, the other end of a pipe): never recognised as memtrim's, never
+ * closed, its offset where the host left it. Before the stamp on every kind (F_SETSIG
+ * on the open file description) each of these passed for memtrim's.
+ */
+static void test_same_file(void)
+{
+    char lock[512], cgfile[512];
+    snprintf(lock, sizeof(lock), "%s/same.lock", tmp);
+    snprintf(cgfile, sizeof(cgfile), "%s/sys/fs/cgroup/memory.events", tmp);
+    harness_put(tmp, "sys/fs/cgroup/memory.events", "low 0\nhigh 0\nmax 0\noom 0\n");
+    close(host_file("same.lock"));
+    static const struct {
+        const char *path;
+        int flags, skip;
+    } kinds[] = {
+        {"/proc/self/statm", O_RDONLY, 2},
+        {"/proc/self/status", O_RDONLY, 3},
+        {"/proc/self/stat", O_RDONLY, 1},
+        {"/proc/pressure/memory", O_RDWR | O_NONBLOCK, 2}, /* where the kernel has PSI */
+        {"/sys/fs/cgroup/memory/memory.usage_in_bytes", O_RDONLY, 1}, /* a v1 host */
+        {"/sys/fs/cgroup/memory/cgroup.event_control", O_WRONLY, 0},
+        {"/sys/fs/cgroup/memory.current", O_RDONLY, 1}, /* a v2 host */
+        {"/sys/fs/cgroup/memory.events", O_RDONLY | O_NONBLOCK, 2},
+        {NULL, O_RDONLY, 4}, /* cgfile: a harness cgroup file */
+        {NULL, O_RDWR, 2},   /* lock: a named group's lock file */
+    };
+    int tried = 0;
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        const char *path = kinds[i].path ? kinds[i].path : i == 8 ? cgfile : lock;
+        struct mt_kept k = MT_KEPT_NONE("test");
+        int fd = mt_kept_set(&k, open(path, kinds[i].flags | O_CLOEXEC), path);
+        if (fd < 0)
+            continue; /* not on this kernel or cgroup version */
+        tried++;
+        CHECK_EQ_INT(mt_kept_fd(&k), fd);
+        CHECK_MSG(take_same(fd, path, kinds[i].flags, kinds[i].skip) == 0, "%s", path);
+        CHECK_MSG(mt_kept_fd(&k) == -1, "the host's %s on %d passed for memtrim's", path, fd);
+        mt_kept_close(&k);
+        CHECK_MSG(same_intact(fd, path, kinds[i].skip), "the host's %s on %d: closed or moved",
+                  path, fd);
+        close(fd);
+        /* mt_fdid_take and mt_fdid_close, as named.c and the watchdog use them */
+        fd = open(path, kinds[i].flags | O_CLOEXEC);
+        struct mt_fdid id;
+        CHECK_EQ_INT(mt_fdid_take(fd, &id), 0);
+        CHECK(mt_fdid_is(fd, &id));
+        CHECK_EQ_INT(take_same(fd, path, kinds[i].flags, kinds[i].skip), 0);
+        CHECK_MSG(!mt_fdid_is(fd, &id), "the host's %s passed mt_fdid_is", path);
+        CHECK_EQ_INT(mt_fdid_close(fd, &id), -EBADF);
+        CHECK(same_intact(fd, path, kinds[i].skip));
+        close(fd);
+    }
+    CHECK_MSG(tried >= 5, "only %d of the kinds could be opened here", tried);
+
+    /* a directory (a named group's), the same one opened again by the host */
+    struct mt_fdid id;
+    int d = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    CHECK_EQ_INT(mt_fdid_take(d, &id), 0);
+    CHECK_EQ_INT(take_same(d, tmp, O_RDONLY | O_DIRECTORY, 0), 0);
+    CHECK_MSG(!mt_fdid_is(d, &id), "the host's open of the same directory passed");
+    CHECK_EQ_INT(mt_fdid_close(d, &id), -EBADF);
+    CHECK(same_intact(d, tmp, 0));
+    close(d);
+
+    /* a pipe's read end, replaced by the host's open of the same pipe (by its write end's
+     * /proc link: the same inode, a new open file description) */
+    int fds[2];
+    char link[64];
+    CHECK_EQ_INT(pipe2(fds, O_CLOEXEC), 0);
+    CHECK_EQ_INT(mt_fdid_take(fds[0], &id), 0);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fds[1]);
+    CHECK_EQ_INT(take_same(fds[0], link, O_RDONLY | O_NONBLOCK, 0), 0);
+    CHECK_MSG(!mt_fdid_is(fds[0], &id), "the host's open of the same pipe passed");
+    CHECK_EQ_INT(mt_fdid_close(fds[0], &id), -EBADF);
+    CHECK(fcntl(fds[0], F_GETFD) >= 0);
+    close(fds[0]);
+    close(fds[1]);
+
+    /* sockets and eventfds cannot be opened again (ENXIO): a host's is always another
+     * inode (sockets) or carries no stamp and another eventfd-id (test_kinds) */
+    CHECK_EQ_INT(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fds[0]);
+    errno = 0;
+    CHECK(open(link, O_RDWR | O_CLOEXEC) < 0 && errno == ENXIO);
+    close(fds[0]);
+    close(fds[1]);
+    int e = eventfd(0, EFD_CLOEXEC);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", e);
+    errno = 0;
+    CHECK(open(link, O_RDWR | O_CLOEXEC) < 0 && errno == ENXIO);
+    close(e);
+}
+
 /* struct mt_kept: the number is forgotten, never closed, once it is the host's. */
 static void test_kept(void)
 {
@@ -199,41 +322,112 @@ static void test_probe_statm(void)
     close(fd);
 }
 
-/* cgroup.c's kept descriptors: replaced by a host's file, neither read nor closed. */
-static void test_cgroup_kept(void)
+/* The lowest of this process's descriptors open on exactly target (by its link), -1 none. */
+static int find_exact(const char *target)
+{
+    char path[64], link[256];
+    for (int fd = 3; fd < 1024; fd++) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ssize_t k = readlink(path, link, sizeof(link) - 1);
+        if (k > 0 && (link[k] = '\0', strcmp(link, target) == 0))
+            return fd;
+    }
+    return -1;
+}
+
+/* How many of this process's descriptors are open on path's file (by its link). */
+static int count_fds(const char *target)
+{
+    char path[64], link[256];
+    int n = 0;
+    for (int fd = 3; fd < 1024; fd++) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        ssize_t k = readlink(path, link, sizeof(link) - 1);
+        if (k > 0 && (link[k] = '\0', strcmp(link, target) == 0))
+            n++;
+    }
+    return n;
+}
+
+/* probe.c's /proc/self/statm, replaced by the host's own open of the same file: probe.c
+ * opens its own again and never reads, closes or moves the host's. */
+static void test_probe_same_file(void)
+{
+    char self[64];
+    CHECK(probe_rss() > 0);
+    snprintf(self, sizeof(self), "/proc/%ld/statm", (long)getpid());
+    int fd = find_exact(self);
+    CHECK_MSG(fd >= 0, "probe.c keeps no descriptor on %s", self);
+    if (fd < 0)
+        return;
+    CHECK_EQ_INT(count_fds(self), 1);
+    CHECK_EQ_INT(take_same(fd, self, O_RDONLY, 2), 0);
+    CHECK_MSG(probe_rss() > 4096 * 10, "no rss read");
+    CHECK_MSG(count_fds(self) == 2, "probe.c kept reading the host's %s on %d", self, fd);
+    CHECK(same_intact(fd, self, 2));
+    close(fd);
+}
+
+/* A v1 cgroup `group` under tmp, looked up into ci and read once: the descriptor cgroup.c
+ * keeps on its memory.usage_in_bytes (path into usage), -1 none. */
+static int cgroup_usage_fd(const char *group, struct cgroup_info *ci, char *usage, size_t size)
+{
+    struct mt_cheap c;
+    char rel[128], cg[128];
+    const char *mounts = "35 25 0:31 / /sys/fs/cgroup/memory rw,relatime shared:15 - cgroup "
+                         "cgroup rw,memory\n";
+    snprintf(rel, sizeof(rel), "sys/fs/cgroup/memory/%s/memory.limit_in_bytes", group);
+    harness_put(tmp, rel, "314572800\n");
+    snprintf(rel, sizeof(rel), "sys/fs/cgroup/memory/%s/memory.usage_in_bytes", group);
+    harness_put(tmp, rel, "104857600\n");
+    harness_put(tmp, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+    snprintf(usage, size, "%s/%s", tmp, rel);
+    snprintf(cg, sizeof(cg), "11:memory:/%s\n", group);
+    CHECK_EQ_INT(cgroup_lookup(cg, mounts, tmp, ci), 0);
+    memset(&c, 0, sizeof(c));
+    cgroup_read(ci, &c);
+    CHECK_EQ_INT(c.cgroup_usage_bytes, 104857600);
+    int fd = find_exact(usage);
+    CHECK_MSG(fd >= 0, "cgroup.c keeps no descriptor on %s", usage);
+    return fd;
+}
+
+/* cgroup.c's kept descriptor replaced by a host's file (another file, or with `same` the
+ * host's own open of that very file, read 3 bytes in): cgroup.c opens its own again, and
+ * its close leaves the host's open, untouched. */
+static void cgroup_replaced(const char *group, int same)
 {
     struct cgroup_info ci;
     struct mt_cheap c;
-    harness_put(tmp, "sys/fs/cgroup/memory/app/memory.limit_in_bytes", "314572800\n");
-    harness_put(tmp, "sys/fs/cgroup/memory/app/memory.usage_in_bytes", "104857600\n");
-    harness_put(tmp, "sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
-    const char *cg = "11:memory:/app\n";
-    const char *mounts = "35 25 0:31 / /sys/fs/cgroup/memory rw,relatime shared:15 - cgroup "
-                         "cgroup rw,memory\n";
-    CHECK_EQ_INT(cgroup_lookup(cg, mounts, tmp, &ci), 0);
-    memset(&c, 0, sizeof(c));
-    cgroup_read(&ci, &c);
-    CHECK_EQ_INT(c.cgroup_usage_bytes, 104857600);
-    int fd = find_fd("app/memory.usage_in_bytes");
-    CHECK_MSG(fd >= 0, "cgroup.c keeps no descriptor on memory.usage_in_bytes");
+    char usage[512];
+    int fd = cgroup_usage_fd(group, &ci, usage, sizeof(usage));
     if (fd < 0)
         return;
-    CHECK_EQ_INT(take_number(fd, "host-cgroup"), 0);
+    CHECK_EQ_INT(same ? take_same(fd, usage, O_RDONLY, 3) : take_number(fd, "host-cgroup"), 0);
     memset(&c, 0, sizeof(c));
     cgroup_read(&ci, &c); /* reopens its own file */
     CHECK_EQ_INT(c.cgroup_usage_bytes, 104857600);
-    CHECK(host_file_intact(fd));
-    int again = find_fd("app/memory.usage_in_bytes");
-    CHECK(again >= 0 && again != fd);
+    CHECK_MSG(count_fds(usage) == 1 + same, "cgroup.c kept reading the host's file on %d", fd);
     cgroup_close(&ci); /* closes its own, leaves the host's */
-    CHECK(host_file_intact(fd));
-    CHECK_EQ_INT(find_fd("app/memory.usage_in_bytes"), -1);
+    CHECK_MSG(same ? same_intact(fd, usage, 3) : host_file_intact(fd),
+              "cgroup_close closed or moved the host's file on %d", fd);
+    CHECK_EQ_INT(count_fds(usage), same);
     close(fd);
+}
+
+static void test_cgroup_kept(void)
+{
+    cgroup_replaced("app", 0);
+}
+
+static void test_cgroup_same_file(void)
+{
+    cgroup_replaced("same", 1);
 }
 
 /* How many of this process's descriptors are memtrim's kind (pid's /proc files, cgroup
  * files, an eventfd with memtrim's stamp), their numbers and targets into what. */
-static int memtrim_fds(pid_t pid, char *what, size_t size)
+static int memtrim_fds(pid_t pid, int except, char *what, size_t size)
 {
     char proc[64];
     int n = snprintf(proc, sizeof(proc), "/proc/%ld/", (long)pid), count = 0;
@@ -243,7 +437,7 @@ static int memtrim_fds(pid_t pid, char *what, size_t size)
         char link[64], to[512];
         snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
         ssize_t k = readlink(link, to, sizeof(to) - 1);
-        if (k <= 0)
+        if (k <= 0 || fd == except)
             continue;
         to[k] = 0;
         int ours = (strncmp(to, proc, (size_t)n) == 0 && strcmp(to + n, "fd") != 0) ||
@@ -268,7 +462,7 @@ static void test_fork_child_keeps_none(void)
     struct mt_counters c;
     WAIT_FOR((mt_counters_get(mt, &c), c.housekeeper_ticks >= 1), 20); /* its probes ran */
     char mine[2048], status[64];
-    int in_parent = memtrim_fds(getpid(), mine, sizeof(mine));
+    int in_parent = memtrim_fds(getpid(), -1, mine, sizeof(mine));
     printf("the parent's:%s\n", mine);
     /* the control: the parent holds them (the pressure thread's statm and wake, probe.c's
      * three, the cgroup's files where there is a cgroup) */
@@ -276,13 +470,21 @@ static void test_fork_child_keeps_none(void)
     snprintf(status, sizeof(status), "/proc/%ld/status", (long)getpid());
     int taken = find_fd(status); /* probe.c's: the host takes its number before the fork */
     CHECK_MSG(taken >= 0 && take_number(taken, "host-forked") == 0, "no %s kept", status);
+    /* and probe.c's stat: the host opens that very file on its number (the child's
+     * handler must tell the host's description from memtrim's, the file being the same) */
+    char stat_path[64];
+    snprintf(stat_path, sizeof(stat_path), "/proc/%ld/stat", (long)getpid());
+    int same = find_exact(stat_path);
+    CHECK_MSG(same >= 0 && take_same(same, stat_path, O_RDONLY, 2) == 0, "no %s kept",
+              stat_path);
     int p[2];
     CHECK_EQ_INT(pipe(p), 0);
     pid_t pid = fork();
     if (pid == 0) {
         char what[2048], line[2100];
-        int left = memtrim_fds(getppid(), what, sizeof(what));
-        int n = snprintf(line, sizeof(line), "%d %d%s", left, host_file_intact(taken), what);
+        int left = memtrim_fds(getppid(), same, what, sizeof(what));
+        int n = snprintf(line, sizeof(line), "%d %d %d%s", left, host_file_intact(taken),
+                         same_intact(same, stat_path, 2), what);
         _exit(write(p[1], line, (size_t)n) == n ? 0 : 1);
     }
     close(p[1]);
@@ -293,14 +495,19 @@ static void test_fork_child_keeps_none(void)
     int st = -1;
     CHECK_EQ_INT(waitpid(pid, &st, 0), pid);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    int left = -1, intact = 0;
-    CHECK_MSG(sscanf(got, "%d %d", &left, &intact) == 2 && left == 0,
+    int left = -1, intact = 0, same_kept = 0;
+    CHECK_MSG(sscanf(got, "%d %d %d", &left, &intact, &same_kept) == 3 && left == 0,
               "the child still holds its parent's: %s", got);
     CHECK_MSG(intact == 1, "the host's file on %d was closed in the child: %s", taken, got);
+    CHECK_MSG(same_kept == 1, "the host's own %s on %d was closed in the child: %s", stat_path,
+              same, got);
+    CHECK(same_intact(same, stat_path, 2));
     CHECK(host_file_intact(taken)); /* and in the parent */
     mt_destroy(mt);
     CHECK(host_file_intact(taken));
+    CHECK(same_intact(same, stat_path, 2));
     close(taken);
+    close(same);
 }
 
 int main(void)
@@ -308,8 +515,11 @@ int main(void)
     CHECK_EQ_INT(harness_tmpdir(tmp, sizeof(tmp), "fdid"), 0);
     RUN(test_kinds);
     RUN(test_kept);
+    RUN(test_same_file);
     RUN(test_probe_statm);
+    RUN(test_probe_same_file);
     RUN(test_cgroup_kept);
+    RUN(test_cgroup_same_file);
     RUN(test_fork_child_keeps_none);
     harness_rmtree(tmp);
     return harness_end();
