@@ -12,8 +12,9 @@
  * Descriptors closed by someone else (a host closing every descriptor): each
  * channel's identity (its socket's inode) is kept; a number that says POLLNVAL
  * or is no longer that socket is dropped without read, send or close (chan_id);
- * so are the wake pipe (pipe_id: never read, written or closed once its number
- * is another file) and a named group's socket (never accepted on).
+ * so are the wake pipe (pipe_id and the stamp of fdid.h: never read, written or
+ * closed once its number is another file, or another open of the same pipe) and
+ * a named group's socket (never accepted on).
  * Any thread; what it touches of struct group is atomic (send_dropped) or the
  * caller's to lock (wake_lost takes g->lock).
  */
@@ -30,6 +31,7 @@
 #include <unistd.h>
 
 #include "mt_alloc.h"
+#include "fdid.h"
 #include "group_int.h"
 
 /*
@@ -63,9 +65,12 @@ uint64_t pipe_id(int fd)
     return fd_ino(fd, S_IFIFO);
 }
 
+/* Its inode, and the stamp wake_pipe_open put on each end's open file description
+ * (fdid.h): a host that opened this very pipe again (by the other end's /proc/self/fd
+ * link) at a freed number has a description without it. */
 int pipe_ours(const struct group *g, int fd)
 {
-    return g->wake_id != 0 && pipe_id(fd) == g->wake_id;
+    return g->wake_id != 0 && pipe_id(fd) == g->wake_id && fcntl(fd, F_GETSIG) == MT_FDID_STAMP;
 }
 
 /* Both ends of the wake pipe, each only while its number is still the pipe. */
@@ -167,9 +172,17 @@ void wake_drain(int fd)
         ;
 }
 
+/* Each end stamped (pipe_ours), or none kept. */
 int wake_pipe_open(int fds[2])
 {
-    return pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0 ? 0 : -errno;
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -errno;
+    if (fcntl(fds[0], F_SETSIG, MT_FDID_STAMP) == 0 && fcntl(fds[1], F_SETSIG, MT_FDID_STAMP) == 0)
+        return 0;
+    int e = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return -e;
 }
 
 /* A byte count or a time a member may report: the leader adds up to GROUP_MAX_MEMBERS of

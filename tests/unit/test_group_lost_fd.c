@@ -11,7 +11,8 @@
  * outright (POLLNVAL); the group thread's wake pipe and a named group's
  * socket, whose numbers the host reuses for its own files (a file it reads,
  * one it writes, its own TCP listener): never read, written, accepted on or
- * closed. Threads: the test's main thread and the instance's.
+ * closed; and the wake pipe's numbers taken by the host's own opens of that very
+ * pipe. Threads: the test's main thread and the instance's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -190,24 +191,23 @@ static int host_file(const char *text)
     return fd;
 }
 
-static void test_reused_wake_pipe_and_socket_are_left_alone(void)
+/* mt leads the named group `name` on a listener of its own (*l, the named group's socket):
+ * the group's wake pipe is the one pipe that is new (by its inode: a number may have been
+ * another file's before), its two ends into *rd and *wr. 0, or -1 (mt destroyed). */
+static int lead_named_wake(struct memtrim *mt, const char *tag, const char *name, int *l,
+                           int *rd, int *wr)
 {
-    struct memtrim *mt = start(JSON);
-    if (!mt)
-        return;
     struct sockaddr_un a;
     socklen_t alen;
-    int l = peer_listener("lost-fd", &a, &alen); /* the named group's socket */
-    CHECK(l >= 0);
     unsigned long before[1024], after[1024];
     char *err = NULL;
+    *l = peer_listener(tag, &a, &alen);
+    CHECK(*l >= 0);
     pipe_fds(before);
-    CHECK_EQ_INT(mt_group_lead_named(mt, l, "lostfd", 0, &err), 0);
+    CHECK_EQ_INT(mt_group_lead_named(mt, *l, name, 0, &err), 0);
     free(err);
     pipe_fds(after);
-    /* The group's wake pipe: the one pipe that is new (by its inode: a number may have
-     * been another file's before), its two ends. */
-    int rd = -1, wr = -1;
+    *rd = *wr = -1;
     for (int i = 3; i < 1024; i++) {
         int seen = 0;
         for (int k = 3; k < 1024 && after[i] && !seen; k++)
@@ -215,15 +215,23 @@ static void test_reused_wake_pipe_and_socket_are_left_alone(void)
         if (!after[i] || seen)
             continue;
         if ((fcntl(i, F_GETFL) & O_ACCMODE) == O_RDONLY)
-            rd = i;
+            *rd = i;
         else
-            wr = i;
+            *wr = i;
     }
-    CHECK_MSG(rd >= 0 && wr >= 0, "the group's wake pipe was not found (%d, %d)", rd, wr);
-    if (rd < 0 || wr < 0) {
-        mt_destroy(mt);
+    CHECK_MSG(*rd >= 0 && *wr >= 0, "the group's wake pipe was not found (%d, %d)", *rd, *wr);
+    if (*rd >= 0 && *wr >= 0)
+        return 0;
+    mt_destroy(mt);
+    return -1;
+}
+
+static void test_reused_wake_pipe_and_socket_are_left_alone(void)
+{
+    struct memtrim *mt = start(JSON);
+    int l, rd, wr;
+    if (!mt || lead_named_wake(mt, "lost-fd", "lostfd", &l, &rd, &wr) != 0)
         return;
-    }
     /* The host closed them and opened its files on the numbers: one it reads, one it
      * writes, and its own TCP listener where the group's socket was. */
     int f = host_file("host data");
@@ -269,6 +277,56 @@ static void test_reused_wake_pipe_and_socket_are_left_alone(void)
     close(pair[1]);
 }
 
+/* The host's open of the pipe at number `fd` (its other end's /proc/self/fd link): the
+ * same pipe, a description of the host's; 0, -1 when it cannot. */
+static int host_reopens(int fd, int other, int flags)
+{
+    char link[64];
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", other);
+    int h = open(link, flags | O_CLOEXEC | O_NONBLOCK);
+    int rc = h >= 0 && dup2(h, fd) == fd ? 0 : -1;
+    if (h >= 0 && h != fd)
+        close(h);
+    return rc;
+}
+
+/* The wake pipe's two numbers, taken by the host's own opens of that very pipe (the same
+ * inode): the group never reads the host's byte, never writes into it, never closes them. */
+static void test_wake_pipe_reopened_by_the_host(void)
+{
+    struct memtrim *mt = start(JSON);
+    int l, rd, wr;
+    if (!mt || lead_named_wake(mt, "lost-fd-same", "lostfdsame", &l, &rd, &wr) != 0)
+        return;
+    unsigned long was[1024], now[1024];
+    pipe_fds(was);
+    /* The read end first (by the write end's link, still memtrim's), then the write end
+     * (by the host's read end's): both numbers the host's, on the same pipe. */
+    CHECK_EQ_INT(host_reopens(rd, wr, O_RDONLY), 0);
+    CHECK_EQ_INT(host_reopens(wr, rd, O_WRONLY), 0);
+    pipe_fds(now);
+    CHECK_MSG(now[rd] == was[rd] && now[wr] == was[wr], "not the same pipe any more");
+    char c = 0;
+    while (read(rd, &c, 1) == 1) /* (a wake already in it: the group's own) */
+        ;
+    CHECK(write(wr, "h", 1) == 1); /* the host's byte, for the host's reader */
+    int pair[2]; /* a member's hello wakes the group (its adoption: group_wake) */
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) == 0);
+    CHECK_EQ_INT(group_adopt(mt->group, pair[0]), 0);
+    send_hello(pair[1]);
+    WAIT_FOR(members(mt) == 2, 60);
+    CHECK_EQ_INT(members(mt), 2);
+    mt_destroy(mt);
+    CHECK_MSG(is_open(rd) && is_open(wr), "the host's opens of the pipe were closed by memtrim");
+    c = 0;
+    CHECK_MSG(read(rd, &c, 1) == 1 && c == 'h', "the host's byte was read by the group");
+    CHECK_MSG(read(rd, &c, 1) < 0 && errno == EAGAIN, "the group wrote into the host's pipe");
+    close(rd);
+    close(wr);
+    close(l);
+    close(pair[1]);
+}
+
 int main(void)
 {
     /* The leader polls, and a member reports, every 10 ms instead of 100 and 250 (tests
@@ -277,5 +335,6 @@ int main(void)
     RUN(test_leader_drops_a_reused_channel_without_closing_it);
     RUN(test_member_drops_reused_channels_without_closing_them);
     RUN(test_reused_wake_pipe_and_socket_are_left_alone);
+    RUN(test_wake_pipe_reopened_by_the_host);
     return harness_end();
 }
