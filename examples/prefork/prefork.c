@@ -12,6 +12,7 @@
  *                   [--schedule relative|absolute] [--trace FILE]
  *                   [--cycles N] [--hold] [--pid-dir DIR] [--shared-mb 0]
  *                   [--closefrom FILES] [--closefrom-delay-ms 0] [--closefrom-master]
+ *                   [--closefrom-same]
  *
  * --trim-after: malloc_trim(0) after every study (the comparison).
  * --schedule: relative (the default): each study starts pause-ms after the
@@ -49,6 +50,10 @@
  *   this long after its fork (once memtrim has joined it to the group).
  *   --closefrom-master: the master does it instead (memtrim's serving process),
  *   once its workers are forked, and checks its files every 50 ms until they end.
+ *   --closefrom-same: first, at each number where memtrim held one of this
+ *   process's /proc files or a cgroup file before the closefrom, it opens that
+ *   very file again (the same device and inode) and reads up to 3 bytes of it;
+ *   each is checked too: still open, still that file, its offset where it was.
  * The master prints one JSON line: {"workers":N,"finished":K,"killed":[pids],
  * "status":[{"pid":P,"exit":E} or {"pid":P,"signal":S}, ...]} (every worker of
  * --workers, in fork order: how each ended, as waitpid said) and exits 0 when
@@ -82,6 +87,10 @@ static int own_fd[256];                 /* the worker's own files, after its clo
 static unsigned long long own_ino[256]; /* ...their inodes */
 static off_t own_len[256];              /* ...and what it wrote into each */
 static void own_check(int study);
+static int same_files;                  /* --closefrom-same */
+static int same_fd[64], nsame;          /* the files opened again at memtrim's numbers */
+static unsigned long long same_ino[64]; /* ...their inodes */
+static off_t same_off[64];              /* ...and their offsets, after this process's read */
 static int trace_fd = -1;  /* --trace: one line per study */
 static int worker_index;   /* this worker's place in the start order (0 first) */
 static int64_t t0_ns;      /* the master's start (CLOCK_MONOTONIC): the trace's origin */
@@ -192,10 +201,68 @@ static void *worker_thread(void *arg)
     return NULL;
 }
 
+/* --closefrom-same: each file opened again at memtrim's number still open, that file, and
+ * its offset where this process left it. */
+static void same_check(int study)
+{
+    for (int i = 0; i < nsame; i++) {
+        struct stat st;
+        if (fstat(same_fd[i], &st) != 0 || (unsigned long long)st.st_ino != same_ino[i] ||
+            lseek(same_fd[i], 0, SEEK_CUR) != same_off[i]) {
+            fprintf(stderr, "memtrim-prefork: worker %ld: descriptor %d, the file memtrim had "
+                            "there opened again by this process, was closed, replaced or read "
+                            "by someone else (study %d)\n",
+                    (long)getpid(), same_fd[i], study);
+            _exit(5);
+        }
+    }
+}
+
+/* --closefrom-same: the numbers of this process's /proc and cgroup files (memtrim's), and
+ * their paths, before the closefrom. */
+static int same_list(char paths[][256], int *fds, int cap)
+{
+    char proc[64], link[64];
+    int n = 0, plen = snprintf(proc, sizeof(proc), "/proc/%ld/", (long)getpid());
+    for (int fd = 3; fd < 1024 && n < cap; fd++) {
+        snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+        ssize_t k = readlink(link, paths[n], 255);
+        if (k <= 0)
+            continue;
+        paths[n][k] = '\0';
+        if ((!strncmp(paths[n], proc, (size_t)plen) && strchr(paths[n] + plen, '/') == NULL) ||
+            !strncmp(paths[n], "/sys/fs/cgroup/", 15))
+            fds[n++] = fd;
+    }
+    return n;
+}
+
+/* --closefrom-same: after the closefrom, each of those files opened again at its number. */
+static void same_open(char paths[][256], const int *fds, int n)
+{
+    char buf[3];
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        int fd = open(paths[i], O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof(buf));
+        if (got <= 0 || (fd != fds[i] && dup2(fd, fds[i]) != fds[i]) || fstat(fds[i], &st) != 0) {
+            fprintf(stderr, "memtrim-prefork: --closefrom-same: %s: %s\n", paths[i],
+                    strerror(errno));
+            _exit(4);
+        }
+        if (fd != fds[i])
+            close(fd);
+        same_fd[nsame] = fds[i];
+        same_off[nsame] = (off_t)got;
+        same_ino[nsame++] = (unsigned long long)st.st_ino;
+    }
+}
+
 /* --closefrom: append one record to each own file and check every byte of each. */
 static void own_check(int study)
 {
     char rec[64], back[64];
+    same_check(study);
     for (int i = 0; i < own_files; i++) {
         struct stat st;
         int n = snprintf(rec, sizeof(rec), "worker %ld file %d study %d\n", (long)getpid(), i,
@@ -226,9 +293,17 @@ static void own_check(int study)
 static void own_open(void)
 {
     const char *dir = pid_dir ? pid_dir : "/tmp";
+    static char paths[64][256];
+    int fds[64], n = 0;
     if (own_delay_ms)
         sleep_ms(own_delay_ms);
+    if (same_files)
+        n = same_list(paths, fds, 64);
     closefrom(3);
+    same_open(paths, fds, n);
+    if (same_files)
+        fprintf(stderr, "memtrim-prefork: --closefrom-same: %d of memtrim's files opened again "
+                        "at their numbers\n", n);
     for (int i = 0; i < own_files; i++) {
         struct stat st;
         own_fd[i] = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
@@ -308,6 +383,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--hold")) hold = 1;
         else if (!strcmp(argv[i], "--closefrom-delay-ms")) own_delay_ms = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--closefrom-master")) own_in_master = 1;
+        else if (!strcmp(argv[i], "--closefrom-same")) same_files = 1;
         else if (!strcmp(argv[i], "--solo")) solo = arg_int(argc, argv, &i);
         else if (!strcmp(argv[i], "--origin-ns") && i + 1 < argc) {
             char *end;

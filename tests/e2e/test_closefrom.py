@@ -51,6 +51,22 @@ def test_a_worker_that_runs_closefrom_keeps_every_descriptor(procs, tmp_path, de
     assert result["finished"] == 8 and rc == 0, out[-3000:]
 
 
+@pytest.mark.parametrize("run_no", [1, 2])
+def test_a_worker_that_opens_memtrims_very_files_again_keeps_them(procs, tmp_path, run_no):
+    """The worker's closefrom, then its own open of each /proc and cgroup file memtrim held,
+    at memtrim's number (the same device and inode), up to 3 bytes read: each stays open,
+    that file, its offset where the worker left it, for the whole run and as the member leaves (issue 31: before the
+    stamp on every kind, such a file passed memtrim's identity check)."""
+    rc, result, out = run(procs, tmp_path, "same", 300, ["--closefrom-same"])
+    lost = [l for l in out.splitlines() if l.startswith("memtrim-prefork: worker")]
+    reopened = [int(l.split()[2]) for l in out.splitlines()
+                if l.startswith("memtrim-prefork: --closefrom-same: ")]
+    assert result is not None, out[-3000:]
+    assert not lost, "\n".join(lost[:8])
+    assert len(reopened) == 8 and min(reopened) >= 3, out[-3000:]
+    assert result["finished"] == 8 and rc == 0, out[-3000:]
+
+
 @pytest.mark.parametrize("run_no", [1, 2, 3])
 def test_a_serving_process_that_runs_closefrom_keeps_every_descriptor_and_exits(
         procs, tmp_path, run_no):
