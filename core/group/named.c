@@ -181,8 +181,13 @@ int mt_named_open(struct mt_named *n, const struct mt_config *cfg, char **err)
     int fd = mt_named_dir_open(n->dir, (unsigned)geteuid(), what, err);
     if (fd < 0)
         return fd;
+    int rc = mt_fdid_take(fd, &n->dir_id); /* stamps it (fdid.h): else never closed later */
+    if (rc != 0) {
+        set_err("%s %s: %s", what, n->dir, strerror(-rc));
+        close(fd);
+        return rc;
+    }
     n->dirfd = fd;
-    mt_fdid_take(fd, &n->dir_id);
     return 0;
 }
 
@@ -276,7 +281,8 @@ static int named_bind(struct mt_named *n, char **err)
         return rc;
     }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, MT_GROUP_MAX) != 0 ||
+    if (fd < 0 || mt_fdid_take(fd, &n->listen_id) != 0 ||
+        bind(fd, (struct sockaddr *)&a, len) != 0 || listen(fd, MT_GROUP_MAX) != 0 ||
         fstatat(n->dirfd, sock, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         rc = -errno;
         set_err("GroupName %s: cannot listen on %s/%s: %s", n->name, n->dir, sock, strerror(errno));
@@ -285,7 +291,6 @@ static int named_bind(struct mt_named *n, char **err)
         return rc;
     }
     n->listen_fd = fd;
-    mt_fdid_take(fd, &n->listen_id);
     n->sock_dev = (uint64_t)st.st_dev;
     n->sock_ino = (uint64_t)st.st_ino;
     return 0;
@@ -325,9 +330,12 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         return MT_NAMED_LEADER;
     name_of(n, "lock", lock, sizeof(lock));
     int fd = openat(n->dirfd, lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    struct mt_fdid id; /* stamps it (fdid.h): a lock never closed would stay held */
+    if (fd < 0 || mt_fdid_take(fd, &id) != 0) {
         int e = errno;
         set_err("GroupName %s: cannot open %s/%s: %s", n->name, n->dir, lock, strerror(e));
+        if (fd >= 0)
+            close(fd);
         return -e;
     }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -362,7 +370,7 @@ int mt_named_elect(struct mt_named *n, int *member_fd, char **err)
         return rc;
     }
     n->lock_fd = fd;
-    mt_fdid_take(fd, &n->lock_id);
+    n->lock_id = id;
     return MT_NAMED_LEADER;
 }
 
