@@ -22,6 +22,7 @@
 int stall_init(struct stall_canary *c)
 {
     memset(c, 0, sizeof(*c));
+    c->begin_wait_ns = STALL_BEGIN_WAIT_NS;
     if (pthread_mutex_init(&c->lock, NULL))
         return -ENOMEM;
     if (pthread_cond_init(&c->wake, NULL)) {
@@ -135,7 +136,8 @@ void stall_begin(struct stall_canary *c)
     pthread_cond_signal(&c->wake);
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_nsec += STALL_BEGIN_WAIT_NS;
+    until.tv_sec += c->begin_wait_ns / 1000000000LL;
+    until.tv_nsec += c->begin_wait_ns % 1000000000LL;
     until.tv_sec += until.tv_nsec / 1000000000L;
     until.tv_nsec %= 1000000000L;
     while (c->running && !c->stop && c->seen_gen != c->gen)

@@ -23,6 +23,8 @@ struct stall_canary {
     uint64_t seen_gen;   /* the canary's first sample of trim gen started */
     int64_t max_ns;      /* the longest sample of the current trim */
     unsigned samples;    /* samples taken in it */
+    int64_t begin_wait_ns; /* stall_begin's bound: STALL_BEGIN_WAIT_NS (stall_init); a test
+                            * that needs every trim measured sets a hang guard instead */
     pthread_t thread;
     int running;
 };
@@ -33,7 +35,7 @@ int stall_start(struct stall_canary *c);    /* the thread; 0 or an errno */
 void stall_stop(struct stall_canary *c);    /* joins it; at most one sample's wait */
 
 /* Around a release (c may be NULL: nothing measured). stall_begin waits until the
- * canary's first sample started, at most STALL_BEGIN_WAIT_NS (a canary not scheduled
+ * canary's first sample started, at most c->begin_wait_ns (a canary not scheduled
  * in time, or not running, delays no trim further). stall_end returns the longest
  * wait of one sample taken while the release ran, in ns, or -1 when none was taken (the
  * canary is not running, or the release ended before its first sample). */

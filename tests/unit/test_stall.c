@@ -66,6 +66,10 @@ static void test_stall_recorded_per_trigger(void)
     snapshot_init(&cache);
     CHECK_EQ_INT(trim_service_init(&ts), 0);
     CHECK_EQ_INT(stall_init(&c), 0);
+    /* Every trim below must be measured: stall_begin waits for the canary's first sample
+     * (a hang guard, not the product's 1 ms: on a busy node the canary may not be
+     * scheduled within 1 ms, and then, by design, that trim is not measured). */
+    c.begin_wait_ns = 10LL * 1000000000LL;
     CHECK_EQ_INT(stall_start(&c), 0);
 
     /* The control: no canary attached, a real trim of a fragmented heap, nothing recorded. */
