@@ -55,6 +55,7 @@ enum group_msg_kind {
 
 #define ZONE_ON 1  /* the zone's pace: watch the heap, report what it freed at once */
 #define ZONE_ACT 2 /* ...and trim what it freed on its own, in its slot (u.grant) */
+#define ZONE_LINE 4 /* ...the group is at its line: at once, not waiting for its slot */
 
 /*
  * The leader's grant to a member that may trim on its own (MSG_ZONE with ZONE_ACT;
@@ -63,12 +64,17 @@ enum group_msg_kind {
  * clock for the processes of a host), before until_ns (the leader renews it while the
  * group stays in the zone: a stopped leader's grant runs out), and only when it holds
  * free `threshold` bytes or more. So no two members acting alone start a trim in the
- * same slot.
+ * same slot. Except at the group's line, where surviving comes before not stalling the
+ * node together: with ZONE_LINE (the leader's reading), or when the member's own
+ * reading of the cgroup's usage is line_bytes or more (0: the leader reads no cgroup),
+ * it trims at once; and a member that waited for its slot and was not running while it
+ * was open (a loaded node) trims as soon as it runs, not a whole rotation later.
  */
 struct group_grant {
     int64_t epoch_ns, width_ns, until_ns;
     uint64_t threshold;
     int32_t slot, slots;
+    int64_t line_bytes;
 };
 
 struct group_msg {
@@ -224,6 +230,7 @@ struct group {
     struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
     int zone;
     int act;                          /* members may trim alone (ZONE_ACT was sent) */
+    int act_line;                     /* ...at once, the group at its line (ZONE_LINE sent) */
     uint64_t act_threshold;           /* ...holding this much free (the last grant's) */
     int64_t act_sent_ns, act_width_ns; /* the last grant went out then, with this slot width */
     uint64_t members_gen, act_gen;    /* joins and leaves; the last grant's count of them */

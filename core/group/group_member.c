@@ -133,6 +133,7 @@ struct member_pace {
     int64_t next_report, next_watch;
     uint64_t reported_free; /* the releasable estimate of the last report */
     int act;                /* the grant holds (until grant.until_ns) */
+    int act_line;           /* ...and the group is at its line (ZONE_LINE) */
     struct group_grant grant;
     int64_t act_at;         /* a trim of its own waits for its slot, which opens then (0 none) */
     int64_t act_seen_ns;    /* ...for what it saw freed then (the trim's reaction time) */
@@ -163,11 +164,35 @@ static void grant_window(const struct group_grant *gr, int64_t now, int64_t *ope
 }
 
 /*
+ * The window a trim of its own may start in (trim_ask.open_ns, close_ns): its slot, the
+ * one it is in or the next (grant_window). But at the group's line (the leader's word,
+ * ZONE_LINE, or its own reading of the cgroup's usage, taken with the heap's, at the
+ * grant's line_bytes or more) now, until the lease ends: surviving the limit comes before
+ * not stalling the node together. And a member that waited for its slot (act_at) and ran
+ * again only after it closed (a loaded node: its thread was not scheduled in time, or was
+ * preempted between the window and the trim) takes its turn now: else it waited a whole
+ * rotation for the next one, and under the same load could miss that one too.
+ */
+static void member_window(const struct member_pace *pc, const struct mt_snapshot *s,
+                          int64_t now, int64_t *open, int64_t *close)
+{
+    grant_window(&pc->grant, now, open, close);
+    int at_line = pc->act_line || (pc->grant.line_bytes > 0 && s->cheap.cgroup_usage_bytes >= 0 &&
+                                   s->cheap.cgroup_usage_bytes >= pc->grant.line_bytes);
+    int missed = pc->act_at && now >= pc->act_at && *open > now;
+    if (at_line || missed) {
+        *open = now;
+        *close = pc->grant.until_ns;
+    }
+}
+
+/*
  * Inside the zone, with its leader's grant (ZONE_ACT): what it freed (s, a heap reading
  * just taken) goes back now, without the leader's round trip, when it holds the grant's
  * threshold and TrimMinReleasableBytes (min) more than after its last trim; in its own
- * slot only (it waits for the slot's start: act_at). By the member's row of the trim
- * service's rules (trim.c: suspend, a running trim shared, the slot). 1 when it trimmed.
+ * slot only (it waits for the slot's start: act_at), unless at the line or its slot was
+ * missed (member_window). By the member's row of the trim service's rules (trim.c:
+ * suspend, a running trim shared, the window). 1 when it trimmed.
  */
 static int member_act(struct group *g, struct member_pace *pc, const struct mt_snapshot *s,
                       uint64_t min, int64_t now)
@@ -191,7 +216,7 @@ static int member_act(struct group *g, struct member_pace *pc, const struct mt_s
         pc->act_seen_ns = now;
     struct trim_ask ask = {.trigger = MT_TRIGGER_PRESSURE, .min_interval_ms = -1,
                            .crossing_ns = pc->act_seen_ns, .group = TRIM_ASK_MEMBER};
-    grant_window(&pc->grant, now, &ask.open_ns, &ask.close_ns);
+    member_window(pc, s, now, &ask.open_ns, &ask.close_ns);
     if (ask.open_ns > now) {
         pc->act_at = ask.open_ns; /* its slot: the loop wakes then */
         return 0;
@@ -202,7 +227,10 @@ static int member_act(struct group *g, struct member_pace *pc, const struct mt_s
     pthread_mutex_unlock(g->d.config.lock);
     struct group_msg msg;
     msg_init(&msg, MSG_TRIM_OWN);
-    if (trim_request(g->d.trims, g->d.cache, &ask, &msg.u.trim, NULL) != 0)
+    int rc = trim_request(g->d.trims, g->d.cache, &ask, &msg.u.trim, NULL);
+    if (rc == -EAGAIN && mt_mono_ns() >= ask.close_ns && ask.close_ns < pc->grant.until_ns)
+        pc->act_at = ask.open_ns; /* its slot closed before the trim began: its turn, next */
+    if (rc != 0)
         return 0;
     if (!msg.u.trim.coalesced)
         member_send(g, &msg);
@@ -213,18 +241,21 @@ static int member_act(struct group *g, struct member_pace *pc, const struct mt_s
     return 1;
 }
 
-/* Report when due; inside the zone, watch the heap between reports. */
+/* Report when due; inside the zone, watch the heap between reports. A trim waiting for its
+ * slot (act_at) comes first: a report due at the same wake (a thread scheduled late) would
+ * have taken the turn, and the loop then waited for a slot already past (below). */
 static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
                         struct member_pace *pc)
 {
     struct mt_snapshot s;
-    if (now >= pc->next_report) {
+    int act_due = zone && pc->act_at && now >= pc->act_at;
+    if (now >= pc->next_report && !act_due) {
         own_snapshot(&g->d, period, zone ? ZONE_BUDGET_FACTOR : 0, &s);
         member_report(g, &s);
         pc->reported_free = s.releasable_estimate_bytes;
         pc->next_report = now + period;
         pc->next_watch = now + ZONE_WATCH_NS;
-    } else if (zone && (now >= pc->next_watch || (pc->act_at && now >= pc->act_at))) {
+    } else if (zone && (now >= pc->next_watch || act_due)) {
         /*
          * Inside the zone a worker that just freed a study holds it resident, and
          * the others under the limit need it within tens of milliseconds (a study
@@ -259,6 +290,7 @@ static void member_zone(struct group *g, struct member_pace *pc, const struct gr
     if (atomic_exchange(g->d.zone, zone) != zone)
         pc->next_report = 0; /* report at the zone's pace from now */
     pc->act = (msg->arg & ZONE_ACT) && grant_ok(&msg->u.grant, mt_mono_ns());
+    pc->act_line = pc->act && (msg->arg & ZONE_LINE);
     if (pc->act)
         pc->grant = msg->u.grant;
     else
@@ -321,7 +353,9 @@ static void *member_main(void *arg)
         int64_t until = zone && pc.next_watch < pc.next_report ? pc.next_watch : pc.next_report;
         if (zone && pc.act_at && pc.act_at < until)
             until = pc.act_at;
-        int64_t wait_ms = (until - now) / MT_MS + 1;
+        /* a time already past (a slot missed while it reported): no wait. A negative
+         * timeout is poll's "for ever": the member slept until its leader's next word. */
+        int64_t wait_ms = until > now ? (until - now) / MT_MS + 1 : 0;
         struct pollfd p[2 + GROUP_MAX_MEMBERS] = {{.fd = g->fd, .events = POLLIN},
                                                   {.fd = g->wake[0], .events = POLLIN}};
         nfds_t np = 2 + (nfds_t)pending_poll(g, p + 2);

@@ -74,24 +74,28 @@ void leader_total_sample(struct group *g, int64_t now, double sample_s)
  * Tell every member the zone's state: its pace (ZONE_ON: they watch their heap), and
  * with a threshold, the grant to trim what each freed on its own (ZONE_ACT): the
  * stagger, one slot of width_ns each in turn, so that members acting alone never start
- * their trims together; the grant lasts ACT_LEASE_NS unless sent again.
+ * their trims together; the grant lasts ACT_LEASE_NS unless sent again. At the line
+ * (ZONE_LINE), and wherever a member's own reading of the cgroup says the usage reached
+ * line_bytes (0: this usage is no cgroup's), a member trims at once, out of its slot.
  */
 static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t width_ns,
-                        int64_t now)
+                        int at_line, int64_t line_bytes, int64_t now)
 {
     struct group_msg msg;
     msg_init(&msg, MSG_ZONE);
     int act = zone && threshold > 0, slots = 0, slot = 0;
-    msg.arg = zone ? ZONE_ON | (act ? ZONE_ACT : 0) : 0;
+    at_line = act && at_line;
+    msg.arg = zone ? ZONE_ON | (act ? ZONE_ACT : 0) | (at_line ? ZONE_LINE : 0) : 0;
     atomic_store(g->d.zone, zone);
     pthread_mutex_lock(&g->lock);
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
         slots += g->m[i].used && g->m[i].pid > 0;
     msg.u.grant = (struct group_grant){.epoch_ns = g->slot_epoch_ns, .width_ns = width_ns,
                                        .until_ns = now + ACT_LEASE_NS, .threshold = threshold,
-                                       .slots = slots};
+                                       .slots = slots, .line_bytes = act ? line_bytes : 0};
     g->zone = zone;
     g->act = act;
+    g->act_line = at_line;
     g->act_threshold = threshold;
     g->act_sent_ns = now;
     g->act_width_ns = width_ns;
@@ -105,16 +109,18 @@ static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t w
 }
 
 /* Whether the members must hear of the zone again: it began or ended, the grant came or
- * went, or it stands and is due again (its lease, the members, its width, its threshold
- * moved by TrimMinReleasableBytes). Locked. */
+ * went, the usage reached the line or left it, or it stands and is due again (its lease,
+ * the members, its width, its threshold moved by TrimMinReleasableBytes). Locked. */
 static int zone_news(const struct group *g, int zone, uint64_t threshold, int64_t width_ns,
-                     int64_t now, uint64_t min)
+                     int at_line, int64_t now, uint64_t min)
 {
     int act = zone && threshold > 0;
     if (zone != g->zone || act != g->act)
         return 1;
     if (!act)
         return 0;
+    if (at_line != g->act_line)
+        return 1;
     uint64_t moved = threshold > g->act_threshold ? threshold - g->act_threshold
                                                   : g->act_threshold - threshold;
     return now - g->act_sent_ns >= ACT_RENEW_NS || g->act_gen != g->members_gen ||
@@ -325,7 +331,12 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
      * lets it do that at once, in its slot, and while its leader cannot answer. */
     if (zone && width_ns > 0 && threshold == 0)
         threshold = in.burst_bytes;
-    int news = zone_news(g, zone, threshold, width_ns, now, in.min_releasable);
+    /* The line (the decision's, group_policy.c): the usage that a member's own reading of
+     * the cgroup compares (line_bytes; none when the usage is the members' sum). */
+    int64_t line = in.limit > 0 && in.ratio > 0 ? (int64_t)((double)in.limit * in.ratio) : 0;
+    int at_line = line > 0 && in.usage >= line;
+    int64_t line_bytes = usage >= 0 ? line : 0;
+    int news = zone_news(g, zone, threshold, width_ns, at_line, now, in.min_releasable);
     int pick = group_pressure_pick(&in, c, n, &rule);
     struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
     int fd = -1, guess = pick >= 0 && !(c[pick].estimate_fresh &&
@@ -345,7 +356,7 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     }
     pthread_mutex_unlock(&g->lock);
     if (news)
-        leader_zone(g, zone, threshold, width_ns, now);
+        leader_zone(g, zone, threshold, width_ns, at_line, line_bytes, now);
     if (m)
         pressure_ask(g, m, fd, id, now, cfg, guess);
 }

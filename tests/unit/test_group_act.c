@@ -82,15 +82,39 @@ static int first_word(int fd, struct group_msg *msg)
     return 0;
 }
 
-static void zone(int fd, int flags, int64_t epoch, int64_t width, int64_t until, int slot,
-                 int slots)
+static void zone_line(int fd, int flags, int64_t epoch, int64_t width, int64_t until, int slot,
+                      int slots, int64_t line)
 {
     struct group_msg msg;
     peer_msg(&msg, MSG_ZONE, 0);
     msg.arg = flags;
     msg.u.grant = (struct group_grant){.epoch_ns = epoch, .width_ns = width, .until_ns = until,
-                                       .threshold = 8 * MIB, .slot = slot, .slots = slots};
+                                       .threshold = 8 * MIB, .slot = slot, .slots = slots,
+                                       .line_bytes = line};
     CHECK(send(fd, &msg, sizeof(msg), 0) == (ssize_t)sizeof(msg));
+}
+
+static void zone(int fd, int flags, int64_t epoch, int64_t width, int64_t until, int slot,
+                 int slots)
+{
+    zone_line(fd, flags, epoch, width, until, slot, slots, 0);
+}
+
+/* A member on ch[0] (the test plays its leader on ch[1]) that said hello, this process's
+ * heap trimmed; NULL when it could not start. */
+static struct memtrim *granted_member(int ch[2])
+{
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ch) == 0);
+    struct memtrim *mt = NULL;
+    char *err = NULL;
+    CHECK_EQ_INT(mt_create_member(JSON, ch[0], on_gone, NULL, &mt, &err), 0);
+    free(err);
+    if (!mt)
+        return NULL;
+    struct group_msg msg;
+    CHECK_EQ_INT(next_msg(ch[1], &msg), MSG_HELLO);
+    malloc_trim(0);
+    return mt;
 }
 
 /* Drain what the member said until now (its reports at the zone's pace). */
@@ -136,16 +160,10 @@ static void test_a_member_acts_on_its_grant(void)
 {
     SKIP_IF_SANITIZER_ALLOCATOR();
     int ch[2];
-    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ch) == 0);
-    struct memtrim *mt = NULL;
-    char *err = NULL;
-    CHECK_EQ_INT(mt_create_member(JSON, ch[0], on_gone, NULL, &mt, &err), 0);
-    free(err);
+    struct memtrim *mt = granted_member(ch);
     if (!mt)
         return;
     struct group_msg msg;
-    CHECK_EQ_INT(next_msg(ch[1], &msg), MSG_HELLO);
-    malloc_trim(0);
     int64_t now = mt_mono_ns();
 
     /* Granted, its slot open now (one slot of one): it trims what it freed before it
@@ -229,9 +247,108 @@ static void test_a_member_acts_on_its_grant(void)
     keeper = NULL;
 }
 
+/* The leader's request for what the member freed: its answer (after its reports). */
+static void leader_asks(int fd, uint64_t id)
+{
+    struct group_msg req, msg;
+    int kind;
+    peer_msg(&req, MSG_TRIM_REQ, 0);
+    req.req_id = id;
+    req.arg = MT_TRIGGER_PRESSURE;
+    CHECK(send(fd, &req, sizeof(req), 0) == (ssize_t)sizeof(req));
+    while ((kind = next_msg(fd, &msg)) != 0 && kind != MSG_TRIM_ANSWER)
+        ;
+    CHECK(kind == MSG_TRIM_ANSWER && msg.req_id == id);
+}
+
+/* The member's first word after a free, or 0 when none came before the lease's end
+ * (reports holding the study until then: it never trimmed on its own). */
+static int word_in_lease(int fd, int64_t until)
+{
+    struct group_msg msg;
+    int kind;
+    while ((kind = first_word(fd, &msg)) == MSG_REPORT && mt_mono_ns() < until)
+        ;
+    return kind;
+}
+
+/*
+ * Survival comes before the stagger (docs/groups.md, "Members that act at once"). At the
+ * group's line a member trims what it freed at once, not in its slot (here the 64th of
+ * 64 of 1 s: 63 s away, past its lease): with the leader's ZONE_LINE, or by its own
+ * reading of the cgroup's usage at the grant's line_bytes (1: any usage read). And a
+ * member that waited for its slot and was not running while it was open (here its
+ * thread held back on the configuration's lock for the whole slot, as a loaded node's
+ * scheduler holds it back) trims once it runs, not in its next slot (64 s later, past
+ * its lease). Before: the first two reported and waited for the leader, the third
+ * reported and trimmed nothing on its own before its lease ended.
+ */
+static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+    int ch[2];
+    struct memtrim *mt = granted_member(ch);
+    if (!mt)
+        return;
+    struct group_msg msg;
+
+    /* Control: its slot 63 s away, not at the line: it reports, the leader asks. */
+    int64_t now = mt_mono_ns();
+    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, now + ACT_LEASE_NS, 63, 64);
+    drain(ch[1]);
+    study();
+    CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT);
+    leader_asks(ch[1], 11);
+
+    /* At the line by the leader's word: at once. */
+    now = mt_mono_ns();
+    zone(ch[1], ZONE_ON | ZONE_ACT | ZONE_LINE, now, MT_SEC, now + ACT_LEASE_NS, 63, 64);
+    drain(ch[1]);
+    study();
+    CHECK_EQ_INT(first_word(ch[1], &msg), MSG_TRIM_OWN);
+    CHECK(msg.u.trim.trigger == MT_TRIGGER_PRESSURE);
+
+    /* At the line by its own reading of the cgroup (line_bytes 1): at once, where it
+     * reads a cgroup's usage; where it reads none, as not at the line. */
+    now = mt_mono_ns();
+    zone_line(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, now + ACT_LEASE_NS, 63, 64, 1);
+    drain(ch[1]);
+    int kind;
+    while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_REPORT) /* the zone's pace */
+        ;
+    int usage_read = msg.u.snap.cheap.cgroup_usage_bytes >= 1;
+    drain(ch[1]);
+    study();
+    kind = first_word(ch[1], &msg);
+    CHECK_MSG(kind == (usage_read ? MSG_TRIM_OWN : MSG_REPORT), "kind %d, usage read %d", kind,
+              usage_read);
+    if (kind == MSG_REPORT)
+        leader_asks(ch[1], 12);
+
+    /* Its slot, the first of 64 of 1 s, opens 1 s from now; its thread is held for the
+     * whole of it: it trims once it runs again, within its lease. */
+    now = mt_mono_ns();
+    int64_t closes = now + 2 * MT_SEC, until = now + 2 * ACT_LEASE_NS - MT_SEC / 10;
+    zone(ch[1], ZONE_ON | ZONE_ACT, now + MT_SEC, MT_SEC, until, 0, 64);
+    drain(ch[1]);
+    study();
+    CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT); /* it waits for its slot */
+    pthread_mutex_lock(&mt->cfg_lock);                 /* its next reading waits here */
+    while (mt_mono_ns() < closes)
+        usleep(20 * 1000);
+    pthread_mutex_unlock(&mt->cfg_lock);
+    CHECK_EQ_INT(word_in_lease(ch[1], until), MSG_TRIM_OWN);
+
+    mt_destroy(mt);
+    close(ch[1]);
+    free(keeper);
+    keeper = NULL;
+}
+
 int main(void)
 {
     RUN(test_a_grant_with_nothing_freed);
     RUN(test_a_member_acts_on_its_grant);
+    RUN(test_at_the_line_or_past_its_slot_a_member_acts_at_once);
     return harness_end();
 }
