@@ -3,7 +3,8 @@
  * requests (its own trim service), reports every 250 ms (50 ms in the zone,
  * and at once when a heap reading there shows a freed study), trims that
  * study itself at once when its leader granted it (the zone, in its own slot
- * of the leader's stagger: member_act), watches its forked children waiting
+ * of the leader's stagger, at once at the group's line or once a slot it waited
+ * for passed: member_act, member_window), watches its forked children waiting
  * on a channel to it, and calls leader_gone when the leader's end closes. Its
  * trim sinks send every result to the leader.
  * Threads: "memtrim-group" (member_main); the sinks run on the trim's thread.

@@ -316,8 +316,9 @@ static const struct trim_rule group_rules[MT_TRIGGER_COUNT] = {
  * leader's request (core/group/group_member.c): pressure only. As the group's pressure
  * row (it shares a running trim, obeys the host's suspend, counts a refusal once a
  * second), and slotted: it starts only inside the window its leader's stagger gives it
- * (its slot, while its leader's grant lasts), so that members acting alone never start
- * their trims together; outside it is refused and counted as "stagger".
+ * (its slot, while its leader's grant lasts; group_member.c member_window widens it at the
+ * group's line and after a missed slot), so that members acting alone never start their
+ * trims together; outside it is refused and counted as "stagger".
  */
 static const struct trim_rule member_rules[MT_TRIGGER_COUNT] = {
     [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 1},
