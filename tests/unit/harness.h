@@ -177,6 +177,18 @@ static inline double harness_now_s(void)
             usleep(2000);                                                                          \
     } while (0)
 
+/* 1 ms of the calling thread's CPU: the host at work while a test waits for memtrim to read
+ * its heap. The housekeeper reads the heap of a host that ran (10 ms of its CPU since the last
+ * reading: an idle host frees nothing); a test idle in WAIT_FOR after its frees saw the next
+ * reading only once memtrim's own threads had added up those 10 ms, up to seconds on a loaded
+ * machine. WAIT_FOR(cond || (harness_host_works(), 0), seconds). */
+static inline void harness_host_works(void)
+{
+    double until = harness_now_s() + 0.001;
+    while (harness_now_s() < until)
+        ;
+}
+
 /* A fresh directory /tmp/memtrim-<name>-XXXXXX into buf; 0 or -1. */
 static inline int harness_tmpdir(char *buf, size_t size, const char *name)
 {

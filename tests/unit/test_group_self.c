@@ -54,18 +54,6 @@ static struct seen seen(struct memtrim *mt)
     return v;
 }
 
-/* 1 ms of this thread's CPU: the host at work while the test waits for a heap reading.
- * The housekeeper reads the heap of a host that ran (10 ms of its CPU since the last
- * reading): after a reading taken mid-step (a pressure trim's), an idle test saw the next
- * only once memtrim's own other threads had added up those 10 ms, 1-1.5 s later (one run
- * in two). */
-static void host_works(void)
-{
-    double until = harness_now_s() + 0.001;
-    while (harness_now_s() < until)
-        ;
-}
-
 static void test_the_leader_looks_before_it_trims_itself(void)
 {
     mallopt(M_TRIM_THRESHOLD, 1 << 30); /* free() itself gives nothing back */
@@ -99,8 +87,10 @@ static void test_the_leader_looks_before_it_trims_itself(void)
         }
         uint64_t live = in_use0 + (uint64_t)n * BLOCK, rss = probe_rss();
         /* the leader saw the step's RSS and holds a heap reading of it (the test at work
-         * meanwhile, host_works) */
-        WAIT_FOR((seen(mt).rss >= rss && seen(mt).heap_in_use >= live) || (host_works(), 0), 60);
+         * meanwhile: after a reading taken mid-step, a pressure trim's, an idle test saw the
+         * next 1-1.5 s later in one run of two) */
+        WAIT_FOR((seen(mt).rss >= rss && seen(mt).heap_in_use >= live) || (harness_host_works(), 0),
+                 60);
         struct seen v = seen(mt);
         CHECK_MSG(v.heap_in_use >= live, "step %d: the leader's heap reading %llu < %llu", step,
                   (unsigned long long)v.heap_in_use, (unsigned long long)live);

@@ -137,11 +137,15 @@ static void test_burst(void)
     fast_ticks(mt);
     wait_ticks(mt, 1); /* its first readings are taken */
     uint64_t before = trims(mt, MT_TRIGGER_BURST);
-    churn_run(c, 2, 96, 20);
-    WAIT_FOR(trims(mt, MT_TRIGGER_BURST) > before, HANG_GUARD_S);
+    churn_run(c, 2, 64, 20); /* ~125 MB freed, ~2.5 MB kept */
+    /* the test at work meanwhile (harness_host_works): idle, it saw the burst trim 0.6-2.5 s
+     * after its frees in 6 runs of 10 beside two busy loops */
+    WAIT_FOR(trims(mt, MT_TRIGGER_BURST) > before || (harness_host_works(), 0), HANG_GUARD_S);
     CHECK_MSG(trims(mt, MT_TRIGGER_BURST) > before, "no burst trim");
     struct mt_counters k;
-    WAIT_FOR((mt_counters_get(mt, &k), k.released_bytes[MT_TRIGGER_BURST] > (64u << 20)), HANG_GUARD_S);
+    WAIT_FOR((mt_counters_get(mt, &k), k.released_bytes[MT_TRIGGER_BURST] > (64u << 20)) ||
+                 (harness_host_works(), 0),
+             HANG_GUARD_S);
     CHECK_MSG(k.released_bytes[MT_TRIGGER_BURST] > (64u << 20), "released %llu",
               (unsigned long long)k.released_bytes[MT_TRIGGER_BURST]);
     churn_release(c, 2);
