@@ -172,7 +172,9 @@ static void grant_window(const struct group_grant *gr, int64_t now, int64_t *ope
  * not stalling the node together. And a member that waited for its slot (act_at) and ran
  * again only after it closed (a loaded node: its thread was not scheduled in time, or was
  * preempted between the window and the trim) takes its turn now: else it waited a whole
- * rotation for the next one, and under the same load could miss that one too.
+ * rotation for the next one, and under the same load could miss that one too. (A grant
+ * that moved its slot meanwhile is no missed slot: act_at is the old slot's start, and
+ * only a whole slot's width after it was its slot surely missed.)
  */
 static void member_window(const struct member_pace *pc, const struct mt_snapshot *s,
                           int64_t now, int64_t *open, int64_t *close)
@@ -180,7 +182,9 @@ static void member_window(const struct member_pace *pc, const struct mt_snapshot
     grant_window(&pc->grant, now, open, close);
     int at_line = pc->act_line || (pc->grant.line_bytes > 0 && s->cheap.cgroup_usage_bytes >= 0 &&
                                    s->cheap.cgroup_usage_bytes >= pc->grant.line_bytes);
-    int missed = pc->act_at && now >= pc->act_at && *open > now;
+    /* missed: the slot it waited for closed (not a slot a new grant moved: a member joined
+     * or left, and the one it waited for may not have opened yet) */
+    int missed = pc->act_at && now >= pc->act_at + pc->grant.width_ns && *open > now;
     if (at_line || missed) {
         *open = now;
         *close = pc->grant.until_ns;

@@ -14,7 +14,10 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <stdio.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -345,10 +348,85 @@ static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
     keeper = NULL;
 }
 
+/* The member's thread ("memtrim-group") is waiting on a lock (in futex(2), by its
+ * /proc/self/task/<tid>/syscall): while the test holds the configuration's lock, on that. */
+static int group_thread_waits(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int waits = 0;
+    while (d && !waits && (e = readdir(d)) != NULL) {
+        char path[320], buf[64];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        int named = f && fgets(buf, sizeof(buf), f) && strcmp(buf, "memtrim-group\n") == 0;
+        if (f)
+            fclose(f);
+        if (!named)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
+        long nr = -1;
+        f = fopen(path, "r");
+        waits = f && fscanf(f, "%ld", &nr) == 1 && nr == SYS_futex;
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return waits;
+}
+
+/*
+ * A new grant while the member waits for its slot (a member joined or left: every slot
+ * moves) is no missed slot. Its slot, the second of two of 1 s, opens 1 s from now; its
+ * thread is held (on the configuration's lock, in a heap reading) while the leader moves
+ * it to the third of three, 2 s from now, and runs again inside its old slot, before it
+ * read the new grant: it trims only once its new slot opened, not in the slot of another.
+ * Before: the old slot's start, passed, with the new slot ahead, was taken for a missed
+ * slot, and it trimmed at once.
+ */
+static void test_a_moved_slot_is_not_a_missed_one(void)
+{
+    SKIP_IF_SANITIZER_ALLOCATOR();
+    int ch[2];
+    struct memtrim *mt = granted_member(ch);
+    if (!mt)
+        return;
+    struct group_msg msg;
+    int64_t now = mt_mono_ns();
+    int64_t old_opens = now + MT_SEC, opens = now + 2 * MT_SEC;
+    int64_t until = now + 2 * ACT_LEASE_NS - MT_SEC / 10;
+    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, until, 1, 2);
+    drain(ch[1]);
+    study();
+    CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT); /* it waits for its slot */
+    pthread_mutex_lock(&mt->cfg_lock);                 /* its next reading waits here */
+    WAIT_FOR(group_thread_waits(), 60);
+    CHECK_MSG(mt_mono_ns() < old_opens, "the member was held only after its old slot opened");
+    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, until, 2, 3); /* read once it runs again */
+    while (mt_mono_ns() < old_opens + MT_SEC / 4)
+        usleep(20 * 1000);
+    pthread_mutex_unlock(&mt->cfg_lock);
+    int kind;
+    while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_OWN)
+        ;
+    CHECK_EQ_INT(kind, MSG_TRIM_OWN);
+    CHECK_MSG(mt_mono_ns() >= opens, "its own trim came %lld ms before its new slot",
+              (long long)((opens - mt_mono_ns()) / MT_MS));
+
+    mt_destroy(mt);
+    close(ch[1]);
+    free(keeper);
+    keeper = NULL;
+}
+
 int main(void)
 {
     RUN(test_a_grant_with_nothing_freed);
     RUN(test_a_member_acts_on_its_grant);
     RUN(test_at_the_line_or_past_its_slot_a_member_acts_at_once);
+    RUN(test_a_moved_slot_is_not_a_missed_one);
     return harness_end();
 }
