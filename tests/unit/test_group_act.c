@@ -380,12 +380,12 @@ static int group_thread_waits(void)
 
 /*
  * A new grant while the member waits for its slot (a member joined or left: every slot
- * moves) is no missed slot. Its slot, the second of two of 1 s, opens 1 s from now; its
- * thread is held (on the configuration's lock, in a heap reading) while the leader moves
- * it to the third of three, 2 s from now, and runs again inside its old slot, before it
- * read the new grant: it trims only once its new slot opened, not in the slot of another.
- * Before: the old slot's start, passed, with the new slot ahead, was taken for a missed
- * slot, and it trimmed at once.
+ * moves) is no missed slot. Its slot, the second of two of 1 s from an epoch 1 s ahead,
+ * opens 2 s from now; its thread is held (on the configuration's lock, in a heap reading)
+ * while the leader moves it to the third of three, 3 s from now, and runs again inside
+ * its old slot, before it read the new grant: it trims only once its new slot opened,
+ * not in the slot of another. Before: the old slot's start, passed, with the new slot
+ * ahead, was taken for a missed slot, and it trimmed at once.
  */
 static void test_a_moved_slot_is_not_a_missed_one(void)
 {
@@ -395,22 +395,22 @@ static void test_a_moved_slot_is_not_a_missed_one(void)
     if (!mt)
         return;
     struct group_msg msg;
-    int64_t now = mt_mono_ns();
-    int64_t old_opens = now + MT_SEC, opens = now + 2 * MT_SEC;
+    int64_t now = mt_mono_ns(), epoch = now + MT_SEC;
+    int64_t old_opens = epoch + MT_SEC, opens = epoch + 2 * MT_SEC;
     int64_t until = now + 2 * ACT_LEASE_NS - MT_SEC / 10;
-    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, until, 1, 2);
+    zone(ch[1], ZONE_ON | ZONE_ACT, epoch, MT_SEC, until, 1, 2);
     drain(ch[1]);
     study();
     CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT); /* it waits for its slot */
     pthread_mutex_lock(&mt->cfg_lock);                 /* its next reading waits here */
     WAIT_FOR(group_thread_waits(), 60);
     CHECK_MSG(mt_mono_ns() < old_opens, "the member was held only after its old slot opened");
-    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, until, 2, 3); /* read once it runs again */
+    zone(ch[1], ZONE_ON | ZONE_ACT, epoch, MT_SEC, until, 2, 3); /* read once it runs again */
     while (mt_mono_ns() < old_opens + MT_SEC / 4)
         usleep(20 * 1000);
     pthread_mutex_unlock(&mt->cfg_lock);
     int kind;
-    while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_OWN)
+    while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_OWN && mt_mono_ns() < until)
         ;
     CHECK_EQ_INT(kind, MSG_TRIM_OWN);
     CHECK_MSG(mt_mono_ns() >= opens, "its own trim came %lld ms before its new slot",
