@@ -228,12 +228,13 @@ static void test_a_member_acts_on_its_grant(void)
     while ((kind = next_msg(ch[1], &msg)) != 0 && kind != MSG_TRIM_ANSWER)
         CHECK(kind != MSG_TRIM_OWN);
 
-    /* Its slot, the second of two of 1 s, opens 1 s after the epoch: it reports what it
-     * freed at once (the leader may ask it sooner), and trims on its own only once its
-     * slot opened. */
+    /* Its slot, the second of two of 1 s, opens 1 s after the epoch, 0.4 s from now (the
+     * epoch 0.6 s ago: the test need not wait out a whole slot; the study before the report
+     * takes 30 ms, 150 ms on a loaded machine): it reports what it freed at once (the
+     * leader may ask it sooner), and trims on its own only once its slot opened. */
     now = mt_mono_ns();
-    int64_t opens = now + MT_SEC;
-    zone(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, now + 3 * MT_SEC, 1, 2);
+    int64_t opens = now + 400 * MT_MS;
+    zone(ch[1], ZONE_ON | ZONE_ACT, opens - MT_SEC, MT_SEC, now + 3 * MT_SEC, 1, 2);
     drain(ch[1]);
     study();
     CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT);
@@ -282,7 +283,7 @@ static int word_in_lease(int fd, int64_t until)
  * reading of the cgroup's usage at the grant's line_bytes (1: any usage read). And a
  * member that waited for its slot and was not running while it was open (here its
  * thread held back on the configuration's lock for the whole slot, as a loaded node's
- * scheduler holds it back) trims once it runs, not in its next slot (64 s later, past
+ * scheduler holds it back) trims once it runs, not in its next slot (6.4 s later, past
  * its lease). Before: the first two reported and waited for the leader, the third
  * reported and trimmed nothing on its own before its lease ended.
  */
@@ -328,11 +329,12 @@ static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
     if (kind == MSG_REPORT)
         leader_asks(ch[1], 12);
 
-    /* Its slot, the first of 64 of 1 s, opens 1 s from now; its thread is held for the
-     * whole of it: it trims once it runs again, within its lease. */
+    /* Its slot, the first of 64 of 0.1 s, opens 0.4 s from now (the study before the report
+     * takes 30 ms, 150 ms on a loaded machine); its thread is held for the whole of it: it
+     * trims once it runs again, within its lease (its next slot, 6.4 s later, is past it). */
     now = mt_mono_ns();
-    int64_t closes = now + 2 * MT_SEC, until = now + 2 * ACT_LEASE_NS - MT_SEC / 10;
-    zone(ch[1], ZONE_ON | ZONE_ACT, now + MT_SEC, MT_SEC, until, 0, 64);
+    int64_t closes = now + 500 * MT_MS, until = now + 2 * ACT_LEASE_NS - MT_SEC / 10;
+    zone(ch[1], ZONE_ON | ZONE_ACT, now + 400 * MT_MS, 100 * MT_MS, until, 0, 64);
     drain(ch[1]);
     study();
     CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT); /* it waits for its slot */
