@@ -14,11 +14,13 @@
 #ifndef MEMTRIM_HARNESS_H
 #define MEMTRIM_HARNESS_H
 
+#include <dirent.h>
 #include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -187,6 +189,38 @@ static inline void harness_host_works(void)
     double until = harness_now_s() + 0.001;
     while (harness_now_s() < until)
         ;
+}
+
+/* Whether a thread of this process named `name` (its comm, as mt_thread_start names it) is
+ * waiting in futex(2) (/proc/self/task/<tid>/syscall): on a lock or a condition, parked.
+ * A condition to wait on (WAIT_FOR) where a test needs that thread asleep, not a time. */
+static inline int harness_thread_waits(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int waits = 0;
+    while (d && !waits && (e = readdir(d)) != NULL) {
+        char path[320], comm[64];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        int named = f && fgets(comm, sizeof(comm), f) &&
+                    strncmp(comm, name, strlen(name)) == 0 && comm[strlen(name)] == '\n';
+        if (f)
+            fclose(f);
+        if (!named)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
+        long nr = -1;
+        f = fopen(path, "r");
+        waits = f && fscanf(f, "%ld", &nr) == 1 && nr == SYS_futex;
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return waits;
 }
 
 /* A fresh directory /tmp/memtrim-<name>-XXXXXX into buf; 0 or -1. */

@@ -14,10 +14,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <stdio.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -350,36 +347,6 @@ static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
     keeper = NULL;
 }
 
-/* The member's thread ("memtrim-group") is waiting on a lock (in futex(2), by its
- * /proc/self/task/<tid>/syscall): while the test holds the configuration's lock, on that. */
-static int group_thread_waits(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    int waits = 0;
-    while (d && !waits && (e = readdir(d)) != NULL) {
-        char path[320], buf[64];
-        if (e->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        int named = f && fgets(buf, sizeof(buf), f) && strcmp(buf, "memtrim-group\n") == 0;
-        if (f)
-            fclose(f);
-        if (!named)
-            continue;
-        snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
-        long nr = -1;
-        f = fopen(path, "r");
-        waits = f && fscanf(f, "%ld", &nr) == 1 && nr == SYS_futex;
-        if (f)
-            fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return waits;
-}
-
 /*
  * A new grant while the member waits for its slot (a member joined or left: every slot
  * moves) is no missed slot. Its slot, the second of two of 0.4 s from an epoch 0.3 s ahead,
@@ -406,7 +373,7 @@ static void test_a_moved_slot_is_not_a_missed_one(void)
     study();
     CHECK_EQ_INT(first_word(ch[1], &msg), MSG_REPORT); /* it waits for its slot */
     pthread_mutex_lock(&mt->cfg_lock);                 /* its next reading waits here */
-    WAIT_FOR(group_thread_waits(), 60);
+    WAIT_FOR(harness_thread_waits("memtrim-group"), 60);
     CHECK_MSG(mt_mono_ns() < old_opens, "the member was held only after its old slot opened");
     zone(ch[1], ZONE_ON | ZONE_ACT, epoch, width, until, 2, 3); /* read once it runs again */
     while (mt_mono_ns() < old_opens + width / 4)

@@ -41,10 +41,14 @@ static void test_canary_lifecycle(void)
         CHECK_MSG(ns > 0, "round %d: %lld", round, (long long)ns);
         unsigned after = samples_now(&c);
         CHECK(after >= 3);
-        /* At rest it takes none: the count of this trim stays. */
-        for (int i = 0; i < 1000; i++)
-            sched_yield();
+        /* At rest it takes none: it parks on its condition (in futex, not between two
+         * samples), and the count of this trim stays. */
+        WAIT_FOR(harness_thread_waits("memtrim-stall"), 10);
+        int parked = harness_thread_waits("memtrim-stall");
+        CHECK_MSG(parked, "round %d: the canary never parked", round);
         CHECK_EQ_INT((int)samples_now(&c), (int)after);
+        if (!parked)
+            break; /* one round says it (each waits out the guard) */
     }
     stall_stop(&c);
     stall_begin(&c); /* stopped: nothing, no wait */
