@@ -16,6 +16,8 @@
 #include "http.h"
 
 struct MHD_Daemon;
+
+struct MHD_Daemon;
 struct MHD_Connection;
 struct stat;
 struct sockaddr_storage;
@@ -257,6 +259,12 @@ struct MHD_Daemon *server_daemon_start(struct server *s, struct server_pems *pem
 
 /* libmicrohttpd's process-wide panic handler: ours, unless another user of it is loaded (panic.c). */
 void server_panic_install(void);
+/* MHD_quiesce_daemon(d), surviving libmicrohttpd 0.9.75's race of its pool's quiesce with
+ * its own workers (panic.c): 0, or -EBUSY when the race did not end in time (d is then
+ * quiesced only in part: its stop must not be called, it would close our socket). */
+int server_quiesce(struct MHD_Daemon *d);
+/* How many of those races this process met and came through (tests). */
+unsigned server_mhd_panics_survived(void);
 /* The first loaded object other than memtrim's own that needs libmicrohttpd, or NULL
  * (its name is owned by the dynamic loader). */
 const char *server_mhd_other_user(void);

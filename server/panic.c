@@ -6,22 +6,46 @@
  * else in the process uses libmicrohttpd: a host (or another library) that
  * links it may have set its own handler, which memtrim must not replace.
  * Runs once per process (pthread_once), on whichever thread starts the first
- * server; no other state, no locks but pthread_once's.
+ * server. server_quiesce (below) survives one known panic of MHD_quiesce_daemon on the
+ * thread that calls it (a thread-local jump target); a counter of those, atomic. No locks
+ * but pthread_once's.
  */
 #include <dlfcn.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <sched.h>
 #include <link.h>
 #include <microhttpd.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "common.h"
 #include "internal.h"
 
 static pthread_once_t panic_once = PTHREAD_ONCE_INIT;
+static atomic_uint panics_survived;
+
+unsigned server_mhd_panics_survived(void)
+{
+    return atomic_load(&panics_survived);
+}
+
+/* Set (on its own thread) while server_quiesce runs MHD_quiesce_daemon. */
+static _Thread_local jmp_buf *quiesce_jump;
 
 static void server_mhd_panic(void *cls, const char *file, unsigned int line, const char *reason)
 {
+    int e = errno; /* epoll_ctl's: MHD_PANIC follows the failed call at once */
+    (void)cls;
+    if (quiesce_jump != NULL && e == ENOENT && reason != NULL &&
+        strstr(reason, "remove listen FD from epoll") != NULL) {
+        jmp_buf *back = quiesce_jump;
+        quiesce_jump = NULL;
+        atomic_fetch_add(&panics_survived, 1);
+        longjmp(*back, 1); /* out of MHD_quiesce_daemon, which holds no lock there */
+    }
     mt_log(MT_LOG_ERROR, "server", "libmicrohttpd panic at %s:%u: %s; trying to continue",
            file ? file : "?", line, reason ? reason : "no reason given");
 }
@@ -89,4 +113,34 @@ static void panic_install(void)
 void server_panic_install(void)
 {
     pthread_once(&panic_once, panic_install);
+}
+
+/*
+ * libmicrohttpd 0.9.75's MHD_quiesce_daemon, with a pool of threads on epoll, marks each
+ * worker quiesced and then removes the listening socket from that worker's epoll set,
+ * panicking on any failure (daemon.c:5531). A worker that runs its loop in between (just
+ * started, or woken by a connection) sees the mark and removes the socket itself first
+ * (daemon.c:4940, which allows ENOENT): the quiesce then fails with ENOENT and panics,
+ * and MHD_PANIC is followed by __builtin_unreachable, so a handler that returns runs
+ * into undefined code (a host crashed with SIGSEGV, test_start_steps under load). Our
+ * handler jumps back here instead for that one panic on this thread, and the quiesce
+ * runs again: the workers done are marked and skipped, the one that won the race has
+ * cleared its flag by then (it does right after its removal), the rest are done in turn.
+ * A host whose own handler is kept (panic_install) keeps libmicrohttpd's behaviour.
+ */
+#define QUIESCE_RACE_NS (1 * MT_SEC) /* a worker clears its flag microseconds after its removal */
+
+int server_quiesce(struct MHD_Daemon *d)
+{
+    jmp_buf here;
+    const int64_t until = mt_mono_ns() + QUIESCE_RACE_NS;
+    if (setjmp(here) != 0) {
+        if (mt_mono_ns() >= until)
+            return -EBUSY;
+        sched_yield(); /* the worker that won: to its flag */
+    }
+    quiesce_jump = &here;
+    MHD_quiesce_daemon(d);
+    quiesce_jump = NULL;
+    return 0;
 }

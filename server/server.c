@@ -443,11 +443,17 @@ struct MHD_Daemon *server_daemon_start(struct server *s, struct server_pems *pem
 }
 
 /* Stop a daemon without letting it close the listening socket, which is ours (listen.c). */
-static void server_daemon_stop(struct MHD_Daemon *d)
+static void server_daemon_stop(struct server *s, struct MHD_Daemon *d)
 {
     if (d == NULL)
         return;
-    MHD_quiesce_daemon(d);
+    if (server_quiesce(d) != 0) {
+        /* Never seen: a worker that did not clear its flag within a second. Its stop
+         * closes the listening socket's number (not quiesced): ours is forgotten. */
+        mt_log(MT_LOG_WARNING, "server", "libmicrohttpd's quiesce did not complete: its stop "
+                                         "closes the listening socket");
+        s->listener.fd = -1;
+    }
     MHD_stop_daemon(d);
 }
 
@@ -587,7 +593,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
     }
     if (s->pems != NULL && (rc = server_tls_reload_start(s)) != 0) {
         msg = server_strdupf("cannot start the certificate reload thread: %s", strerror(-rc));
-        server_daemon_stop(s->daemon);
+        server_daemon_stop(s, s->daemon);
         server_watchdog_stop(&s->watchdog);
         server_readers_free(&s->readers, s->store);
         server_tls_reload_stop(s);
@@ -667,7 +673,7 @@ void server_stop(struct server *s)
                                          "descriptors, so libmicrohttpd's are left as they are");
         return;
     }
-    server_daemon_stop(s->daemon);
+    server_daemon_stop(s, s->daemon);
     server_watchdog_stop(&s->watchdog);
     server_readers_free(&s->readers, s->store);
     if (s->gnutls_held)
