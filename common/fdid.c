@@ -60,6 +60,17 @@ static int64_t eventfd_id(int fd)
     return p == start ? -1 : v;
 }
 
+/* Async-signal-safe (fcntl): the atfork child handler reaches mt_fdid_stamped. */
+int mt_fdid_stamp(int fd)
+{
+    return fcntl(fd, F_SETSIG, MT_FDID_STAMP) == 0 ? 0 : -errno;
+}
+
+int mt_fdid_stamped(int fd)
+{
+    return fcntl(fd, F_GETSIG) == MT_FDID_STAMP;
+}
+
 int mt_fdid_take(int fd, struct mt_fdid *id)
 {
     struct stat st;
@@ -69,8 +80,11 @@ int mt_fdid_take(int fd, struct mt_fdid *id)
         return -EBADF;
     /* The stamp, on the open file description: a host's own open of the same file
      * (same device and inode) at this number later has none (fdid.h). */
-    if (fstat(fd, &st) != 0 || fcntl(fd, F_SETSIG, MT_FDID_STAMP) != 0)
+    if (fstat(fd, &st) != 0)
         return -errno;
+    int rc = mt_fdid_stamp(fd);
+    if (rc != 0)
+        return rc;
     id->dev = (uint64_t)st.st_dev;
     id->ino = (uint64_t)st.st_ino;
     id->type = (uint32_t)(st.st_mode & S_IFMT);
@@ -93,7 +107,7 @@ int mt_fdid_is(int fd, const struct mt_fdid *id)
     if ((uint64_t)st.st_dev != id->dev || (uint64_t)st.st_ino != id->ino ||
         (uint32_t)(st.st_mode & S_IFMT) != id->type)
         return 0;
-    if (fcntl(fd, F_GETSIG) != MT_FDID_STAMP)
+    if (!mt_fdid_stamped(fd))
         return 0; /* the same file, opened again by someone else: not our description */
     if (!id->anon || id->eventfd_id < 0)
         return 1;

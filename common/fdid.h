@@ -44,6 +44,10 @@ struct mt_fdid {
 
 #define MT_FDID_STAMP 37 /* F_SETSIG's value on each open file description memtrim keeps */
 
+/* The stamp alone, for a descriptor whose identity is kept another way (the group's wake
+ * pipe): put it on fd's open file description (0, or -errno); 1 when fd carries it. */
+int mt_fdid_stamp(int fd);
+int mt_fdid_stamped(int fd);
 /* Record fd's identity and stamp its open file description (fd: one memtrim just opened
  * or was handed). 0, or -errno (id zeroed: nothing passes mt_fdid_is). */
 int mt_fdid_take(int fd, struct mt_fdid *id);

@@ -70,7 +70,7 @@ uint64_t pipe_id(int fd)
  * link) at a freed number has a description without it. */
 int pipe_ours(const struct group *g, int fd)
 {
-    return g->wake_id != 0 && pipe_id(fd) == g->wake_id && fcntl(fd, F_GETSIG) == MT_FDID_STAMP;
+    return g->wake_id != 0 && pipe_id(fd) == g->wake_id && mt_fdid_stamped(fd);
 }
 
 /* Both ends of the wake pipe, each only while its number is still the pipe. */
@@ -177,12 +177,14 @@ int wake_pipe_open(int fds[2])
 {
     if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
         return -errno;
-    if (fcntl(fds[0], F_SETSIG, MT_FDID_STAMP) == 0 && fcntl(fds[1], F_SETSIG, MT_FDID_STAMP) == 0)
+    int rc = mt_fdid_stamp(fds[0]);
+    if (rc == 0)
+        rc = mt_fdid_stamp(fds[1]);
+    if (rc == 0)
         return 0;
-    int e = errno;
     close(fds[0]);
     close(fds[1]);
-    return -e;
+    return rc;
 }
 
 /* A byte count or a time a member may report: the leader adds up to GROUP_MAX_MEMBERS of
