@@ -2,6 +2,7 @@
  * control.c - mt_control (control.h): whether MEMTRIM_CONTROL names a switch.
  * Built in test builds with MEMTRIM_CONTROLS only. The variable is copied once
  * (pthread_once) so a host that changes its environment later changes nothing.
+ * Any thread; no lock beyond that once.
  */
 #include "control.h"
 
