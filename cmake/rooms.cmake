@@ -56,7 +56,7 @@ function(memtrim_room_probe target header expect)
 endfunction()
 
 # memtrim_room_test(): the test, and beside the probes a look at the rooms that are handed
-# their parts (OPAQUE: core/group, core/threads): none of their files names the instance's
+# their parts (OPAQUE: core/group, core/threads, core/pressure): none of their files names the instance's
 # struct, not even as an opaque pointer (instance.h, which must, is the pattern's control).
 function(memtrim_room_test)
   get_property(probes GLOBAL PROPERTY memtrim_room_probes)
@@ -64,7 +64,7 @@ function(memtrim_room_test)
   add_test(NAME test_rooms
            COMMAND ${CMAKE_COMMAND} -DPROBE_DIR=${CMAKE_BINARY_DIR}/room_probes -DPROBES=${probes}
                    -DCC=${CMAKE_C_COMPILER} -DSTD=${CMAKE_C_STANDARD}
-                   -DOPAQUE=${CMAKE_SOURCE_DIR}/core/group,${CMAKE_SOURCE_DIR}/core/threads
+                   -DOPAQUE=${CMAKE_SOURCE_DIR}/core/group,${CMAKE_SOURCE_DIR}/core/threads,${CMAKE_SOURCE_DIR}/core/pressure
                    -DINSTANCE_H=${CMAKE_SOURCE_DIR}/core/instance/instance.h
                    -P "${CMAKE_SOURCE_DIR}/cmake/rooms_check.cmake")
   set_tests_properties(test_rooms PROPERTIES TIMEOUT 300)

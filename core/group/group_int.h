@@ -7,7 +7,7 @@
  *                   and a member's message checked as data (group_msg_check)
  *   group_member.c  the member: its reports, trims when asked, its children waiting
  *   group_leader.c  the leader: registry, members' messages, named accept, its thread
- *   group_pressure.c the leader's pressure decision (core/decide/group_policy.c), the zone
+ *   group_pressure.c the leader's pressure decision (core/pressure/group_policy.c), the zone
  *   group_trim.c    manual trims fanned out to every member, the API's view
  *   group_fork.c    the fork hooks: a channel made at fork, a member's waiting children
  *   named.c         a named group's rendezvous (named.h)
@@ -20,7 +20,7 @@
  * fork() by the fork hooks of a leader and of a member (prepare ..
  * parent/child), never across a trim, a store push or a blocking send. It
  * may be taken while holding host.lock (group_host_int.h), never the
- * reverse. The pure pressure decision is core/decide/group_policy.c.
+ * reverse. The pure pressure decision is core/pressure/group_policy.c.
  */
 #ifndef MEMTRIM_GROUP_INT_H
 #define MEMTRIM_GROUP_INT_H

@@ -4,7 +4,7 @@
  * starts and ends (they probe their heap at the zone's pace) and, inside it or
  * ahead of it, grants each a slot of the stagger in which it trims what it
  * freed on its own (GroupTrimSlotMs; group_act_threshold says how much it must
- * hold), asks the member the decision (core/decide/group_policy.c) picks to
+ * hold), asks the member the decision (core/pressure/group_policy.c) picks to
  * trim, one request in flight (staggered), and stores the group's totals as
  * one sample.
  * Threads: the leader's "memtrim-group". Locks: g->lock (group_int.h), never

@@ -3,7 +3,7 @@
  * within milliseconds when RSS nears the memory limit, woken by the kernel
  * where it can be (cgroup v1 memory thresholds, cgroup v2 PSI and
  * memory.events) and polling /proc/self/statm where it cannot. The decision
- * is pressure_policy.h's pure functions (the decide room); the thread is pressure.c.
+ * is pressure_policy.h's pure functions (this room); the thread is pressure.c.
  */
 #ifndef MEMTRIM_PRESSURE_H
 #define MEMTRIM_PRESSURE_H

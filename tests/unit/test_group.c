@@ -1,5 +1,5 @@
 /*
- * test_group.c - a worker group's pressure decision (core/decide/group_policy.c) on
+ * test_group.c - a worker group's pressure decision (core/pressure/group_policy.c) on
  * synthetic readings: which member trims next, and why; no threads, no
  * clock, no processes (tests/e2e/test_groups.py runs the real group).
  */
