@@ -11,10 +11,11 @@
  *      once: it makes the call un-traced, restores itself and resumes its system call as the
  *      kernel would have restarted it. From then on nothing depends on this tool.
  * The tool polls the page's done flags with process_vm_readv under a deadline. One thread
- * (the tool's); one tool per target at a time (an abstract unix socket is the lock).
+ * (the tool's); one tool per target at a time (lock.c).
  */
 #include "inject.h"
 
+#include "lock.h"
 #include "mem.h"
 #include "pick.h"
 #include "tramp.h"
@@ -26,8 +27,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ptrace.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -55,25 +54,6 @@ static void pause_us(long us)
 {
     struct timespec ts = {0, us * 1000};
     nanosleep(&ts, NULL);
-}
-
-/* One tool per target: a name in the abstract namespace, dropped however the tool ends. */
-static int lock_target(pid_t pid, double deadline)
-{
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "memtrim-inject-%d", (int)pid);
-    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-    while (bind(fd, (struct sockaddr *)&sa, len) != 0) {
-        if (errno != EADDRINUSE || now_s() > deadline) {
-            close(fd);
-            return -1;
-        }
-        pause_us(2000);
-    }
-    return fd;
 }
 
 /* Waits for tid's next stop; its status, or -1 at the deadline / on an error. */
@@ -509,11 +489,10 @@ static int try_thread(struct attempt *a, const struct pick *p)
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
 {
     double thread_deadline = now_s() + c->thread_wait_s;
-    int lock = lock_target(t->pid, thread_deadline);
-    if (lock < 0) {
-        snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
-        return INJECT_NO_THREAD;
-    }
+    struct target_lock lock;
+    int locked = target_lock_take(&lock, t, thread_deadline, err, errlen);
+    if (locked != 0)
+        return locked > 0 ? INJECT_NO_THREAD : INJECT_FAILED;
     char why[1024] = "", reason[512] = "";
     struct attempt a = {.t = t, .c = c, .err = err, .errlen = errlen, .reason = reason,
                         .reasonlen = sizeof reason,
@@ -539,6 +518,6 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
         if (rc == INJECT_NO_THREAD)
             pause_us(2000);
     }
-    close(lock);
+    target_lock_drop(&lock);
     return rc;
 }

@@ -5,12 +5,12 @@ of its message. The man page must list every code the table uses, and no code wi
 row; the paths that need a tracer or a lock held inside the target are rows of the tests
 named in COVERED_ELSEWHERE.
 """
+import fcntl
 import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -100,14 +100,18 @@ def tool(*args):
 
 
 def holding_the_lock(env):
-    """Another memtrim acting on the process: its lock, the abstract socket, held here."""
+    """Another memtrim acting on the process: its lock (root's, cli/lock.c) held here."""
     pid = env.target()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(f"\0memtrim-inject-{pid}")
+    start = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+    os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
+    path = f"/run/memtrim/inject-{pid}-{start}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
     try:
         return tool("trim", pid, "--thread-wait", "0.1")
     finally:
-        s.close()
+        os.unlink(path)
+        os.close(fd)
 
 
 def page_of(pid):

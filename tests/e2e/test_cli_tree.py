@@ -161,7 +161,7 @@ def test_tree_trims_apache_prefork_children(procs, tmp_path):  # noqa: F811
 # asked, once the tool holds its lock on sh (the tree is read), the first sleep is killed and
 # a new sleep, not of the tree, is given its pid (ns_last_pid). Prints one JSON line.
 REUSE = r"""
-import json, os, subprocess, sys, time
+import glob, json, os, subprocess, sys, time
 tool, swap = sys.argv[1], sys.argv[2] == "1"
 
 def wait_for(f):
@@ -190,7 +190,7 @@ t = subprocess.Popen([tool, "trim", "--tree", str(sh.pid), "--json", "--thread-w
                      stdout=subprocess.PIPE, text=True)
 newcomer = None
 if swap:
-    wait_for(lambda: f"@memtrim-inject-{sh.pid}" in open("/proc/net/unix").read())
+    wait_for(lambda: glob.glob(f"/run/memtrim/inject-{sh.pid}-*"))  # its lock: it acts on sh
     os.kill(b, 9)
     wait_for(lambda: not os.path.exists(f"/proc/{b}"))  # sh reaped it; it waits on the other
     ticks = lambda: float(open("/proc/uptime").read().split()[0]) * os.sysconf("SC_CLK_TCK")

@@ -1,0 +1,187 @@
+/*
+ * lock.c - one memtrim at a time per target process (lock.h), with a lock no user who may
+ * not act on the target can take or block. Two file locks (flock), each dropped by the
+ * kernel however the tool ends:
+ *   - the target's own /proc/PID/mem: opening it needs the kernel's ptrace access to the
+ *     process (root, or its own uid while it is dumpable), which is exactly who may act on
+ *     it; it belongs to that process (a reused pid is another directory). Every tool takes it
+ *     when the target is one a user other than root may act on;
+ *   - for a tool running as root, /run/memtrim/inject-PID-START (a root-owned 0700
+ *     directory; START is the process's start time, so the name is that process's): root's
+ *     tools against each other, and the only lock of a target no other user may act on (a
+ *     descriptor of /proc/PID/mem opened before the process became setuid still holds its
+ *     flock: such a target never waits on that one).
+ * The file under /run is unlinked by its holder before the lock is dropped; a waiter checks
+ * that the file it locked is still the one named. The tool's one thread.
+ */
+#include "lock.h"
+
+#include "../common/control.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LOCK_DIR "/run/memtrim"
+
+static double lock_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void lock_pause(void)
+{
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+}
+
+/* flock(LOCK_EX) on fd, retried until the deadline: 0, 1 when held by another, -1. */
+static int flock_until(int fd, double deadline)
+{
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR)
+            return -1;
+        if (lock_now() > deadline)
+            return 1;
+        lock_pause();
+    }
+    return 0;
+}
+
+/* The old lock (control cmd-lock-squat): a name in the abstract namespace, which any local
+ * user may bind first. */
+static int abstract_lock(pid_t pid, double deadline)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    int n = snprintf(sa.sun_path + 1, sizeof sa.sun_path - 1, "memtrim-inject-%d", (int)pid);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    while (bind(fd, (struct sockaddr *)&sa, len) != 0) {
+        if (errno != EADDRINUSE || lock_now() > deadline) {
+            close(fd);
+            return -1;
+        }
+        lock_pause();
+    }
+    return fd;
+}
+
+/* /run/memtrim, made if missing: a directory owned by root, mode 0700, never a link. */
+static int lock_dir(char *err, size_t errlen)
+{
+    if (mkdir(LOCK_DIR, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot make %s: %s", LOCK_DIR, strerror(errno));
+        return -1;
+    }
+    int d = open(LOCK_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (d < 0 || fstat(d, &sb) != 0) {
+        snprintf(err, errlen, "cannot open %s: %s", LOCK_DIR, strerror(errno));
+        if (d >= 0)
+            close(d);
+        return -1;
+    }
+    if (sb.st_uid != 0 || (sb.st_mode & 077)) {
+        snprintf(err, errlen, "%s is not root's alone (uid %u, mode %03o): not used", LOCK_DIR,
+                 (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
+        close(d);
+        return -1;
+    }
+    return d;
+}
+
+/* Root's lock file for this process: held, and still the file named. */
+static int run_lock(struct target_lock *l, const struct target *t, double deadline, char *err,
+                    size_t errlen)
+{
+    l->dir = lock_dir(err, errlen);
+    if (l->dir < 0)
+        return -1;
+    snprintf(l->name, sizeof l->name, "inject-%d-%llu", (int)t->pid, t->start_time);
+    for (;;) {
+        int fd = openat(l->dir, l->name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            snprintf(err, errlen, "cannot open %s/%s: %s", LOCK_DIR, l->name, strerror(errno));
+            return -1;
+        }
+        int r = flock_until(fd, deadline);
+        struct stat held, named;
+        if (r == 0 && fstat(fd, &held) == 0 && fstatat(l->dir, l->name, &named,
+                                                       AT_SYMLINK_NOFOLLOW) == 0 &&
+            held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
+            l->run = fd;
+            return 0;
+        }
+        close(fd); /* a holder unlinked it meanwhile: the next one is the file named */
+        if (r != 0) {
+            if (r < 0)
+                snprintf(err, errlen, "flock %s/%s: %s", LOCK_DIR, l->name, strerror(errno));
+            return r < 0 ? -1 : 1;
+        }
+    }
+}
+
+/* Whether a user other than root may act on the target (its uids and gids one, not root,
+ * dumpable, no capabilities): then that user's tools take /proc/PID/mem's lock too. */
+static int others_may_act(const struct target_status *st)
+{
+    return st->ruid == st->euid && st->euid == st->suid && st->euid != 0 &&
+           st->rgid == st->egid && st->egid == st->sgid && st->proc_uid == st->euid &&
+           st->cap_prm == 0;
+}
+
+int target_lock_take(struct target_lock *l, const struct target *t, double deadline,
+                     char *err, size_t errlen)
+{
+    *l = (struct target_lock){.dir = -1, .run = -1, .mem = -1, .sock = -1};
+    if (mt_control("cmd-lock-squat")) {
+        l->sock = abstract_lock(t->pid, deadline);
+        if (l->sock < 0)
+            snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
+        return l->sock < 0 ? 1 : 0;
+    }
+    int r = 0;
+    if (geteuid() == 0)
+        r = run_lock(l, t, deadline, err, errlen);
+    if (r == 0 && (geteuid() != 0 || others_may_act(&t->st))) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/mem", (int)t->pid);
+        l->mem = open(path, O_RDONLY | O_CLOEXEC);
+        if (l->mem < 0)
+            snprintf(err, errlen, "cannot open %s for its lock: %s", path, strerror(errno));
+        r = l->mem < 0 ? -1 : flock_until(l->mem, deadline);
+        if (r < 0 && l->mem >= 0)
+            snprintf(err, errlen, "flock %s: %s", path, strerror(errno));
+    }
+    if (r > 0)
+        snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
+    if (r != 0)
+        target_lock_drop(l);
+    return r;
+}
+
+void target_lock_drop(struct target_lock *l)
+{
+    if (l->mem >= 0)
+        close(l->mem);
+    if (l->run >= 0) {
+        unlinkat(l->dir, l->name, 0); /* before the lock goes: a waiter sees it gone */
+        close(l->run);
+    }
+    if (l->dir >= 0)
+        close(l->dir);
+    if (l->sock >= 0)
+        close(l->sock);
+    *l = (struct target_lock){.dir = -1, .run = -1, .mem = -1, .sock = -1};
+}

@@ -1,0 +1,127 @@
+"""The memtrim command's per-target lock (issue 37, item 3): no other user can take or block
+it. uid nobody tries every way it has to hold the lock of root's process (the abstract name
+`memtrim-inject-PID` the tool used to bind, the target's /proc/PID/mem, a file under
+/run/memtrim) and root's trim still runs. The process's own user may hold its own process's
+lock (it may act on it), and so does root's own lock file: both make the tool wait and exit 4.
+Control cmd-lock-squat (the abstract name back): nobody's squat blocks root's trim (exit 4).
+"""
+import fcntl
+import json
+import os
+import subprocess
+
+from conftest import BUILD
+
+TOOL = BUILD / "memtrim"
+TARGET = BUILD / "memtrim-cli-target"
+
+SQUAT = r"""
+import errno, fcntl, os, socket, sys
+pid, start = sys.argv[1], sys.argv[2]
+held = []
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(f"\0memtrim-inject-{pid}")  # the old lock: anyone may bind it
+held.append("abstract")
+try:
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    held.append("mem")
+except OSError as e:
+    assert e.errno in (errno.EACCES, errno.EPERM), e
+for path in ("/run/memtrim", f"/run/memtrim/inject-{pid}-{start}"):
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.append(path)
+    except OSError as e:
+        assert e.errno in (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOENT), e
+print(" ".join(held), flush=True)
+sys.stdin.read()
+"""
+
+
+def as_nobody():
+    os.setgroups([])
+    os.setgid(65534)
+    os.setuid(65534)
+
+
+def start_time(pid):
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
+
+
+def spawn(argv, **kw):
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **kw)
+    line = p.stdout.readline()
+    return p, line
+
+
+def trim(pid):
+    r = subprocess.run([str(TOOL), "trim", str(pid), "--json", "--thread-wait", "0.5"],
+                       capture_output=True, text=True, timeout=60)
+    return r.returncode, r.stdout, r.stderr
+
+
+def end(*procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def test_nobody_cannot_squat_roots_process():
+    target, ready = spawn([str(TARGET)])
+    assert ready.startswith("ready")
+    squat, held = spawn(["/usr/bin/python3", "-c", SQUAT, str(target.pid),
+                         start_time(target.pid)], preexec_fn=as_nobody, cwd="/")
+    try:
+        assert held.split() == ["abstract"], held  # the only one nobody could take
+        rc, out, err = trim(target.pid)
+        assert rc == 0, (rc, out, err)
+        assert json.loads(out)["released_bytes"] >= 0
+        assert not os.path.exists(f"/run/memtrim/inject-{target.pid}-{start_time(target.pid)}")
+    finally:
+        end(squat, target)
+
+
+def test_the_owner_and_root_hold_it():
+    """The lock works: root's lock file held here, then nobody's own process's /proc/PID/mem
+    held by nobody, each makes the tool wait and give up (exit 4); released, it trims."""
+    target, ready = spawn([str(TARGET)])
+    assert ready.startswith("ready")
+    mine, ready = spawn([str(TARGET)], preexec_fn=as_nobody, cwd="/")
+    assert ready.startswith("ready")
+    holder = None
+    try:
+        os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
+        path = f"/run/memtrim/inject-{target.pid}-{start_time(target.pid)}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        rc, out, err = trim(target.pid)
+        assert rc == 4 and "another memtrim is acting" in err, (rc, err)
+        os.unlink(path)
+        os.close(fd)
+        assert trim(target.pid)[0] == 0
+        holder, held = spawn(["/usr/bin/python3", "-c", SQUAT, str(mine.pid),
+                              start_time(mine.pid)], preexec_fn=as_nobody, cwd="/")
+        assert held.split() == ["abstract", "mem"], held  # its own process: it may
+        rc, out, err = trim(mine.pid)
+        assert rc == 4 and "another memtrim is acting" in err, (rc, err)
+        end(holder)
+        assert trim(mine.pid)[0] == 0
+    finally:
+        end(*(p for p in (holder, mine, target) if p))
+
+
+def test_the_lock_directory_must_be_roots_alone():
+    """A /run/memtrim another user could write is refused, not used (exit 6)."""
+    target, ready = spawn([str(TARGET)])
+    assert ready.startswith("ready")
+    os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
+    try:
+        os.chmod("/run/memtrim", 0o777)
+        rc, out, err = trim(target.pid)
+        assert rc == 6 and "is not root's alone" in err, (rc, err)
+    finally:
+        os.chmod("/run/memtrim", 0o700)
+        end(target)
