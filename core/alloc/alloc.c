@@ -5,10 +5,17 @@
  * back end's own entry point, so a jemalloc linked into the executable,
  * preloaded before memtrim or after it, is found the same way, and a library
  * merely loaded (its malloc not the one in use) is not mistaken for it.
+ * A non-PIE executable that takes malloc's address (python3, node) holds an
+ * undefined `malloc` with a value: its PLT entry, which dlsym returns. That
+ * executable does not serve malloc, it imports it: the object that does is the
+ * first after it, in the order the dynamic linker searches, that defines malloc
+ * (definer_after).
  * Runs at start (mt_create) on the caller's thread; no state of its own, no locks.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +23,7 @@
 #include "mt_alloc.h"
 #include "alloc.h"
 #include "common.h"
+#include "control.h"
 
 /* The allocators with an API of their own first: glibc's symbols are always there. */
 static const struct alloc_ops *const backends[] = {
@@ -62,9 +70,61 @@ static void *object_of(void *addr, char *name, size_t size)
     return info.dli_fbase;
 }
 
+/* Whether the object that holds symbol address addr defines the symbol there (0 for an
+ * executable's PLT entry or copy of an import: its symbol is undefined, with a value);
+ * *map: that object. */
+static int defines(void *addr, struct link_map **map)
+{
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    *map = NULL;
+    if (!addr || !dladdr1(addr, &info, (void **)map, RTLD_DL_LINKMAP) || !*map)
+        return 0;
+    if (!dladdr1(addr, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym)
+        return 1; /* no symbol entry said otherwise */
+    return sym->st_shndx != SHN_UNDEF;
+}
+
+/* malloc as the objects after `importer` in link-map order define it: the first that does,
+ * as the dynamic linker binds the importer's own PLT (which skips undefined symbols); the
+ * objects loaded at start (the executable, LD_PRELOAD, their dependencies) come first in
+ * both orders. NULL when none does. */
+static void *definer_after(struct link_map *importer)
+{
+    for (struct link_map *l = importer->l_next; l; l = l->l_next) {
+        if (!l->l_name || !l->l_name[0])
+            continue;
+        void *h = dlopen(l->l_name, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h)
+            continue; /* the vDSO, or a name that no longer opens */
+        struct link_map *where = NULL;
+        void *addr = dlsym(h, "malloc"); /* the object's own first, then its dependencies' */
+        int own = defines(addr, &where) && where == l;
+        dlclose(h);
+        if (own)
+            return addr;
+    }
+    return NULL;
+}
+
+/* The address of the malloc that serves this process. */
+static void *serving_malloc(void)
+{
+    void *addr = alloc_sym("malloc");
+    struct link_map *map = NULL;
+    if (mt_control("rt-alloc-nonpie"))
+        return addr; /* the old check: an executable's PLT entry taken for its own malloc */
+    if (addr && !defines(addr, &map) && map) {
+        void *real = definer_after(map);
+        if (real)
+            return real;
+    }
+    return addr;
+}
+
 void alloc_detect(struct alloc_found *found)
 {
-    void *malloc_base = object_of(alloc_sym("malloc"), found->malloc_object,
+    void *malloc_base = object_of(serving_malloc(), found->malloc_object,
                                   sizeof(found->malloc_object));
     size_t len = 0;
 

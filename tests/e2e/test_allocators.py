@@ -131,3 +131,47 @@ def test_memtrim_preloaded_before_the_allocator(procs, tmp_path):
     s = requests.get(f"http://127.0.0.1:{port}/memory/stats", timeout=10).json()
     assert s["allocator"]["name"] == "jemalloc", s["allocator"]
     assert "allocator: jemalloc" in p.output()
+
+
+# Debian's python3 and node are non-PIE executables that take malloc's address: each holds an
+# undefined `malloc` with a value (its PLT entry), which dlsym returns. They import malloc
+# (`U malloc@GLIBC_2.2.5`); they do not serve it.
+NON_PIE = {"python3": ["/usr/bin/python3", "-c", "pass"], "node": ["/usr/bin/node", "-e", "0"]}
+
+
+def non_pie_importing_malloc(argv):
+    exe = argv[0]
+    if not Path(exe).exists():
+        pytest.skip(f"{exe} is not installed")
+    head = Path(exe).read_bytes()[:18]
+    assert head[:4] == b"\x7fELF" and int.from_bytes(head[16:18], "little") == 2, \
+        f"{exe} is not a non-PIE executable (ET_EXEC) any more: this case tests nothing"
+    return argv
+
+
+def run_preloaded(argv, preload, tmp_path):
+    env = preload_env({"HttpPort": 0, "Database": ""})
+    env["LD_PRELOAD"] = preload(env["LD_PRELOAD"])
+    r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name", sorted(NON_PIE))
+def test_non_pie_executable_importing_malloc_is_glibc(name, tmp_path):
+    """No 'none of glibc' warning: malloc is glibc's, and detection says so."""
+    argv = non_pie_importing_malloc(NON_PIE[name])
+    out = run_preloaded(argv, lambda lib: lib, tmp_path)
+    assert "none of glibc" not in out, out
+    assert "memtrim/alloc: allocator: glibc" in out, out
+
+
+@pytest.mark.parametrize("name", sorted(NON_PIE))
+def test_non_pie_executable_under_a_preloaded_jemalloc(name, tmp_path):
+    """The same executables under LD_PRELOAD=libjemalloc.so.2: their PLT binds to jemalloc,
+    the first object after them that defines malloc; detection follows that order, it does
+    not assume libc."""
+    argv = non_pie_importing_malloc(NON_PIE[name])
+    out = run_preloaded(argv, lambda lib: f"{lib_path('jemalloc')}:{lib}", tmp_path)
+    assert "none of glibc" not in out, out
+    assert "memtrim/alloc: allocator: jemalloc" in out, out
