@@ -1,28 +1,87 @@
 #!/usr/bin/env bash
 # The controls stage (tests/controls.txt): every test named there must FAIL when its
-# switch brings the old defect back. Builds build-controls with -DMEMTRIM_CONTROLS=ON.
+# switch brings the old defect back. Builds build-controls with -DMEMTRIM_CONTROLS=ON once,
+# then runs the listed controls, MEMTRIM_CONTROLS_JOBS at a time (default: the cores).
+#   tests/controls.sh            the whole list; fails when fewer than the floor are listed
+#   tests/controls.sh NAME...    only those (no floor)
+# A control fails the stage when its test passes (0, or 77: every case skipped), when it
+# runs out of time (MEMTRIM_CONTROL_TIMEOUT s, default 300: a hang guard, not a timing
+# check), when its command cannot run (126, 127), when its name appears nowhere in the
+# code as a quoted switch ("NAME" or 'NAME': mt_control or a test's own hook), or when a
+# name is listed twice. Each control's output: build-controls/controls/NAME.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 dir=$root/build-controls
+list=$root/tests/controls.txt
+# The floor: the number of controls listed when it was last raised. Raise it with each
+# control added; a line lost in a merge then fails the stage instead of going unseen.
+floor=8
+jobs=${MEMTRIM_CONTROLS_JOBS:-$(nproc)}
+limit=${MEMTRIM_CONTROL_TIMEOUT:-300}
+
+t0=$(date +%s)
+echo "controls: load at start $(cut -d' ' -f1-3 /proc/loadavg)"
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_TESTS=ON \
   -DMEMTRIM_SANITIZE= -DMEMTRIM_FAULT_INJECT=OFF -DMEMTRIM_CONTROLS=ON >/dev/null &&
   cmake --build "$dir" -j"$(nproc)" >/dev/null || { echo "controls: build failed"; exit 1; }
-ran=0 bad=0
-mkdir -p "$dir/controls"
+echo "controls: build-controls built in $(( $(date +%s) - t0 )) s"
+
+names=() cmds=() bad=0
+declare -A seen=()
 while read -r name cmd; do
   case $name in ''|'#'*) continue ;; esac
-  log=$dir/controls/$name.log
-  MEMTRIM_CONTROL=$name MEMTRIM_BUILD_DIR=$dir timeout --kill-after=30 900 bash -c "$cmd" >"$log" 2>&1
+  if [ -n "${seen[$name]:-}" ]; then
+    echo "control $name: listed twice in tests/controls.txt"; bad=$((bad + 1)); continue
+  fi
+  seen[$name]=1
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qxF -- "$name"; then continue; fi
+  if [ -z "$cmd" ]; then echo "control $name: no command"; bad=$((bad + 1)); continue; fi
+  # the switch must exist: a name no code asks for would "fail" for any other reason
+  if ! grep -rqE --include='*.[ch]' --include='*.py' --include='*.mjs' --include='*.sh' \
+      -- "[\"']$name[\"']" common core server api cli plugin db examples tests bench 2>/dev/null; then
+    echo "control $name: no code names this switch (\"$name\")"; bad=$((bad + 1)); continue
+  fi
+  names+=("$name") cmds+=("$cmd")
+done < "$list"
+for want in "$@"; do
+  [ -n "${seen[$want]:-}" ] || { echo "control $want: not in tests/controls.txt"; bad=$((bad + 1)); }
+done
+
+rm -rf "$dir/controls" && mkdir -p "$dir/controls"
+run_one() { # run_one NAME COMMAND: its exit code and seconds to controls/NAME.rc
+  local name=$1 cmd=$2 s=$SECONDS code
+  MEMTRIM_CONTROL=$name MEMTRIM_BUILD_DIR=$dir \
+    timeout --kill-after=30 "$limit" bash -c "$cmd" >"$dir/controls/$name.log" 2>&1 </dev/null
   code=$?
+  echo "$code $((SECONDS - s))" >"$dir/controls/$name.rc"
+}
+running=0
+for i in "${!names[@]}"; do
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  run_one "${names[$i]}" "${cmds[$i]}" 2>/dev/null & # (bash's "Segmentation fault" notes)
+  running=$((running + 1))
+done
+wait
+
+ran=0 good=0
+for name in "${names[@]}"; do
+  read -r code secs <"$dir/controls/$name.rc" || code=missing secs=?
   ran=$((ran + 1))
   case $code in
-    0|77) echo "control $name: its test PASSED (exit $code) with the defect back: it cannot see it"
-          tail -n 20 "$log"; bad=$((bad + 1)) ;;
-    124|137) echo "control $name: its test ran out of time (exit $code): a hang, not a failure"
-          tail -n 20 "$log"; bad=$((bad + 1)) ;;
-    *) echo "control $name: fails as it must (exit $code)" ;;
+    0|77) echo "control $name: its test PASSED (exit $code, ${secs} s) with the defect back: it cannot see it"
+          tail -n 20 "$dir/controls/$name.log"; bad=$((bad + 1)) ;;
+    124|137) echo "control $name: its test ran out of time (exit $code, ${secs} s): a hang, not a failure"
+          tail -n 20 "$dir/controls/$name.log"; bad=$((bad + 1)) ;;
+    126|127|missing) echo "control $name: its command did not run (exit $code)"
+          tail -n 20 "$dir/controls/$name.log"; bad=$((bad + 1)) ;;
+    *) echo "control $name: fails as it must (exit $code, ${secs} s)"; good=$((good + 1)) ;;
   esac
-done < tests/controls.txt
-echo "controls: $ran run, $((ran - bad)) failed as they must, $bad did not"
+done
+if [ $# -eq 0 ] && [ "$ran" -lt "$floor" ]; then
+  echo "controls: $ran listed, fewer than the floor of $floor (a control lost?)"; bad=$((bad + 1))
+fi
+echo "controls: $ran run ($jobs at a time), $good failed as they must, $bad problems, in" \
+  "$(( $(date +%s) - t0 )) s;" \
+  "load at end $(cut -d' ' -f1-3 /proc/loadavg)"
 [ "$ran" -gt 0 ] && [ "$bad" -eq 0 ]

@@ -3,7 +3,8 @@
 # ways (plain, ASan+UBSan, TSan) and runs the unit tests (ctest) in each, the
 # unit tests under valgrind, the end-to-end tests against real hosts (pytest
 # with Debian's python3), and the browser tests (Debian's chromium driven by
-# playwright-core). Set MEMTRIM_QUICK=1 to run the plain build's stages only.
+# playwright-core), and the controls (tests/controls.sh: each listed test must fail with its
+# switch on). Set MEMTRIM_QUICK=1 to run the plain build's stages only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -12,10 +13,13 @@ passed=0
 failed=0
 failures=""
 
+# Each stage's wall time and the load average before and after it, for docs/benchmarks.md.
 stage() { # stage NAME COMMAND...
-  local name=$1; shift
-  echo "=== $name"
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures="$failures $name"; fi
+  local name=$1 t0=$SECONDS load0 result=passed; shift
+  load0=$(cut -d' ' -f1 /proc/loadavg)
+  echo "=== $name ($(date -u +%H:%M:%S) UTC)"
+  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures="$failures $name"; result=FAILED; fi
+  echo "=== $name: $result in $((SECONDS - t0)) s (load $load0 -> $(cut -d' ' -f1 /proc/loadavg))"
 }
 
 # The options the suite needs are forced whatever DIR's cache holds (examples/run-demo.sh,
@@ -131,6 +135,8 @@ browser() {
 tests/install-deps.sh all || exit 1
 stage build build build
 stage unit unit build
+# each test of tests/controls.txt against its switch (build-controls): it must fail
+stage controls tests/controls.sh
 if [ -z "${MEMTRIM_QUICK:-}" ]; then
   # with allocation-failure injection: ctest runs fault_inject there (every allocation of
   # memtrim's start, stop, configuration and requests failed in turn, LeakSanitizer after)

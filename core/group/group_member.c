@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "mt_alloc.h"
 #include "group_int.h"
 #include "proctree.h"
@@ -185,6 +186,8 @@ static void member_window(const struct member_pace *pc, const struct mt_snapshot
     /* missed: the slot it waited for closed (not a slot a new grant moved: a member joined
      * or left, and the one it waited for may not have opened yet) */
     int missed = pc->act_at && now >= pc->act_at + pc->grant.width_ns && *open > now;
+    if (mt_control("suite-moved-slot-missed")) /* 1feda56's defect: a moved slot "missed" */
+        missed = pc->act_at && now >= pc->act_at && *open > now;
     if (at_line || missed) {
         *open = now;
         *close = pc->grant.until_ns;

@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "control.h"
 #include "stall.h"
 
 #define STALL_BLOCK 1536          /* above glibc's tcache (1032) and fastbins (160) */
@@ -70,7 +71,7 @@ static void *stall_main(void *arg)
 
     pthread_mutex_lock(&c->lock);
     while (!c->stop) {
-        if (!c->active) {
+        if (!c->active && !mt_control("suite-stall-samples-at-rest")) { /* b56246d's control */
             pthread_cond_wait(&c->wake, &c->lock);
             continue;
         }

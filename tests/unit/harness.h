@@ -78,8 +78,29 @@ static inline int harness_under_valgrind(void)
                  "does this)");                                                                    \
     } while (0)
 
+/* MEMTRIM_TEST_CASE=name[,name...]: run only those cases of a binary (a control's command,
+ * tests/controls.txt, names the case its switch breaks). A name that no RUN matched is an
+ * error of the command, not a failure of the test: harness_end exits HARNESS_NOT_RUN_CODE. */
+#define HARNESS_NOT_RUN_CODE 126
+static int h_selected_runs;
+static inline int harness_selected(const char *name)
+{
+    const char *only = getenv("MEMTRIM_TEST_CASE");
+    size_t n = strlen(name);
+    if (only == NULL || *only == '\0')
+        return 1;
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == only || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) {
+            h_selected_runs++;
+            return 1;
+        }
+    return 0;
+}
+
 #define RUN(test)                                                                                  \
     do {                                                                                           \
+        if (!harness_selected(#test))                                                              \
+            break;                                                                                 \
         double t0_ = harness_now_s();                                                              \
         fprintf(stderr, "-- %s\n", #test);                                                         \
         test();                                                                                    \
@@ -273,6 +294,11 @@ static inline void harness_rmtree(const char *dir)
 
 static inline int harness_end(void)
 {
+    const char *only = getenv("MEMTRIM_TEST_CASE");
+    if (only != NULL && *only != '\0' && h_selected_runs == 0) {
+        printf("MEMTRIM_TEST_CASE=%s: no case of this binary has that name\n", only);
+        return HARNESS_NOT_RUN_CODE;
+    }
     printf("%d passed, %d failed, %d skipped\n", h_passed, h_failed, h_skipped);
     if (h_failed)
         return 1;
