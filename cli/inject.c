@@ -15,6 +15,7 @@
  */
 #include "inject.h"
 
+#include "../common/control.h"
 #include "lock.h"
 #include "mem.h"
 #include "pick.h"
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -41,6 +43,17 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 #define NR_RESTART_SYSCALL 219
 
 int inject_left_seized;
+
+/* map_page's mmap, then tramp.S's rt_sigprocmask (twice) and prctl naming the page; an
+ * argument that is an address in the page is not known beforehand (bit clear in known). */
+const struct inject_syscall inject_syscalls[] = {
+    {"mmap(NULL, 128 KiB, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0)",
+     SYS_mmap, {0, TR_MAP_SIZE, 7, 0x22, (uint64_t)-1, 0}, 0x3f},
+    {"rt_sigprocmask(SIG_SETMASK, set, NULL, 8)", SYS_rt_sigprocmask, {2, 0, 0, 8, 0, 0}, 0xd},
+    {"prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, page, 128 KiB, name)", SYS_prctl,
+     {0x53564d41, 0, 0, TR_MAP_SIZE, 0, 0}, 0xb},
+};
+const size_t inject_syscalls_n = sizeof inject_syscalls / sizeof inject_syscalls[0];
 
 
 static double now_s(void)
@@ -477,6 +490,12 @@ static int try_thread(struct attempt *a, const struct pick *p)
     }
     if (took != 0)
         return INJECT_NO_THREAD;
+    struct seccomp_calls sc = {inject_syscalls, a->c->syscalls, inject_syscalls_n,
+                               a->c->n_syscalls, a->c->any_syscall};
+    if (!mt_control("cmd-seccomp") && seccomp_check(a->t->pid, p->tid, &sc, a->err, a->errlen)) {
+        ptrace(PTRACE_DETACH, p->tid, 0, 0); /* untouched: its filters were only read */
+        return INJECT_REFUSED;
+    }
     int rc = start_call(a, &s, t0, &page, &released);
     if (rc != INJECT_OK)
         return rc;

@@ -6,6 +6,7 @@
 #ifndef MEMTRIM_CLI_INJECT_H
 #define MEMTRIM_CLI_INJECT_H
 
+#include "seccomp.h"
 #include "target.h"
 
 #include <stdint.h>
@@ -27,6 +28,11 @@ struct inject_call {
     unsigned page_args;   /* bit i: args[i] is an offset in the page (TR_PATH, TR_OUT) */
     uint64_t locks, locks_len; /* a thread owning a recursive mutex here is never taken
                                   (ld.so's _rtld_global: its loader locks); 0: no check */
+    /* the system calls the function makes (a seccomp filter must allow each: seccomp.c);
+     * any_syscall: every one (load) */
+    const struct inject_syscall *syscalls;
+    size_t n_syscalls;
+    int any_syscall;
     double thread_wait_s; /* how long to look for a safe thread */
     double call_wait_s;   /* how long the call may take */
     /* results */
@@ -38,6 +44,11 @@ struct inject_call {
     double call_s;        /* from its release until the call returned */
     int new_page;         /* the page was mapped by this call */
 };
+
+/* The system calls the injection itself makes on the target's thread, with the arguments it
+ * makes them with (seccomp.h): a filter must allow each before anything is changed. */
+extern const struct inject_syscall inject_syscalls[];
+extern const size_t inject_syscalls_n;
 
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen);
 /* Set once a thread stays seized by this process (it did not stop in time, or could not be

@@ -216,7 +216,7 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
         return cli_fail(o, EXIT_UNSUPPORTED, msg);
     }
     struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
-                            .in = json, .out_len = 1024};
+                            .in = json, .out_len = 1024, .any_syscall = 1};
     if (loader_locks(t, &c.locks, &c.locks_len) != 0)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
                     "found: the loader lock cannot be checked, nothing is called");
@@ -294,7 +294,7 @@ int load_run(const struct opts *o, struct target *t)
         return cli_fail(o, EXIT_FAILED, err);
     }
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
-                            .in = path};
+                            .in = path, .any_syscall = 1};
     if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
         copy_remove(copy);
         free(json);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -144,6 +145,26 @@ static const struct {
     [ALLOC_MIMALLOC] = {"mi_collect", "mi_collect(true)"},
 };
 
+/* The system calls each verb's function makes (seccomp.c checks them against a filter):
+ * glibc's malloc_trim returns memory with madvise(MADV_DONTNEED), sbrk and munmap (and a
+ * PROT_NONE mmap over a heap's tail under overcommit 2), and waits on its arenas' locks;
+ * the other allocators' release calls with arguments of their own choosing. */
+#define FUTEX_LOCKS {"futex(lock, FUTEX_WAIT_PRIVATE)", SYS_futex, {0, 128}, 0x2}, \
+                    {"futex(lock, FUTEX_WAKE_PRIVATE)", SYS_futex, {0, 129}, 0x2}
+static const struct inject_syscall glibc_trim_calls[] = {
+    {"madvise(addr, len, MADV_DONTNEED)", SYS_madvise, {0, 0, 4}, 0x4},
+    {"brk(addr)", SYS_brk, {0}, 0},
+    {"munmap(addr, len)", SYS_munmap, {0}, 0},
+    {"mmap(addr, len, PROT_NONE, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED, -1, 0)", SYS_mmap,
+     {0, 0, 0, 0x32, (uint64_t)-1, 0}, 0x3c},
+    FUTEX_LOCKS,
+};
+static const struct inject_syscall other_trim_calls[] = {
+    {"madvise", SYS_madvise, {0}, 0}, {"munmap", SYS_munmap, {0}, 0},
+    {"mmap", SYS_mmap, {0}, 0},       {"futex", SYS_futex, {0}, 0},
+};
+static const struct inject_syscall stats_calls[] = {FUTEX_LOCKS};
+
 static int trim(const struct opts *o, struct target *t)
 {
     const struct target_lib *lib = t->alloc == ALLOC_GLIBC ? &t->libc : &t->alloc_lib;
@@ -163,6 +184,10 @@ static int trim(const struct opts *o, struct target *t)
         c.args[0] = 0;
     else if (t->alloc == ALLOC_MIMALLOC)
         c.args[0] = 1; /* force */
+    int glibc = t->alloc == ALLOC_GLIBC;
+    c.syscalls = glibc ? glibc_trim_calls : other_trim_calls;
+    c.n_syscalls = glibc ? sizeof glibc_trim_calls / sizeof glibc_trim_calls[0]
+                         : sizeof other_trim_calls / sizeof other_trim_calls[0];
     int64_t before = target_rss(t->pid);
     double t0 = cli_now();
     int rc = cli_call(o, t, &c);
@@ -222,7 +247,8 @@ static int stats(const struct opts *o, struct target *t)
         fn = target_sym(&t->libc, "mallinfo");
     if (!fn)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's libc exports neither mallinfo2 nor mallinfo");
-    struct inject_call c = {.func = fn, .arg0_is_out = 1, .out_len = 80};
+    struct inject_call c = {.func = fn, .arg0_is_out = 1, .out_len = 80, .syscalls = stats_calls,
+                            .n_syscalls = sizeof stats_calls / sizeof stats_calls[0]};
     double t0 = cli_now();
     int rc = cli_call(o, t, &c);
     if (rc)
