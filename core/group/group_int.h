@@ -216,7 +216,8 @@ struct group {
     int forks_join;   /* forked children join over a socketpair (FollowFork) */
     int listen_fd;    /* a named group's socket (the caller's), -1 */
     uint64_t listen_chan; /* ...its identity (chan_id) */
-    int64_t accept_after_ns; /* ...not polled until then: accept failed for want of resources */
+    int64_t accept_failed_ns; /* ...not polled for ACCEPT_PAUSE_NS after its accept failed for
+                               * want of resources (0: never did) */
     int64_t chan_check_ns;   /* the channels' identities next checked then (leader_drop_lost) */
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */

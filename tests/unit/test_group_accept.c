@@ -7,8 +7,11 @@
  * fails with EMFILE on the group's socket while the test says so and counts
  * the calls; the test plays a member over a socketpair (group_adopt) and
  * wakes the leader 20 times with reports, each waited for in mt_group_info:
- * the failing accept must have been retried a few times at most meanwhile.
- * Then accept works again and the queued process joins. And a process in a
+ * the pause after a failed accept is an hour here (group_test_accept_pause_ns), so
+ * the failing accept must not have been retried at all meanwhile (no time window:
+ * a count that must be 0). Then the pause is 1 ns and accept works again: at the
+ * leader's next wake-up the queued process joins. Control suite-accept-no-pause
+ * (the pause not taken, dc8f874's defect): thousands of retries. And a process in a
  * pid namespace the leader's does not contain (SO_PEERCRED's pid 0) is
  * refused: real namespaces (unshare, as root), the leader pid 1 in its own.
  * Threads: the test's main thread and the instance's; the counters are atomics.
@@ -82,10 +85,8 @@ static int members(struct memtrim *mt)
 
 static void test_accept_out_of_descriptors_does_not_spin(void)
 {
-    /* The pause is 0.1 s here, not 1 s: ROUNDS wake-ups still take a fraction of it (a
-     * few ms, tens beside busy loops: 10 retries would need 1 s), and the queued process
-     * joins 0.1 s after the descriptors come back, not a second. */
-    group_test_accept_pause_ns(100 * MT_MS);
+    /* The pause is an hour: no retry may come during the ROUNDS wake-ups, however slow. */
+    group_test_accept_pause_ns(3600 * MT_SEC);
     struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\"}}");
     if (!mt)
         return;
@@ -119,16 +120,19 @@ static void test_accept_out_of_descriptors_does_not_spin(void)
         CHECK(shows(mt, i << 20));
     }
     int retried = atomic_load(&calls) - before;
-    /* One retry a second at most (ROUNDS wake-ups take milliseconds; 10 would need 10 s). */
-    CHECK_MSG(retried < ROUNDS / 2, "accept retried %d times over %d wake-ups: a busy loop",
+    CHECK_MSG(retried == 0, "accept retried %d times over %d wake-ups within its pause",
               retried, ROUNDS);
 
-    /* Descriptors again: the queued process is accepted and joins. */
+    /* Descriptors again, and the pause over (1 ns): at its next wake-up the leader accepts
+     * the queued process, which joins. */
     atomic_store(&failing, 0);
+    group_test_accept_pause_ns(1);
+    send_msg(pair[1], MSG_REPORT, (uint64_t)(ROUNDS + 1) << 20);
     WAIT_FOR(members(mt) == 3, 60);
     CHECK_EQ_INT(members(mt), 3);
 
     mt_destroy(mt);
+    group_test_accept_pause_ns(0);
     atomic_store(&listen_fd, -1);
     close(l);
     close(c);
