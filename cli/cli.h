@@ -7,6 +7,7 @@
 
 #include "inject.h"
 #include "target.h"
+#include "tramp.h"
 
 #include <cjson/cJSON.h>
 #include <sys/types.h>
@@ -42,6 +43,13 @@ void cli_emit(const struct opts *o, cJSON *j, const char *human);
 int cli_call(const struct opts *o, struct target *t, struct inject_call *c);
 /* pid, allocator, thread and timings of a call done. */
 void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *c);
+
+/* What a call may charge to the process's memory cgroup beyond its own function's needs:
+ * our page and a margin. */
+#define CLI_CALL_CHARGE (TR_MAP_SIZE + (256 << 10))
+/* NULL when the process's memory cgroup has room for need bytes; else why not, in buf. */
+const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,
+                               size_t len);
 
 /* load.c: `memtrim load PID`; its exit code. */
 int load_run(const struct opts *o, struct target *t);

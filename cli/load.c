@@ -19,6 +19,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* What memtrim's engine charges to the process once started, beside the library's pages
+ * (threads' stacks, the store's cache, the HTTP server): 5.3 MiB of RSS in all measured in
+ * python3, 1.1 MiB of it anonymous; this bound leaves room. */
+#define LOAD_ENGINE_CHARGE ((int64_t)8 << 20)
+
 /* A --config file's whole text (at most 1 MiB: any more is no configuration), read here, in
  * the tool's mount namespace: the target may not see the file. NULL with err set. */
 static char *read_config_file(const char *path, char *err, size_t errlen)
@@ -288,6 +293,15 @@ int load_run(const struct opts *o, struct target *t)
         snprintf(err, sizeof err, "cannot find libmemtrim.so.0 (%s): give it with --library PATH",
                  o->library ? o->library : "beside this command or in " MEMTRIM_INSTALL_LIBDIR);
         return cli_fail(o, EXIT_FAILED, err);
+    }
+    struct stat lib_st;
+    const char *why = stat(lib, &lib_st) == 0
+        ? cli_cgroup_refusal(t, CLI_CALL_CHARGE + LOAD_ENGINE_CHARGE + (int64_t)lib_st.st_size,
+                             "load (the library, memtrim's engine and the page)", err, sizeof err)
+        : NULL;
+    if (why) {
+        free(json);
+        return cli_fail(o, EXIT_REFUSED, why);
     }
     if (target_path(t, lib, path, sizeof path, copy, sizeof copy, err, sizeof err) != 0) {
         free(json);

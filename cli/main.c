@@ -322,6 +322,9 @@ static int act(const struct opts *o)
         return cli_fail(o, t.alloc == ALLOC_GLIBC ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
     if ((why = target_memory_refusal(&t, buf, sizeof buf)))
         return cli_fail(o, EXIT_REFUSED, why);
+    if (strcmp(o->verb, "load") &&
+        (why = cli_cgroup_refusal(&t, CLI_CALL_CHARGE, o->verb, buf, sizeof buf)))
+        return cli_fail(o, EXIT_REFUSED, why);
     if (!strcmp(o->verb, "load"))
         return load_run(o, &t);
     return !strcmp(o->verb, "trim") ? trim(o, &t) : stats(o, &t);

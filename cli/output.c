@@ -6,6 +6,8 @@
  */
 #include "cli.h"
 
+#include "../common/control.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -81,4 +83,17 @@ void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *
     cJSON_AddStringToObject(j, "thread_syscall", c->syscall);
     cJSON_AddNumberToObject(j, "thread_stopped_seconds", c->stopped_s);
     cJSON_AddNumberToObject(j, "call_seconds", c->call_s);
+}
+
+const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,
+                               size_t len)
+{
+    char where[1200];
+    int64_t room = target_cgroup_room(t->pid, where, sizeof where);
+    if (room < 0 || room >= need || mt_control("cmd-cgroup-room"))
+        return NULL;
+    snprintf(buf, len, "process %d's memory cgroup has %lld KiB left (%s) and %s may charge it up "
+             "to %lld KiB: it could be OOM-killed; refused, nothing was changed", (int)t->pid,
+             (long long)(room >> 10), where, what, (long long)(need >> 10));
+    return buf;
 }

@@ -75,6 +75,10 @@ int target_mapping(pid_t pid, uint64_t addr, uint64_t *start, uint64_t *end);
 int64_t target_rss(pid_t pid);
 /* The cgroup's usage and limit as /memory/stats names them (-1 where unknown). */
 void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
+/* The room left under the process's memory cgroup limits, the tightest of every level up
+ * to the root (v1: limit_in_bytes and memsw's; v2: memory.max and memory.high) in bytes,
+ * with the file that binds in where; -1 when no limit is set. */
+int64_t target_cgroup_room(pid_t pid, char *where, size_t len);
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);

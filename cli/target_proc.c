@@ -61,6 +61,90 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
     *max = read_i64(file);
 }
 
+/* Where the tool sees a cgroup hierarchy: cgroup2's mount, or the v1 one with the memory
+ * controller (its options name it); 0 or -1. */
+static int cgroup_mount(int v2, char *out, size_t len)
+{
+    char line[1024], dev[256], dir[512], type[64], opts[512];
+    FILE *f = fopen("/proc/self/mounts", "re");
+    int found = -1;
+    if (!f)
+        return -1;
+    while (found && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%255s %511s %63s %511s", dev, dir, type, opts) != 4)
+            continue;
+        int is_memory = !strcmp(type, "cgroup") && (strstr(opts, ",memory") ||
+                                                     !strncmp(opts, "memory", 6));
+        if (v2 ? !strcmp(type, "cgroup2") : is_memory) {
+            snprintf(out, len, "%s", dir);
+            found = 0;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* One level's room: limit - usage, where the limit is set; *room lowered, *where named. */
+static void level_room(const char *dir, const char *limit_file, const char *usage_file,
+                       int64_t *room, char *where, size_t len)
+{
+    char file[1200];
+    snprintf(file, sizeof file, "%s/%s", dir, limit_file);
+    int64_t limit = read_i64(file);
+    if (limit < 0 || limit >= INT64_MAX / 2) /* "max", or v1's page-rounded LONG_MAX */
+        return;
+    snprintf(file, sizeof file, "%s/%s", dir, usage_file);
+    int64_t usage = read_i64(file);
+    if (usage < 0)
+        return;
+    int64_t r = limit > usage ? limit - usage : 0;
+    if (*room < 0 || r < *room) {
+        *room = r;
+        snprintf(where, len, "%s/%s", dir, limit_file);
+    }
+}
+
+int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
+{
+    char path[64], buf[4096], mnt[512], dir[2600];
+    int64_t room = -1;
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    if (target_read_file(path, buf, sizeof buf) <= 0)
+        return -1;
+    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+        char ctl[256], cg[2048];
+        if (sscanf(l, "%*d:%255[^:]:%2047s", ctl, cg) != 2) {
+            if (strncmp(l, "0::", 3) || sscanf(l + 3, "%2047s", cg) != 1)
+                continue;
+            ctl[0] = 0;
+        }
+        int v2 = ctl[0] == 0;
+        if (!v2 && !strstr(ctl, "memory"))
+            continue;
+        if (cgroup_mount(v2, mnt, sizeof mnt) != 0)
+            continue;
+        /* every level from the process's cgroup up to the hierarchy's root */
+        for (size_t n = strlen(cg); n > 0 && n < sizeof dir - sizeof mnt; ) {
+            cg[n] = 0;
+            snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(cg, "/") ? cg : "");
+            if (v2) {
+                level_room(dir, "memory.max", "memory.current", &room, where, len);
+                level_room(dir, "memory.high", "memory.current", &room, where, len);
+            } else {
+                level_room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", &room, where,
+                           len);
+                level_room(dir, "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes",
+                           &room, where, len);
+            }
+            char *slash = strrchr(cg, '/');
+            if (!slash || slash == cg)
+                break;
+            n = (size_t)(slash - cg);
+        }
+    }
+    return room;
+}
+
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
 {
     char path[96], buf[512];
