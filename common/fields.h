@@ -56,6 +56,7 @@ enum mt_metric_kind { MT_METRIC_NONE = 0, MT_METRIC_GAUGE, MT_METRIC_COUNTER };
 #define MT_SNAPSHOT_FIELDS(X)                                                                      \
     X(timestamp_ms, MT_FIELD_I64, cheap.timestamp_ms, MT_KNOWN_ALWAYS, 0, MT_METRIC_NONE, "", "")  \
     X(cheap_age_ms, MT_FIELD_I64, cheap_age_ms, MT_KNOWN_ALWAYS, 0, MT_METRIC_NONE, "", "")        \
+    X(rss_age_ms, MT_FIELD_I64, rss_age_ms, MT_KNOWN_ALWAYS, 0, MT_METRIC_NONE, "", "")            \
     X(rss_bytes, MT_FIELD_U64, cheap.rss_bytes, MT_KNOWN_ALWAYS, 1, MT_METRIC_GAUGE,               \
       "memtrim_rss_bytes", "Resident set size.")                                                   \
     X(rss_anon_bytes, MT_FIELD_U64, cheap.rss_anon_bytes, MT_KNOWN_ALWAYS, 2, MT_METRIC_GAUGE,     \
@@ -149,6 +150,8 @@ enum mt_metric_kind { MT_METRIC_NONE = 0, MT_METRIC_GAUGE, MT_METRIC_COUNTER };
       MT_METRIC_GAUGE, "memtrim_heap_free_chunks", "Free heap chunks (mallinfo2 ordblks).")        \
     X(arena_count, MT_FIELD_INT, heap.arena_count, MT_KNOWN_HEAP | MT_KNOWN_NONNEG, 9,             \
       MT_METRIC_GAUGE, "memtrim_heap_arenas", "malloc arenas.")                                    \
+    X(arena_count_age_ms, MT_FIELD_I64, arena_count_age_ms, MT_KNOWN_HEAP | MT_KNOWN_NONNEG, 0,    \
+      MT_METRIC_NONE, "", "")                                                                      \
     X(releasable_estimate_bytes, MT_FIELD_U64, releasable_estimate_bytes, MT_KNOWN_HEAP, 11,       \
       MT_METRIC_GAUGE, "memtrim_releasable_estimate_bytes",                                        \
       "Free heap that a trim could give back (estimate).")                                         \

@@ -119,6 +119,8 @@ struct mt_snapshot {
     int64_t memory_limit_bytes;       /* effective limit: config or cgroup; -1 none */
     int64_t heap_age_ms;              /* age of the heap part when read */
     int64_t cheap_age_ms;             /* age of the cheap part when read */
+    int64_t rss_age_ms;               /* of its RSS figures (rss_now: 0, read at the call) */
+    int64_t arena_count_age_ms;       /* of heap.arena_count (counted every few probes); -1 */
     struct mt_saved saved;            /* the counterfactual at this reading */
     const char *allocator;            /* the back end in use (static name) */
     const char *allocator_release;    /* its release call (static text) */

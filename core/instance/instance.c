@@ -129,7 +129,7 @@ int mt_config_patch(struct memtrim *mt, const char *json, char **err)
 void mt_snapshot_get(struct memtrim *mt, struct mt_snapshot *out)
 {
     /* The hot path of /memory/stats and /metrics: read the four values, not the whole config. */
-    struct snapshot_want want = {.stale_ok = 1};
+    struct snapshot_want want = {.stale_ok = 1, .rss_now = 1};
     pthread_mutex_lock(&mt->cfg_lock);
     want.cheap_max_age_ns = (int64_t)mt->cfg.stats_max_age_ms * MT_MS;
     want.heap_max_age_ns = want.cheap_max_age_ns;

@@ -122,6 +122,22 @@ uint64_t probe_rss(void)
     return (uint64_t)resident * (uint64_t)page_size();
 }
 
+int probe_statm(struct probe_statm *out)
+{
+    char buf[128];
+    unsigned long size, resident, shared;
+    ssize_t n = read_proc(PROC_STATM, buf, sizeof(buf));
+    if (n <= 0)
+        return n < 0 ? (int)n : -EIO;
+    if (sscanf(buf, "%lu %lu %lu", &size, &resident, &shared) != 3)
+        return -EIO;
+    uint64_t ps = (uint64_t)page_size();
+    out->vm_size_bytes = (uint64_t)size * ps;
+    out->rss_bytes = (uint64_t)resident * ps;
+    out->rss_anon_bytes = resident > shared ? (uint64_t)(resident - shared) * ps : 0;
+    return 0;
+}
+
 uint64_t probe_peak_rss(void)
 {
     char line[256];

@@ -36,6 +36,13 @@ int64_t probe_cgroup_usage(struct probe_cgroup *cg, int level);
 /* RSS in bytes from /proc/self/statm alone (the pressure check); 0 on failure. */
 uint64_t probe_rss(void);
 
+/* One read of /proc/self/statm (microseconds): virtual size, resident, and of that the
+ * anonymous part (resident less shared: the kernel's file and shmem pages), in bytes. */
+struct probe_statm {
+    uint64_t vm_size_bytes, rss_bytes, rss_anon_bytes;
+};
+int probe_statm(struct probe_statm *out); /* 0, or a negative errno */
+
 /* Peak RSS (VmHWM) from /proc/self/status; 0 unknown. */
 uint64_t probe_peak_rss(void);
 

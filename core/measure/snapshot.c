@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "control.h"
 #include "snapshot.h"
 
 #define ARENA_COUNT_EVERY 10 /* malloc_info (arena count) on every 10th heap probe */
@@ -71,9 +72,22 @@ static uint64_t releasable_locked(const struct snapshot_cache *c)
     return resident_free < bound ? resident_free : bound;
 }
 
-/* Derived values; called with the lock held. */
+/* The statm reading a reader took at its request (rss_now), over the cached one when newer:
+ * RSS, its anonymous part and the virtual size; the shared rest split as the cached reading
+ * split it between shmem and file. */
+static void fresh_rss(struct mt_cheap *out, const struct probe_statm *m)
+{
+    uint64_t shared = m->rss_bytes - m->rss_anon_bytes;
+    out->rss_bytes = m->rss_bytes;
+    out->rss_anon_bytes = m->rss_anon_bytes;
+    out->rss_shmem_bytes = out->rss_shmem_bytes < shared ? out->rss_shmem_bytes : shared;
+    out->rss_file_bytes = shared - out->rss_shmem_bytes;
+    out->vm_size_bytes = m->vm_size_bytes;
+}
+
+/* Derived values; called with the lock held. m: a statm reading taken at rss_ns, or NULL. */
 static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t now,
-                   struct mt_snapshot *out)
+                   const struct probe_statm *m, int64_t rss_ns, struct mt_snapshot *out)
 {
     memset(out, 0, sizeof(*out));
     out->cheap = c->cheap;
@@ -81,14 +95,20 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     if (out->heap.arena_count < 0)
         out->heap.arena_count = c->arena_count;
     out->cheap_age_ms = c->cheap_mono_ns ? (now - c->cheap_mono_ns) / 1000000 : -1;
-    saved_view(&c->saved, c->cheap.rss_bytes, &out->saved);
+    out->rss_age_ms = out->cheap_age_ms;
+    if (m && rss_ns > c->cheap_mono_ns) {
+        fresh_rss(&out->cheap, m);
+        out->rss_age_ms = (now - rss_ns) / 1000000;
+    }
+    out->arena_count_age_ms = c->arena_mono_ns ? (now - c->arena_mono_ns) / 1000000 : -1;
+    saved_view(&c->saved, out->cheap.rss_bytes, &out->saved);
     out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
     out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
     out->allocator = c->alloc->name;
     out->allocator_release = c->alloc->release_call;
     snprintf(out->allocator_version, sizeof(out->allocator_version), "%s", c->alloc_version);
     if (c->heap_mono_ns && c->heap.heap_in_use_bytes)
-        out->fragmentation_ratio = (double)c->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;
+        out->fragmentation_ratio = (double)out->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;
     /*
      * What a trim could give back: free heap that is still resident. mallinfo2
      * counts free chunks whether or not their pages are resident (after a trim
@@ -142,14 +162,16 @@ static void charge_heap_locked(struct snapshot_cache *c, const struct mt_heap *h
     c->heap_gate_budget = budget;
 }
 
-static void count_heap_locked(struct snapshot_cache *c, const struct mt_heap *h)
+static void count_heap_locked(struct snapshot_cache *c, const struct mt_heap *h, int64_t now)
 {
     double s = (double)h->duration_ns / 1e9;
     c->heap_probes++;
     c->heap_seconds += s;
     c->heap_last_seconds = s;
-    if (h->arena_count >= 0)
+    if (h->arena_count >= 0) {
         c->arena_count = h->arena_count;
+        c->arena_mono_ns = now;
+    }
 }
 
 void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
@@ -157,9 +179,15 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
 {
     struct mt_cheap cheap;
     struct mt_heap heap;
-    int64_t now;
+    struct probe_statm statm;
+    int64_t now, rss_ns = 0;
     int do_cheap, do_heap, arenas;
 
+    /* RSS at the request, whatever the cache holds (statm: microseconds, no lock): a cached
+     * reading is up to a second old, older while a heap probe waits on the host's arenas,
+     * and a burst moves RSS by hundreds of MB in that time. */
+    if (want->rss_now && !mt_control("rt-stats-cached-rss") && probe_statm(&statm) == 0)
+        rss_ns = mt_mono_ns();
     pthread_mutex_lock(&c->lock);
     double budget = want->budget_percent > 0 ? want->budget_percent : c->budget_percent;
     if (want->stale_ok && want->heap_max_age_ns != INT64_MAX) {
@@ -206,7 +234,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
              * freeing, and would starve the probe when it matters most. */
             charge_heap_locked(c, &heap, now);
             c->heap_count_since_arenas = arenas ? 0 : c->heap_count_since_arenas + 1;
-            count_heap_locked(c, &heap);
+            count_heap_locked(c, &heap, now);
         }
         if (generation != c->trim_generation)
             do_cheap = do_heap = 0; /* a trim published newer readings meanwhile: keep those */
@@ -227,7 +255,7 @@ void snapshot_get(struct snapshot_cache *c, const struct snapshot_want *want,
         pthread_cond_broadcast(&c->cond);
         break;
     }
-    derive(c, want->memory_limit_cfg, mt_mono_ns(), out);
+    derive(c, want->memory_limit_cfg, mt_mono_ns(), rss_ns ? &statm : NULL, rss_ns, out);
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -251,7 +279,7 @@ void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
         c->nonheap_baseline = cheap->rss_anon_bytes > heap->heap_in_use_bytes
                                   ? cheap->rss_anon_bytes - heap->heap_in_use_bytes
                                   : 0;
-        count_heap_locked(c, heap);
+        count_heap_locked(c, heap, now);
         charge_heap_locked(c, heap, now);
         saved_on_heap(&c->saved, heap, releasable_locked(c), cheap->rss_bytes);
     }
@@ -261,8 +289,9 @@ void snapshot_after_trim(struct snapshot_cache *c, uint64_t rss_before,
 void snapshot_count_heap(struct snapshot_cache *c, const struct mt_heap *heap)
 {
     pthread_mutex_lock(&c->lock);
-    count_heap_locked(c, heap);
-    charge_heap_locked(c, heap, mt_mono_ns());
+    int64_t now = mt_mono_ns();
+    count_heap_locked(c, heap, now);
+    charge_heap_locked(c, heap, now);
     pthread_mutex_unlock(&c->lock);
 }
 

@@ -31,6 +31,7 @@ struct snapshot_cache {
     double budget_percent;        /* the last ProbeBudgetPercent asked for (0 = default) */
     unsigned heap_count_since_arenas;
     int arena_count;             /* last known, -1 unknown */
+    int64_t arena_mono_ns;       /* when it was counted; 0 = never */
     uint64_t nonheap_baseline;   /* rss_anon - heap in use right after the last trim */
     uint64_t heap_rss_anon;      /* rss_anon read together with the heap part */
     uint64_t trim_generation;    /* bumped by snapshot_after_trim */
@@ -49,6 +50,8 @@ struct snapshot_want {
     int64_t memory_limit_cfg;  /* MemoryLimitBytes (0 = use the cgroup's) */
     int stale_ok;              /* while another caller refreshes, take what is cached
                                 * (with its age) rather than wait: HTTP readers */
+    int rss_now;               /* read RSS (statm) at the call, whatever the cache holds:
+                                * what a user is shown (rss_age_ms says its age) */
 };
 
 int snapshot_init(struct snapshot_cache *c);

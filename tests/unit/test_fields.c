@@ -37,6 +37,7 @@ static void snap_fill(struct mt_snapshot *s, int which)
     c->duration_ns = 123456;
     c->read_errno = which == 1 ? -13 : 0;
     s->cheap_age_ms = which == 1 ? -1 : 42;
+    s->rss_age_ms = which == 1 ? -1 : 0;
     s->memory_limit_bytes = which == 1 ? -1 : 8589934592LL;
     /* the cgroup in detail (issue 20): all known in 0, none in 1, v1-like in 2 */
     c->cgroup_max_bytes = which == 1 ? -1 : 8589934592LL;
@@ -61,6 +62,7 @@ static void snap_fill(struct mt_snapshot *s, int which)
     h->heap_mmapped_bytes = 50000; h->arena_bytes = 4000000000ULL; h->ordblks = 99;
     h->heap_mapped_bytes = 4100000000ULL; h->heap_resident_bytes = 3900000000ULL; h->heap_retained_bytes = 5;
     h->arena_count = which == 2 ? -1 : 4;
+    s->arena_count_age_ms = which == 2 ? -1 : 2500;
     h->known = which == 2 ? (MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_MAPPED | MT_HEAP_HAS_RESIDENT | MT_HEAP_HAS_RETAINED)
                           : (MT_HEAP_HAS_IN_USE | MT_HEAP_HAS_FREE | MT_HEAP_HAS_MALLINFO);
     s->releasable_estimate_bytes = 700000000ULL;
@@ -69,7 +71,7 @@ static void snap_fill(struct mt_snapshot *s, int which)
 
 static const char *const golden_json[3] = {
     /* snapshot 0 */
-    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":42,\"rss_bytes\":5000000000,"
+    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":42,\"rss_age_ms\":0,\"rss_bytes\":5000000000,"
     "\"rss_anon_bytes\":4000000001,\"rss_file_bytes\":12345,\"rss_shmem_bytes\":777,"
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":2,\"cgroup_usage_bytes\":6000000000,"
@@ -86,7 +88,7 @@ static const char *const golden_json[3] = {
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":1000000000,"
     "\"heap_mapped_bytes\":null,\"heap_resident_bytes\":null,\"heap_retained_bytes\":null,"
     "\"heap_mmapped_bytes\":50000,\"arena_bytes\":4000000000,\"heap_free_chunks\":99,"
-    "\"arena_count\":4,\"releasable_estimate_bytes\":700000000,"
+    "\"arena_count\":4,\"arena_count_age_ms\":2500,\"releasable_estimate_bytes\":700000000,"
     "\"fragmentation_ratio\":1.6666666666666667,\"heap_probe_duration_seconds\":0.0025,"
     "\"mallinfo2\":{\"arena\":4000000000,\"ordblks\":99,\"smblks\":0,\"hblks\":0,\"hblkhd\":0,"
     "\"fsmblks\":0,\"uordblks\":0,\"fordblks\":0,\"keepcost\":0},\"allocator\":{\"name\":\"glibc\","
@@ -95,7 +97,7 @@ static const char *const golden_json[3] = {
     "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
     /* snapshot 1 */
-    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":-1,\"rss_bytes\":5000000000,"
+    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":-1,\"rss_age_ms\":-1,\"rss_bytes\":5000000000,"
     "\"rss_anon_bytes\":4000000001,\"rss_file_bytes\":12345,\"rss_shmem_bytes\":777,"
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":0,\"cgroup_usage_bytes\":null,"
@@ -110,14 +112,14 @@ static const char *const golden_json[3] = {
     "\"heap_timestamp_ms\":null,\"heap_age_ms\":null,\"heap_in_use_bytes\":null,"
     "\"heap_free_bytes\":null,\"heap_mapped_bytes\":null,\"heap_resident_bytes\":null,"
     "\"heap_retained_bytes\":null,\"heap_mmapped_bytes\":null,\"arena_bytes\":null,"
-    "\"heap_free_chunks\":null,\"arena_count\":null,\"releasable_estimate_bytes\":null,"
+    "\"heap_free_chunks\":null,\"arena_count\":null,\"arena_count_age_ms\":null,\"releasable_estimate_bytes\":null,"
     "\"fragmentation_ratio\":null,\"heap_probe_duration_seconds\":null,\"mallinfo2\":null,"
     "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\","
     "\"stats\":null},\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,"
     "\"arena_max\":null,\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
     /* snapshot 2 */
-    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":42,\"rss_bytes\":5000000000,"
+    "{\"timestamp_ms\":1764600000123,\"cheap_age_ms\":42,\"rss_age_ms\":0,\"rss_bytes\":5000000000,"
     "\"rss_anon_bytes\":4000000001,\"rss_file_bytes\":12345,\"rss_shmem_bytes\":777,"
     "\"swap_bytes\":3,\"vm_size_bytes\":9000000000,\"minor_faults\":4294967296,"
     "\"major_faults\":17,\"cgroup_version\":2,\"cgroup_usage_bytes\":6000000000,"
@@ -134,7 +136,7 @@ static const char *const golden_json[3] = {
     "\"heap_in_use_bytes\":3000000000,\"heap_free_bytes\":null,"
     "\"heap_mapped_bytes\":4100000000,\"heap_resident_bytes\":3900000000,"
     "\"heap_retained_bytes\":5,\"heap_mmapped_bytes\":null,\"arena_bytes\":null,"
-    "\"heap_free_chunks\":null,\"arena_count\":null,"
+    "\"heap_free_chunks\":null,\"arena_count\":null,\"arena_count_age_ms\":null,"
     "\"releasable_estimate_bytes\":700000000,\"fragmentation_ratio\":null,"
     "\"heap_probe_duration_seconds\":0.0025,\"mallinfo2\":null,"
     "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\",\"stats\":{}},"
