@@ -6,6 +6,7 @@
  * thread; exit codes in docs/memtrim.1. --tree walks a process's descendants and acts on each
  * in turn, each checked to be the process read (its start time) before anything is done.
  */
+#include "agent.h"
 #include "cli.h"
 #include "tramp.h"
 
@@ -22,6 +23,7 @@ static void usage(FILE *f)
     fputs("usage: memtrim trim PID [--pad BYTES] [options]\n"
           "       memtrim stats PID [options]\n"
           "       memtrim load PID [--config JSON|FILE] [--library PATH] [options]\n"
+          "       memtrim agent [--config JSON|FILE] [--dry-run] (the node daemon)\n"
           "options: --json (JSON even on a terminal), --tree (PID and its descendants, a line\n"
           "         each), --thread-wait SECONDS (default 5),\n"
           "         --timeout SECONDS (the call's deadline, default 30)\n"
@@ -70,6 +72,17 @@ static int parse_option(int argc, char **argv, int *i, struct opts *o)
         (*i)++;
     } else if ((!strcmp(a, "--config") || !strcmp(a, "--library")) && v) {
         *(a[2] == 'c' ? &o->config : &o->library) = v;
+        (*i)++;
+    } else if (!strcmp(a, "--start-time") && v) { /* the agent: act only on that process */
+        unsigned long long t;
+        char *end;
+        errno = 0;
+        t = strtoull(v, &end, 10);
+        if (errno || end == v || *end || !t) {
+            fprintf(stderr, "memtrim: --start-time wants /proc/PID/stat's start time, not '%s'\n", v);
+            return -1;
+        }
+        o->start_time = t;
         (*i)++;
     } else if (!strcmp(a, "--pad") && v) {
         if (parse_long(v, 0, LONG_MAX, &n) != 0) {
@@ -368,6 +381,8 @@ static int act_tree(const struct opts *o)
 int main(int argc, char **argv)
 {
     struct opts o;
+    if (argc > 1 && !strcmp(argv[1], "agent"))
+        return agent_main(argc - 1, argv + 1);
     if (parse_args(argc, argv, &o) != 0) {
         usage(stderr);
         return EXIT_USAGE;

@@ -1,0 +1,202 @@
+/*
+ * act.c - a trim from outside: the agent runs the memtrim command itself (`memtrim trim PID
+ * --json --start-time T`, this same executable), so every rule of the command applies as it
+ * is (its refusals, its injector, its identity check of the process read), a fault or a hang
+ * of a call stays in a child, and the agent killed mid-trim is the command's own case (the
+ * child runs on to its end; nothing is left to the agent). The child's JSON answer says what
+ * was released or, with the command's error code, why not; its CPU (wait4's rusage) is charged
+ * to the trims' budget. The loop thread; a->lock is released while the child runs (the records
+ * it fills afterwards are freed only by this same thread's scan).
+ */
+#include "agent_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+
+extern char **environ;
+
+static const char *const reason_names[AR_COUNT] = {
+    "none", "musl", "static", "runtime_allocator", "seccomp", "kernel_refused", "no_safe_thread",
+    "timeout", "failed", "gives_nothing", "denied", "memtrim_loaded"};
+
+const char *agent_reason_name(enum agent_reason r)
+{
+    return r >= 0 && r < AR_COUNT ? reason_names[r] : "none";
+}
+
+int agent_reason_unreleasable(enum agent_reason r)
+{
+    return r == AR_MUSL || r == AR_STATIC || r == AR_RUNTIME || r == AR_SECCOMP ||
+           r == AR_GIVES_NOTHING;
+}
+
+enum agent_reason agent_reason_of(const char *code, const char *message)
+{
+    if (!code)
+        return AR_FAILED;
+    if (!strcmp(code, "unsupported"))
+        return strstr(message, "musl") ? AR_MUSL : strstr(message, "static") ? AR_STATIC
+                                                                            : AR_RUNTIME;
+    if (!strcmp(code, "refused"))
+        return strstr(message, "seccomp") ? AR_SECCOMP : AR_KERNEL;
+    if (!strcmp(code, "no_safe_thread"))
+        return AR_NO_THREAD;
+    if (!strcmp(code, "timeout"))
+        return AR_TIMEOUT;
+    return AR_FAILED;
+}
+
+/* Runs argv with stdout into out (at most outlen - 1 bytes); its exit status and CPU. */
+static int run(char *const argv[], char *out, size_t outlen, double deadline_s, int64_t *cpu_ns)
+{
+    int fds[2];
+    *cpu_ns = 0;
+    out[0] = 0;
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -errno;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none); /* the loop blocks SIGTERM; the child must not */
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    sigset_t def;
+    sigemptyset(&def);
+    sigaddset(&def, SIGTERM);
+    sigaddset(&def, SIGINT);
+    sigaddset(&def, SIGPIPE);
+    posix_spawnattr_setsigdefault(&attr, &def);
+    pid_t child;
+    int rc = posix_spawn(&child, argv[0], &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return -rc;
+    }
+    size_t n = 0;
+    int64_t end = mt_mono_ns() + (int64_t)(deadline_s * 1e9);
+    for (;;) {
+        int64_t left = end - mt_mono_ns();
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        if (left <= 0 || poll(&pfd, 1, (int)(left / MT_MS) + 1) == 0) {
+            kill(child, SIGKILL); /* past every deadline the command keeps: its own death is safe */
+            break;
+        }
+        ssize_t r = read(fds[0], out + n, outlen - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        if (n == outlen - 1)
+            break;
+    }
+    out[n] = 0;
+    close(fds[0]);
+    int status = 0;
+    struct rusage ru;
+    while (wait4(child, &status, 0, &ru) < 0 && errno == EINTR)
+        ;
+    *cpu_ns = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * MT_SEC +
+              (int64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+    return status;
+}
+
+static int64_t proc_anon_now(pid_t pid)
+{
+    struct agent_proc one = {.pid = pid};
+    struct agent_cgroup cg = {.procs = &one, .nprocs = 1};
+    agent_procs_refresh(&cg);
+    return one.anon;
+}
+
+/* Learn from one answer: what the process gave back, or why it is left alone. */
+static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *answer, int64_t now,
+                  int64_t *released)
+{
+    cJSON *j = cJSON_Parse(answer);
+    const cJSON *rel = cJSON_GetObjectItemCaseSensitive(j, "released_bytes");
+    const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    p->last_trim_ns = now;
+    if (cJSON_IsNumber(rel)) {
+        int64_t r = rel->valuedouble > 0 ? (int64_t)rel->valuedouble : 0;
+        int64_t before = agent_expected(p);
+        *released = r;
+        p->last_released = r;
+        p->trims++;
+        p->released += (uint64_t)r;
+        cg->trims++;
+        cg->released += (uint64_t)r;
+        p->anon_after_trim = p->anon = proc_anon_now(p->pid); /* its growth counts from here */
+        p->reason = AR_NONE;
+        p->why[0] = 0;
+        /* a process that gives nothing back three times running, with heap to give, is
+         * unreleasable (a runtime that keeps its own heap) and left alone */
+        if (r < (1 << 20) && before >= (16 << 20)) {
+            if (++p->zero_trims >= 3) {
+                p->reason = AR_GIVES_NOTHING;
+                snprintf(p->why, sizeof p->why, "three trims in a row gave back under 1 MiB");
+                cg->refusals[AR_GIVES_NOTHING]++;
+            }
+        } else {
+            p->zero_trims = 0;
+        }
+    } else {
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(err, "code");
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(err, "message");
+        const char *m = cJSON_IsString(msg) ? msg->valuestring : "the command gave no answer";
+        p->reason = agent_reason_of(cJSON_IsString(code) ? code->valuestring : NULL, m);
+        snprintf(p->why, sizeof p->why, "%s", m);
+        cg->refusals[p->reason]++;
+    }
+    cJSON_Delete(j);
+}
+
+int64_t agent_trim(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p,
+                   int64_t *released)
+{
+    char pid[24], start[32], tw[32], cw[32], answer[8192];
+    snprintf(pid, sizeof pid, "%d", (int)p->pid);
+    snprintf(start, sizeof start, "%llu", p->start);
+    snprintf(tw, sizeof tw, "%g", a->cfg.thread_wait_s);
+    snprintf(cw, sizeof cw, "%g", a->cfg.call_wait_s);
+    char *argv[] = {a->self_exe, "trim", pid, "--json", "--start-time", start, "--thread-wait", tw,
+                    "--timeout", cw, NULL};
+    *released = 0;
+    int64_t cpu = 0, t0 = mt_mono_ns();
+    pthread_mutex_unlock(&a->lock);
+    int st = run(argv, answer, sizeof answer, a->cfg.thread_wait_s + a->cfg.call_wait_s + 10, &cpu);
+    pthread_mutex_lock(&a->lock);
+    if (st < 0)
+        snprintf(answer, sizeof answer, "{\"error\":{\"code\":\"failed\",\"message\":\"cannot run "
+                 "%s: %s\"}}", a->self_exe, strerror(-st));
+    learn(cg, p, answer, mt_mono_ns(), released);
+    a->stats.trims_cpu_ns += cpu;
+    if (*released || !p->reason) {
+        a->stats.trims++;
+        a->stats.released += (uint64_t)*released;
+    }
+    mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
+           "CPU)%s%s", cg->path, (int)p->pid, p->comm, p->reason ? "not trimmed," : "released",
+           (long long)*released, (double)(mt_mono_ns() - t0) / 1e6, (double)cpu / 1e6,
+           p->reason ? ": " : "", p->reason ? p->why : "");
+    return cpu;
+}

@@ -1,0 +1,292 @@
+/*
+ * agent.c - DESIGN. `memtrim agent`: one daemon per node (docs/agent.md). Two kinds of
+ * thread: the loop thread (this file: the one that runs agent_main) owns every cgroup and
+ * process record, and HTTP workers (server/, http.c) that read them. The loop sleeps in
+ * epoll_wait on the kernel's wake-ups (watch.c), SIGTERM/SIGINT (a signalfd) and a timer:
+ * the scan (scan.c) every ScanIntervalMs, and a cgroup in its zone every ZonePollMs. On a
+ * wake or a due check it reads the cgroup; in its zone it trims its members one at a time
+ * (act.c), the most expected release first (decide.c), within the CPU budget, until the
+ * cgroup is out of its zone; one trim at a time on the whole node is the stagger.
+ *
+ * Locking: a->lock guards every record and the stats. The loop holds it from its wake to
+ * its sleep, but for the trims (act.c releases it while the command runs); HTTP workers
+ * hold it while they render. Records are freed only by the loop (the scan).
+ */
+#include "agent.h"
+#include "agent_int.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "control.h"
+
+/* A member expected to give back less than this (1 MiB, or 2 % of the aim) is not worth a trim. */
+#define MIN_RELEASE (1 << 20)
+#define MIN_RELEASE_SHARE 0.02
+#define TRIMS_PER_STEP 8
+#define V2_NEAR_POLL_NS (100 * MT_MS) /* v2 has no usage lines: past half the aim, polled */
+
+static void usage(FILE *f)
+{
+    fputs("usage: memtrim agent [--config JSON|FILE] [--dry-run] [--once]\n"
+          "  --config   the agent's configuration (docs/agent.md): inline JSON or a file\n"
+          "  --dry-run  say what would be trimmed, trim nothing\n"
+          "  --once     scan once, print the cgroups found as JSON, and exit\n", f);
+}
+
+/* The near-limit episodes: within 5 % of the limit, then back under 90 % without a kill. */
+static void bookkeep(struct agent_cgroup *cg)
+{
+    if (cg->limit <= 0 || cg->usage < 0)
+        return;
+    if (!cg->near && cg->usage >= cg->limit - cg->limit / 20) {
+        cg->near = 1;
+        cg->near_episodes++;
+        cg->oom_kills_at_near = cg->oom_kills;
+    } else if (cg->near && cg->usage < cg->limit - cg->limit / 10) {
+        cg->near = 0;
+        if (cg->oom_kills == cg->oom_kills_at_near)
+            cg->kills_avoided++;
+    }
+}
+
+/* The trims' CPU budget: a token bucket of CpuBudgetPercent of one core, holding 1 s at most. */
+static int budget_take(struct agent *a, int64_t now)
+{
+    double rate = a->cfg.cpu_budget_percent / 100.0;
+    a->budget_ns += (double)(now - a->budget_at_ns) * rate;
+    a->budget_at_ns = now;
+    if (a->budget_ns > 1e9 * rate * 10)
+        a->budget_ns = 1e9 * rate * 10;
+    if (a->budget_ns > 0)
+        return 1;
+    a->stats.budget_waits++;
+    return 0;
+}
+
+/* One cgroup's step: read it; in its zone, trim its members until it is out. */
+static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
+{
+    agent_cgroup_read(cg);
+    bookkeep(cg);
+    int64_t aim = agent_aim(cg);
+    double ratio = a->cfg.pressure_ratio;
+    cg->in_zone = agent_in_zone(cg->usage, aim, ratio);
+    int idle = !cg->in_zone && a->cfg.idle_trims && now >= cg->next_idle_ns;
+    if (mt_control("agent-zone-ignored")) /* the defect: every watched cgroup trimmed */
+        idle = !cg->in_zone;
+    if (!cg->allowed || (!cg->in_zone && !idle)) {
+        cg->woke_ns = 0;
+        return;
+    }
+    if (idle)
+        cg->next_idle_ns = now + (int64_t)a->cfg.idle_interval_s * MT_SEC;
+    agent_rescan(a, cg);
+    agent_procs_refresh(cg);
+    int64_t gap = idle ? (int64_t)a->cfg.idle_interval_s * MT_SEC : (int64_t)a->cfg.trim_gap_ms * MT_MS;
+    for (int k = 0; k < TRIMS_PER_STEP; k++) {
+        int64_t least = (int64_t)(MIN_RELEASE_SHARE * (double)aim);
+        long i = agent_pick(cg->procs, cg->nprocs, mt_mono_ns(), gap,
+                            least > MIN_RELEASE ? least : MIN_RELEASE);
+        if (i < 0)
+            break;
+        struct agent_proc *p = &cg->procs[i];
+        if (a->cfg.dry_run || mt_control("agent-never-trims")) {
+            p->last_trim_ns = mt_mono_ns();
+            cg->dry_run_picks++;
+            a->stats.dry_run_picks++;
+            mt_log(MT_LOG_INFO, "agent", "dry run: cgroup %s (usage %lld of %lld): would trim "
+                   "process %d (%s, %s), expected %lld bytes", cg->path, (long long)cg->usage,
+                   (long long)aim, (int)p->pid, p->comm, p->alloc, (long long)agent_expected(p));
+            continue;
+        }
+        if (!budget_take(a, mt_mono_ns()))
+            break;
+        if (cg->woke_ns) {
+            double ms = (double)(mt_mono_ns() - cg->woke_ns) / 1e6;
+            a->stats.last_reaction_ms = ms;
+            a->stats.reaction_ms_sum += ms;
+            a->stats.reactions++;
+            cg->woke_ns = 0;
+        }
+        int64_t released;
+        a->budget_ns -= (double)agent_trim(a, cg, p, &released);
+        agent_cgroup_read(cg);
+        bookkeep(cg);
+        if (!idle && !agent_in_zone(cg->usage, agent_aim(cg), ratio))
+            break;
+    }
+    cg->in_zone = agent_in_zone(cg->usage, agent_aim(cg), ratio);
+    cg->woke_ns = 0;
+}
+
+static int due(const struct agent *a, const struct agent_cgroup *cg, int64_t now, int scanned)
+{
+    (void)a;
+    (void)now;
+    return scanned || cg->woke_ns || cg->in_zone ||
+           (cg->version == 2 && agent_in_zone(cg->usage, agent_aim(cg), 0.5));
+}
+
+static int64_t next_sleep_ms(const struct agent *a, int64_t now, int64_t next_scan)
+{
+    int64_t until = next_scan;
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        const struct agent_cgroup *cg = a->cgroups[i];
+        if (cg->in_zone && cg->allowed)
+            until = now + (int64_t)a->cfg.zone_poll_ms * MT_MS < until
+                        ? now + (int64_t)a->cfg.zone_poll_ms * MT_MS : until;
+        else if (cg->version == 2 && agent_in_zone(cg->usage, agent_aim(cg), 0.5))
+            until = now + V2_NEAR_POLL_NS < until ? now + V2_NEAR_POLL_NS : until;
+    }
+    return until <= now ? 0 : (until - now + MT_MS - 1) / MT_MS;
+}
+
+static void loop(struct agent *a, int sigfd)
+{
+    struct epoll_event evs[64];
+    int64_t next_scan = 0;
+    for (;;) {
+        pthread_mutex_lock(&a->lock);
+        int64_t now = mt_mono_ns();
+        int scanned = 0;
+        if (now >= next_scan) {
+            agent_scan(a);
+            next_scan = now + (int64_t)a->cfg.scan_interval_ms * MT_MS;
+            scanned = 1;
+        }
+        for (size_t i = 0; i < a->ncgroups; i++)
+            if (due(a, a->cgroups[i], now, scanned))
+                evaluate(a, a->cgroups[i], now);
+        int timeout = (int)next_sleep_ms(a, mt_mono_ns(), next_scan);
+        pthread_mutex_unlock(&a->lock);
+        int n = epoll_wait(a->epfd, evs, 64, timeout);
+        int64_t woke = mt_mono_ns();
+        pthread_mutex_lock(&a->lock);
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.ptr == NULL) { /* the signalfd */
+                struct signalfd_siginfo si;
+                (void)!read(sigfd, &si, sizeof si);
+                mt_log(MT_LOG_INFO, "agent", "signal %u: stopping", si.ssi_signo);
+                pthread_mutex_unlock(&a->lock);
+                return;
+            }
+            struct agent_cgroup *cg = evs[i].data.ptr;
+            agent_watch_drain(cg, -1);
+            cg->wakes++;
+            a->stats.wakes++;
+            if (!cg->woke_ns)
+                cg->woke_ns = woke;
+        }
+        pthread_mutex_unlock(&a->lock);
+    }
+}
+
+/* --once: the cgroups found, as GET /agent/cgroups answers (http.c). */
+char *agent_cgroups_json(struct agent *a);
+
+int agent_main(int argc, char **argv)
+{
+    const char *config = NULL;
+    int dry_run = 0, once = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc) {
+            config = argv[++i];
+        } else if (!strcmp(argv[i], "--dry-run")) {
+            dry_run = 1;
+        } else if (!strcmp(argv[i], "--once")) {
+            once = 1;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "memtrim agent: unknown argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 1;
+        }
+    }
+    static struct agent agent; /* the one per process: the loop and the HTTP workers share it */
+    struct agent *a = &agent;
+    char err[1024];
+    if (agent_config_load(config, &a->cfg, err, sizeof err) != 0) {
+        fprintf(stderr, "memtrim agent: %s\n", err);
+        return 1;
+    }
+    a->cfg.dry_run |= dry_run;
+    if (a->cfg.command[0])
+        memcpy(a->self_exe, a->cfg.command, sizeof a->self_exe);
+    else {
+        ssize_t n = readlink("/proc/self/exe", a->self_exe, sizeof a->self_exe - 1);
+        if (n <= 0) {
+            fprintf(stderr, "memtrim agent: cannot find its own executable: %s\n", strerror(errno));
+            return 1;
+        }
+        a->self_exe[n] = 0;
+    }
+    pthread_mutex_init(&a->lock, NULL);
+    a->started_ms = mt_now_ms();
+    a->budget_at_ns = mt_mono_ns();
+    a->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (a->epfd < 0) {
+        fprintf(stderr, "memtrim agent: epoll: %s\n", strerror(errno));
+        return 1;
+    }
+    if (once) {
+        pthread_mutex_lock(&a->lock);
+        agent_scan(a);
+        char *s = agent_cgroups_json(a);
+        pthread_mutex_unlock(&a->lock);
+        if (s)
+            puts(s);
+        free(s);
+        return s ? 0 : 1;
+    }
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL); /* before any thread starts: they inherit it */
+    signal(SIGPIPE, SIG_IGN);
+    int sigfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (sigfd < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, sigfd, &ev) != 0) {
+        fprintf(stderr, "memtrim agent: signalfd: %s\n", strerror(errno));
+        return 1;
+    }
+    struct server *srv = NULL;
+    if (a->cfg.http_enabled) {
+        char *e = NULL, addr[256];
+        if (agent_http_start(a, &srv, &e) != 0) {
+            fprintf(stderr, "memtrim agent: HTTP: %s\n", e ? e : "cannot start");
+            free(e);
+            return 1;
+        }
+        if (server_address(srv, addr, sizeof addr) == 0)
+            mt_log(MT_LOG_INFO, "agent", "listening on %s", addr);
+    }
+    mt_log(MT_LOG_INFO, "agent", "started%s: zone at %.0f %% of each cgroup's aim, scan every %d ms",
+           a->cfg.dry_run ? " (dry run)" : "", a->cfg.pressure_ratio * 100, a->cfg.scan_interval_ms);
+    loop(a, sigfd);
+    server_stop(srv);
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        agent_watch_disarm(a, a->cgroups[i]);
+        agent_cgroup_free(a->cgroups[i]);
+    }
+    free(a->cgroups);
+    a->cgroups = NULL;
+    a->ncgroups = 0;
+    pthread_mutex_unlock(&a->lock);
+    close(sigfd);
+    close(a->epfd);
+    mt_log(MT_LOG_INFO, "agent", "stopped: %llu trims, %llu bytes released",
+           (unsigned long long)a->stats.trims, (unsigned long long)a->stats.released);
+    return 0;
+}

@@ -1,0 +1,181 @@
+/*
+ * agent_int.h - the node agent's inside (docs/agent.md): its configuration, the cgroups it
+ * watches and the processes in them, and the calls its files make of each other. Private to
+ * agent/. Threads: the agent's loop thread owns every cgroup and process record and changes
+ * them under agent.lock; the HTTP workers take agent.lock to read (render) them. Nothing here
+ * is held across a trim (a trim runs the command in a child, with the lock released).
+ */
+#ifndef MEMTRIM_AGENT_INT_H
+#define MEMTRIM_AGENT_INT_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "server.h"
+
+#define AGENT_GLOBS 32
+#define AGENT_PATH 512
+
+/* ---- what a cgroup is, from its path (kind.c: pure) ---------------------------------- */
+enum agent_kind { AK_OTHER, AK_UNIT, AK_DOCKER, AK_PODMAN, AK_CONTAINERD, AK_CRIO, AK_POD,
+                  AK_POD_CONTAINER, AK_KINDS };
+
+struct agent_kind_info {
+    enum agent_kind kind;
+    char runtime[16];       /* docker, podman, containerd, cri-o, "" */
+    char qos[16];           /* Kubernetes: guaranteed, burstable, besteffort */
+    char pod_uid[40];       /* 8-4-4-4-12, dashes (the systemd driver's underscores undone) */
+    char container_id[80];  /* the runtime's id (hex) */
+    char unit[128];         /* the last systemd unit on the path (.service, .scope, .slice) */
+};
+/* What path (as /proc/PID/cgroup names it, "/kubepods.slice/...") says it is. 0 (out filled,
+ * AK_OTHER when nothing is known). */
+int agent_kind_parse(const char *path, struct agent_kind_info *out);
+const char *agent_kind_name(enum agent_kind k);
+
+/* ---- why a process is not trimmed (refusals by reason) -------------------------------- */
+enum agent_reason { AR_NONE, AR_MUSL, AR_STATIC, AR_RUNTIME, AR_SECCOMP, AR_KERNEL, AR_NO_THREAD,
+                    AR_TIMEOUT, AR_FAILED, AR_GIVES_NOTHING, AR_DENIED, AR_MEMTRIM_LOADED,
+                    AR_COUNT };
+const char *agent_reason_name(enum agent_reason r);
+/* 1 for the reasons that make a process "unreleasable" (the agent leaves it alone). */
+int agent_reason_unreleasable(enum agent_reason r);
+
+/* ---- configuration (config.c) ---------------------------------------------------------- */
+struct agent_config {
+    struct server_options http;
+    int http_enabled;
+    char allow[AGENT_GLOBS][AGENT_PATH]; /* cgroup globs (fnmatch on the path); none = all */
+    int nallow;
+    char deny[AGENT_GLOBS][AGENT_PATH];
+    int ndeny;
+    char allow_programs[AGENT_GLOBS][64]; /* program (comm) globs; none = all */
+    int nallow_programs;
+    char deny_programs[AGENT_GLOBS][64];
+    int ndeny_programs;
+    int dry_run;              /* say what would be trimmed, trim nothing */
+    int idle_trims;           /* trim what grew in cgroups not near their limit, too */
+    int idle_interval_s;      /* ... at most this often per process */
+    double pressure_ratio;    /* the zone: usage at this share of the aim (limit, or memory.high) */
+    int scan_interval_ms;     /* cgroups and processes re-read */
+    int zone_poll_ms;         /* in the zone, between decisions */
+    int trim_gap_ms;          /* a process trimmed again at most this often under pressure */
+    double cpu_budget_percent; /* the trims' CPU (the commands') as a share of one core */
+    double thread_wait_s, call_wait_s; /* the command's --thread-wait and --timeout */
+    char v1_root[AGENT_PATH]; /* the v1 memory hierarchy ("" none) */
+    char v2_root[AGENT_PATH]; /* the v2 hierarchy ("" none) */
+    char command[AGENT_PATH]; /* the memtrim command ("" = this executable) */
+};
+/* text: inline JSON or a file's path; NULL: the defaults. 0, or -1 with err set. */
+int agent_config_load(const char *text, struct agent_config *cfg, char *err, size_t errlen);
+/* 1 when the cgroup path / program is allowed by the lists. */
+int agent_cgroup_allowed(const struct agent_config *cfg, const char *path);
+int agent_program_allowed(const struct agent_config *cfg, const char *comm);
+
+/* ---- the watched things ---------------------------------------------------------------- */
+struct agent_proc {
+    pid_t pid;
+    unsigned long long start;  /* its start time: with pid, its identity */
+    char comm[64];
+    char alloc[16];            /* the command's name for its allocator */
+    int memtrim_loaded;        /* libmemtrim.so / the Orthanc plugin in its maps */
+    enum agent_reason reason;  /* why it is left alone (AR_NONE: a candidate) */
+    char why[512];             /* the command's own words for the reason */
+    int64_t anon;              /* RssAnon, bytes (-1 unknown) */
+    int64_t anon_after_trim;   /* RssAnon right after its last trim (-1 never trimmed) */
+    int64_t last_released;     /* what its last trim gave back */
+    int64_t last_trim_ns;      /* monotonic */
+    int zero_trims;            /* trims in a row that gave back under 1 MiB */
+    uint64_t trims, released;
+    int seen;                  /* scan mark */
+};
+
+struct agent_cgroup {
+    char path[AGENT_PATH];     /* in its hierarchy ("/kubepods.slice/...") */
+    char dir[AGENT_PATH + 64]; /* its directory */
+    int version;               /* 1 or 2 */
+    struct agent_kind_info kind;
+    int allowed;
+    int64_t limit, high;       /* bytes; -1 none */
+    int64_t usage, anon, file, inactive_file, working_set; /* -1 unknown */
+    uint64_t oom_kills, oom_kills_at_near;
+    int near;                  /* within 5 % of its limit now */
+    uint64_t near_episodes, kills_avoided;
+    uint64_t trims, released, wakes, dry_run_picks;
+    uint64_t refusals[AR_COUNT];
+    int64_t threshold;         /* v1: the registered usage threshold (bytes) */
+    int event_fd;              /* v1 eventfd / v2 PSI trigger (memory.pressure) */
+    int events_fd;             /* v2 memory.events (POLLPRI) */
+    int64_t woke_ns;           /* the kernel's last wake not yet acted on (0 none) */
+    int64_t next_idle_ns;
+    int in_zone;
+    int seen;
+    struct agent_proc *procs;
+    size_t nprocs, cap;
+};
+
+struct agent_stats {
+    uint64_t scans, wakes, trims, released, dry_run_picks, budget_waits;
+    int64_t trims_cpu_ns;          /* CPU the commands used */
+    double last_reaction_ms;       /* kernel event to trim start, last */
+    double reaction_ms_sum;
+    uint64_t reactions;
+    double scan_ms_last;
+};
+
+struct agent {
+    struct agent_config cfg;
+    pthread_mutex_t lock; /* guards cgroups, ncgroups and every record in them, and stats */
+    struct agent_cgroup **cgroups;
+    size_t ncgroups, cap;
+    struct agent_stats stats;
+    int epfd;
+    int64_t started_ms;
+    double budget_ns;     /* CPU the trims may still spend (token bucket) */
+    int64_t budget_at_ns;
+    char self_exe[AGENT_PATH];
+};
+
+/* scan.c: walk the hierarchies; add, update and drop cgroups and their processes (takes
+ * a->lock itself for the changes). */
+void agent_scan(struct agent *a);
+/* One cgroup's processes (its own and its descendants' without a limit) read again now: the
+ * processes that joined since the scan, before a decision. */
+void agent_rescan(struct agent *a, struct agent_cgroup *cg);
+/* Re-read one cgroup's usage, limits and stat (no lock: its loop-thread fields). */
+void agent_cgroup_read(struct agent_cgroup *cg);
+/* Re-read one cgroup's processes' RssAnon. */
+void agent_procs_refresh(struct agent_cgroup *cg);
+void agent_cgroup_free(struct agent_cgroup *cg);
+
+/* watch.c: the kernel's wake-ups for one cgroup (v1 threshold, v2 PSI and memory.events),
+ * registered in a->epfd with the cgroup as the event's data; 0, or -errno (then polled). */
+int agent_watch_arm(struct agent *a, struct agent_cgroup *cg);
+void agent_watch_disarm(struct agent *a, struct agent_cgroup *cg);
+/* The fd of ev woke: drain it. */
+void agent_watch_drain(struct agent_cgroup *cg, int fd);
+
+/* act.c: trim one process through the memtrim command; fills the proc's learning. Returns
+ * the CPU (ns) the command used. */
+int64_t agent_trim(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p, int64_t *released);
+/* The command's error code and message into a reason. */
+enum agent_reason agent_reason_of(const char *code, const char *message);
+
+/* decide.c (pure): the decision over one cgroup's members. */
+/* The bytes the cgroup aims under: the lower of limit and memory.high (-1 none). */
+int64_t agent_aim(const struct agent_cgroup *cg);
+/* 1 when usage is inside the zone (at pressure_ratio of the aim). */
+int agent_in_zone(int64_t usage, int64_t aim, double ratio);
+/* What a trim of p may give back now (its heap's growth since its last trim). */
+int64_t agent_expected(const struct agent_proc *p);
+/* The member to trim next: the most expected release, not refused, not trimmed within gap;
+ * -1 none. */
+long agent_pick(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,
+                int64_t min_bytes);
+
+/* http.c: the routes (/metrics, /agent/cgroups, /healthz, /). */
+int agent_http_start(struct agent *a, struct server **out, char **err);
+
+#endif

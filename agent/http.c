@@ -1,0 +1,322 @@
+/*
+ * http.c - the agent's one Prometheus target and API per node (docs/agent.md, "What it
+ * shows"), served by server/ (the plugin's server, its auth, TLS and unix socket) with the
+ * agent's own route table: GET /metrics (per cgroup, labelled cgroup and pod_uid,
+ * container_id or unit where known), GET /agent/cgroups (each watched cgroup with its
+ * processes), GET /healthz (open, for liveness probes) and GET / (the node's page). HTTP
+ * worker threads; each handler holds a->lock while it renders.
+ */
+#include "agent_int.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "http.h"
+
+extern const unsigned char mt_asset_agent_page[];
+extern const unsigned long mt_asset_agent_page_len;
+
+/* ,name="value" (name NULL: "value" alone), the value as the text format wants it: \\, \"
+ * and \n escaped. */
+static void label(FILE *f, const char *name, const char *v)
+{
+    if (name)
+        fprintf(f, ",%s=", name);
+    fputc('"', f);
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fputc('\\', f);
+        if (*v == '\n') {
+            fputs("\\n", f);
+            continue;
+        }
+        fputc(*v, f);
+    }
+    fputc('"', f);
+}
+
+/* The cgroup's labels: {cgroup="...",kind="...",pod_uid=...}. */
+static void put_labels(FILE *f, const struct agent_cgroup *cg, const char *extra_name,
+                       const char *extra)
+{
+    fputs("{cgroup=", f);
+    label(f, NULL, cg->path);
+    label(f, "kind", agent_kind_name(cg->kind.kind));
+    if (cg->kind.pod_uid[0])
+        label(f, "pod_uid", cg->kind.pod_uid);
+    if (cg->kind.container_id[0])
+        label(f, "container_id", cg->kind.container_id);
+    if (cg->kind.unit[0])
+        label(f, "unit", cg->kind.unit);
+    if (extra_name)
+        label(f, extra_name, extra);
+    fputs("}", f);
+}
+
+static const struct series {
+    const char *name, *type, *help;
+    size_t offset; /* an int64_t or uint64_t field of struct agent_cgroup */
+    int is_signed;
+} series[] = {
+#define S(n, t, h, f, s) {"memtrim_agent_cgroup_" n, t, h, offsetof(struct agent_cgroup, f), s}
+    S("usage_bytes", "gauge", "The cgroup's memory usage (memory.current / usage_in_bytes).", usage, 1),
+    S("limit_bytes", "gauge", "The cgroup's memory limit (memory.max / limit_in_bytes).", limit, 1),
+    S("high_bytes", "gauge", "The cgroup's memory.high (v2), where set.", high, 1),
+    S("working_set_bytes", "gauge", "Usage less inactive file pages (kubelet's working set).", working_set, 1),
+    S("anon_bytes", "gauge", "Anonymous memory (memory.stat anon / total_rss).", anon, 1),
+    S("trims_total", "counter", "Trims of the cgroup's processes by the agent.", trims, 0),
+    S("wakes_total", "counter", "Kernel wake-ups for the cgroup (thresholds, PSI, memory.events).", wakes, 0),
+    S("near_limit_total", "counter", "Times the cgroup came within 5 % of its limit.", near_episodes, 0),
+    S("kills_avoided_total", "counter", "Times it came within 5 % of its limit and left it with no OOM kill.", kills_avoided, 0),
+    S("oom_kills_total", "counter", "The kernel's OOM kills in the cgroup (oom_kill).", oom_kills, 0),
+#undef S
+};
+
+static int64_t heap_free_estimate(const struct agent_cgroup *cg)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < cg->nprocs; i++)
+        if (!cg->procs[i].reason)
+            sum += agent_expected(&cg->procs[i]);
+    return sum;
+}
+
+static void metrics(struct agent *a, FILE *f)
+{
+    for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help, series[s].name,
+                series[s].type);
+        for (size_t i = 0; i < a->ncgroups; i++) {
+            const struct agent_cgroup *cg = a->cgroups[i];
+            const char *at = (const char *)cg + series[s].offset;
+            long long v;
+            if (series[s].is_signed) {
+                int64_t x;
+                memcpy(&x, at, sizeof x);
+                if (x < 0)
+                    continue; /* unknown: no sample */
+                v = (long long)x;
+            } else {
+                uint64_t x;
+                memcpy(&x, at, sizeof x);
+                v = (long long)x;
+            }
+            fputs(series[s].name, f);
+            put_labels(f, cg, NULL, NULL);
+            fprintf(f, " %lld\n", v);
+        }
+    }
+    fputs("# HELP memtrim_agent_released_bytes_total Bytes the agent's trims gave back, by cgroup.\n"
+          "# TYPE memtrim_agent_released_bytes_total counter\n", f);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        fputs("memtrim_agent_released_bytes_total", f);
+        put_labels(f, a->cgroups[i], NULL, NULL);
+        fprintf(f, " %llu\n", (unsigned long long)a->cgroups[i]->released);
+    }
+    fputs("# HELP memtrim_agent_cgroup_heap_free_estimate_bytes What a trim of the cgroup's "
+          "processes may give back now (their heap's growth since their last trim).\n"
+          "# TYPE memtrim_agent_cgroup_heap_free_estimate_bytes gauge\n", f);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        fputs("memtrim_agent_cgroup_heap_free_estimate_bytes", f);
+        put_labels(f, a->cgroups[i], NULL, NULL);
+        fprintf(f, " %lld\n", (long long)heap_free_estimate(a->cgroups[i]));
+    }
+    /* Saved: what the trims gave back and has not come back since (never more than the
+     * cgroup's anonymous memory could hold). */
+    fputs("# HELP memtrim_agent_cgroup_saved_bytes Released bytes not yet grown back, at most "
+          "the sum of each process's last release.\n"
+          "# TYPE memtrim_agent_cgroup_saved_bytes gauge\n", f);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        const struct agent_cgroup *cg = a->cgroups[i];
+        int64_t saved = 0;
+        for (size_t j = 0; j < cg->nprocs; j++) {
+            const struct agent_proc *p = &cg->procs[j];
+            int64_t back = agent_expected(p);
+            if (p->last_released > back && p->anon_after_trim >= 0)
+                saved += p->last_released - back;
+        }
+        fputs("memtrim_agent_cgroup_saved_bytes", f);
+        put_labels(f, cg, NULL, NULL);
+        fprintf(f, " %lld\n", (long long)saved);
+    }
+    fputs("# HELP memtrim_agent_refusals_total Trims not made, by reason.\n"
+          "# TYPE memtrim_agent_refusals_total counter\n", f);
+    for (size_t i = 0; i < a->ncgroups; i++)
+        for (int r = 1; r < AR_COUNT; r++) {
+            uint64_t n = a->cgroups[i]->refusals[r];
+            for (size_t j = 0; j < a->cgroups[i]->nprocs; j++)
+                n += a->cgroups[i]->procs[j].reason == (enum agent_reason)r &&
+                     a->cgroups[i]->procs[j].trims == 0 && r != AR_NO_THREAD && r != AR_TIMEOUT &&
+                     r != AR_FAILED && r != AR_GIVES_NOTHING;
+            if (!n)
+                continue;
+            fputs("memtrim_agent_refusals_total", f);
+            put_labels(f, a->cgroups[i], "reason", agent_reason_name((enum agent_reason)r));
+            fprintf(f, " %llu\n", (unsigned long long)n);
+        }
+    fprintf(f, "# HELP memtrim_agent_cgroups Cgroups with a memory limit the agent watches.\n"
+               "# TYPE memtrim_agent_cgroups gauge\nmemtrim_agent_cgroups %zu\n", a->ncgroups);
+    size_t procs = 0;
+    for (size_t i = 0; i < a->ncgroups; i++)
+        procs += a->cgroups[i]->nprocs;
+    fprintf(f, "# HELP memtrim_agent_processes Processes in the watched cgroups.\n"
+               "# TYPE memtrim_agent_processes gauge\nmemtrim_agent_processes %zu\n", procs);
+    fprintf(f, "# HELP memtrim_agent_trims_total Trims made by the agent.\n"
+               "# TYPE memtrim_agent_trims_total counter\nmemtrim_agent_trims_total %llu\n",
+            (unsigned long long)a->stats.trims);
+    fprintf(f, "# HELP memtrim_agent_trims_cpu_seconds_total CPU the trims' commands used.\n"
+               "# TYPE memtrim_agent_trims_cpu_seconds_total counter\n"
+               "memtrim_agent_trims_cpu_seconds_total %.6f\n", (double)a->stats.trims_cpu_ns / 1e9);
+    fprintf(f, "# HELP memtrim_agent_scans_total Scans of the cgroup hierarchies.\n"
+               "# TYPE memtrim_agent_scans_total counter\nmemtrim_agent_scans_total %llu\n",
+            (unsigned long long)a->stats.scans);
+    fprintf(f, "# HELP memtrim_agent_reaction_seconds_last From the kernel's wake-up to the "
+               "trim's start, the last one.\n# TYPE memtrim_agent_reaction_seconds_last gauge\n"
+               "memtrim_agent_reaction_seconds_last %.6f\n", a->stats.last_reaction_ms / 1e3);
+    fprintf(f, "# HELP memtrim_agent_dry_run_picks_total Trims a dry run would have made.\n"
+               "# TYPE memtrim_agent_dry_run_picks_total counter\n"
+               "memtrim_agent_dry_run_picks_total %llu\n", (unsigned long long)a->stats.dry_run_picks);
+}
+
+static int get_metrics(const struct server_request *req, struct server_reply *rep)
+{
+    struct agent *a = req->app;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return server_reply_error(rep, 500, "internal", "out of memory");
+    pthread_mutex_lock(&a->lock);
+    metrics(a, f);
+    pthread_mutex_unlock(&a->lock);
+    if (fclose(f) != 0) {
+        free(buf);
+        return server_reply_error(rep, 500, "internal", "out of memory");
+    }
+    return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
+}
+
+static void num_or_null(cJSON *o, const char *k, int64_t v)
+{
+    if (v < 0)
+        cJSON_AddNullToObject(o, k);
+    else
+        cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+/* Called with a->lock held. */
+static cJSON *cgroups_json(struct agent *a)
+{
+    cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "cgroups");
+    cJSON_AddBoolToObject(root, "dry_run", a->cfg.dry_run);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        const struct agent_cgroup *cg = a->cgroups[i];
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddItemToArray(list, c);
+        cJSON_AddStringToObject(c, "cgroup", cg->path);
+        cJSON_AddNumberToObject(c, "version", cg->version);
+        cJSON_AddStringToObject(c, "kind", agent_kind_name(cg->kind.kind));
+        if (cg->kind.runtime[0])
+            cJSON_AddStringToObject(c, "runtime", cg->kind.runtime);
+        if (cg->kind.qos[0])
+            cJSON_AddStringToObject(c, "qos", cg->kind.qos);
+        if (cg->kind.pod_uid[0])
+            cJSON_AddStringToObject(c, "pod_uid", cg->kind.pod_uid);
+        if (cg->kind.container_id[0])
+            cJSON_AddStringToObject(c, "container_id", cg->kind.container_id);
+        if (cg->kind.unit[0])
+            cJSON_AddStringToObject(c, "unit", cg->kind.unit);
+        cJSON_AddBoolToObject(c, "allowed", cg->allowed);
+        cJSON_AddStringToObject(c, "woken_by", cg->version == 1 ? (cg->event_fd >= 0 ?
+                                "cgroup-v1-threshold" : "poll") : cg->event_fd >= 0 ? "psi"
+                                : cg->events_fd >= 0 ? "memory-events" : "poll");
+        num_or_null(c, "limit_bytes", cg->limit);
+        num_or_null(c, "high_bytes", cg->high);
+        num_or_null(c, "usage_bytes", cg->usage);
+        num_or_null(c, "working_set_bytes", cg->working_set);
+        num_or_null(c, "anon_bytes", cg->anon);
+        cJSON_AddBoolToObject(c, "in_zone", cg->in_zone);
+        cJSON_AddNumberToObject(c, "trims", (double)cg->trims);
+        cJSON_AddNumberToObject(c, "released_bytes", (double)cg->released);
+        cJSON_AddNumberToObject(c, "kills_avoided", (double)cg->kills_avoided);
+        cJSON_AddNumberToObject(c, "oom_kills", (double)cg->oom_kills);
+        cJSON *ps = cJSON_AddArrayToObject(c, "processes");
+        for (size_t j = 0; j < cg->nprocs; j++) {
+            const struct agent_proc *p = &cg->procs[j];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(ps, o);
+            cJSON_AddNumberToObject(o, "pid", p->pid);
+            cJSON_AddStringToObject(o, "program", p->comm);
+            cJSON_AddStringToObject(o, "allocator", p->alloc);
+            cJSON_AddBoolToObject(o, "memtrim_loaded", p->memtrim_loaded);
+            num_or_null(o, "anon_bytes", p->anon);
+            cJSON_AddNumberToObject(o, "trims", (double)p->trims);
+            cJSON_AddNumberToObject(o, "released_bytes", (double)p->released);
+            cJSON_AddBoolToObject(o, "unreleasable", agent_reason_unreleasable(p->reason));
+            if (p->reason) {
+                cJSON_AddStringToObject(o, "reason", agent_reason_name(p->reason));
+                cJSON_AddStringToObject(o, "why", p->why);
+            }
+        }
+    }
+    return root;
+}
+
+char *agent_cgroups_json(struct agent *a);
+char *agent_cgroups_json(struct agent *a)
+{
+    cJSON *j = cgroups_json(a);
+    char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+    cJSON_Delete(j);
+    return s;
+}
+
+static int get_cgroups(const struct server_request *req, struct server_reply *rep)
+{
+    struct agent *a = req->app;
+    pthread_mutex_lock(&a->lock);
+    cJSON *j = cgroups_json(a);
+    pthread_mutex_unlock(&a->lock);
+    return server_reply_json(rep, 200, j);
+}
+
+static int get_healthz(const struct server_request *req, struct server_reply *rep)
+{
+    struct agent *a = req->app;
+    cJSON *j = cJSON_CreateObject();
+    pthread_mutex_lock(&a->lock);
+    cJSON_AddStringToObject(j, "status", "ok");
+    cJSON_AddStringToObject(j, "role", "agent");
+    cJSON_AddNumberToObject(j, "pid", getpid());
+    cJSON_AddNumberToObject(j, "uptime_seconds", (double)(mt_now_ms() - a->started_ms) / 1e3);
+    cJSON_AddNumberToObject(j, "cgroups", (double)a->ncgroups);
+    cJSON_AddNumberToObject(j, "scans", (double)a->stats.scans);
+    cJSON_AddNumberToObject(j, "last_scan_ms", a->stats.scan_ms_last);
+    pthread_mutex_unlock(&a->lock);
+    return server_reply_json(rep, 200, j);
+}
+
+static int get_page(const struct server_request *req, struct server_reply *rep)
+{
+    (void)req;
+    server_reply_static(rep, 200, "text/html; charset=utf-8", mt_asset_agent_page,
+                        mt_asset_agent_page_len);
+    return 0;
+}
+
+static const struct server_route routes[] = {
+    {"GET", "/metrics", SERVER_AUTH_READ, NULL, get_metrics},
+    {"GET", "/agent/cgroups", SERVER_AUTH_READ, NULL, get_cgroups},
+    {"GET", "/healthz", SERVER_AUTH_NONE, NULL, get_healthz},
+    {"GET", "/", SERVER_AUTH_NONE, NULL, get_page},
+};
+static const struct server_routes table = {routes, sizeof routes / sizeof routes[0]};
+
+int agent_http_start(struct agent *a, struct server **out, char **err)
+{
+    return server_start(&a->cfg.http, &table, NULL, a, out, err);
+}

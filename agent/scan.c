@@ -1,0 +1,303 @@
+/*
+ * scan.c - what the agent finds on the node: every cgroup with a memory limit on the v1
+ * memory hierarchy and on v2 (a directory whose memory.limit_in_bytes / memory.max is set),
+ * the processes in it and in its descendants without a limit of their own (the limit that
+ * applies to them is the nearest one up the path), each process's allocator and whether
+ * memtrim is loaded in it, read with the command's own code (cli/target.h: the same maps
+ * reading and refusals the command applies); cgroups and processes that come and go are
+ * added and dropped at each scan. Runs on the agent's loop thread, which holds a->lock
+ * (agent.c) around every call here: HTTP readers see a scan whole or not at all.
+ */
+#include "agent_int.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "target.h"
+
+#define CGROUP2_SUPER_MAGIC 0x63677270
+#define NO_LIMIT (1LL << 62) /* v1's "unlimited" is PAGE_COUNTER_MAX pages: above this */
+#define SCAN_DEPTH 16
+
+static int64_t read_num(const char *dir, const char *file)
+{
+    char path[AGENT_PATH + 128], buf[64];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (mt_read_small(path, buf, sizeof buf) <= 0)
+        return -1;
+    if (!strncmp(buf, "max", 3))
+        return -1;
+    char *end;
+    long long v = strtoll(buf, &end, 10);
+    return end == buf || v < 0 || v >= NO_LIMIT ? -1 : v;
+}
+
+/* A "key value" file's value of key (memory.stat, memory.events, memory.oom_control). */
+static int64_t read_key(const char *text, const char *key)
+{
+    size_t k = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, key, k) && p[k] == ' ')
+            return strtoll(p + k + 1, NULL, 10);
+    return -1;
+}
+
+void agent_cgroup_read(struct agent_cgroup *cg)
+{
+    char path[AGENT_PATH + 128], text[8192];
+    int v1 = cg->version == 1;
+    cg->usage = read_num(cg->dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    cg->limit = read_num(cg->dir, v1 ? "memory.limit_in_bytes" : "memory.max");
+    cg->high = v1 ? -1 : read_num(cg->dir, "memory.high");
+    snprintf(path, sizeof path, "%s/memory.stat", cg->dir);
+    if (mt_read_small(path, text, sizeof text) > 0) {
+        cg->anon = read_key(text, v1 ? "total_rss" : "anon");
+        cg->file = read_key(text, v1 ? "total_cache" : "file");
+        cg->inactive_file = read_key(text, v1 ? "total_inactive_file" : "inactive_file");
+    }
+    cg->working_set = cg->usage < 0 ? -1 : cg->usage - (cg->inactive_file > 0 && cg->inactive_file <
+                                                        cg->usage ? cg->inactive_file : 0);
+    snprintf(path, sizeof path, "%s/%s", cg->dir, v1 ? "memory.oom_control" : "memory.events");
+    if (mt_read_small(path, text, sizeof text) > 0) {
+        int64_t k = read_key(text, "oom_kill");
+        if (k >= 0)
+            cg->oom_kills = (uint64_t)k;
+    }
+}
+
+static int64_t proc_anon(pid_t pid)
+{
+    char path[64], text[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (mt_read_small(path, text, sizeof text) <= 0)
+        return -1;
+    const char *p = strstr(text, "\nRssAnon:");
+    return p ? strtoll(p + 9, NULL, 10) * 1024 : -1;
+}
+
+void agent_procs_refresh(struct agent_cgroup *cg)
+{
+    for (size_t i = 0; i < cg->nprocs; i++)
+        cg->procs[i].anon = proc_anon(cg->procs[i].pid);
+}
+
+/* A process first seen: what it is, read as the command reads it. */
+static void identify(const struct agent_config *cfg, struct agent_proc *p)
+{
+    struct target t = {.pid = p->pid};
+    char err[512], buf[512];
+    p->anon = proc_anon(p->pid);
+    p->anon_after_trim = -1;
+    if (target_read_status(p->pid, &t.st, err, sizeof err) != 0) {
+        p->reason = AR_FAILED;
+        snprintf(p->why, sizeof p->why, "%s", err);
+        return;
+    }
+    snprintf(p->comm, sizeof p->comm, "%s", t.st.name);
+    struct target_lib lib;
+    p->memtrim_loaded = target_find_lib(p->pid, "libmemtrim.so", &lib) == 0 ||
+                        target_find_lib(p->pid, "libOrthancMemTrim.so", &lib) == 0;
+    int found = target_find_alloc(&t, err, sizeof err);
+    snprintf(p->alloc, sizeof p->alloc, "%s", target_alloc_name(t.alloc));
+    const char *why;
+    if (!agent_program_allowed(cfg, p->comm)) {
+        p->reason = AR_DENIED;
+        snprintf(p->why, sizeof p->why, "program '%s' is denied by the configuration", p->comm);
+    } else if (p->memtrim_loaded) {
+        p->reason = AR_MEMTRIM_LOADED; /* its own memtrim trims it, under the same limit */
+        snprintf(p->why, sizeof p->why, "memtrim is loaded in process %d: it trims itself",
+                 (int)p->pid);
+    } else if (found != 0) {
+        p->reason = t.alloc == ALLOC_MUSL ? AR_MUSL : t.alloc == ALLOC_STATIC ? AR_STATIC
+                  : t.alloc == ALLOC_GLIBC ? AR_FAILED : AR_RUNTIME;
+        snprintf(p->why, sizeof p->why, "%s", err);
+    } else if (t.st.seccomp == 1) {
+        p->reason = AR_SECCOMP;
+        snprintf(p->why, sizeof p->why, "process %d runs in seccomp strict mode", (int)p->pid);
+    } else if ((why = target_refusal(p->pid, &t.st, buf, sizeof buf))) {
+        p->reason = AR_KERNEL;
+        snprintf(p->why, sizeof p->why, "%s", why);
+    }
+}
+
+static struct agent_cgroup *find_cgroup(struct agent *a, int version, const char *path)
+{
+    for (size_t i = 0; i < a->ncgroups; i++)
+        if (a->cgroups[i]->version == version && !strcmp(a->cgroups[i]->path, path))
+            return a->cgroups[i];
+    return NULL;
+}
+
+static struct agent_proc *find_proc(struct agent_cgroup *cg, pid_t pid, unsigned long long start)
+{
+    for (size_t i = 0; i < cg->nprocs; i++)
+        if (cg->procs[i].pid == pid && cg->procs[i].start == start)
+            return &cg->procs[i];
+    return NULL;
+}
+
+/* The pids of dir's cgroup.procs, added to (or marked in) cg. */
+static void read_procs(struct agent *a, struct agent_cgroup *cg, const char *dir)
+{
+    char path[AGENT_PATH + 128];
+    snprintf(path, sizeof path, "%s/cgroup.procs", dir);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    long pid;
+    pid_t self = getpid();
+    while (fscanf(f, "%ld", &pid) == 1) {
+        if (pid <= 0 || pid == self)
+            continue;
+        unsigned long long start = target_start_time((pid_t)pid);
+        if (!start)
+            continue; /* gone already */
+        struct agent_proc *p = find_proc(cg, (pid_t)pid, start);
+        if (!p) {
+            if (cg->nprocs == cg->cap) {
+                size_t cap = cg->cap ? cg->cap * 2 : 8;
+                struct agent_proc *n = realloc(cg->procs, cap * sizeof *n);
+                if (!n)
+                    break;
+                cg->procs = n;
+                cg->cap = cap;
+            }
+            struct agent_proc np = {.pid = (pid_t)pid, .start = start};
+            identify(&a->cfg, &np);
+            p = &cg->procs[cg->nprocs++];
+            *p = np;
+        }
+        p->seen = 1;
+    }
+    fclose(f);
+}
+
+static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char *path,
+                                       const char *dir)
+{
+    struct agent_cgroup *cg = calloc(1, sizeof *cg);
+    if (!cg)
+        return NULL;
+    if (a->ncgroups == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 16;
+        struct agent_cgroup **n = realloc(a->cgroups, cap * sizeof *n);
+        if (!n) {
+            free(cg);
+            return NULL;
+        }
+        a->cgroups = n;
+        a->cap = cap;
+    }
+    cg->version = version;
+    snprintf(cg->path, sizeof cg->path, "%s", path);
+    snprintf(cg->dir, sizeof cg->dir, "%s", dir);
+    agent_kind_parse(path, &cg->kind);
+    cg->allowed = agent_cgroup_allowed(&a->cfg, path);
+    cg->event_fd = cg->events_fd = -1;
+    cg->usage = cg->anon = cg->file = cg->inactive_file = cg->working_set = -1;
+    agent_cgroup_read(cg);
+    cg->oom_kills_at_near = cg->oom_kills;
+    a->cgroups[a->ncgroups++] = cg;
+    if (agent_watch_arm(a, cg) != 0)
+        mt_log(MT_LOG_INFO, "agent", "cgroup %s: no kernel wake-up, polled", path);
+    mt_log(MT_LOG_INFO, "agent", "watching cgroup %s (v%d, %s, limit %lld)%s", path, version,
+           agent_kind_name(cg->kind.kind), (long long)cg->limit, cg->allowed ? "" : " (denied)");
+    return cg;
+}
+
+/* dir (path in its hierarchy): a cgroup with a limit is watched, and gets the processes of
+ * its descendants that have none; owner is the nearest watched ancestor. */
+static void walk(struct agent *a, int version, const char *root, const char *path,
+                 struct agent_cgroup *owner, int depth)
+{
+    char dir[AGENT_PATH + 64];
+    snprintf(dir, sizeof dir, "%s%s", root, path);
+    int64_t limit = depth ? read_num(dir, version == 1 ? "memory.limit_in_bytes" : "memory.max") : -1;
+    int64_t high = depth && version == 2 ? read_num(dir, "memory.high") : -1;
+    if (limit > 0 || high > 0) {
+        struct agent_cgroup *cg = find_cgroup(a, version, path);
+        if (!cg)
+            cg = add_cgroup(a, version, path, dir);
+        if (cg) {
+            cg->seen = 1;
+            owner = cg;
+        }
+    }
+    if (owner && owner->allowed) /* a denied cgroup is listed, its processes never read */
+        read_procs(a, owner, dir);
+    if (depth >= SCAN_DEPTH)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+            continue;
+        char sub[AGENT_PATH];
+        int n = snprintf(sub, sizeof sub, "%s/%s", depth ? path : "", e->d_name);
+        if (n > 0 && (size_t)n < sizeof sub)
+            walk(a, version, root, sub, owner, depth + 1);
+    }
+    closedir(d);
+}
+
+void agent_rescan(struct agent *a, struct agent_cgroup *cg)
+{
+    walk(a, cg->version, cg->version == 1 ? a->cfg.v1_root : a->cfg.v2_root, cg->path, NULL, 1);
+}
+
+void agent_cgroup_free(struct agent_cgroup *cg)
+{
+    if (!cg)
+        return;
+    free(cg->procs);
+    free(cg);
+}
+
+static int is_cgroup2(const char *root)
+{
+    struct statfs s;
+    return root[0] && statfs(root, &s) == 0 && s.f_type == CGROUP2_SUPER_MAGIC;
+}
+
+void agent_scan(struct agent *a)
+{
+    int64_t t0 = mt_mono_ns();
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        a->cgroups[i]->seen = 0;
+        for (size_t j = 0; j < a->cgroups[i]->nprocs; j++)
+            a->cgroups[i]->procs[j].seen = 0;
+    }
+    if (a->cfg.v1_root[0] && access(a->cfg.v1_root, R_OK) == 0 && !is_cgroup2(a->cfg.v1_root))
+        walk(a, 1, a->cfg.v1_root, "/", NULL, 0);
+    if (is_cgroup2(a->cfg.v2_root))
+        walk(a, 2, a->cfg.v2_root, "/", NULL, 0);
+    /* Drop what is gone: cgroups removed, processes exited or moved away. */
+    size_t k = 0;
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        struct agent_cgroup *cg = a->cgroups[i];
+        if (!cg->seen) {
+            mt_log(MT_LOG_INFO, "agent", "cgroup %s is gone", cg->path);
+            agent_watch_disarm(a, cg);
+            agent_cgroup_free(cg);
+            continue;
+        }
+        size_t m = 0;
+        for (size_t j = 0; j < cg->nprocs; j++)
+            if (cg->procs[j].seen)
+                cg->procs[m++] = cg->procs[j];
+        cg->nprocs = m;
+        a->cgroups[k++] = cg;
+    }
+    a->ncgroups = k;
+    a->stats.scans++;
+    a->stats.scan_ms_last = (double)(mt_mono_ns() - t0) / 1e6;
+}

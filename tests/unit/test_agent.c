@@ -1,0 +1,173 @@
+/*
+ * test_agent.c - the node agent's pure parts (agent/): what a cgroup is from its path (both
+ * Kubernetes drivers, Docker, Podman, containerd, systemd units), its configuration (the
+ * table, its errors, the allow and deny globs), and the decision (the aim under memory.high,
+ * the zone, which member goes first, the command's errors as reasons).
+ */
+#include "harness.h"
+
+#include "agent_int.h"
+#include "common.h"
+
+static struct agent_kind_info kind(const char *path)
+{
+    struct agent_kind_info k;
+    agent_kind_parse(path, &k);
+    return k;
+}
+
+static void test_kinds(void)
+{
+    struct agent_kind_info k = kind("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-"
+                                    "pod6f1c2a3b_4d5e_6f70_8192_a3b4c5d6e7f8.slice/cri-containerd-"
+                                    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope");
+    CHECK_EQ_INT(k.kind, AK_POD_CONTAINER);
+    CHECK(!strcmp(k.pod_uid, "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8"));
+    CHECK(!strcmp(k.container_id, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"));
+    CHECK(!strcmp(k.runtime, "containerd"));
+    CHECK(!strcmp(k.qos, "burstable"));
+    /* the pod itself, guaranteed (no class slice), systemd driver */
+    k = kind("/kubepods.slice/kubepods-pod6f1c2a3b_4d5e_6f70_8192_a3b4c5d6e7f8.slice");
+    CHECK_EQ_INT(k.kind, AK_POD);
+    CHECK(!strcmp(k.pod_uid, "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8"));
+    CHECK(!strcmp(k.qos, "guaranteed"));
+    CHECK(!k.container_id[0]);
+    /* cgroupfs driver: /kubepods/besteffort/pod<UID>/<ID> */
+    k = kind("/kubepods/besteffort/pod6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8/"
+             "abcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcd");
+    CHECK_EQ_INT(k.kind, AK_POD_CONTAINER);
+    CHECK(!strcmp(k.pod_uid, "6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8"));
+    CHECK(!strcmp(k.qos, "besteffort"));
+    CHECK(!strcmp(k.container_id, "abcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcdefabcd"));
+    k = kind("/kubepods/pod6f1c2a3b-4d5e-6f70-8192-a3b4c5d6e7f8");
+    CHECK_EQ_INT(k.kind, AK_POD);
+    /* CRI-O under the systemd driver */
+    k = kind("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod6f1c2a3b_4d5e_6f70_"
+             "8192_a3b4c5d6e7f8.slice/crio-00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff.scope");
+    CHECK_EQ_INT(k.kind, AK_POD_CONTAINER);
+    CHECK(!strcmp(k.runtime, "cri-o"));
+    /* Docker, both drivers; Podman, both */
+    k = kind("/system.slice/docker-1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef.scope");
+    CHECK_EQ_INT(k.kind, AK_DOCKER);
+    CHECK(!strcmp(k.container_id, "1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef"));
+    k = kind("/docker/1234567890abcdef1234567890abcdef1234567890abcdef1234567890abcdef");
+    CHECK_EQ_INT(k.kind, AK_DOCKER);
+    k = kind("/machine.slice/libpod-aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999.scope");
+    CHECK_EQ_INT(k.kind, AK_PODMAN);
+    k = kind("/libpod_parent/libpod-aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999");
+    CHECK_EQ_INT(k.kind, AK_PODMAN);
+    k = kind("/default/aaaabbbbccccddddeeeeffff0000111122223333444455556666777788889999");
+    CHECK_EQ_INT(k.kind, AK_CONTAINERD);
+    /* systemd units */
+    k = kind("/system.slice/mariadb.service");
+    CHECK_EQ_INT(k.kind, AK_UNIT);
+    CHECK(!strcmp(k.unit, "mariadb.service"));
+    k = kind("/user.slice/user-1000.slice");
+    CHECK_EQ_INT(k.kind, AK_OTHER);
+    CHECK(!strcmp(k.unit, "user-1000.slice"));
+    /* nothing known; hostile shapes do not match */
+    CHECK_EQ_INT(kind("/").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("/memtrim-test-1/x").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("/kubepods/podnot-a-uid/abc").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("/docker/xyz").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("/kubepods.slice/kubepods-pod.slice").kind, AK_OTHER);
+    CHECK_EQ_INT(kind("/a/docker-0123.scope").kind, AK_UNIT); /* too short an id: a unit */
+    CHECK(!strcmp(agent_kind_name(AK_POD_CONTAINER), "pod-container"));
+}
+
+static void test_config(void)
+{
+    struct agent_config c;
+    char err[512];
+    CHECK_EQ_INT(agent_config_load(NULL, &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.http.port, 8044);
+    CHECK(!strcmp(c.http.bind, "127.0.0.1"));
+    CHECK(c.pressure_ratio > 0.79 && c.pressure_ratio < 0.81);
+    CHECK_EQ_INT(agent_config_load("{\"MemoryTrimAgent\": {\"HttpPort\": 0, \"DryRun\": true, "
+                                   "\"AllowCgroups\": [\"/kubepods*\"], \"DenyCgroups\": "
+                                   "[\"*besteffort*\"], \"DenyPrograms\": [\"postgres*\"]}}",
+                                   &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.http.port, 0);
+    CHECK_EQ_INT(c.dry_run, 1);
+    CHECK(agent_cgroup_allowed(&c, "/kubepods.slice/kubepods-burstable.slice/x"));
+    CHECK(!agent_cgroup_allowed(&c, "/kubepods/besteffort/pod1"));
+    CHECK(!agent_cgroup_allowed(&c, "/system.slice/a.service"));
+    CHECK(!agent_program_allowed(&c, "postgres"));
+    CHECK(agent_program_allowed(&c, "ruby"));
+    /* the section's root form, and its errors, each naming the key */
+    CHECK_EQ_INT(agent_config_load("{\"HttpPort\": 9000}", &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.http.port, 9000);
+    CHECK_EQ_INT(agent_config_load("{\"HttpPortt\": 1}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "HttpPortt");
+    CHECK_EQ_INT(agent_config_load("{\"HttpPort\": 70000}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "HttpPort");
+    CHECK_EQ_INT(agent_config_load("{\"HttpPort\": 1.5}", &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("{\"PressureRatio\": \"x\"}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "PressureRatio");
+    CHECK_EQ_INT(agent_config_load("{\"PressureRatio\": 1e308}", &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("{\"AllowCgroups\": [1]}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "AllowCgroups");
+    char many[4096] = "{\"DenyPrograms\": [";
+    for (int i = 0; i < AGENT_GLOBS + 1; i++)
+        strcat(many, i ? ",\"a\"" : "\"a\"");
+    strcat(many, "]}");
+    CHECK_EQ_INT(agent_config_load(many, &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("[1]", &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("{\"MemoryTrimAgent\": 3}", &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("/nonexistent/agent.json", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "/nonexistent/agent.json");
+}
+
+static void test_decide(void)
+{
+    struct agent_cgroup cg = {.limit = 1000, .high = -1};
+    CHECK_EQ_INT(agent_aim(&cg), 1000);
+    cg.high = 800; /* MemoryQoS's memory.high below the limit: aim under it */
+    CHECK_EQ_INT(agent_aim(&cg), 800);
+    cg.limit = -1;
+    CHECK_EQ_INT(agent_aim(&cg), 800);
+    cg.high = -1;
+    CHECK_EQ_INT(agent_aim(&cg), -1);
+    CHECK(agent_in_zone(800, 1000, 0.8));
+    CHECK(!agent_in_zone(799, 1000, 0.8));
+    CHECK(!agent_in_zone(5000, -1, 0.8));
+    CHECK(!agent_in_zone(-1, 1000, 0.8));
+
+    int64_t now = 10 * MT_SEC, gap = 100 * MT_MS;
+    struct agent_proc p[4] = {
+        {.pid = 1, .anon = 300, .anon_after_trim = -1},             /* never trimmed: 300 */
+        {.pid = 2, .anon = 900, .anon_after_trim = 100},            /* grew 800 since */
+        {.pid = 3, .anon = 5000, .anon_after_trim = -1, .reason = AR_MUSL}, /* left alone */
+        {.pid = 4, .anon = 2000, .anon_after_trim = 0, .last_trim_ns = now - gap / 2}, /* in gap */
+    };
+    CHECK_EQ_INT(agent_expected(&p[0]), 300);
+    CHECK_EQ_INT(agent_expected(&p[1]), 800);
+    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 1);
+    p[3].last_trim_ns = now - gap; /* the gap is over: the most expected goes first */
+    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 3);
+    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 5000), -1); /* none expected to give enough */
+    p[1].reason = AR_NO_THREAD; /* a passing refusal: still a candidate */
+    p[3].reason = AR_GIVES_NOTHING;
+    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 1);
+    p[1].anon = 50; /* shrank below its last trim: nothing expected */
+    CHECK_EQ_INT(agent_expected(&p[1]), 0);
+    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 0);
+
+    CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 runs on musl libc"), AR_MUSL);
+    CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 is a static binary"), AR_STATIC);
+    CHECK_EQ_INT(agent_reason_of("unsupported", "maps no glibc and no known allocator"), AR_RUNTIME);
+    CHECK_EQ_INT(agent_reason_of("refused", "runs in seccomp strict mode"), AR_SECCOMP);
+    CHECK_EQ_INT(agent_reason_of("refused", "runs as uid 5"), AR_KERNEL);
+    CHECK_EQ_INT(agent_reason_of("no_safe_thread", "x"), AR_NO_THREAD);
+    CHECK_EQ_INT(agent_reason_of(NULL, "x"), AR_FAILED);
+    CHECK(agent_reason_unreleasable(AR_STATIC) && !agent_reason_unreleasable(AR_NO_THREAD));
+}
+
+int main(void)
+{
+    RUN(test_kinds);
+    RUN(test_config);
+    RUN(test_decide);
+    return harness_end();
+}
