@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "alloc_table.h"
 #include "fields.h"
 
 static void api_stats_mallinfo2(cJSON *root, const struct mt_heap *h, int *failed)
@@ -52,6 +53,9 @@ static void api_stats_allocator(cJSON *root, const struct mt_snapshot *s, int *f
         api_json_null(a, "version", failed);
     api_json_str(a, "release", s->allocator_release ? s->allocator_release : "malloc_trim",
                  failed);
+    /* its row of the allocator table (a name from the table, or none before a reading) */
+    const struct mt_alloc_row *row = mt_alloc_row(s->allocator ? s->allocator : "glibc");
+    api_json_str(a, "stats_call", row ? row->stats_call : "heap stats", failed);
     if (h->timestamp_ms == 0) {
         api_json_null(a, "stats", failed);
     } else {

@@ -146,18 +146,6 @@ static void mib(char *buf, size_t len, long long bytes)
     snprintf(buf, len, "%.1f MiB", (double)bytes / 1048576.0);
 }
 
-/* The allocator's own release call, as core/alloc names it: glibc malloc_trim(pad); jemalloc
- * mallctl("arena.<MALLCTL_ARENAS_ALL>.purge", NULL, NULL, NULL, 0) (its name copied into our
- * page); tcmalloc MallocExtension_ReleaseFreeMemory(); mimalloc mi_collect(true). */
-static const struct {
-    const char *sym, *call;
-} release_calls[] = {
-    [ALLOC_GLIBC] = {"malloc_trim", "malloc_trim"},
-    [ALLOC_JEMALLOC] = {"mallctl", "mallctl(\"arena.4096.purge\")"},
-    [ALLOC_TCMALLOC] = {"MallocExtension_ReleaseFreeMemory", "MallocExtension_ReleaseFreeMemory"},
-    [ALLOC_MIMALLOC] = {"mi_collect", "mi_collect(true)"},
-};
-
 /* The system calls each verb's function makes (seccomp.c checks them against a filter):
  * glibc's malloc_trim returns memory with madvise(MADV_DONTNEED), sbrk and munmap (and a
  * PROT_NONE mmap over a heap's tail under overcommit 2), and waits on its arenas' locks;
@@ -178,10 +166,15 @@ static const struct inject_syscall other_trim_calls[] = {
 };
 static const struct inject_syscall stats_calls[] = {FUTEX_LOCKS};
 
+/* The allocator's own release call, as its row of the allocator table (common/alloc_table)
+ * says, the one core/alloc makes in-process: glibc malloc_trim(pad); jemalloc
+ * mallctl("arena.4096.purge", NULL, NULL, NULL, 0) (the string copied into our page);
+ * tcmalloc MallocExtension_ReleaseFreeMemory(); mimalloc mi_collect(true). */
 static int trim(const struct opts *o, struct target *t)
 {
-    const struct target_lib *lib = t->alloc == ALLOC_GLIBC ? &t->libc : &t->alloc_lib;
-    const char *sym = release_calls[t->alloc].sym;
+    const struct mt_alloc_row *row = target_alloc_row(t);
+    const struct target_lib *lib = row->libc ? &t->libc : &t->alloc_lib;
+    const char *sym = row->release_sym;
     uint64_t fn = target_sym(lib, sym);
     if (!fn) {
         char buf[700];
@@ -190,14 +183,12 @@ static int trim(const struct opts *o, struct target *t)
         return cli_fail(o, EXIT_UNSUPPORTED, buf);
     }
     struct inject_call c = {.func = fn, .args = {(uint64_t)o->pad}};
-    if (t->alloc == ALLOC_JEMALLOC) /* 4096: MALLCTL_ARENAS_ALL, every arena */
-        c = (struct inject_call){.func = fn, .in = "arena.4096.purge", .args = {TR_PATH},
+    if (row->release_arg == MT_ALLOC_ARG_STRING)
+        c = (struct inject_call){.func = fn, .in = row->release_str, .args = {TR_PATH},
                                  .page_args = 1};
-    else if (t->alloc == ALLOC_TCMALLOC)
-        c.args[0] = 0;
-    else if (t->alloc == ALLOC_MIMALLOC)
-        c.args[0] = 1; /* force */
-    int glibc = t->alloc == ALLOC_GLIBC;
+    else if (row->release_arg == MT_ALLOC_ARG_INT)
+        c.args[0] = (uint64_t)row->release_int;
+    int glibc = row->libc;
     c.syscalls = glibc ? glibc_trim_calls : other_trim_calls;
     c.n_syscalls = glibc ? sizeof glibc_trim_calls / sizeof glibc_trim_calls[0]
                          : sizeof other_trim_calls / sizeof other_trim_calls[0];
@@ -214,11 +205,9 @@ static int trim(const struct opts *o, struct target *t)
     cJSON_AddNumberToObject(j, "rss_after_bytes", (double)after);
     cJSON_AddNumberToObject(j, "released_bytes", (double)(before > after ? before - after : 0));
     cJSON_AddNumberToObject(j, "duration_seconds", dur);
-    cJSON_AddStringToObject(j, "release_call", release_calls[t->alloc].call);
-    if (t->alloc == ALLOC_GLIBC)
-        cJSON_AddNumberToObject(j, "malloc_trim_return", (double)(int)c.result);
-    else if (t->alloc == ALLOC_JEMALLOC)
-        cJSON_AddNumberToObject(j, "mallctl_return", (double)(int)c.result);
+    cJSON_AddStringToObject(j, "release_call", row->release_call);
+    if (row->release_result[0])
+        cJSON_AddNumberToObject(j, row->release_result, (double)(int)c.result);
     char human[512], b[32], a[32], r[32];
     mib(b, sizeof b, before);
     mib(a, sizeof a, after);
@@ -247,17 +236,18 @@ static void mallinfo_fields(const unsigned char *out, int v2, uint64_t f[10])
 
 static int stats(const struct opts *o, struct target *t)
 {
-    if (t->alloc != ALLOC_GLIBC) {
+    const struct mt_alloc_row *row = target_alloc_row(t);
+    if (!row->stats_sym) {
         char buf[256];
         snprintf(buf, sizeof buf, "process %d's malloc is %s: stats reads glibc's mallinfo2 only "
-                 "(trim calls %s)", (int)t->pid, target_alloc_name(t->alloc),
-                 release_calls[t->alloc].call);
+                 "(trim calls %s)", (int)t->pid, row->name, row->release_call);
         return cli_fail(o, EXIT_UNSUPPORTED, buf);
     }
-    uint64_t fn = target_sym(&t->libc, "mallinfo2");
+    const struct target_lib *lib = row->libc ? &t->libc : &t->alloc_lib;
+    uint64_t fn = target_sym(lib, row->stats_sym);
     int v2 = fn != 0;
-    if (!fn)
-        fn = target_sym(&t->libc, "mallinfo");
+    if (!fn && row->stats_sym_old)
+        fn = target_sym(lib, row->stats_sym_old);
     if (!fn)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's libc exports neither mallinfo2 nor mallinfo");
     struct inject_call c = {.func = fn, .arg0_is_out = 1, .out_len = 80, .syscalls = stats_calls,
@@ -332,7 +322,7 @@ static int act(const struct opts *o)
         return cli_fail(o, EXIT_REFUSED, buf);
     }
     if (target_find_alloc(&t, err, sizeof err) != 0)
-        return cli_fail(o, t.alloc == ALLOC_GLIBC ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
+        return cli_fail(o, t.alloc == MT_ALLOC_glibc ? EXIT_FAILED : EXIT_UNSUPPORTED, err);
     if ((why = target_memory_refusal(&t, buf, sizeof buf)))
         return cli_fail(o, EXIT_REFUSED, why);
     if (strcmp(o->verb, "load") &&

@@ -21,11 +21,17 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-const char *target_alloc_name(enum target_alloc a)
+const char *target_alloc_name(int alloc)
 {
-    static const char *const names[] = {"glibc", "jemalloc", "tcmalloc", "mimalloc",
-                                        "musl", "static", "unknown"};
-    return names[a];
+    static const char *const others[] = {"musl", "static", "unknown"};
+    if (alloc >= 0 && alloc < MT_ALLOC_COUNT)
+        return mt_alloc_table[alloc].name;
+    return alloc >= ALLOC_MUSL && alloc <= ALLOC_UNKNOWN ? others[alloc - ALLOC_MUSL] : "unknown";
+}
+
+const struct mt_alloc_row *target_alloc_row(const struct target *t)
+{
+    return t->alloc >= 0 && t->alloc < MT_ALLOC_COUNT ? &mt_alloc_table[t->alloc] : NULL;
 }
 
 int target_read_file(const char *path, char *buf, size_t len)
@@ -270,13 +276,21 @@ static int lib_at(pid_t pid, const struct mapping *m, struct target_lib *lib, ch
     return 0;
 }
 
-/* What the maps say of the allocators: libc.so.6, musl, the first of each other one. */
+/* What the maps say of the allocators: musl, and the first mapping of each row's library
+ * (the allocator table's maps_prefix; the libc row's is glibc's libc.so.6). */
 struct alloc_maps {
-    struct mapping libc, other[3];
-    int have_libc, musl, have[3];
+    struct mapping lib[MT_ALLOC_COUNT];
+    int musl, have[MT_ALLOC_COUNT];
 };
 
-static const char *const other_names[3] = {"libjemalloc", "libtcmalloc", "libmimalloc"};
+/* The libc row (glibc), whose libc the tool needs whichever malloc serves. */
+static int libc_row(void)
+{
+    for (int i = 0; i < MT_ALLOC_COUNT; i++)
+        if (mt_alloc_table[i].libc)
+            return i;
+    return -1;
+}
 
 static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t errlen)
 {
@@ -291,14 +305,10 @@ static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t e
     while (fgets(line, sizeof line, f)) {
         if (parse_map_line(line, &m) != 0 || m.path[0] != '/' || m.offset != 0)
             continue;
-        if (name_starts(m.path, "libc.so.6") && !am->have_libc) {
-            am->libc = m;
-            am->have_libc = 1;
-        }
         am->musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
-        for (int i = 0; i < 3; i++)
-            if (name_starts(m.path, other_names[i]) && !am->have[i]) {
-                am->other[i] = m;
+        for (int i = 0; i < MT_ALLOC_COUNT; i++)
+            if (name_starts(m.path, mt_alloc_table[i].maps_prefix) && !am->have[i]) {
+                am->lib[i] = m;
                 am->have[i] = 1;
             }
     }
@@ -306,22 +316,22 @@ static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t e
     return 0;
 }
 
-/* jemalloc, tcmalloc, mimalloc: the first mapped one that exports malloc (a prefixed build
- * loaded beside glibc's malloc does not serve it), as the library's dladdr of malloc.
- * 1 if one serves, 0 if none, -1 on an error. */
+/* The rows that are not libc (jemalloc, ...): the first mapped one that exports malloc (a
+ * prefixed build loaded beside glibc's malloc does not serve it), as the library's dladdr of
+ * malloc. 1 if one serves, 0 if none, -1 on an error. */
 static int other_alloc(struct target *t, const struct alloc_maps *am, char *err, size_t errlen)
 {
-    for (int i = 0; i < 3; i++) {
-        if (!am->have[i])
+    for (int i = 0; i < MT_ALLOC_COUNT; i++) {
+        if (!am->have[i] || mt_alloc_table[i].libc)
             continue;
         struct elf_file ef;
-        if (lib_at(t->pid, &am->other[i], &t->alloc_lib, err, errlen) != 0 ||
+        if (lib_at(t->pid, &am->lib[i], &t->alloc_lib, err, errlen) != 0 ||
             elf_open(t->alloc_lib.file, &ef, err, errlen) != 0)
             return -1;
         int serves = elf_dynsym(&ef, "malloc") != 0;
         elf_close(&ef);
         if (serves) {
-            t->alloc = i == 0 ? ALLOC_JEMALLOC : i == 1 ? ALLOC_TCMALLOC : ALLOC_MIMALLOC;
+            t->alloc = i;
             return 1;
         }
     }
@@ -331,6 +341,7 @@ static int other_alloc(struct target *t, const struct alloc_maps *am, char *err,
 int target_find_alloc(struct target *t, char *err, size_t errlen)
 {
     struct alloc_maps am;
+    int libc = libc_row();
     if (read_alloc_maps(t->pid, &am, err, errlen) != 0)
         return -1;
     if (am.musl) {
@@ -340,12 +351,13 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
         return -1;
     }
     /* glibc's libc whichever malloc serves: its dlopen and signal restorer are the process's */
-    if (am.have_libc && lib_at(t->pid, &am.libc, &t->libc, err, errlen) != 0)
+    int have_libc = libc >= 0 && am.have[libc];
+    if (have_libc && lib_at(t->pid, &am.lib[libc], &t->libc, err, errlen) != 0)
         return -1;
     int other = other_alloc(t, &am, err, errlen);
     if (other != 0)
         return other > 0 ? 0 : -1;
-    if (!am.have_libc) {
+    if (!have_libc) {
         char exe[64], e2[256];
         struct elf_file ef;
         snprintf(exe, sizeof exe, "/proc/%d/exe", (int)t->pid);
@@ -357,7 +369,7 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
                  "no known allocator: nothing is called", (int)t->pid);
         return -1;
     }
-    t->alloc = ALLOC_GLIBC;
+    t->alloc = libc;
     return 0;
 }
 

@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "alloc_table.h"
+
 struct target_status {
     uid_t ruid, euid, suid;
     gid_t rgid, egid, sgid;
@@ -23,8 +25,9 @@ struct target_status {
     char name[64];
 };
 
-enum target_alloc { ALLOC_GLIBC, ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC, ALLOC_MUSL,
-                    ALLOC_STATIC, ALLOC_UNKNOWN };
+/* The allocator serving a target: a row of the allocator table (MT_ALLOC_glibc, ...; its
+ * release call and statistics call there), or one of these, which the tool cannot act on. */
+enum { ALLOC_MUSL = MT_ALLOC_COUNT, ALLOC_STATIC, ALLOC_UNKNOWN };
 
 struct target_lib {
     char path[512];      /* as the target names it */
@@ -36,14 +39,16 @@ struct target_lib {
 struct target {
     pid_t pid;
     struct target_status st;
-    enum target_alloc alloc;
+    int alloc;                /* MT_ALLOC_<id> or ALLOC_MUSL, ... */
     struct target_lib libc;   /* glibc's, whichever malloc serves */
-    struct target_lib alloc_lib; /* ALLOC_JEMALLOC, ALLOC_TCMALLOC, ALLOC_MIMALLOC: its library */
+    struct target_lib alloc_lib; /* a row that is not libc: its library */
     uint64_t page;            /* our page, 0 if none yet */
     unsigned long long start_time; /* when first read (target_start_time): its identity */
 };
 
-const char *target_alloc_name(enum target_alloc a);
+const char *target_alloc_name(int alloc);
+/* The target's row of the allocator table; NULL for musl, static and unknown. */
+const struct mt_alloc_row *target_alloc_row(const struct target *t);
 /* A small /proc file read whole into buf (NUL-terminated): its length, or -errno. */
 int target_read_file(const char *path, char *buf, size_t len);
 /* 0, or -errno with err set (no such process, unreadable status). */
@@ -52,8 +57,8 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
  * another uid or gid, capabilities the tool lacks, or a process that is not dumpable, without
  * CAP_SYS_PTRACE; ptrace_scope 1/2/3; a tracer already there. */
 const char *target_refusal(pid_t pid, const struct target_status *st, char *buf, size_t len);
-/* The allocator serving the target, its libc and (jemalloc, tcmalloc, mimalloc) its library;
- * a refusal text otherwise. */
+/* The allocator serving the target, its libc and (a row that is not libc) its library; a
+ * refusal text otherwise. */
 int target_find_alloc(struct target *t, char *err, size_t errlen);
 /* Whether this tool may read the target's memory (process_vm_readv of its libc's first
  * page): NULL, or why not with the rule that refused it (a seccomp filter of the tool's own,

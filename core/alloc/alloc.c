@@ -10,6 +10,7 @@
  * executable does not serve malloc, it imports it: the object that does is the
  * first after it, in the order the dynamic linker searches, that defines malloc
  * (definer_after).
+ * The back ends are the allocator table's rows (common/alloc_table/alloc_table.h).
  * Runs at start (mt_create) on the caller's thread; no state of its own, no locks.
  */
 #include <dlfcn.h>
@@ -25,14 +26,11 @@
 #include "common.h"
 #include "control.h"
 
-/* The allocators with an API of their own first: glibc's symbols are always there. */
-static const struct alloc_ops *const backends[] = {
-    &alloc_jemalloc,
-    &alloc_tcmalloc,
-    &alloc_mimalloc,
-    &alloc_glibc,
-};
-#define NBACKENDS (sizeof(backends) / sizeof(backends[0]))
+/* Each row's back end. Which one serves is found by the object malloc resolves to, so the
+ * order does not matter; glibc's symbols are always there, and "present" lists it too. */
+#define ALLOC_OPS_(id, ...) [MT_ALLOC_##id] = &alloc_##id,
+static const struct alloc_ops *const backends[MT_ALLOC_COUNT] = {MT_ALLOC_ROWS(ALLOC_OPS_)};
+#define NBACKENDS ((size_t)MT_ALLOC_COUNT)
 
 void *alloc_sym(const char *name)
 {
@@ -42,7 +40,7 @@ void *alloc_sym(const char *name)
 const struct alloc_ops *alloc_by_name(const char *name)
 {
     for (size_t i = 0; name && i < NBACKENDS; i++)
-        if (strcmp(backends[i]->name, name) == 0)
+        if (strcmp(mt_alloc_table[i].name, name) == 0)
             return backends[i];
     return NULL;
 }
@@ -135,11 +133,11 @@ void alloc_detect(struct alloc_found *found)
         if (a->resolve() != 0)
             continue;
         int n = snprintf(found->present + len, sizeof(found->present) - len, "%s%s",
-                         len ? ", " : "", a->name);
+                         len ? ", " : "", alloc_name(a));
         if (n > 0 && (size_t)n < sizeof(found->present) - len)
             len += (size_t)n;
         if (!found->serving && malloc_base && object_of(a->anchor(), NULL, 0) == malloc_base)
-            found->serving = a->name;
+            found->serving = alloc_name(a);
     }
     if (!len)
         snprintf(found->present, sizeof(found->present), "none");
@@ -165,30 +163,30 @@ int alloc_select_quiet(const char *wanted, const struct alloc_ops **out, int qui
         /* An allocator we do not know (or a sanitizer's interceptors): glibc's
          * calls are still safe to make, they just see glibc's own heap. */
         mt_log(quiet ? MT_LOG_DEBUG : MT_LOG_WARNING, "alloc",
-               "malloc is served by %s, which is none of glibc, jemalloc, tcmalloc, mimalloc; "
-               "using glibc's calls (set Allocator to choose)", found.malloc_object);
+               "malloc is served by %s, which is none of%s; using glibc's calls (set "
+               "Allocator to choose)", found.malloc_object, MT_ALLOC_LIST + 1);
         *out = &alloc_glibc;
         return 0;
     }
     const struct alloc_ops *a = alloc_by_name(wanted);
     if (!a) {
         snprintf(buf, sizeof(buf),
-                 "Allocator: unknown allocator \"%.64s\" (expected auto, glibc, jemalloc, "
-                 "tcmalloc or mimalloc)", wanted);
+                 "Allocator: unknown allocator \"%.64s\" (expected auto" MT_ALLOC_LIST ")",
+                 wanted);
         goto fail;
     }
     if (a->resolve() != 0) {
         snprintf(buf, sizeof(buf),
                  "Allocator: %s was asked for but is not in this process (malloc is served by "
-                 "%s%s%s; allocator APIs found: %s)", a->name,
+                 "%s%s%s; allocator APIs found: %s)", alloc_name(a),
                  found.serving ? found.serving : "", found.serving ? " in " : "",
                  found.malloc_object, found.present);
         goto fail;
     }
-    if (!found.serving || strcmp(found.serving, a->name) != 0)
+    if (!found.serving || strcmp(found.serving, alloc_name(a)) != 0)
         mt_log(quiet ? MT_LOG_DEBUG : MT_LOG_WARNING, "alloc",
                "Allocator: %s forced, but malloc is served by %s%s%s: its stats and releases "
-               "may not cover the host's heap", a->name, found.serving ? found.serving : "",
+               "may not cover the host's heap", alloc_name(a), found.serving ? found.serving : "",
                found.serving ? " in " : "", found.malloc_object);
     *out = a;
     return 0;

@@ -2,7 +2,8 @@
  * alloc.h - the allocator back ends: one small table of operations per
  * allocator (glibc, jemalloc, gperftools tcmalloc, mimalloc), one file each,
  * chosen at start by which one serves `malloc` in this process. Adding an
- * allocator is one new alloc_<name>.c and one line in alloc.c's list.
+ * allocator is one new alloc_<id>.c and one row of the allocator table
+ * (common/alloc_table/alloc_table.h), which the memtrim command reads too.
  *
  * Every entry point of a back end is found with dlsym(RTLD_DEFAULT, ...):
  * memtrim has no link-time dependency on any allocator. A back end resolves
@@ -17,11 +18,11 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "alloc_table.h"
 #include "types.h"
 
 struct alloc_ops {
-    const char *name;    /* "glibc", "jemalloc", "tcmalloc", "mimalloc" */
-    const char *release_call; /* the call that gives memory back, for logs and /memory/stats */
+    enum mt_alloc_id id; /* its row of the allocator table: its name, its release call */
     /* Resolve the entry points. Returns 0 when present, or -ENOENT. Idempotent. */
     int (*resolve)(void);
     /* An address inside the allocator's object (dladdr confirms it serves malloc). */
@@ -45,10 +46,19 @@ struct alloc_ops {
     void (*thread_enter)(void);
 };
 
-extern const struct alloc_ops alloc_glibc;
-extern const struct alloc_ops alloc_jemalloc;
-extern const struct alloc_ops alloc_tcmalloc;
-extern const struct alloc_ops alloc_mimalloc;
+/* One back end per row of the allocator table: alloc_glibc, alloc_jemalloc, ... */
+#define ALLOC_OPS_DECL_(id, ...) extern const struct alloc_ops alloc_##id;
+MT_ALLOC_ROWS(ALLOC_OPS_DECL_)
+
+/* A back end's name ("glibc", ...) and release call (for logs and /memory/stats): its row's. */
+static inline const char *alloc_name(const struct alloc_ops *a)
+{
+    return mt_alloc_table[a->id].name;
+}
+static inline const char *alloc_release_call(const struct alloc_ops *a)
+{
+    return mt_alloc_table[a->id].release_call;
+}
 
 /* What detection found, for logs and errors. */
 struct alloc_found {

@@ -85,8 +85,7 @@ static int glibc_arena_count(void)
 }
 
 const struct alloc_ops alloc_glibc = {
-    .name = "glibc",
-    .release_call = "malloc_trim",
+    .id = MT_ALLOC_glibc,
     .resolve = glibc_resolve,
     .anchor = glibc_anchor,
     .version = glibc_version,

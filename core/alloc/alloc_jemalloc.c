@@ -168,7 +168,8 @@ static int je_release(uint64_t pad)
     (void)pad; /* jemalloc keeps no pad: it purges every unused page */
     if (!je_mallctl)
         return 0;
-    return je_mallctl("arena." JE_STR(JE_ARENAS_ALL) ".purge", NULL, NULL, NULL, 0) == 0;
+    /* "arena.4096.purge": the table's call, the one the command makes from outside */
+    return je_mallctl(mt_alloc_table[MT_ALLOC_jemalloc].release_str, NULL, NULL, NULL, 0) == 0;
 }
 
 static int je_arena_count(void)
@@ -181,8 +182,7 @@ static int je_arena_count(void)
 }
 
 const struct alloc_ops alloc_jemalloc = {
-    .name = "jemalloc",
-    .release_call = "mallctl(\"arena." JE_STR(JE_ARENAS_ALL) ".purge\")",
+    .id = MT_ALLOC_jemalloc,
     .resolve = je_resolve,
     .anchor = je_anchor,
     .version = je_version,

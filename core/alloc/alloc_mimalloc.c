@@ -70,8 +70,7 @@ static int mi_release(uint64_t pad)
 }
 
 const struct alloc_ops alloc_mimalloc = {
-    .name = "mimalloc",
-    .release_call = "mi_collect(true)",
+    .id = MT_ALLOC_mimalloc,
     .resolve = mi_resolve,
     .anchor = mi_anchor,
     .version = mi_version,

@@ -91,8 +91,7 @@ static int tc_release(uint64_t pad)
 }
 
 const struct alloc_ops alloc_tcmalloc = {
-    .name = "tcmalloc",
-    .release_call = "MallocExtension_ReleaseFreeMemory",
+    .id = MT_ALLOC_tcmalloc,
     .resolve = tc_resolve,
     .anchor = tc_anchor,
     .version = tc_version,

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "alloc_table.h"
 #include "mt_alloc.h"
 #include "common.h"
 #include "config.h"
@@ -116,7 +117,7 @@ static const struct config_key keys[] = {
     {.name = "ConnectionTimeoutSeconds", .type = KEY_INT,
      .offset = OFF(connection_timeout_seconds), .min = 1, .max = 3600, .def_num = 30},
     {.name = "Allocator", .type = KEY_STRING, .offset = OFF(allocator), .size = SZ(allocator),
-     .def_str = "auto", .choices = "auto|glibc|jemalloc|tcmalloc|mimalloc"},
+     .def_str = "auto", .choices = "auto" MT_ALLOC_CHOICES},
     {.name = "TrimBusyCpuPercent", .type = KEY_DOUBLE, .offset = OFF(trim_busy_cpu_percent),
      .min = 0, .max = 100, .def_num = 90, .runtime = 1},
     {.name = "TrimMaxDeferSeconds", .type = KEY_DOUBLE, .offset = OFF(trim_max_defer_seconds),

@@ -188,9 +188,9 @@ static int cache_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
         return oom(err, "snapshot cache");
     snapshot_set_alloc(&mt->cache, ctx->alloc); /* before any thread reads the cache */
     if (!mt->member) /* a member's leader said it already */
-        mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", ctx->alloc->name,
+        mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", alloc_name(ctx->alloc),
            mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
-           ctx->alloc->release_call);
+           alloc_release_call(ctx->alloc));
     return 0;
 }
 
@@ -313,7 +313,7 @@ static int tunables_start(struct memtrim *mt, const struct start_ctx *ctx, char 
 {
     if (mt->member) /* inherited from its leader at fork */
         return 0;
-    int glibc = strcmp(ctx->alloc->name, "glibc") == 0;
+    int glibc = strcmp(alloc_name(ctx->alloc), "glibc") == 0;
     if (mt->cfg.malloc_arena_max != MT_CONFIG_AUTO)
         return tunables_apply(NULL, &mt->cfg, glibc, err);
     /* "auto": the container's CPUs, not the host's cores (glibc's 8 per core) */

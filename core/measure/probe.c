@@ -382,7 +382,7 @@ void probe_heap(const struct alloc_ops *a, struct mt_heap *out, int want_arenas)
     int64_t c1 = thread_cpu_ns();
 
     out->timestamp_ms = mt_now_ms();
-    out->allocator = a->name;
+    out->allocator = alloc_name(a);
     out->arena_count = want_arenas && a->arena_count ? a->arena_count() : -1;
     out->duration_ns = (want_arenas ? mt_mono_ns() : t1) - t0;
     out->cpu_ns = (want_arenas ? thread_cpu_ns() : c1) - c0;

@@ -42,7 +42,7 @@ int snapshot_init(struct snapshot_cache *c)
 
 const char *snapshot_alloc_name(const struct snapshot_cache *c)
 {
-    return c->alloc ? c->alloc->name : "glibc";
+    return c->alloc ? alloc_name(c->alloc) : "glibc";
 }
 
 void snapshot_set_alloc(struct snapshot_cache *c, const struct alloc_ops *a)
@@ -104,8 +104,8 @@ static void derive(const struct snapshot_cache *c, int64_t limit_cfg, int64_t no
     saved_view(&c->saved, out->cheap.rss_bytes, &out->saved);
     out->heap_age_ms = c->heap_mono_ns ? (now - c->heap_mono_ns) / 1000000 : -1;
     out->memory_limit_bytes = limit_cfg > 0 ? limit_cfg : c->cheap.cgroup_limit_bytes;
-    out->allocator = c->alloc->name;
-    out->allocator_release = c->alloc->release_call;
+    out->allocator = alloc_name(c->alloc);
+    out->allocator_release = alloc_release_call(c->alloc);
     snprintf(out->allocator_version, sizeof(out->allocator_version), "%s", c->alloc_version);
     if (c->heap_mono_ns && c->heap.heap_in_use_bytes)
         out->fragmentation_ratio = (double)out->cheap.rss_bytes / (double)c->heap.heap_in_use_bytes;

@@ -21,7 +21,7 @@ int main(void)
         printf("error %s\n", err ? err : "?");
         return 1;
     }
-    printf("serving %s selected %s object %s\n", found.serving ? found.serving : "none", a->name,
+    printf("serving %s selected %s object %s\n", found.serving ? found.serving : "none", alloc_name(a),
            found.malloc_object);
     free(p);
     return 0;

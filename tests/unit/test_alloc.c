@@ -65,11 +65,11 @@ static int child(const char *expect, const char *dlopen_path)
               h_str(found.serving), expect, found.malloc_object);
     CHECK_CONTAINS(found.present, "glibc");
     CHECK_EQ_INT(alloc_select("auto", &a, &err), 0);
-    CHECK(a && strcmp(a->name, expect) == 0);
+    CHECK(a && strcmp(alloc_name(a), expect) == 0);
     if (!a)
         return harness_end();
     a->version(version, sizeof(version));
-    CHECK_MSG(version[0] != '\0', "%s has no version", a->name);
+    CHECK_MSG(version[0] != '\0', "%s has no version", alloc_name(a));
 
     /* Stats are non-zero and follow a 64 MB allocation. */
     probe_heap(a, &h0, 1);

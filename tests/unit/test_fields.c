@@ -92,7 +92,7 @@ static const char *const golden_json[3] = {
     "\"fragmentation_ratio\":1.6666666666666667,\"heap_probe_duration_seconds\":0.0025,"
     "\"mallinfo2\":{\"arena\":4000000000,\"ordblks\":99,\"smblks\":0,\"hblks\":0,\"hblkhd\":0,"
     "\"fsmblks\":0,\"uordblks\":0,\"fordblks\":0,\"keepcost\":0},\"allocator\":{\"name\":\"glibc\","
-    "\"version\":null,\"release\":\"malloc_trim\",\"stats\":{}},"
+    "\"version\":null,\"release\":\"malloc_trim\",\"stats_call\":\"mallinfo2\",\"stats\":{}},"
     "\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,\"arena_max\":null,"
     "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
@@ -114,7 +114,7 @@ static const char *const golden_json[3] = {
     "\"heap_retained_bytes\":null,\"heap_mmapped_bytes\":null,\"arena_bytes\":null,"
     "\"heap_free_chunks\":null,\"arena_count\":null,\"arena_count_age_ms\":null,\"releasable_estimate_bytes\":null,"
     "\"fragmentation_ratio\":null,\"heap_probe_duration_seconds\":null,\"mallinfo2\":null,"
-    "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\","
+    "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\",\"stats_call\":\"mallinfo2\","
     "\"stats\":null},\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,"
     "\"arena_max\":null,\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
     ,
@@ -139,7 +139,7 @@ static const char *const golden_json[3] = {
     "\"heap_free_chunks\":null,\"arena_count\":null,\"arena_count_age_ms\":null,"
     "\"releasable_estimate_bytes\":700000000,\"fragmentation_ratio\":null,"
     "\"heap_probe_duration_seconds\":0.0025,\"mallinfo2\":null,"
-    "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\",\"stats\":{}},"
+    "\"allocator\":{\"name\":\"glibc\",\"version\":null,\"release\":\"malloc_trim\",\"stats_call\":\"mallinfo2\",\"stats\":{}},"
     "\"malloc_tunables\":{\"glibc\":true,\"mmap_threshold_bytes\":null,\"arena_max\":null,"
     "\"trim_threshold_bytes\":null,\"top_pad_bytes\":null,\"arena_max_auto\":null}}"
 };
