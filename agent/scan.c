@@ -116,7 +116,7 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
                  (int)p->pid);
     } else if (found != 0) {
         p->reason = t.alloc == ALLOC_MUSL ? AR_MUSL : t.alloc == ALLOC_STATIC ? AR_STATIC
-                  : t.alloc == ALLOC_GLIBC ? AR_FAILED : AR_RUNTIME;
+                  : t.alloc == MT_ALLOC_glibc ? AR_FAILED : AR_RUNTIME;
         snprintf(p->why, sizeof p->why, "%s", err);
     } else if (t.st.seccomp == 1) {
         p->reason = AR_SECCOMP;
