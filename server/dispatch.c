@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "utf8.h"
+
 /* The scope the caller holds: 2 admin, 1 read, 0 none; *given: a credential was sent. */
 static int server_scope(const struct server_caller *who, int *given)
 {
@@ -106,15 +108,18 @@ void server_dispatch_as(const struct server_route *routes, size_t nroutes,
             off += (size_t)snprintf(allow + off, sizeof(allow) - off, "%s%s%s", off ? ", " : "",
                                     routes[i].method, get ? ", HEAD" : "");
     }
+    char path[320], method[64];
+    if (off == 0 || match == NULL)
+        mt_utf8_quote(path, sizeof(path), req->path, 100);
     if (off == 0) {
         server_reply_error(rep, 404, "not_found",
-                           "no resource at '%.100s' (the API is described at /openapi.yaml)",
-                           req->path);
+                           "no resource at '%s' (the API is described at /openapi.yaml)", path);
         return;
     }
     if (match == NULL) {
-        server_reply_error(rep, 405, "method_not_allowed", "%.100s accepts %s, not %.16s",
-                           req->path, allow, req->method);
+        mt_utf8_quote(method, sizeof(method), req->method, 16);
+        server_reply_error(rep, 405, "method_not_allowed", "%s accepts %s, not %s", path, allow,
+                           method);
         server_reply_header(rep, "Allow", "%s", allow);
         return;
     }

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void query_init(struct query *q)
 {
     q->n = 0;
@@ -156,15 +158,15 @@ const char *query_get(const struct query *q, const char *key)
     return NULL;
 }
 
-/* A value short enough to quote in a message. */
+/* A value short enough to quote in a message: 40 bytes, cut on a character boundary. */
 static void query_quote(char *dst, size_t n, const char *s)
 {
-    snprintf(dst, n, "%.40s%s", s, strlen(s) > 40 ? "..." : "");
+    mt_utf8_quote(dst, n, s, 40);
 }
 
 int query_check(const struct query *q, const char *const *known, char *why, size_t whylen)
 {
-    char shown[48];
+    char shown[128];
     if (q->overflow) {
         snprintf(why, whylen, "query string: too long (at most %d parameters, %d bytes)",
                  QUERY_MAX_PARAMS, QUERY_BUF_SIZE);
@@ -253,7 +255,7 @@ static int query_ranged(const struct query *q, const char *key, int64_t min, int
         return 1;
     int64_t x = 0;
     if (parse(v, &x) != 0 || x < min || x > max) {
-        char shown[48];
+        char shown[128];
         query_quote(shown, sizeof(shown), v);
         snprintf(why, whylen, "parameter '%s': must be %s from %lld to %lld%s, got '%s'", key, kind,
                  (long long)min, (long long)max,
@@ -289,7 +291,7 @@ int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_
     if (rc == 0 && v[0] == '-')
         x = now_ms - x;
     if (rc != 0 || x < 0) {
-        char shown[48];
+        char shown[128];
         query_quote(shown, sizeof(shown), v);
         snprintf(why, whylen,
                  "parameter '%s': must be ms since the epoch or a negative duration "

@@ -1,9 +1,13 @@
 /*
  * reply.c - building replies: JSON bodies (cJSON, printed once), the JSON
  * error shape {"error": {"code", "message"}}, text and static bodies, extra
- * headers. Runs on the HTTP worker thread of the request; no locks.
+ * headers. Every body it is handed is valid UTF-8 when it leaves (a byte that is
+ * not becomes U+FFFD: a quoted client's bytes, a path from the configuration).
+ * Runs on the HTTP worker thread of the request; no locks.
  */
 #include "http.h"
+#include "control.h"
+#include "utf8.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -45,6 +49,15 @@ int server_reply_json(struct server_reply *rep, unsigned status, struct cJSON *j
 int server_reply_text(struct server_reply *rep, unsigned status, const char *content_type,
                       char *body, size_t len)
 {
+    if (mt_utf8_invalid_at(body, len) < len && !mt_control("rt-utf8-raw")) {
+        size_t fixed_len = 0;
+        char *fixed = mt_utf8_fix(body, len, &fixed_len);
+        free(body);
+        if (!fixed)
+            return server_reply_oom(rep);
+        body = fixed;
+        len = fixed_len;
+    }
     free(rep->body);
     rep->status = status;
     rep->content_type = content_type;

@@ -20,6 +20,7 @@
 
 #include "http.h"
 #include "internal.h"
+#include "utf8.h"
 
 #define SERVER_PATH_MAX 256
 
@@ -106,8 +107,10 @@ const char *server_cross_site(const char *host, const char *origin, const char *
 {
     if (fetch_site != NULL && strcasecmp(fetch_site, "same-origin") != 0 &&
         strcasecmp(fetch_site, "none") != 0) {
-        snprintf(why, whylen, "the browser says it comes from another site (Sec-Fetch-Site: %.40s)",
-                 fetch_site);
+        char shown[128];
+        mt_utf8_quote(shown, sizeof(shown), fetch_site, 40);
+        snprintf(why, whylen, "the browser says it comes from another site (Sec-Fetch-Site: %s)",
+                 shown);
         return why;
     }
     if (origin == NULL)
@@ -116,7 +119,9 @@ const char *server_cross_site(const char *host, const char *origin, const char *
     if (host != NULL && (https || strncasecmp(origin, "http://", 7) == 0) &&
         server_same_server(origin + (https ? 8 : 7), host, https))
         return NULL;
-    snprintf(why, whylen, "it comes from the web page at '%.100s'", origin);
+    char shown[320];
+    mt_utf8_quote(shown, sizeof(shown), origin, 100);
+    snprintf(why, whylen, "it comes from the web page at '%s'", shown);
     return why;
 }
 
@@ -164,9 +169,10 @@ int server_check_head(const struct server_head *h, struct server_reply *rep)
     for (unsigned i = 0; i < h->lengths; i++) {
         int64_t v;
         if (h->length[i] == NULL || query_parse_int(h->length[i], &v) != 0 || v < 0) {
+            char shown[128];
+            mt_utf8_quote(shown, sizeof(shown), h->length[i] ? h->length[i] : "", 40);
             server_reply_error(rep, 400, "bad_request",
-                               "Content-Length '%.40s' is not one number of bytes",
-                               h->length[i] ? h->length[i] : "");
+                               "Content-Length '%s' is not one number of bytes", shown);
             return -EINVAL;
         }
         if (i > 0 && v != first) {
@@ -188,10 +194,12 @@ void server_process(struct server *s, const struct server_input *in, struct serv
     memset(rep, 0, sizeof(*rep));
     /* (A unix socket is never loopback here: no browser reaches it, any Host is fine.) */
     if (s->token[0] == '\0' && s->loopback && in->host != NULL && !server_host_is_local(in->host)) {
+        char shown[320];
+        mt_utf8_quote(shown, sizeof(shown), in->host, 100);
         server_reply_error(rep, 403, "forbidden_host",
-                           "Host '%.100s' is not a loopback name; this server answers to "
+                           "Host '%s' is not a loopback name; this server answers to "
                            "localhost and 127.0.0.1 only unless an AuthToken is set",
-                           in->host);
+                           shown);
         return;
     }
     query_init(&q);

@@ -149,6 +149,16 @@ def all_threads_stopped(pid):
     return all(proc_state(pid, tid) in (None, "T", "t") for tid in os.listdir(f"/proc/{pid}/task"))
 
 
+def read_to_close(sock):
+    """Everything a socket sends until the peer closes it (a reply to Connection: close)."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def http_ok(url):
     try:
         return requests.get(url, timeout=2).status_code == 200

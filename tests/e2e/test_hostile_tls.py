@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Demo
+from hosts_util import read_to_close
 from test_hostile import NOFILE, DEADLINE_S, SLACK_S, Watch, studies, wait_for
 from tls_util import CA
 
@@ -54,12 +55,7 @@ def _served_over_tls(demo, ca, src):
                                   source_address=(src, 0)) as raw:
         with ctx.wrap_socket(raw, server_hostname="localhost") as s:
             s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_to_close(s)
     return data.startswith(b"HTTP/1.1 200")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hosts_util import build_file, wait_for
+from hosts_util import build_file, read_to_close, wait_for
 from pkg_util import ROOT
 
 TOKEN = "unix-admin-51aa"
@@ -256,12 +256,7 @@ def one_request(sock):
     try:
         s.connect(str(sock))
         s.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_to_close(s)
         return data.split(b"\r\n", 1)[0].decode(errors="replace") or "closed without a reply"
     except OSError as e:
         return repr(e)
