@@ -5,7 +5,10 @@
  * (docs/architecture.md, "The memtrim command"). The tool's one thread.
  */
 #include "cli.h"
+#include "libhold.h"
 #include "tramp.h"
+
+#include "../common/control.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -116,9 +119,12 @@ static int same_file(const char *a, const char *b)
  * so that it is removed there and nowhere else. */
 static int copy_dirfd = -1;
 static char copy_name[64];
+/* Or, where the tool may (root, the target's user namespace), no file at all: a memfd. */
+static struct lib_hold hold = {.helper = -1, .stay = -1};
 
 static void copy_remove(char *copy)
 {
+    lib_hold_stop(&hold);
     if (copy[0] && copy_dirfd >= 0)
         unlinkat(copy_dirfd, copy_name, 0);
     if (copy_dirfd >= 0)
@@ -147,7 +153,9 @@ static int target_tmp(pid_t pid)
 }
 
 /* The path the target opens: the library itself when the target shares our mount namespace
- * and uid; otherwise a copy in the target's own /tmp, under a random name, created there
+ * and uid; else, for a tool running as root in the target's user namespace, a memfd a helper
+ * of the target's credentials holds (libhold.c: no file anywhere, so a killed load leaves
+ * none); otherwise a copy in the target's own /tmp, under a random name, created there
  * exclusively through a directory resolved inside the target's root (its mount namespace:
  * a container's) and never by a path that could follow a link of the container's, mode
  * 0644 set on the descriptor, removed once loaded (docs/architecture.md). */
@@ -160,6 +168,12 @@ static int target_path(const struct target *t, const char *lib, char *out, size_
     snprintf(ns, sizeof ns, "/proc/%d/ns/mnt", (int)t->pid);
     if (same_file("/proc/self/ns/mnt", ns) && t->st.euid == geteuid()) {
         snprintf(out, len, "%s", lib);
+        return 0;
+    }
+    if (!mt_control("cmd-load-file") && lib_hold_possible(t)) {
+        if (lib_hold_start(t, lib, &hold, err, errlen) != 0)
+            return -1;
+        snprintf(out, len, "%s", hold.path);
         return 0;
     }
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)

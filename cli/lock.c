@@ -10,7 +10,8 @@
  *     directory; START is the process's start time, so the name is that process's): root's
  *     tools against each other, and the only lock of a target no other user may act on (a
  *     descriptor of /proc/PID/mem opened before the process became setuid still holds its
- *     flock: such a target never waits on that one).
+ *     flock: such a target never waits on that one). Where /run is missing or read-only
+ *     (a container's root), /proc/PID/mem's lock alone.
  * The file under /run is unlinked by its holder before the lock is dropped; a waiter checks
  * that the file it locked is still the one named. The tool's one thread.
  */
@@ -81,6 +82,8 @@ static int abstract_lock(pid_t pid, double deadline)
 static int lock_dir(char *err, size_t errlen)
 {
     if (mkdir(LOCK_DIR, 0700) != 0 && errno != EEXIST) {
+        if (errno == ENOENT || errno == EROFS)
+            return -2; /* no /run (a container's root), or a read-only one */
         snprintf(err, errlen, "cannot make %s: %s", LOCK_DIR, strerror(errno));
         return -1;
     }
@@ -101,13 +104,14 @@ static int lock_dir(char *err, size_t errlen)
     return d;
 }
 
-/* Root's lock file for this process: held, and still the file named. */
+/* Root's lock file for this process: held, and still the file named. -2 where /run is
+ * missing or read-only: /proc/PID/mem's lock alone. */
 static int run_lock(struct target_lock *l, const struct target *t, double deadline, char *err,
                     size_t errlen)
 {
     l->dir = lock_dir(err, errlen);
     if (l->dir < 0)
-        return -1;
+        return l->dir;
     snprintf(l->name, sizeof l->name, "inject-%d-%llu", (int)t->pid, t->start_time);
     for (;;) {
         int fd = openat(l->dir, l->name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -151,10 +155,8 @@ int target_lock_take(struct target_lock *l, const struct target *t, double deadl
             snprintf(err, errlen, "another memtrim is acting on process %d", (int)t->pid);
         return l->sock < 0 ? 1 : 0;
     }
-    int r = 0;
-    if (geteuid() == 0)
-        r = run_lock(l, t, deadline, err, errlen);
-    if (r == 0 && (geteuid() != 0 || others_may_act(&t->st))) {
+    int r = geteuid() == 0 ? run_lock(l, t, deadline, err, errlen) : -2;
+    if (r == -2 || (r == 0 && others_may_act(&t->st))) { /* -2: no /run/memtrim here */
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/mem", (int)t->pid);
         l->mem = open(path, O_RDONLY | O_CLOEXEC);

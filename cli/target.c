@@ -232,9 +232,13 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
+/* "/memfd:libmemtrim.so.0 (deleted)" is load's memfd (libhold.c): named by its name */
 static int name_starts(const char *path, const char *prefix)
 {
-    return strncmp(base_name(path), prefix, strlen(prefix)) == 0;
+    const char *b = base_name(path);
+    if (!strncmp(path, "/memfd:", 7))
+        b = path + 7;
+    return strncmp(b, prefix, strlen(prefix)) == 0;
 }
 
 static int is_mapped_file(const char *path, const struct mapping *m)

@@ -1,0 +1,226 @@
+/*
+ * libhold.c - load's library without a file (libhold.h). The tool copies libmemtrim.so into
+ * a sealed memfd and forks a helper that holds it: the helper joins the target's pid
+ * namespace (a second fork), takes the target's uid, gid and at most its capabilities, makes
+ * itself dumpable, and waits on a pipe from the tool. The target's dlopen opens
+ * /proc/<helper's pid as the target sees it>/fd/<n> (the kernel lets a process of the same
+ * credentials read it). Nothing is written to any file system, so a tool killed at any
+ * instant leaves nothing behind: the helper dies with it (PR_SET_PDEATHSIG, set again after
+ * each change of credentials; the pipe's end) and the memfd with the helper, or with the
+ * target's mapping. Readable by the target, the helper is writable by it too: it confines
+ * itself with a seccomp filter first (helper_confine). The tool's one thread; the helper is
+ * single-threaded and only makes system calls (no locks: forked from a single-threaded tool).
+ */
+#include "libhold.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static int same_ns(pid_t pid, const char *ns)
+{
+    char a[64], b[64];
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "/proc/self/ns/%s", ns);
+    snprintf(b, sizeof b, "/proc/%d/ns/%s", (int)pid, ns);
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_ino == sb.st_ino &&
+           sa.st_dev == sb.st_dev;
+}
+
+int lib_hold_possible(const struct target *t)
+{
+    return geteuid() == 0 && same_ns(t->pid, "user");
+}
+
+/* A sealed memfd holding the file's bytes; -1 with errno. */
+static int lib_memfd(const char *lib)
+{
+    int in = open(lib, O_RDONLY | O_CLOEXEC);
+    int fd = in < 0 ? -1 : memfd_create("libmemtrim.so.0", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    char buf[65536];
+    ssize_t n = 0;
+    while (fd >= 0 && (n = read(in, buf, sizeof buf)) > 0)
+        for (ssize_t off = 0; off < n && fd >= 0;) {
+            ssize_t w = write(fd, buf + off, (size_t)(n - off));
+            if (w <= 0) {
+                close(fd);
+                fd = -1;
+            }
+            off += w;
+        }
+    int e = errno;
+    if (fd >= 0 && (n < 0 || fchmod(fd, 0444) != 0 ||
+                    fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK |
+                                           F_SEAL_SEAL) != 0)) {
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    if (in >= 0)
+        close(in);
+    errno = e;
+    return fd;
+}
+
+/* Once the helper is the target's to read, it is also the target's to write
+ * (process_vm_writev: the same credentials rule): taken over, it must be able to do nothing
+ * the target cannot. So before its credentials change it confines itself to the system calls
+ * it makes from then on; it never opens a file, maps memory or creates a process again. */
+static int helper_confine(void)
+{
+#define ALLOW_NR(n) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (n), 0, 1), \
+                    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        ALLOW_NR(SYS_read), ALLOW_NR(SYS_write), ALLOW_NR(SYS_close), ALLOW_NR(SYS_exit),
+        ALLOW_NR(SYS_exit_group), ALLOW_NR(SYS_getpid), ALLOW_NR(SYS_getppid),
+        ALLOW_NR(SYS_setgroups), ALLOW_NR(SYS_setresgid), ALLOW_NR(SYS_setresuid),
+        ALLOW_NR(SYS_capset), ALLOW_NR(SYS_prctl), ALLOW_NR(SYS_rt_sigreturn),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    };
+#undef ALLOW_NR
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
+}
+
+/* The helper's last steps: confined, the target's credentials, at most its capabilities,
+ * dumpable, killed with its parent; then it reports its pid and waits for the pipe's end. */
+static void helper_hold(const struct target *t, pid_t parent, int lib, int stay, int report)
+{
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct caps[2] = {
+        {(uint32_t)t->st.cap_prm, (uint32_t)t->st.cap_prm, 0},
+        {(uint32_t)(t->st.cap_prm >> 32), (uint32_t)(t->st.cap_prm >> 32), 0}};
+    for (int fd = 3; fd < 4096; fd++) /* the tool's descriptors (its lock) are not ours */
+        if (fd != lib && fd != stay && fd != report)
+            close(fd);
+    if (helper_confine() != 0 || setgroups(0, NULL) != 0 ||
+        setresgid(t->st.egid, t->st.egid, t->st.egid) != 0 ||
+        setresuid(t->st.euid, t->st.euid, t->st.euid) != 0 ||
+        (t->st.euid == 0 && syscall(SYS_capset, &hdr, caps) != 0) ||
+        prctl(PR_SET_DUMPABLE, 1) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+        getppid() != parent)
+        _exit(1);
+    int me[2] = {(int)getpid(), lib};
+    if (write(report, me, sizeof me) != (ssize_t)sizeof me)
+        _exit(1);
+    close(report);
+    char c;
+    while (read(stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
+        ;
+    _exit(0);
+}
+
+/* The tool's child: into the target's pid namespace if it has its own (a grandchild is in
+ * it), then helper_hold. Never returns. */
+static void helper_main(const struct target *t, pid_t tool, int lib, int stay, int report,
+                        int pidns)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != tool)
+        _exit(1);
+    if (pidns < 0)
+        helper_hold(t, tool, lib, stay, report);
+    if (setns(pidns, CLONE_NEWPID) != 0)
+        _exit(1);
+    pid_t g = fork();
+    if (g == 0) /* its parent is outside its namespace: getppid() says 0 while it lives */
+        helper_hold(t, 0, lib, stay, report);
+    close(report);
+    char c;
+    while (g > 0 && read(stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
+        ;
+    if (g > 0)
+        kill(g, SIGKILL);
+    _exit(g > 0 ? 0 : 1);
+}
+
+int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, char *err,
+                   size_t errlen)
+{
+    int stay[2] = {-1, -1}, report[2] = {-1, -1}, pidns = -1, got[2] = {0, 0};
+    h->helper = -1;
+    h->stay = -1;
+    int fd = lib_memfd(lib);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot copy %.400s into a memfd: %s", lib, strerror(errno));
+        return -1;
+    }
+    char ns[64];
+    snprintf(ns, sizeof ns, "/proc/%d/ns/pid", (int)t->pid);
+    if (!same_ns(t->pid, "pid"))
+        pidns = open(ns, O_RDONLY | O_CLOEXEC);
+    if ((!same_ns(t->pid, "pid") && pidns < 0) || pipe2(stay, O_CLOEXEC) != 0 ||
+        pipe2(report, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot prepare the library's helper: %s", strerror(errno));
+        goto fail;
+    }
+    pid_t tool = getpid();
+    h->helper = fork();
+    if (h->helper == 0) {
+        close(stay[1]);
+        close(report[0]);
+        helper_main(t, tool, fd, stay[0], report[1], pidns);
+    }
+    close(report[1]);
+    report[1] = -1;
+    struct pollfd p = {report[0], POLLIN, 0};
+    if (h->helper < 0 || poll(&p, 1, 5000) != 1 ||
+        read(report[0], got, sizeof got) != (ssize_t)sizeof got || got[0] <= 0) {
+        snprintf(err, errlen, "the library's helper did not start (it takes process %d's "
+                 "credentials%s)", (int)t->pid, pidns >= 0 ? " and pid namespace" : "");
+        goto fail;
+    }
+    snprintf(h->path, sizeof h->path, "/proc/%d/fd/%d", got[0], got[1]);
+    h->stay = stay[1];
+    close(stay[0]);
+    close(report[0]);
+    close(fd);
+    if (pidns >= 0)
+        close(pidns);
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (stay[i] >= 0)
+            close(stay[i]);
+        if (report[i] >= 0)
+            close(report[i]);
+    }
+    close(fd);
+    if (pidns >= 0)
+        close(pidns);
+    h->stay = -1;
+    lib_hold_stop(h);
+    return -1;
+}
+
+void lib_hold_stop(struct lib_hold *h)
+{
+    if (h->stay >= 0)
+        close(h->stay);
+    h->stay = -1;
+    if (h->helper > 0) {
+        kill(h->helper, SIGKILL); /* its grandchild follows it (PR_SET_PDEATHSIG) */
+        while (waitpid(h->helper, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    h->helper = -1;
+}
