@@ -53,6 +53,35 @@ static char *read_config_file(const char *path, char *err, size_t errlen)
 
 /* The configuration as text: inline JSON, or the file's contents; parsed and sent compact,
  * which must fit the page's string buffer (TR_PATH_MAX). NULL with err set. */
+/* What load adds to a configuration that does not say otherwise, so that nothing changes for
+ * the process's neighbours (issue 37): the store in memory, not a memtrim.sqlite in its
+ * working directory ("Database" names a file when one is wanted), and an API no other local
+ * user may use: a generated admin token (printed to the operator, JSON "token") that reads
+ * need too. The keys go where the configuration has them ({"MemoryTrim": {...}} or the
+ * root). 0, or -1 when no random bytes could be had. */
+static char load_token[33];
+
+static int load_defaults(cJSON *j)
+{
+    cJSON *sec = cJSON_GetObjectItemCaseSensitive(j, "MemoryTrim");
+    if (!cJSON_IsObject(sec))
+        sec = j;
+    if (!cJSON_HasObjectItem(sec, "Database") && !mt_control("cmd-load-store"))
+        cJSON_AddStringToObject(sec, "Database", ":memory:");
+    if (cJSON_HasObjectItem(sec, "AuthToken") || cJSON_HasObjectItem(sec, "AuthTokenFile") ||
+        mt_control("cmd-load-token"))
+        return 0;
+    unsigned char rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        return -1;
+    for (int i = 0; i < 16; i++)
+        snprintf(load_token + 2 * i, 3, "%02x", rnd[i]);
+    cJSON_AddStringToObject(sec, "AuthToken", load_token);
+    if (!cJSON_HasObjectItem(sec, "ReadRequiresAuth"))
+        cJSON_AddBoolToObject(sec, "ReadRequiresAuth", 1);
+    return 0;
+}
+
 static char *load_config_text(const char *arg, char *err, size_t errlen)
 {
     const char *p = arg ? arg : "{}";
@@ -67,6 +96,12 @@ static char *load_config_text(const char *arg, char *err, size_t errlen)
     cJSON *j = cJSON_Parse(text);
     if (!j || !cJSON_IsObject(j)) {
         snprintf(err, errlen, "--config: not a JSON object: %.200s", text);
+        cJSON_Delete(j);
+        free(text);
+        return NULL;
+    }
+    if (load_defaults(j) != 0) {
+        snprintf(err, errlen, "no random bytes for the API's token: %s", strerror(errno));
         cJSON_Delete(j);
         free(text);
         return NULL;
@@ -273,11 +308,13 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
     cJSON *j = cJSON_CreateObject();
     cli_add_common(j, t, &c);
     cJSON_AddStringToObject(j, "listen", out);
+    if (load_token[0])
+        cJSON_AddStringToObject(j, "token", load_token);
     cJSON_AddStringToObject(j, "library", lib->path);
     cJSON_AddBoolToObject(j, "loaded_now", loaded_now);
     cJSON_AddNumberToObject(j, "duration_seconds", cli_now() - t0);
-    snprintf(msg, sizeof msg, "memtrim: loaded into process %d (%s); its API listens on %s",
-             (int)t->pid, t->st.name, out);
+    snprintf(msg, sizeof msg, "memtrim: loaded into process %d (%s); its API listens on %s%s%s",
+             (int)t->pid, t->st.name, out, load_token[0] ? ", token " : "", load_token);
     cli_emit(o, j, msg);
     return EXIT_OK;
 }

@@ -10,6 +10,8 @@
 #include "cli.h"
 #include "tramp.h"
 
+#include "../common/control.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -380,5 +382,13 @@ int main(int argc, char **argv)
 #ifndef __x86_64__
     return cli_fail(&o, EXIT_UNSUPPORTED, "this memtrim command supports x86_64 only");
 #endif
-    return o.tree ? act_tree(&o) : act(&o);
+    int rc = o.tree ? act_tree(&o) : act(&o);
+    /* what was done must reach the operator (load's address and token): a result that could
+     * not be written is a failure, whatever was done */
+    if ((fflush(stdout) != 0 || ferror(stdout)) && !mt_control("cmd-stdout")) {
+        fprintf(stderr, "memtrim: cannot write the result to standard output: %s\n",
+                strerror(errno ? errno : EIO));
+        return rc ? rc : EXIT_FAILED;
+    }
+    return rc;
 }

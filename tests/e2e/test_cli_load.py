@@ -60,7 +60,8 @@ def test_load_into_python3(own_mounts):
             assert out["library"] == "/memfd:libmemtrim.so.0 (deleted)", out  # no file
         health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()
         assert health["pid"] == p.pid and health["program"] == "python3", health
-        stats = requests.get(f"http://127.0.0.1:{port}/memory/stats", timeout=10)
+        stats = requests.get(f"http://127.0.0.1:{port}/memory/stats", timeout=10,
+                             headers={"Authorization": f"Bearer {out['token']}"})
         assert stats.status_code == 200 and stats.json()["rss_bytes"] > 0
         rc, again, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}))
         assert rc == 7 and again["error"]["code"] == "already_loaded", (rc, again, err)
