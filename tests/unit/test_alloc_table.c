@@ -127,8 +127,9 @@ static void test_the_dashboard_keeps_no_list(void)
         char key[64];
         snprintf(key, sizeof(key), "%s:", mt_alloc_table[i].name);
         CHECK_MSG(strstr(html, key) == NULL, "dashboard.html maps %s itself", key);
-        CHECK_MSG(strstr(html, mt_alloc_table[i].stats_call) == NULL,
-                  "dashboard.html names %s's stats call itself", mt_alloc_table[i].name);
+        snprintf(key, sizeof(key), "'%s'", mt_alloc_table[i].stats_call);
+        CHECK_MSG(strstr(html, key) == NULL, "dashboard.html names %s's stats call itself",
+                  mt_alloc_table[i].name);
     }
     free(html);
 }
