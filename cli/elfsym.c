@@ -18,6 +18,13 @@ static int in_file(const struct elf_file *f, uint64_t off, uint64_t len)
     return off <= f->size && len <= f->size - off;
 }
 
+/* A table of the file read in place: inside it, and at an offset aligned for its entries
+ * (the map is page-aligned; a file that puts one elsewhere is not one the tool reads). */
+static int table_in_file(const struct elf_file *f, uint64_t off, uint64_t len, uint64_t align)
+{
+    return in_file(f, off, len) && off % align == 0;
+}
+
 int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
@@ -45,7 +52,7 @@ int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen)
     const Elf64_Ehdr *eh = m;
     if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != ELFCLASS64 ||
         eh->e_machine != EM_X86_64 || eh->e_phentsize != sizeof(Elf64_Phdr) ||
-        !in_file(f, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr))) {
+        !table_in_file(f, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof(Elf64_Phdr), 8)) {
         snprintf(err, errlen, "%s is not an x86_64 ELF file", path);
         elf_close(f);
         return -ENOEXEC;
@@ -78,7 +85,7 @@ static uint64_t dynsym_of(const struct elf_file *f, const char *name, int want_o
 {
     const Elf64_Ehdr *eh = (const void *)f->map;
     if (eh->e_shentsize != sizeof(Elf64_Shdr) ||
-        !in_file(f, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)))
+        !table_in_file(f, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr), 8))
         return 0;
     const Elf64_Shdr *sh = (const void *)(f->map + eh->e_shoff);
     const Elf64_Shdr *dynsym = NULL, *versym = NULL;
@@ -89,13 +96,14 @@ static uint64_t dynsym_of(const struct elf_file *f, const char *name, int want_o
             versym = &sh[i];
     }
     if (!dynsym || dynsym->sh_link >= eh->e_shnum || dynsym->sh_entsize != sizeof(Elf64_Sym) ||
-        !in_file(f, dynsym->sh_offset, dynsym->sh_size))
+        !table_in_file(f, dynsym->sh_offset, dynsym->sh_size, 8))
         return 0;
     const Elf64_Shdr *strs = &sh[dynsym->sh_link];
     if (!in_file(f, strs->sh_offset, strs->sh_size))
         return 0;
     size_t n = dynsym->sh_size / sizeof(Elf64_Sym);
-    if (versym && (!in_file(f, versym->sh_offset, versym->sh_size) || versym->sh_size < n * 2))
+    if (versym && (!table_in_file(f, versym->sh_offset, versym->sh_size, 2) ||
+                   versym->sh_size < n * 2))
         versym = NULL;
     const Elf64_Sym *syms = (const void *)(f->map + dynsym->sh_offset);
     const char *str = (const char *)f->map + strs->sh_offset;

@@ -25,19 +25,15 @@
 /* Seccomp: and Seccomp_filters: of one thread's status; -1 where unreadable. */
 static int thread_seccomp(pid_t pid, pid_t tid, int *filters)
 {
-    char path[96], buf[4096];
+    char path[96], buf[16384];
+    struct target_status st;
     snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
     *filters = -1;
     if (target_read_file(path, buf, sizeof buf) <= 0)
         return -1;
-    int mode = -1;
-    for (const char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
-        if (!strncmp(l, "Seccomp:", 8))
-            mode = atoi(l + 8);
-        else if (!strncmp(l, "Seccomp_filters:", 16))
-            *filters = atoi(l + 16);
-    }
-    return mode;
+    target_parse_status(buf, &st);
+    *filters = st.seccomp_filters;
+    return st.seccomp;
 }
 
 static void call_words(const struct inject_syscall *s, long nr, struct bpf_call *c)

@@ -48,19 +48,18 @@ int target_read_file(const char *path, char *buf, size_t len)
     return (int)n;
 }
 
-int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen)
+void target_parse_status(const char *text, struct target_status *st)
 {
-    char path[64], line[256];
+    char line[256];
     memset(st, 0, sizeof *st);
     st->seccomp = -1;
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        int e = errno;
-        snprintf(err, errlen, "no process %d (%s)", (int)pid, strerror(e));
-        return -e;
-    }
-    while (fgets(line, sizeof line, f)) {
+    st->seccomp_filters = -1;
+    for (const char *l = text; *l;) {
+        size_t n = strcspn(l, "\n");
+        size_t k = n < sizeof line - 1 ? n : sizeof line - 1; /* a longer line: its head */
+        memcpy(line, l, k);
+        line[k] = 0;
+        l += n + (l[n] == '\n');
         unsigned a, b, c;
         if (sscanf(line, "Uid: %u %u %u", &a, &b, &c) == 3) {
             st->ruid = a;
@@ -75,6 +74,8 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
             st->tracer = (pid_t)a;
         } else if (sscanf(line, "Seccomp: %u", &a) == 1) {
             st->seccomp = (int)a;
+        } else if (sscanf(line, "Seccomp_filters: %u", &a) == 1) {
+            st->seccomp_filters = (int)a;
         } else if (sscanf(line, "NoNewPrivs: %u", &a) == 1) {
             st->no_new_privs = (int)a;
         } else if (sscanf(line, "Threads: %u", &a) == 1) {
@@ -88,7 +89,19 @@ int target_read_status(pid_t pid, struct target_status *st, char *err, size_t er
             sscanf(line + 5, " %63[^\n]", st->name);
         }
     }
-    fclose(f);
+}
+
+int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen)
+{
+    char path[64], text[16384];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    int n = target_read_file(path, text, sizeof text);
+    if (n < 0) {
+        memset(st, 0, sizeof *st);
+        snprintf(err, errlen, "no process %d (%s)", (int)pid, strerror(-n));
+        return n;
+    }
+    target_parse_status(text, st);
     struct stat sb;
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid); /* a file: the directory keeps euid */
     st->proc_uid = stat(path, &sb) == 0 ? sb.st_uid : st->euid;
@@ -197,13 +210,7 @@ const char *target_refusal(pid_t pid, const struct target_status *st, char *buf,
     return NULL;
 }
 
-struct mapping {
-    uint64_t start, end, offset, inode;
-    unsigned dev_major, dev_minor;
-    char perms[8], path[512];
-};
-
-static int parse_map_line(const char *line, struct mapping *m)
+int target_parse_map_line(const char *line, struct target_mapping *m)
 {
     int n = 0;
     m->path[0] = 0;
@@ -241,7 +248,7 @@ static int name_starts(const char *path, const char *prefix)
     return strncmp(b, prefix, strlen(prefix)) == 0;
 }
 
-static int is_mapped_file(const char *path, const struct mapping *m)
+static int is_mapped_file(const char *path, const struct target_mapping *m)
 {
     struct stat sb;
     return stat(path, &sb) == 0 && sb.st_ino == m->inode && major(sb.st_dev) == m->dev_major &&
@@ -253,7 +260,7 @@ static int is_mapped_file(const char *path, const struct mapping *m)
  * its path, which the maps give relative to the reader's root: inside the target's root
  * (another mount namespace, a container) or as it is (the tool's own namespace, a target in a
  * chroot): whichever is the mapped file (its device and inode). The first if none is. */
-static void lib_file(pid_t pid, const struct mapping *m, char *out, size_t len)
+static void lib_file(pid_t pid, const struct target_mapping *m, char *out, size_t len)
 {
     snprintf(out, len, "/proc/%d/map_files/%" PRIx64 "-%" PRIx64, (int)pid, m->start, m->end);
     if (access(out, R_OK) == 0)
@@ -266,7 +273,7 @@ static void lib_file(pid_t pid, const struct mapping *m, char *out, size_t len)
 }
 
 /* The library mapped at m: its name, where the tool reads it and its load bias. */
-static int lib_at(pid_t pid, const struct mapping *m, struct target_lib *lib, char *err,
+static int lib_at(pid_t pid, const struct target_mapping *m, struct target_lib *lib, char *err,
                   size_t errlen)
 {
     struct elf_file ef;
@@ -283,7 +290,7 @@ static int lib_at(pid_t pid, const struct mapping *m, struct target_lib *lib, ch
 /* What the maps say of the allocators: musl, and the first mapping of each row's library
  * (the allocator table's maps_prefix; the libc row's is glibc's libc.so.6). */
 struct alloc_maps {
-    struct mapping lib[MT_ALLOC_COUNT];
+    struct target_mapping lib[MT_ALLOC_COUNT];
     int musl, have[MT_ALLOC_COUNT];
 };
 
@@ -300,14 +307,14 @@ static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t e
 {
     FILE *f = open_maps(pid);
     char line[1024];
-    struct mapping m;
+    struct target_mapping m;
     memset(am, 0, sizeof *am);
     if (!f) {
         snprintf(err, errlen, "cannot read /proc/%d/maps: %s", (int)pid, strerror(errno));
         return -1;
     }
     while (fgets(line, sizeof line, f)) {
-        if (parse_map_line(line, &m) != 0 || m.path[0] != '/' || m.offset != 0)
+        if (target_parse_map_line(line, &m) != 0 || m.path[0] != '/' || m.offset != 0)
             continue;
         am->musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
         for (int i = 0; i < MT_ALLOC_COUNT; i++)
@@ -420,12 +427,12 @@ int target_find_lib(pid_t pid, const char *prefix, struct target_lib *lib)
 {
     FILE *f = open_maps(pid);
     char line[1024], err[256];
-    struct mapping m;
+    struct target_mapping m;
     int found = 0;
     if (!f)
         return -1;
     while (!found && fgets(line, sizeof line, f))
-        found = parse_map_line(line, &m) == 0 && m.path[0] == '/' && m.offset == 0 &&
+        found = target_parse_map_line(line, &m) == 0 && m.path[0] == '/' && m.offset == 0 &&
                 name_starts(m.path, prefix);
     fclose(f);
     return found ? lib_at(pid, &m, lib, err, sizeof err) : -1;
@@ -472,12 +479,12 @@ uint64_t target_find_page(pid_t pid)
 {
     FILE *f = open_maps(pid);
     char line[1024];
-    struct mapping m;
+    struct target_mapping m;
     uint64_t page = 0;
     if (!f)
         return 0;
     while (!page && fgets(line, sizeof line, f)) {
-        if (parse_map_line(line, &m) != 0 || strcmp(m.perms, "rwxp") != 0 ||
+        if (target_parse_map_line(line, &m) != 0 || strcmp(m.perms, "rwxp") != 0 ||
             (m.path[0] && strcmp(m.path, "[anon:memtrim-inject]") != 0))
             continue;
         for (uint64_t at = m.start; at + TR_MAP_SIZE <= m.end && at - m.start < (64u << 20);
@@ -500,12 +507,12 @@ int target_mapping(pid_t pid, uint64_t addr, uint64_t *start, uint64_t *end)
 {
     FILE *f = open_maps(pid);
     char line[1024];
-    struct mapping m;
+    struct target_mapping m;
     int rc = -1;
     if (!f)
         return -1;
     while (fgets(line, sizeof line, f))
-        if (parse_map_line(line, &m) == 0 && addr >= m.start && addr < m.end) {
+        if (target_parse_map_line(line, &m) == 0 && addr >= m.start && addr < m.end) {
             *start = m.start;
             *end = m.end;
             rc = 0;

@@ -19,6 +19,7 @@ struct target_status {
     uid_t proc_uid;   /* /proc/PID/stat's owner: root for a process that is not dumpable */
     pid_t tracer;   /* TracerPid */
     int seccomp;    /* 0 none, 1 strict, 2 filter */
+    int seccomp_filters; /* Seccomp_filters: the process's main thread's, -1 if absent */
     int no_new_privs;
     int threads;
     char state;     /* R, S, T, t, Z, ... */
@@ -51,8 +52,17 @@ const char *target_alloc_name(int alloc);
 const struct mt_alloc_row *target_alloc_row(const struct target *t);
 /* A small /proc file read whole into buf (NUL-terminated): its length, or -errno. */
 int target_read_file(const char *path, char *buf, size_t len);
+/* A /proc/PID/status text's fields (any text: the unknown and the malformed are skipped). */
+void target_parse_status(const char *text, struct target_status *st);
 /* 0, or -errno with err set (no such process, unreadable status). */
 int target_read_status(pid_t pid, struct target_status *st, char *err, size_t errlen);
+/* One line of /proc/PID/maps: 0, or -1 when it is not one. */
+struct target_mapping {
+    uint64_t start, end, offset, inode;
+    unsigned dev_major, dev_minor;
+    char perms[8], path[512];
+};
+int target_parse_map_line(const char *line, struct target_mapping *m);
 /* Why this tool may not ptrace pid, as the kernel's rules say (NULL if nothing refuses):
  * another uid or gid, capabilities the tool lacks, or a process that is not dumpable, without
  * CAP_SYS_PTRACE; ptrace_scope 1/2/3; a tracer already there. */
@@ -87,6 +97,10 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len);
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);
+/* The text of a syscall file: as target_thread_syscall. */
+long target_parse_syscall(const char *buf, uint64_t args[7]);
+/* A /proc/PID/stat text's ppid and start time (after the name's last ')'): 0, or -1. */
+int target_parse_stat(const char *buf, pid_t *ppid, unsigned long long *start);
 /* pid and its descendants (children's children too, from each /proc/N/stat's ppid), pid
  * first and each parent before its children, up to max, each with its start time as read
  * (start[i]); their count (0 if pid is gone). */

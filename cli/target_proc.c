@@ -145,20 +145,29 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
     return room;
 }
 
-long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
+long target_parse_syscall(const char *buf, uint64_t args[7])
 {
-    char path[96], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
-    if (target_read_file(path, buf, sizeof buf) <= 0 || strncmp(buf, "running", 7) == 0)
-        return -2;
     long nr;
     memset(args, 0, 7 * sizeof args[0]);
+    if (strncmp(buf, "running", 7) == 0)
+        return -2;
     int n = sscanf(buf, "%ld %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64 " %" SCNx64
                    " %" SCNx64, &nr, &args[0], &args[1], &args[2], &args[3], &args[4], &args[5],
                    &args[6]);
     if (n < 1)
         return -2;
     return nr < 0 ? -1 : nr;
+}
+
+long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7])
+{
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)tid);
+    if (target_read_file(path, buf, sizeof buf) <= 0) {
+        memset(args, 0, 7 * sizeof args[0]);
+        return -2;
+    }
+    return target_parse_syscall(buf, args);
 }
 
 /* A process's parent and start time (stat's fourth and 22nd fields, after the name's last
@@ -169,6 +178,11 @@ static int stat_fields(const char *pid, pid_t *ppid, unsigned long long *start)
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     if (target_read_file(path, buf, sizeof buf) <= 0)
         return -1;
+    return target_parse_stat(buf, ppid, start);
+}
+
+int target_parse_stat(const char *buf, pid_t *ppid, unsigned long long *start)
+{
     const char *p = strrchr(buf, ')');
     int pp;
     /* state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime

@@ -75,7 +75,8 @@ def test_no_store_file_unless_asked_for():
             auth = {"Authorization": f"Bearer {out['token']}"}
             stats = requests.get(f"{base}/memory/stats", headers=auth, timeout=10)
             assert stats.status_code == 200, stats.text
-            assert requests.get(f"{base}/memory/trims", headers=auth, timeout=10).ok
+            wait_for(lambda: requests.get(f"{base}/memory/trims", headers=auth, timeout=10).ok,
+                     what="the store open (503 while it starts)")
             assert [f for f in os.listdir(cwd) if f.startswith("memtrim")] == []
         finally:
             stop(p)
