@@ -1,10 +1,12 @@
 """Manual trims: memory comes back after churn, the rate limit (429 then
 success after the interval), and concurrent requests coalescing into one trim."""
+import os
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
-from conftest import metric_value
+from conftest import BUILD, metric_value
 from wait import wait_for, wait_for_stats
 
 # No periodic, burst or pressure trims: the freed memory stays resident until we trim.
@@ -87,37 +89,84 @@ def test_rate_limit_then_success(start_demo):
     assert "memtrim_manual_trims_rate_limited_total 2" in metrics
 
 
-def test_concurrent_trims_coalesce(start_demo):
-    """Trims of a heap with much freed memory take tens of ms; three requests
-    sent together on three connections (four HTTP threads) land during one
-    trim, and at least one shares its result. Retried: it is a race."""
-    d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0, HttpThreads=4), workers=4,
-                   study_mb=128, keep_percent=2, pause_ms=50, concurrency=2)
-    for attempt in range(20):
-        wait_for_stats(d, lambda s: (s["heap_free_bytes"] or 0) >= 64 << 20, "free heap")
-        barrier = threading.Barrier(3)
-        results = []
+SYS_FUTEX = 202  # x86_64
 
-        def trim():
-            barrier.wait()
-            results.append(d.request("POST", "/memory/trim"))
 
-        threads = [threading.Thread(target=trim) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
+def threads_in(pid):
+    """(comm, syscall number, first argument) of each of the host's threads."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            comm = (task / "comm").read_text().strip()
+            call = (task / "syscall").read_text().split() + ["", ""]
+        except OSError:
+            continue  # a thread that ended
+        out.append((comm, call[0], call[1]))
+    return out
+
+
+def http_waiters(pid):
+    """How many of the host's HTTP threads (libmicrohttpd's MHD-worker) wait in futex(2) on
+    one address, the most on any: requests waiting for the trim in progress (trim_run_at
+    waits on its condition; an idle worker is in epoll_wait)."""
+    at = {}
+    for comm, nr, addr in threads_in(pid):
+        if comm == "MHD-worker" and nr == str(SYS_FUTEX):
+            at[addr] = at.get(addr, 0) + 1
+    return max(at.values(), default=0)
+
+
+def test_concurrent_trims_coalesce(start_demo, tmp_path):
+    """Requests that arrive during a trim share its result. No race: the host's malloc_trim
+    is held (libmemtrim-test-trim-hold.so, preloaded: tests/e2e/trim_hold.c) while the first
+    request's trim runs; the two others are sent once it is held, each once the one before
+    waits for it (HTTP threads in futex on one address), and it is let go once both wait.
+    Both answers are then the
+    first one's trim, coalesced, and the counter says 2. Run 3 times, each on a fresh host.
+    Control suite-trim-no-coalesce (a request that finds a trim running starts its own):
+    a second trim enters the hold."""
+    hold_lib = BUILD / "libmemtrim-test-trim-hold.so"
+    assert hold_lib.exists(), f"{hold_lib} is missing (built with MEMTRIM_TESTS)"
+    for run in range(3):
+        hold = tmp_path / f"hold-{run}"
+        entered = Path(f"{hold}.entered")
+        env = dict(os.environ, LD_PRELOAD=str(hold_lib), MEMTRIM_TEST_TRIM_HOLD=str(hold))
+        d = start_demo(dict(QUIET_POLICY, ManualTrimMinIntervalMs=0, HttpThreads=4),
+                       workers=1, study_mb=16, pause_ms=50, env=env)
+        hold.write_text("held\n")
+        results = [None] * 3
+
+        def trim(i):
+            results[i] = d.request("POST", "/memory/trim")
+
+        first = threading.Thread(target=trim, args=(0,))
+        first.start()
+        wait_for(entered.exists, 30, "the first request's trim to be held")
+        # Each waits for the held trim before the next is sent: a libmicrohttpd worker takes
+        # every connection waiting at the socket when it wakes, and one that then waits for
+        # the trim leaves the other queued behind it (cut after 10 s). The control: a second
+        # trim enters the hold instead.
+        others = []
+        try:
+            for i in (1, 2):
+                others.append(threading.Thread(target=trim, args=(i,)))
+                others[-1].start()
+                wait_for(lambda: http_waiters(d.proc.pid) >= i or
+                         entered.read_text().count("trim") > 1,
+                         30, f"request {i + 1} to wait for the held trim")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; threads {threads_in(d.proc.pid)}; {d.output()[-1500:]}")
+        finally:
+            trims_entered = entered.read_text().count("trim")
+            hold.unlink()
+        for t in [first] + others:
             t.join()
+        assert trims_entered == 1, f"{trims_entered} trims entered malloc_trim at once"
         assert all(r.status_code == 200 for r in results), [r.text for r in results]
         bodies = [r.json() for r in results]
-        coalesced = [b for b in bodies if b["coalesced"]]
-        if coalesced:
-            # A coalesced answer is the result of a trim one of the other requests started
-            # (nothing else trims here: QUIET_POLICY): its id is that request's.
-            started = {b["id"] for b in bodies if not b["coalesced"]}
-            assert started and all(b["id"] in started for b in coalesced), bodies
-            # Earlier attempts coalesced none (else they had returned): the counter is this
-            # attempt's count.
-            total = metric_value(d.get("/metrics").text, "memtrim_manual_trims_coalesced_total")
-            assert total == len(coalesced), (total, bodies)
-            return
-    raise AssertionError(f"no coalesced trim in 20 attempts; last: {bodies}")
+        assert not bodies[0]["coalesced"], bodies
+        assert [b["coalesced"] for b in bodies[1:]] == [True, True], bodies
+        assert all(b["id"] == bodies[0]["id"] for b in bodies[1:]), bodies
+        total = metric_value(d.get("/metrics").text, "memtrim_manual_trims_coalesced_total")
+        assert total == 2, (total, bodies)
+        assert d.stop() == 0, d.output()[-2000:]
