@@ -47,6 +47,15 @@ const char *bpf_action_name(uint32_t action)
     }
 }
 
+/* SECCOMP_RET_ALLOW; lenient, also a failed call (ERRNO; TRACE, which without a tracer
+ * fails it with ENOSYS, and a target memtrim acts on has none) or a logged one (LOG). */
+static int passes(uint32_t action, int lenient)
+{
+    uint32_t a = action & SECCOMP_RET_ACTION_FULL;
+    return a == SECCOMP_RET_ALLOW ||
+           (lenient && (a == SECCOMP_RET_ERRNO || a == SECCOMP_RET_TRACE || a == SECCOMP_RET_LOG));
+}
+
 /* An ALU operation; -1 where the kernel's checker refuses it. *tainted in and out. */
 static int alu(uint16_t op, uint32_t a, uint32_t v, int v_tainted, uint32_t *out, int *tainted,
                int *div_zero)
@@ -188,7 +197,7 @@ static int run_path(const struct sock_filter *prog, unsigned len, const struct b
             if (BPF_RVAL(code) != BPF_A && BPF_RVAL(code) != BPF_K)
                 return BPF_INVALID;
             *action = BPF_RVAL(code) == BPF_A ? r->a : k;
-            return (*action & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ALLOW ? BPF_ALLOW : BPF_DENY;
+            return passes(*action, c->lenient) ? BPF_ALLOW : BPF_DENY;
         case BPF_MISC:
             if (BPF_MISCOP(code) == BPF_TAX) {
                 r->x = r->a;

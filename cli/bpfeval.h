@@ -13,10 +13,11 @@
 struct bpf_call {
     uint32_t word[16];
     uint16_t unknown; /* bit i: word[i] may hold any value */
+    int lenient;      /* ERRNO, LOG and TRACE pass too: a failed call, never a death or a stop */
 };
 
 enum bpf_verdict {
-    BPF_ALLOW = 0,    /* every path returns SECCOMP_RET_ALLOW */
+    BPF_ALLOW = 0,    /* every path returns SECCOMP_RET_ALLOW (or, lenient, a passing action) */
     BPF_DENY = 1,     /* a path returns another action (*action) */
     BPF_UNKNOWN = 2,  /* the action itself depends on an unknown word (RET A) */
     BPF_INVALID = -1, /* an instruction seccomp would not run, a jump out, too many paths */

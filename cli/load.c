@@ -27,6 +27,19 @@
  * python3, 1.1 MiB of it anonymous; this bound leaves room. */
 #define LOAD_ENGINE_CHARGE ((int64_t)8 << 20)
 
+/* What dlopen makes of the system calls (each must be allowed: seccomp.c): open, read and
+ * stat the file, map it (PROT_EXEC), protect and unmap, close, the loader's and malloc's
+ * locks. Anything else load makes (the library's constructor, the engine's threads and
+ * sockets) is checked as any system call: it may fail, never kill. */
+static const struct inject_syscall load_calls[] = {
+    {"openat(AT_FDCWD, path, O_RDONLY|O_CLOEXEC)", SYS_openat, {(uint64_t)-100, 0, 0x80000}, 0x5},
+    {"read", SYS_read, {0}, 0},               {"pread64", SYS_pread64, {0}, 0},
+    {"newfstatat", SYS_newfstatat, {0}, 0},   {"fstat", SYS_fstat, {0}, 0},
+    {"mmap", SYS_mmap, {0}, 0},               {"mprotect", SYS_mprotect, {0}, 0},
+    {"munmap", SYS_munmap, {0}, 0},           {"close", SYS_close, {0}, 0},
+    {"brk", SYS_brk, {0}, 0},                 {"futex", SYS_futex, {0}, 0},
+};
+
 /* A --config file's whole text (at most 1 MiB: any more is no configuration), read here, in
  * the tool's mount namespace: the target may not see the file. NULL with err set. */
 static char *read_config_file(const char *path, char *err, size_t errlen)
@@ -270,7 +283,8 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
         return cli_fail(o, EXIT_UNSUPPORTED, msg);
     }
     struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
-                            .in = json, .out_len = 1024, .any_syscall = 1};
+                            .in = json, .out_len = 1024, .any_syscall = 1, .syscalls = load_calls,
+                            .n_syscalls = sizeof load_calls / sizeof load_calls[0]};
     if (loader_locks(t, &c.locks, &c.locks_len) != 0)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
                     "found: the loader lock cannot be checked, nothing is called");
@@ -359,7 +373,8 @@ int load_run(const struct opts *o, struct target *t)
         return cli_fail(o, EXIT_FAILED, err);
     }
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
-                            .in = path, .any_syscall = 1};
+                            .in = path, .any_syscall = 1, .syscalls = load_calls,
+                            .n_syscalls = sizeof load_calls / sizeof load_calls[0]};
     if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
         copy_remove(copy);
         free(json);

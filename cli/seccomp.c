@@ -59,6 +59,7 @@ static int judge(const struct sock_filter *f, unsigned len, int index, int count
     struct bpf_call c;
     uint32_t action;
     call_words(s, nr, &c);
+    c.lenient = s == NULL;
     int v = bpf_eval(f, len, &c, &action);
     if (v == BPF_ALLOW)
         return 0;
@@ -70,8 +71,8 @@ static int judge(const struct sock_filter *f, unsigned len, int index, int count
     if (v == BPF_DENY)
         snprintf(err, errlen, "its seccomp filter (%d of %d) answers %s%s with %s%s", index + 1,
                  count, name, s ? " as memtrim makes it" : "", bpf_action_name(action),
-                 s ? "" : " (load runs memtrim's whole engine there: every system call must be "
-                 "allowed)");
+                 s ? "" : " (load runs memtrim's whole engine there: no system call may kill, "
+                 "trap or wait for a supervisor)");
     else if (v == BPF_UNKNOWN)
         snprintf(err, errlen, "its seccomp filter (%d of %d) returns an action computed from "
                  "arguments of %s that memtrim cannot know beforehand", index + 1, count, name);

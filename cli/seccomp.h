@@ -20,8 +20,10 @@ struct inject_syscall {
     unsigned known;
 };
 
-/* The system calls of one call: the mechanism's and the function's own; any: every system
- * call number at all (load: the engine's threads, sockets and files). */
+/* The system calls of one call: the mechanism's and the function's own, each of which must
+ * be allowed; any: every other system call number too (load: the engine's threads, sockets
+ * and files), for which a failed call (ERRNO) or a logged one passes, as memtrim's engine
+ * contains its failures, but never one that kills, traps or waits for a supervisor. */
 struct seccomp_calls {
     const struct inject_syscall *mech, *call;
     size_t n_mech, n_call;

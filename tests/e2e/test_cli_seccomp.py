@@ -5,8 +5,9 @@ filter (an allow-list with argument rules, mmap without PROT_EXEC; KILL otherwis
 allow-list without prctl (KILL_PROCESS), a rule that kills prctl only, and a filter that
 allows everything. The tool reads each filter (PTRACE_SECCOMP_GET_FILTER) and evaluates it for
 every system call the injection and the call make: the first three are refused (exit 2) with
-the call and the action named, the target alive, never traced, with no page; the last is
-trimmed. A filter the tool may not read (nobody's tool: no CAP_SYS_ADMIN) is refused by name.
+the call and the action named, the target alive, never traced, with no page; the last, and
+one of Docker's default profile's shape (privileged calls fail with EPERM, clone3 with ENOSYS:
+a failed call is what memtrim's engine contains), are trimmed, read and loaded. A filter the tool may not read (nobody's tool: no CAP_SYS_ADMIN) is refused by name.
 load, whose engine makes any system call, is refused by the prctl rule. Control cmd-seccomp
 (the check skipped): the refused targets die of SIGSYS.
 """
@@ -19,8 +20,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import requests
 
 from conftest import BUILD
+from hosts_util import free_port
 
 TOOL = BUILD / "memtrim"
 
@@ -79,15 +82,24 @@ static struct sock_filter prctl_rule[] = {
     RET(SECCOMP_RET_ALLOW),
 };
 static struct sock_filter allow_all[] = {ARCH, RET(SECCOMP_RET_ALLOW)};
+/* Docker's default profile's shape: privileged calls fail (EPERM), clone3 says ENOSYS (glibc
+ * falls back to clone), the rest is allowed */
+static struct sock_filter docker_like[] = {
+    ARCH, NR,
+    DENY(SYS_mount, EPERM), DENY(SYS_umount2, EPERM), DENY(SYS_reboot, EPERM),
+    DENY(SYS_ptrace, EPERM), DENY(SYS_bpf, EPERM), DENY(SYS_perf_event_open, EPERM),
+    DENY(SYS_keyctl, EPERM), DENY(SYS_unshare, EPERM), DENY(SYS_clone3, ENOSYS),
+    RET(SECCOMP_RET_ALLOW),
+};
 
 #define PROG(f) {sizeof f / sizeof f[0], f}
 int main(int argc, char **argv)
 {
     struct sock_fprog progs[] = {PROG(openssh), PROG(allowlist), PROG(prctl_rule),
-                                 PROG(allow_all)};
-    const char *names[] = {"openssh", "allowlist", "prctl", "allowall"};
+                                 PROG(allow_all), PROG(docker_like)};
+    const char *names[] = {"openssh", "allowlist", "prctl", "allowall", "dockerlike"};
     int which = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (argc > 1 && !strcmp(argv[1], names[i]))
             which = i;
     if (which < 0)
@@ -194,8 +206,11 @@ def test_a_filter_that_would_kill_is_refused(target_exe, kind, verb, call, actio
     assert code == 0, code
 
 
-def test_a_filter_that_allows_everything_is_trimmed(target_exe):
-    t = Target(target_exe, "allowall")
+@pytest.mark.parametrize("kind", ["allowall", "dockerlike"])
+def test_a_filter_that_allows_what_memtrim_does_is_trimmed_and_loaded(target_exe, kind):
+    """Everything allowed, or Docker's shape (privileged calls fail with EPERM, clone3 with
+    ENOSYS, which memtrim's engine survives): trim, stats and load all run, the API answers."""
+    t = Target(target_exe, kind)
     try:
         rc, out, err = tool("trim", t.pid)
         assert rc == 0, (rc, out, err)
@@ -203,6 +218,10 @@ def test_a_filter_that_allows_everything_is_trimmed(target_exe):
         assert result["malloc_trim_return"] == 1 and result["released_bytes"] > 32 << 20, result
         rc, out, err = tool("stats", t.pid)
         assert rc == 0, (rc, out, err)
+        rc, out, err = tool("load", t.pid, "--config", json.dumps({"HttpPort": free_port()}))
+        assert rc == 0, (rc, out, err)
+        listen = json.loads(out)["listen"]
+        assert requests.get(f"http://{listen}/healthz", timeout=10).json()["pid"] == t.pid
         t.alive_and_whole()
     finally:
         assert t.end() == 0
