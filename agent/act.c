@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
+#include <sys/epoll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -58,13 +58,11 @@ enum agent_reason agent_reason_of(const char *code, const char *message)
     return AR_FAILED;
 }
 
-/* Runs argv with stdout into out (at most outlen - 1 bytes); its exit status and CPU. */
-static int run(char *const argv[], char *out, size_t outlen, double deadline_s, int64_t *cpu_ns)
+/* Starts argv with its stdout into a pipe (*out_fd, non-blocking); the child's pid or -errno. */
+static pid_t spawn(char *const argv[], int *out_fd)
 {
     int fds[2];
-    *cpu_ns = 0;
-    out[0] = 0;
-    if (pipe2(fds, O_CLOEXEC) != 0)
+    if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0)
         return -errno;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -72,16 +70,15 @@ static int run(char *const argv[], char *out, size_t outlen, double deadline_s, 
     posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
-    sigset_t none;
+    sigset_t none, def;
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&attr, &none); /* the loop blocks SIGTERM; the child must not */
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    sigset_t def;
     sigemptyset(&def);
     sigaddset(&def, SIGTERM);
     sigaddset(&def, SIGINT);
     sigaddset(&def, SIGPIPE);
     posix_spawnattr_setsigdefault(&attr, &def);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t child;
     int rc = posix_spawn(&child, argv[0], &fa, &attr, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
@@ -91,33 +88,8 @@ static int run(char *const argv[], char *out, size_t outlen, double deadline_s, 
         close(fds[0]);
         return -rc;
     }
-    size_t n = 0;
-    int64_t end = mt_mono_ns() + (int64_t)(deadline_s * 1e9);
-    for (;;) {
-        int64_t left = end - mt_mono_ns();
-        struct pollfd pfd = {fds[0], POLLIN, 0};
-        if (left <= 0 || poll(&pfd, 1, (int)(left / MT_MS) + 1) == 0) {
-            kill(child, SIGKILL); /* past every deadline the command keeps: its own death is safe */
-            break;
-        }
-        ssize_t r = read(fds[0], out + n, outlen - 1 - n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-        if (n == outlen - 1)
-            break;
-    }
-    out[n] = 0;
-    close(fds[0]);
-    int status = 0;
-    struct rusage ru;
-    while (wait4(child, &status, 0, &ru) < 0 && errno == EINTR)
-        ;
-    *cpu_ns = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * MT_SEC +
-              (int64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
-    return status;
+    *out_fd = fds[0];
+    return child;
 }
 
 static int64_t proc_anon_now(pid_t pid)
@@ -170,33 +142,125 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
     cJSON_Delete(j);
 }
 
-int64_t agent_trim(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p,
-                   int64_t *released)
+static struct agent_proc *find_proc(struct agent_cgroup *cg, pid_t pid, unsigned long long start)
 {
-    char pid[24], start[32], tw[32], cw[32], answer[8192];
+    for (size_t i = 0; i < cg->nprocs; i++)
+        if (cg->procs[i].pid == pid && cg->procs[i].start == start)
+            return &cg->procs[i];
+    return NULL;
+}
+
+int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p)
+{
+    struct agent_trim *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    char pid[24], start[32], tw[32], cw[32];
     snprintf(pid, sizeof pid, "%d", (int)p->pid);
     snprintf(start, sizeof start, "%llu", p->start);
     snprintf(tw, sizeof tw, "%g", a->cfg.thread_wait_s);
     snprintf(cw, sizeof cw, "%g", a->cfg.call_wait_s);
     char *argv[] = {a->self_exe, "trim", pid, "--json", "--start-time", start, "--thread-wait", tw,
                     "--timeout", cw, NULL};
-    *released = 0;
-    int64_t cpu = 0, t0 = mt_mono_ns();
-    pthread_mutex_unlock(&a->lock);
-    int st = run(argv, answer, sizeof answer, a->cfg.thread_wait_s + a->cfg.call_wait_s + 10, &cpu);
-    pthread_mutex_lock(&a->lock);
-    if (st < 0)
-        snprintf(answer, sizeof answer, "{\"error\":{\"code\":\"failed\",\"message\":\"cannot run "
-                 "%s: %s\"}}", a->self_exe, strerror(-st));
-    learn(cg, p, answer, mt_mono_ns(), released);
+    t->ev_kind = AGENT_EV_TRIM;
+    t->cg = cg;
+    t->pid = p->pid;
+    t->start = p->start;
+    t->t0 = mt_mono_ns();
+    /* the command keeps its own deadlines; past them and 10 s more, it is ended (its own
+     * death at any instant is one of the command's tested cases) */
+    t->deadline = t->t0 + (int64_t)((a->cfg.thread_wait_s + a->cfg.call_wait_s + 10) * 1e9);
+    t->child = spawn(argv, &t->out_fd);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = t};
+    if (t->child < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, t->out_fd, &ev) != 0) {
+        int e = t->child < 0 ? (int)-t->child : errno;
+        if (t->child > 0) {
+            close(t->out_fd);
+            kill(t->child, SIGKILL);
+            waitpid(t->child, NULL, 0);
+        }
+        snprintf(t->buf, sizeof t->buf, "{\"error\":{\"code\":\"failed\",\"message\":\"cannot run "
+                 "%s: %s\"}}", a->self_exe, strerror(e));
+        int64_t released;
+        learn(cg, p, t->buf, mt_mono_ns(), &released);
+        free(t);
+        return -e;
+    }
+    p->last_trim_ns = t->t0; /* in flight: not picked again meanwhile */
+    cg->busy = t;
+    a->trims_in_flight++;
+    return 0;
+}
+
+/* The trim is over (its answer read whole, or its deadline past): what it did, learnt. */
+static void finish(struct agent *a, struct agent_trim *t)
+{
+    struct agent_cgroup *cg = t->cg;
+    epoll_ctl(a->epfd, EPOLL_CTL_DEL, t->out_fd, NULL);
+    close(t->out_fd);
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(t->child, &status, 0, &ru) < 0 && errno == EINTR)
+        ;
+    int64_t cpu = (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * MT_SEC +
+                  (int64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+    t->buf[t->n] = 0;
+    int64_t released = 0, now = mt_mono_ns();
+    struct agent_proc *p = find_proc(cg, t->pid, t->start);
+    struct agent_proc gone = {.pid = t->pid, .start = t->start}; /* it left the cgroup meanwhile */
+    if (!p)
+        p = &gone;
+    learn(cg, p, t->buf, now, &released);
     a->stats.trims_cpu_ns += cpu;
-    if (*released || !p->reason) {
+    a->budget_ns -= (double)cpu;
+    if (!p->reason) {
         a->stats.trims++;
-        a->stats.released += (uint64_t)*released;
+        a->stats.released += (uint64_t)released;
     }
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
-           "CPU)%s%s", cg->path, (int)p->pid, p->comm, p->reason ? "not trimmed," : "released",
-           (long long)*released, (double)(mt_mono_ns() - t0) / 1e6, (double)cpu / 1e6,
-           p->reason ? ": " : "", p->reason ? p->why : "");
-    return cpu;
+           "CPU)%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
+           p->reason ? "not trimmed," : "released", (long long)released,
+           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, p->reason ? ": " : "",
+           p->reason ? p->why : "");
+    cg->busy = NULL;
+    a->trims_in_flight--;
+    free(t);
+}
+
+void agent_trim_ready(struct agent *a, struct agent_trim *t)
+{
+    for (;;) {
+        ssize_t r = read(t->out_fd, t->buf + t->n, sizeof t->buf - 1 - t->n);
+        if (r > 0) {
+            t->n += (size_t)r;
+            if (t->n < sizeof t->buf - 1)
+                continue;
+        } else if (r < 0 && errno == EINTR) {
+            continue;
+        } else if (r < 0 && errno == EAGAIN) {
+            return; /* more to come */
+        }
+        finish(a, t); /* end of its output (or a full buffer, or an error) */
+        return;
+    }
+}
+
+void agent_trim_expire(struct agent *a, struct agent_cgroup *cg, int64_t now)
+{
+    if (cg->busy && now >= cg->busy->deadline) {
+        kill(cg->busy->child, SIGKILL);
+        finish(a, cg->busy);
+    }
+}
+
+void agent_trim_abandon(struct agent *a, struct agent_cgroup *cg)
+{
+    /* the agent stops: the command runs on to its end alone; its answer goes nowhere */
+    if (!cg->busy)
+        return;
+    epoll_ctl(a->epfd, EPOLL_CTL_DEL, cg->busy->out_fd, NULL);
+    close(cg->busy->out_fd);
+    free(cg->busy);
+    cg->busy = NULL;
 }

@@ -5,12 +5,13 @@
  * epoll_wait on the kernel's wake-ups (watch.c), SIGTERM/SIGINT (a signalfd) and a timer:
  * the scan (scan.c) every ScanIntervalMs, and a cgroup in its zone every ZonePollMs. On a
  * wake or a due check it reads the cgroup; in its zone it trims its members one at a time
- * (act.c), the most expected release first (decide.c), within the CPU budget, until the
- * cgroup is out of its zone; one trim at a time on the whole node is the stagger.
+ * (act.c: the command runs beside the loop, its answer on a pipe in the epoll), the most
+ * expected release first (decide.c), within the CPU budget, until the cgroup is out of its
+ * zone. The stagger: one trim at a time per cgroup, at most MaxParallelTrims on the node.
  *
  * Locking: a->lock guards every record and the stats. The loop holds it from its wake to
- * its sleep, but for the trims (act.c releases it while the command runs); HTTP workers
- * hold it while they render. Records are freed only by the loop (the scan).
+ * its sleep; HTTP workers hold it while they render. Records are freed only by the loop (the
+ * scan; a cgroup with a trim in flight stays until its answer).
  */
 #include "agent.h"
 #include "agent_int.h"
@@ -30,8 +31,7 @@
 /* A member expected to give back less than this (1 MiB, or 2 % of the aim) is not worth a trim. */
 #define MIN_RELEASE (1 << 20)
 #define MIN_RELEASE_SHARE 0.02
-#define TRIMS_PER_STEP 8
-#define V2_NEAR_POLL_NS (100 * MT_MS) /* v2 has no usage lines: past half the aim, polled */
+#define V2_NEAR_POLL_NS (100 * MT_MS)
 
 static void usage(FILE *f)
 {
@@ -82,6 +82,8 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
     int idle = !cg->in_zone && a->cfg.idle_trims && now >= cg->next_idle_ns;
     if (mt_control("agent-zone-ignored")) /* the defect: every watched cgroup trimmed */
         idle = !cg->in_zone;
+    if (cg->busy)
+        return; /* its trim's answer comes first */
     if (!cg->allowed || (!cg->in_zone && !idle)) {
         cg->woke_ns = 0;
         return;
@@ -91,8 +93,8 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
     agent_rescan(a, cg);
     agent_procs_refresh(cg);
     int64_t gap = idle ? (int64_t)a->cfg.idle_interval_s * MT_SEC : (int64_t)a->cfg.trim_gap_ms * MT_MS;
-    for (int k = 0; k < TRIMS_PER_STEP; k++) {
-        int64_t least = (int64_t)(MIN_RELEASE_SHARE * (double)aim);
+    int64_t least = (int64_t)(MIN_RELEASE_SHARE * (double)aim);
+    for (;;) {
         long i = agent_pick(cg->procs, cg->nprocs, mt_mono_ns(), gap,
                             least > MIN_RELEASE ? least : MIN_RELEASE);
         if (i < 0)
@@ -107,32 +109,34 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
                    (long long)aim, (int)p->pid, p->comm, p->alloc, (long long)agent_expected(p));
             continue;
         }
-        if (!budget_take(a, mt_mono_ns()))
-            break;
+        if (a->trims_in_flight >= a->cfg.max_parallel_trims || !budget_take(a, mt_mono_ns()))
+            break; /* the node's share of trims is taken: at the next wake or poll */
         if (cg->woke_ns) {
             double ms = (double)(mt_mono_ns() - cg->woke_ns) / 1e6;
             a->stats.last_reaction_ms = ms;
             a->stats.reaction_ms_sum += ms;
             a->stats.reactions++;
-            cg->woke_ns = 0;
         }
-        int64_t released;
-        a->budget_ns -= (double)agent_trim(a, cg, p, &released);
-        agent_cgroup_read(cg);
-        bookkeep(cg);
-        if (!idle && !agent_in_zone(cg->usage, agent_aim(cg), ratio))
-            break;
+        agent_trim_start(a, cg, p);
+        break; /* one at a time per cgroup: its answer brings the next decision */
     }
     cg->in_zone = agent_in_zone(cg->usage, agent_aim(cg), ratio);
     cg->woke_ns = 0;
+}
+
+/* v2 has no usage lines, and a cgroup whose files could not be armed (a read-only cgroupfs)
+ * has none either: past half its aim, it is read every V2_NEAR_POLL_NS. */
+static int polled_near(const struct agent_cgroup *cg)
+{
+    return (cg->version == 2 || cg->event_fd < 0) && cg->allowed &&
+           agent_in_zone(cg->usage, agent_aim(cg), 0.5);
 }
 
 static int due(const struct agent *a, const struct agent_cgroup *cg, int64_t now, int scanned)
 {
     (void)a;
     (void)now;
-    return scanned || cg->woke_ns || cg->in_zone ||
-           (cg->version == 2 && agent_in_zone(cg->usage, agent_aim(cg), 0.5));
+    return scanned || cg->woke_ns || cg->in_zone || polled_near(cg);
 }
 
 static int64_t next_sleep_ms(const struct agent *a, int64_t now, int64_t next_scan)
@@ -143,7 +147,7 @@ static int64_t next_sleep_ms(const struct agent *a, int64_t now, int64_t next_sc
         if (cg->in_zone && cg->allowed)
             until = now + (int64_t)a->cfg.zone_poll_ms * MT_MS < until
                         ? now + (int64_t)a->cfg.zone_poll_ms * MT_MS : until;
-        else if (cg->version == 2 && agent_in_zone(cg->usage, agent_aim(cg), 0.5))
+        else if (polled_near(cg))
             until = now + V2_NEAR_POLL_NS < until ? now + V2_NEAR_POLL_NS : until;
     }
     return until <= now ? 0 : (until - now + MT_MS - 1) / MT_MS;
@@ -162,9 +166,11 @@ static void loop(struct agent *a, int sigfd)
             next_scan = now + (int64_t)a->cfg.scan_interval_ms * MT_MS;
             scanned = 1;
         }
-        for (size_t i = 0; i < a->ncgroups; i++)
+        for (size_t i = 0; i < a->ncgroups; i++) {
+            agent_trim_expire(a, a->cgroups[i], now);
             if (due(a, a->cgroups[i], now, scanned))
                 evaluate(a, a->cgroups[i], now);
+        }
         int timeout = (int)next_sleep_ms(a, mt_mono_ns(), next_scan);
         pthread_mutex_unlock(&a->lock);
         int n = epoll_wait(a->epfd, evs, 64, timeout);
@@ -177,6 +183,10 @@ static void loop(struct agent *a, int sigfd)
                 mt_log(MT_LOG_INFO, "agent", "signal %u: stopping", si.ssi_signo);
                 pthread_mutex_unlock(&a->lock);
                 return;
+            }
+            if (*(enum agent_ev *)evs[i].data.ptr == AGENT_EV_TRIM) {
+                agent_trim_ready(a, evs[i].data.ptr); /* an answer: due again below */
+                continue;
             }
             struct agent_cgroup *cg = evs[i].data.ptr;
             agent_watch_drain(cg, -1);
@@ -277,6 +287,7 @@ int agent_main(int argc, char **argv)
     server_stop(srv);
     pthread_mutex_lock(&a->lock);
     for (size_t i = 0; i < a->ncgroups; i++) {
+        agent_trim_abandon(a, a->cgroups[i]);
         agent_watch_disarm(a, a->cgroups[i]);
         agent_cgroup_free(a->cgroups[i]);
     }

@@ -63,6 +63,7 @@ struct agent_config {
     int zone_poll_ms;         /* in the zone, between decisions */
     int trim_gap_ms;          /* a process trimmed again at most this often under pressure */
     double cpu_budget_percent; /* the trims' CPU (the commands') as a share of one core */
+    int max_parallel_trims;    /* commands in flight on the node, one per cgroup at most */
     double thread_wait_s, call_wait_s; /* the command's --thread-wait and --timeout */
     char v1_root[AGENT_PATH]; /* the v1 memory hierarchy ("" none) */
     char v2_root[AGENT_PATH]; /* the v2 hierarchy ("" none) */
@@ -92,7 +93,14 @@ struct agent_proc {
     int seen;                  /* scan mark */
 };
 
+/* What an epoll event's data.ptr points at: the first member of both (NULL: the signalfd). */
+enum agent_ev { AGENT_EV_CGROUP = 1, AGENT_EV_TRIM };
+
+struct agent_trim; /* one command in flight (act.c) */
+
 struct agent_cgroup {
+    enum agent_ev ev_kind;     /* AGENT_EV_CGROUP */
+    struct agent_trim *busy;   /* its trim in flight, NULL none: one at a time per cgroup */
     char path[AGENT_PATH];     /* in its hierarchy ("/kubepods.slice/...") */
     char dir[AGENT_PATH + 64]; /* its directory */
     int version;               /* 1 or 2 */
@@ -116,6 +124,18 @@ struct agent_cgroup {
     size_t nprocs, cap;
 };
 
+struct agent_trim {
+    enum agent_ev ev_kind;     /* AGENT_EV_TRIM */
+    struct agent_cgroup *cg;
+    pid_t child;               /* the command */
+    int out_fd;                /* its stdout, in the loop's epoll */
+    pid_t pid;                 /* the target, with its start time */
+    unsigned long long start;
+    int64_t t0, deadline;
+    size_t n;
+    char buf[8192];            /* its JSON answer */
+};
+
 struct agent_stats {
     uint64_t scans, wakes, trims, released, dry_run_picks, budget_waits;
     int64_t trims_cpu_ns;          /* CPU the commands used */
@@ -134,6 +154,7 @@ struct agent {
     int epfd;
     int64_t started_ms;
     double budget_ns;     /* CPU the trims may still spend (token bucket) */
+    int trims_in_flight;
     int64_t budget_at_ns;
     char self_exe[AGENT_PATH];
 };
@@ -157,9 +178,14 @@ void agent_watch_disarm(struct agent *a, struct agent_cgroup *cg);
 /* The fd of ev woke: drain it. */
 void agent_watch_drain(struct agent_cgroup *cg, int fd);
 
-/* act.c: trim one process through the memtrim command; fills the proc's learning. Returns
- * the CPU (ns) the command used. */
-int64_t agent_trim(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p, int64_t *released);
+/* act.c: a trim of one process through the memtrim command, beside the loop: started (0, or
+ * -errno with the failure learnt), its answer read when its pipe is ready (then learnt: what
+ * the process gave back, or why it is left alone), ended past its deadline, or left to run on
+ * alone when the agent stops. */
+int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc *p);
+void agent_trim_ready(struct agent *a, struct agent_trim *t);
+void agent_trim_expire(struct agent *a, struct agent_cgroup *cg, int64_t now);
+void agent_trim_abandon(struct agent *a, struct agent_cgroup *cg);
 /* The command's error code and message into a reason. */
 enum agent_reason agent_reason_of(const char *code, const char *message);
 

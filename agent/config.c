@@ -52,6 +52,7 @@ static const struct key {
     {"ZonePollMs", K_INT, OFF(zone_poll_ms), 0, 1, 10000, 0},
     {"TrimGapMs", K_INT, OFF(trim_gap_ms), 0, 0, 3600000, 0},
     {"CpuBudgetPercent", K_DOUBLE, OFF(cpu_budget_percent), 0, 0.01, 100, 0},
+    {"MaxParallelTrims", K_INT, OFF(max_parallel_trims), 0, 1, 64, 0},
     {"ThreadWaitSeconds", K_DOUBLE, OFF(thread_wait_s), 0, 0.001, 60, 0},
     {"CallTimeoutSeconds", K_DOUBLE, OFF(call_wait_s), 0, 0.01, 600, 0},
     {"CgroupV1Root", K_STRING, OFF(v1_root), SZ(v1_root), 0, 0, 0},
@@ -72,6 +73,7 @@ static void defaults(struct agent_config *c)
     c->zone_poll_ms = 20;
     c->trim_gap_ms = 100;
     c->cpu_budget_percent = 10;
+    c->max_parallel_trims = 4;
     c->thread_wait_s = 0.5;
     c->call_wait_s = 10;
     snprintf(c->v1_root, sizeof c->v1_root, "/sys/fs/cgroup/memory");

@@ -195,6 +195,7 @@ static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char 
         a->cgroups = n;
         a->cap = cap;
     }
+    cg->ev_kind = AGENT_EV_CGROUP;
     cg->version = version;
     snprintf(cg->path, sizeof cg->path, "%s", path);
     snprintf(cg->dir, sizeof cg->dir, "%s", dir);
@@ -284,7 +285,7 @@ void agent_scan(struct agent *a)
     size_t k = 0;
     for (size_t i = 0; i < a->ncgroups; i++) {
         struct agent_cgroup *cg = a->cgroups[i];
-        if (!cg->seen) {
+        if (!cg->seen && !cg->busy) { /* one with a trim in flight goes once it is over */
             mt_log(MT_LOG_INFO, "agent", "cgroup %s is gone", cg->path);
             agent_watch_disarm(a, cg);
             agent_cgroup_free(cg);

@@ -71,7 +71,11 @@ ${memtrim_about}
 
 This package holds the memtrim command: memtrim trim PID and memtrim stats
 PID act on a running glibc process from outside, through ptrace, stopping
-one of its threads for well under a millisecond (memtrim(1)).")
+one of its threads for well under a millisecond (memtrim(1)); and memtrim
+agent, the node daemon that does it in every memory cgroup near its limit
+(memtrim-agent.service, installed and not enabled; /etc/memtrim/agent.json).")
+file(WRITE "${deb}/cli/conffiles" "${MEMTRIM_AGENT_CONFIG_DIR}/agent.json\n")
+set(CPACK_DEBIAN_CLI_PACKAGE_CONTROL_EXTRA "${deb}/cli/conffiles")
 
 set(CPACK_DEBIAN_DEV_PACKAGE_NAME "${MEMTRIM_PKG_dev}")
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION "libdevel")

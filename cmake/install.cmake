@@ -5,7 +5,8 @@
 #   dev      include/memtrim.h, memtrim.pc, the libmemtrim.so link     libmemtrim-dev
 #   orthanc  libOrthancMemTrim.so in Orthanc's plugin folder and
 #            /etc/orthanc/memtrim.json, GPL-3.0-or-later                orthanc-memtrim
-#   cli      /usr/bin/memtrim (the command, cli/) and its man page, MIT  memtrim
+#   cli      /usr/bin/memtrim (the command, cli/, and `memtrim agent`), its man page, the
+#            agent's unit (memtrim-agent.service) and /etc/memtrim/agent.json, MIT  memtrim
 # Each puts README, licence (Debian's copyright file) and changelog in
 # share/doc/<package>/. memtrim-demo, the tests and benchmarks are not installed.
 include(GNUInstallDirs)
@@ -42,6 +43,13 @@ execute_process(COMMAND gzip -9nc "${CMAKE_SOURCE_DIR}/docs/memtrim.1"
                 OUTPUT_FILE "${CMAKE_BINARY_DIR}/memtrim.1.gz")
 install(FILES "${CMAKE_BINARY_DIR}/memtrim.1.gz" DESTINATION ${CMAKE_INSTALL_MANDIR}/man1
         PERMISSIONS ${lib_perms} COMPONENT cli)
+# The node agent (docs/agent.md): its unit, installed and not enabled, and its configuration
+# (a conffile, cmake/cpack.cmake). Debian's systemd reads units from /usr/lib/systemd/system.
+set(MEMTRIM_AGENT_CONFIG_DIR "/etc/memtrim" CACHE PATH "Where memtrim agent's agent.json goes")
+install(FILES "${CMAKE_SOURCE_DIR}/packaging/memtrim-agent.service"
+        DESTINATION lib/systemd/system PERMISSIONS ${lib_perms} COMPONENT cli)
+install(FILES "${CMAKE_SOURCE_DIR}/packaging/agent.json"
+        DESTINATION "${MEMTRIM_AGENT_CONFIG_DIR}" PERMISSIONS OWNER_READ OWNER_WRITE COMPONENT cli)
 
 if(TARGET OrthancMemTrim)
   install(TARGETS OrthancMemTrim

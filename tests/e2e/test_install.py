@@ -96,6 +96,12 @@ def test_packages_fields_and_files(debs):
     assert "./usr/share/orthanc/plugins/libOrthancMemTrim.so -> ../../../lib/orthanc/" \
         in files["orthanc-memtrim"]
     assert "./etc/orthanc/memtrim.json" in files["orthanc-memtrim"]
+    # the node agent's unit and configuration ride with the command (docs/agent.md)
+    assert "./usr/lib/systemd/system/memtrim-agent.service" in files["memtrim"]
+    assert "./etc/memtrim/agent.json" in files["memtrim"]
+    cli_conffiles = subprocess.run(f"dpkg-deb --ctrl-tarfile {debs['memtrim']} | tar -xO ./conffiles",
+                                   shell=True, capture_output=True, text=True, check=True).stdout
+    assert cli_conffiles.split() == ["/etc/memtrim/agent.json"]
     for p in PACKAGES:
         assert f"./usr/share/doc/{p}/copyright" in files[p]
         assert f"./usr/share/doc/{p}/changelog.gz" in files[p]

@@ -1,0 +1,115 @@
+"""The agent's packaging (issue 39): the systemd unit that the memtrim package installs, checked
+by systemd itself (systemd-analyze verify, offline), and the Kubernetes DaemonSet manifest held
+to docs/agent.md's table of privileges. No manifest validator works offline here (kubectl's
+client-side dry run asks the API server for its schema; kubeconform is not packaged), so the
+test reads the manifest's privileges and requires that each one is in the table, with what it
+is for, and that the table claims none the manifest does not take."""
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from pkg_util import ROOT
+
+DOC = ROOT / "docs" / "agent.md"
+MANIFEST = ROOT / "packaging" / "memtrim-agent-daemonset.yaml"
+UNIT = ROOT / "packaging" / "memtrim-agent.service"
+
+
+def privilege_table():
+    """docs/agent.md's "What each privilege is for" table: {privilege: what it is for}."""
+    text = DOC.read_text()
+    section = text.split("## What each privilege is for", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells[2]
+    return rows
+
+
+def manifest_privileges():
+    """The privileges the DaemonSet's pod takes, in the table's words."""
+    docs = list(yaml.safe_load_all(MANIFEST.read_text()))
+    ds = next(d for d in docs if d and d.get("kind") == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    taken = set()
+    if pod.get("hostPID"):
+        taken.add("hostPID")
+    for key in ("hostNetwork", "hostIPC"):
+        if pod.get(key):
+            taken.add(key)
+    if sc.get("privileged"):
+        taken.add("privileged")
+    if sc.get("allowPrivilegeEscalation", True):
+        taken.add("allowPrivilegeEscalation")
+    if sc.get("runAsUser") == 0:
+        taken.add("runAsUser: 0")
+    assert sc["capabilities"]["drop"] == ["ALL"], "every capability not named is dropped"
+    taken |= {f"CAP_{cap}" for cap in sc["capabilities"].get("add", [])}
+    if not sc.get("readOnlyRootFilesystem"):
+        taken.add("a writable root filesystem")
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    for m in c.get("volumeMounts", []):
+        v = volumes[m["name"]]
+        if "hostPath" in v:
+            taken.add(f"hostPath {v['hostPath']['path']}" + ("" if m.get("readOnly") else " (read-write)"))
+    if sc.get("seccompProfile", {}).get("type") == "Unconfined":
+        taken.add("seccomp Unconfined")
+    return pod, c, taken
+
+
+def test_every_privilege_of_the_daemonset_is_in_the_table():
+    table = privilege_table()
+    _, _, taken = manifest_privileges()
+    missing = taken - set(table)
+    assert not missing, f"the manifest takes privileges docs/agent.md does not explain: {missing}"
+    claimed = {p for p in table if not p.startswith("CapabilityBoundingSet")} - taken
+    assert not claimed, f"docs/agent.md explains privileges the manifest does not take: {claimed}"
+    for p in taken:
+        assert len(table[p]) > 20, f"'{p}': say what it is for"
+
+
+def test_the_daemonset_is_bounded_and_probed():
+    pod, c, _ = manifest_privileges()
+    res = c["resources"]
+    for kind in ("requests", "limits"):
+        assert {"cpu", "memory"} <= set(res[kind]), res
+    probe = c["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz"
+    assert pod.get("automountServiceAccountToken") is False
+    assert not pod.get("hostNetwork")
+    config = yaml.safe_load_all(MANIFEST.read_text())
+    cm = next(d for d in config if d and d.get("kind") == "ConfigMap")
+    import json
+    agent = json.loads(cm["data"]["agent.json"])["MemoryTrimAgent"]
+    port = next(p["containerPort"] for p in c["ports"] if p["name"] == probe["port"])
+    assert agent["HttpPort"] == port
+
+
+def test_the_unit_takes_what_the_table_says():
+    table = privilege_table()
+    unit = UNIT.read_text()
+    caps = re.search(r"^CapabilityBoundingSet=(.*)$", unit, re.M).group(1).split()
+    assert f"CapabilityBoundingSet={' '.join(caps)}" in table, (caps, list(table))
+    assert re.search(r"^ExecStart=/usr/bin/memtrim agent --config /etc/memtrim/agent.json$", unit, re.M)
+
+
+def test_the_unit_verifies(tmp_path):
+    """systemd-analyze verify reads the unit offline, with ExecStart pointing at the build's
+    memtrim (verify checks that the program exists)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    from hosts_util import build_file
+    unit = tmp_path / "memtrim-agent.service"
+    unit.write_text(UNIT.read_text().replace("/usr/bin/memtrim", str(build_file("memtrim"))))
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ, SYSTEMD_LOG_LEVEL="info"))
+    out = r.stdout + r.stderr
+    complaints = [line for line in out.splitlines() if "memtrim-agent.service" in line]
+    assert r.returncode == 0 and not complaints, out
