@@ -69,11 +69,6 @@ int api_pid_param(const struct server_request *req, int *pid, struct server_repl
 struct memtrim;
 /* The "group" object of /memory/stats; NULL in no group (or OOM: *failed). */
 struct cJSON *api_group_stats(struct memtrim *mt, int *failed);
-/* /memory/trim in a group: 1 when it replied (*rc_out), 0 in no group. */
-int api_group_trim(const struct server_request *req, struct server_reply *rep, int pid,
-                   int64_t pad, int *rc_out,
-                   int (*rate_limited)(const struct server_request *, struct server_reply *,
-                                       int64_t));
 
 /* The /memory/stats object for a snapshot; NULL on OOM. */
 struct cJSON *api_stats_to_json(const struct mt_snapshot *s);

@@ -1,8 +1,8 @@
 /*
  * group.c - what a worker group adds to the replies (core/group/,
  * docs/groups.md): the "group" object of /memory/stats (totals and each
- * member), the per-member results of /memory/trim, and the `pid` parameter
- * of /memory/trim, /memory/trims and /memory/series. A process in no group
+ * member) and the `pid` parameter of /memory/trim, /memory/trims and
+ * /memory/series (trim.c renders the per-member results of /memory/trim). A process in no group
  * gets none of it: its replies stay as they were. Runs on HTTP worker
  * threads; the core takes its own locks.
  */
@@ -115,99 +115,4 @@ cJSON *api_group_stats(struct memtrim *mt, int *failed)
     api_json_item(g, "members", list, failed);
     free(m);
     return g;
-}
-
-/* One member's result (its trim's fields and pid), or its pid and error. */
-static cJSON *api_member_trim_json(const struct mt_member_trim *t, int *failed)
-{
-    cJSON *o;
-    if (t->rc == 0) {
-        o = api_trim_to_json(&t->r, 1);
-        if (!o) {
-            *failed = 1;
-            return NULL;
-        }
-        if (!cJSON_GetObjectItem(o, "pid"))
-            api_json_int(o, "pid", t->pid, failed);
-        return o;
-    }
-    o = cJSON_CreateObject();
-    api_json_int(o, "pid", t->pid, failed);
-    if (t->rc == -EINPROGRESS) { /* asked by the group thread: its result goes to the store */
-        api_json_str(o, "status", "requested", failed);
-        return o;
-    }
-    api_json_str(o, "error", t->error[0] ? t->error : strerror(-t->rc), failed);
-    return o;
-}
-
-/*
- * POST /memory/trim in a group: the serving process's trim at once, every other
- * member (or ?pid='s, 202) asked by the group thread one after the other: the
- * reply never waits for another process (each one's result reaches the store, as
- * /memory/trims?pid= shows).
- * 1 when it replied, 0 when the instance is in no group (the caller trims as
- * a single process does).
- */
-int api_group_trim(const struct server_request *req, struct server_reply *rep, int pid,
-                   int64_t pad, int *rc_out,
-                   int (*rate_limited)(const struct server_request *, struct server_reply *,
-                                       int64_t))
-{
-    struct mt_member_trim *res = mt_malloc(MT_GROUP_MAX * sizeof(*res));
-    int n = 0, failed = 0;
-    int64_t retry = 0;
-    if (!res) {
-        *rc_out = server_reply_error(rep, 500, "out_of_memory", "could not trim the group");
-        return 1;
-    }
-    int rc = mt_group_trim(req->app, pid, pad, res, MT_GROUP_MAX, &n, &retry);
-    if (rc == -ENOTCONN) {
-        free(res);
-        return 0;
-    }
-    if (rc == -EAGAIN)
-        *rc_out = rate_limited(req, rep, retry);
-    else if (rc == -ENOENT)
-        *rc_out = server_reply_error(rep, 404, "no_such_member",
-                                     "no member of the group has pid %d", pid);
-    else if (rc != 0 || n == 0)
-        *rc_out = server_reply_error(rep, 500, "trim_failed", "the group trim failed: %s",
-                                     strerror(rc ? -rc : EIO));
-    if (rc != 0 || n == 0) {
-        free(res);
-        return 1;
-    }
-    if (pid > 0) { /* one member: its result as a single process's, with its pid */
-        if (res[0].rc == -EINPROGRESS) /* another process: asked, its result to come */
-            *rc_out = server_reply_json(rep, 202, api_member_trim_json(&res[0], &failed));
-        else if (res[0].rc != 0)
-            *rc_out = server_reply_error(rep, 503, "member_trim_failed",
-                                         "member %d did not trim: %s", pid, res[0].error);
-        else
-            *rc_out = server_reply_json(rep, 200, api_member_trim_json(&res[0], &failed));
-        free(res);
-        return 1;
-    }
-    /* Every member: the serving process's result at the top (as a single process
-     * replies), and each member's under "group". */
-    cJSON *root = res[0].rc == 0 ? api_trim_to_json(&res[0].r, 1) : cJSON_CreateObject();
-    cJSON *g = cJSON_CreateObject(), *list = cJSON_CreateArray();
-    int64_t released = 0;
-    int trimmed = 0, requested = 0;
-    for (int i = 0; i < n; i++) {
-        if (res[i].rc == 0 && res[i].r.released_bytes > 0)
-            released += res[i].r.released_bytes;
-        trimmed += res[i].rc == 0;
-        requested += res[i].rc == -EINPROGRESS;
-        api_json_item(list, NULL, api_member_trim_json(&res[i], &failed), &failed);
-    }
-    api_json_int(g, "released_bytes", released, &failed);
-    api_json_int(g, "members_trimmed", trimmed, &failed);
-    api_json_int(g, "members_requested", requested, &failed);
-    api_json_item(g, "members", list, &failed);
-    api_json_item(root, "group", g, &failed);
-    *rc_out = server_reply_json(rep, 200, api_json_done(root, failed));
-    free(res);
-    return 1;
 }

@@ -87,7 +87,7 @@ int group_take_pending(struct group *g, int *fds, int cap);
 int group_hold_pending(struct group *g, const int *fds, int n);
 int group_adopt(struct group *g, int fd);
 
-/* The API's view and manual trims (group_trim.c; core.h's mt_group_info, mt_group_trim). */
+/* The API's view and manual trims (group_trim.c; core.h's mt_group_info, mt_trim). */
 int group_info(struct group *g, struct mt_group_info *info, struct mt_member *out, int cap,
                int *n);
 int group_trim(struct group *g, int pid, int64_t pad, struct mt_member_trim *out, int cap,

@@ -144,13 +144,19 @@ int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_memb
                   int cap, int *n);
 
 /*
- * A manual trim of every member (pid 0: the leader first, then the others one
- * at a time, so that they never stall the node together) or of one (pid).
- * 0 with *n results, -EAGAIN inside ManualTrimMinIntervalMs (*retry_after_ms),
- * -ENOENT when pid is no member, -ENOTCONN in no group.
+ * The one manual trim of the face: of a target, which core resolves. pid 0: this
+ * process, and in a worker group every member (this process first, then the others
+ * one at a time, so that they never stall the node together); a pid: that member
+ * (this process's own pid: this process). pad < 0 means TrimPadBytes.
+ * 0 with *n results in out (out[0]: this process's own trim when it is among them;
+ * another member's rc -EINPROGRESS: asked, its result to come to the store) and
+ * *members set when this process leads a group (the reply lists the members);
+ * -EAGAIN inside ManualTrimMinIntervalMs (*retry_after_ms); -ENOENT when pid is
+ * neither this process nor a member; another negative errno when this process's
+ * trim failed.
  */
-int mt_group_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
-                  int *n, int64_t *retry_after_ms);
+int mt_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
+            int *n, int *members, int64_t *retry_after_ms);
 
 /* What a host adapter whose process forks hands core/group/'s host side (group_host.h,
  * plugin/host_preload.c): the instance's calls, filled into ops (the adapter adds its own). */

@@ -1,7 +1,8 @@
 /*
  * group_calls.c - the instance's worker-group calls on the group it keeps
  * (mt->group; core/group/, its face group.h): core.h's mt_group_info and
- * mt_group_trim, the leads (instance.h), and the calls core/group/'s host side
+ * mt_trim (the one manual trim, which resolves its target: this process, the
+ * group, or one member), the leads (instance.h), and the calls core/group/'s host side
  * is handed (mt_group_host_calls, group_host.h), the instance as an opaque
  * handle there. The store's fork hold is the instance's own atfork handlers'
  * (memtrim.c), for every host.
@@ -13,6 +14,7 @@
  * (core/group/group_int.h).
  */
 #include <errno.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "core.h"
@@ -26,10 +28,25 @@ int mt_group_info(struct memtrim *mt, struct mt_group_info *info, struct mt_memb
     return group_info(mt ? mt->group : NULL, info, out, cap, n);
 }
 
-int mt_group_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
-                  int *n, int64_t *retry_after_ms)
+int mt_trim(struct memtrim *mt, int pid, int64_t pad, struct mt_member_trim *out, int cap,
+            int *n, int *members, int64_t *retry_after_ms)
 {
-    return group_trim(mt ? mt->group : NULL, pid, pad, out, cap, n, retry_after_ms);
+    *n = 0;
+    *members = group_role(mt->group) == GROUP_LEADER;
+    if (*members) /* the group decides: every member, or the one named */
+        return group_trim(mt->group, pid, pad, out, cap, n, retry_after_ms);
+    if (pid > 0 && pid != mt_pid())
+        return -ENOENT;
+    if (cap < 1)
+        return -EINVAL;
+    struct mt_member_trim *o = &out[0];
+    memset(o, 0, sizeof(*o));
+    o->pid = mt_pid();
+    o->rc = mt_trim_manual(mt, pad, &o->r, retry_after_ms);
+    if (o->rc)
+        return o->rc;
+    *n = 1;
+    return 0;
 }
 
 int mt_group_lead_named(struct memtrim *mt, int listen_fd, const char *name, int forks_join,

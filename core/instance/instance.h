@@ -33,6 +33,8 @@ struct group;
 #define PATCH_LOG_BURST 1
 #define PATCH_LOG_WINDOW_NS (10 * MT_SEC)
 
+struct role;
+
 struct memtrim {
     pthread_mutex_t cfg_lock;   /* copies of cfg in and out, nothing else under it */
     pthread_mutex_t patch_lock; /* PATCH /config as a whole (its mallopt calls): cfg is
@@ -61,7 +63,7 @@ struct memtrim {
     atomic_int group_zone;  /* the group's usage is in the pressure zone (the housekeeper
                              * probes the heap at the zone's pace) */
     atomic_int record_pid;  /* stamped on own trims and samples: 0 alone, getpid() leading */
-    int member;             /* a group member: no server, no store, no pressure thread */
+    const struct role *role; /* what kind of process (memtrim.c): alone, or a group's member */
 };
 
 /*

@@ -102,11 +102,15 @@ static char *errdup(const char *fmt, const char *arg)
     return mt_strdup(buf);
 }
 
+struct role;
+static int role_level(const struct role *role);
+
 /* What the steps need beyond the configuration (in struct memtrim). */
 struct start_ctx {
+    const struct role *role;
     const struct alloc_ops *alloc;
     const struct server_routes *routes;
-    /* a worker group's member (mt->member): its channel, owned by the group step */
+    /* a worker group's member: its channel, owned by the group step */
     int *member_fd; /* set to -1 once the group step took it */
     void (*leader_gone)(void *);
     void *gone_arg;
@@ -128,6 +132,11 @@ struct step {
     unsigned flags;                                                           /* STEP_* */
 };
 #define STEP_FIRST_TO_STOP 0x1   /* stops before every other step (the server) */
+/* The kinds of process a step runs in (struct role): a step without ROLE_MEMBER is
+ * neither started nor stopped in a worker group's member. */
+#define ROLE_ALONE 0x10  /* a process alone, or a worker group's leader (it leads later) */
+#define ROLE_MEMBER 0x20 /* a worker group's member: it reports to and trims for its leader */
+#define ROLE_ALL (ROLE_ALONE | ROLE_MEMBER)
 #define STEP_AT_DESTROY_ONLY 0x2 /* its stop runs at mt_destroy only, not when a start fails */
 
 static int oom(char **err, const char *what)
@@ -187,8 +196,8 @@ static int cache_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
     if (snapshot_init(&mt->cache))
         return oom(err, "snapshot cache");
     snapshot_set_alloc(&mt->cache, ctx->alloc); /* before any thread reads the cache */
-    if (!mt->member) /* a member's leader said it already */
-        mt_log(MT_LOG_INFO, "alloc", "allocator: %s %s (releases with %s)", alloc_name(ctx->alloc),
+    mt_log(role_level(ctx->role), "alloc", "allocator: %s %s (releases with %s)",
+           alloc_name(ctx->alloc),
            mt->cache.alloc_version[0] ? mt->cache.alloc_version : "(version unknown)",
            alloc_release_call(ctx->alloc));
     return 0;
@@ -239,13 +248,49 @@ static void instance_store_wake(void *arg)
     store_wake(&mt->store); /* the result to the disk now, not at the next 250 ms */
 }
 
+static void announce_alone(struct memtrim *mt);
+static void announce_member(struct memtrim *mt);
+
+/*
+ * What kind of process an instance is: a configuration of the one table of steps below,
+ * not a branch in them. A process alone (a group's leader is one that leads later:
+ * mt_group_lead) runs every step and keeps its results in its store. A worker group's
+ * member runs the steps marked ROLE_MEMBER: no server (its leader serves the group), no
+ * tunables (its leader's, inherited at fork), no pressure thread (its pressure is the
+ * group's: the leader decides), no exit summary (one line per worker that comes and goes
+ * would flood the log); its results go to its leader (group_member.c), and what its leader
+ * said already (the allocator, its start and stop) it says at debug level.
+ */
+struct role {
+    unsigned mask;      /* ROLE_ALONE or ROLE_MEMBER: the steps it runs */
+    int quiet;          /* its lines at debug level */
+    int fail_level;     /* a start that fails (a member costs its host nothing: a warning) */
+    int keeps_store;    /* its Database stands, and a fork holds its store (memtrim.c's hooks) */
+    void (*trim_sink)(void *arg, const struct mt_trim_result *r);
+    void (*refault_sink)(void *arg, const struct mt_refault *rf);
+    void (*sink_wake)(void *arg);
+    void (*announce)(struct memtrim *mt); /* its "started" lines */
+};
+
+static const struct role role_alone = {
+    .mask = ROLE_ALONE, .fail_level = MT_LOG_ERROR, .keeps_store = 1,
+    .trim_sink = instance_trim_done, .refault_sink = instance_refault_done,
+    .sink_wake = instance_store_wake, .announce = announce_alone,
+};
+
+static const struct role role_member = {
+    .mask = ROLE_MEMBER, .quiet = 1, .fail_level = MT_LOG_WARNING,
+    .trim_sink = member_trim_done, .refault_sink = member_refault_done,
+    .announce = announce_member,
+};
+
 static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
     if (trim_service_init(&mt->trims))
         return oom(err, "trim service");
-    mt->trims.sink = mt->member ? member_trim_done : instance_trim_done;
-    mt->trims.refault_sink = mt->member ? member_refault_done : instance_refault_done;
-    mt->trims.sink_wake = mt->member ? NULL : instance_store_wake;
+    mt->trims.sink = ctx->role->trim_sink;
+    mt->trims.refault_sink = ctx->role->refault_sink;
+    mt->trims.sink_wake = ctx->role->sink_wake;
     mt->trims.sink_arg = mt;
     mt->trims.pinned = mt_arenas_pinned_peek;
     mt->trims.suspend_depth = &mt->suspend_depth;
@@ -311,8 +356,6 @@ static int arenas_destroy(struct memtrim *mt)
  * here before main); a value glibc refuses fails the start. Nothing to undo. */
 static int tunables_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    if (mt->member) /* inherited from its leader at fork */
-        return 0;
     int glibc = strcmp(alloc_name(ctx->alloc), "glibc") == 0;
     if (mt->cfg.malloc_arena_max != MT_CONFIG_AUTO)
         return tunables_apply(NULL, &mt->cfg, glibc, err);
@@ -362,8 +405,6 @@ static void server_options_from(const struct mt_config *cfg, struct server_optio
 /* Its handlers cope with a store and housekeeper not yet there. */
 static int http_start(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    if (mt->member) /* the leader serves the group */
-        return 0;
     struct server_options opt;
     server_options_from(&mt->cfg, &opt);
     int rc = server_start(&opt, ctx->routes, &mt->store.readers, mt, &mt->server, err);
@@ -392,8 +433,6 @@ static int store_halt(struct memtrim *mt)
 
 static int exit_summary(struct memtrim *mt)
 {
-    if (mt->member) /* one line per worker that comes and goes would flood the log */
-        return 0;
     advice_exit_summary(mt); /* the totals since start, in one line */
     return 0;
 }
@@ -428,17 +467,15 @@ static int hk_halt(struct memtrim *mt)
 
 static int pressure_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    if (mt->member) /* a member's pressure is the group's: the leader decides */
-        return 0;
     return pressure_start(mt->pressure, err);
 }
 
-/* A member joins on its channel (the fd is group_join's from here on). A leader's group
- * starts later (mt_group_lead); either stops here, after the store: members see their
- * channel close with the store closed and the port free. */
+/* A member joins on the channel it was handed (the fd is group_join's from here on). A
+ * leader's group starts later (mt_group_lead); either stops here, after the store: members
+ * see their channel close with the store closed and the port free. */
 static int group_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
 {
-    if (!mt->member)
+    if (!ctx->member_fd) /* no channel: a process alone, which may lead later */
         return 0;
     int fd = *ctx->member_fd;
     *ctx->member_fd = -1; /* group_join's now: it closes it on failure, group_stop after */
@@ -482,23 +519,24 @@ static int pressure_halt(struct memtrim *mt)
     return 0;
 }
 
+/* The one table of steps; each names the kinds of process it runs in (struct role). */
 static const struct step steps[] = {
-    {"core", cfg_lock_init, cfg_lock_destroy, 0},
-    {"housekeeper", hk_init, hk_destroy, 0},
-    {"store", store_make, store_unmake, 0},
-    {"snapshot", cache_init, cache_destroy, 0},
-    {"trim", trims_init, trims_destroy, 0},
-    {"pressure", pressure_make, pressure_unmake, 0}, /* reads the cache's cgroup */
-    {"arenas", arenas_init, arenas_destroy, 0},
-    {"tunables", tunables_start, NULL, 0},
+    {"core", cfg_lock_init, cfg_lock_destroy, ROLE_ALL},
+    {"housekeeper", hk_init, hk_destroy, ROLE_ALL},
+    {"store", store_make, store_unmake, ROLE_ALL},
+    {"snapshot", cache_init, cache_destroy, ROLE_ALL},
+    {"trim", trims_init, trims_destroy, ROLE_ALL},
+    {"pressure", pressure_make, pressure_unmake, ROLE_ALL}, /* reads the cache's cgroup */
+    {"arenas", arenas_init, arenas_destroy, ROLE_ALL},
+    {"tunables", tunables_start, NULL, ROLE_ALONE}, /* a member's: its leader's, at fork */
     /* the threads (every step runs with all signals blocked) */
-    {"server", http_start, http_stop, STEP_FIRST_TO_STOP},
-    {"stall", stall_run, stall_halt, 0}, /* before every thread that trims but the server */
-    {"group", group_run, group_halt, 0},
-    {"store", store_run, store_halt, 0},
-    {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY}, /* the exit summary */
-    {"housekeeper", hk_run, hk_halt, 0},
-    {"pressure", pressure_run, pressure_halt, 0},
+    {"server", http_start, http_stop, STEP_FIRST_TO_STOP | ROLE_ALONE},
+    {"stall", stall_run, stall_halt, ROLE_ALL}, /* before every thread that trims but the server */
+    {"group", group_run, group_halt, ROLE_ALL},
+    {"store", store_run, store_halt, ROLE_ALL},
+    {"advice", NULL, exit_summary, STEP_AT_DESTROY_ONLY | ROLE_ALONE}, /* the exit summary */
+    {"housekeeper", hk_run, hk_halt, ROLE_ALL},
+    {"pressure", pressure_run, pressure_halt, ROLE_ALONE}, /* a member's: the group's */
 };
 #define NSTEPS ((int)(sizeof(steps) / sizeof(steps[0])))
 
@@ -514,12 +552,13 @@ int mt_test_fail_start_step(int index)
  * memory with it. */
 static int unwind(struct memtrim *mt, int n, int destroying)
 {
+    unsigned mine = mt->role->mask;
     for (int i = n - 1; i >= 0; i--)
-        if (steps[i].flags & STEP_FIRST_TO_STOP)
+        if ((steps[i].flags & STEP_FIRST_TO_STOP) && (steps[i].flags & mine))
             steps[i].stop(mt);
     for (int i = n - 1; i >= 0; i--) {
         const struct step *s = &steps[i];
-        if (!s->stop || (s->flags & STEP_FIRST_TO_STOP) ||
+        if (!s->stop || !(s->flags & mine) || (s->flags & STEP_FIRST_TO_STOP) ||
             ((s->flags & STEP_AT_DESTROY_ONLY) && !destroying))
             continue;
         if (s->stop(mt)) {
@@ -547,7 +586,7 @@ static int run_steps(struct memtrim *mt, const struct start_ctx *ctx, const char
             atomic_store(&test_fail_step, -1);
             *err = errdup("start step '%s' failed (a test asked for it)", steps[i].module);
             rc = -ENOMEM;
-        } else if (steps[i].start) {
+        } else if (steps[i].start && (steps[i].flags & ctx->role->mask)) {
             rc = steps[i].start(mt, ctx, err);
         }
         if (rc)
@@ -559,9 +598,38 @@ static int run_steps(struct memtrim *mt, const struct start_ctx *ctx, const char
     return rc;
 }
 
+static int role_level(const struct role *role)
+{
+    return role->quiet ? MT_LOG_DEBUG : MT_LOG_INFO;
+}
+
+static void announce_member(struct memtrim *mt)
+{
+    mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of a worker group",
+           MEMTRIM_VERSION, (long)getpid());
+}
+
+static void announce_alone(struct memtrim *mt)
+{
+    const struct mt_config *cfg = &mt->cfg;
+    if (strncmp(cfg->http_bind, "unix:", 5) == 0)
+        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s", MEMTRIM_VERSION,
+               cfg->http_bind);
+    else
+        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s://%s:%d/", MEMTRIM_VERSION,
+               cfg->https_certificate[0] ? "https" : "http", cfg->http_bind, mt->http_port);
+    struct mt_snapshot snap;
+    char line[1400];
+    mt_snapshot_get_cheap(mt, &snap);
+    mt_cgroup_summary(mt, &snap, line, sizeof(line));
+    mt_log(MT_LOG_INFO, "cgroup", "%s", line);
+}
+
+/* member: a worker group's member's channel and calls (its role), NULL for a process alone. */
 static int instance_create(const char *config_json, const struct server_routes *routes,
                            struct start_ctx *member, struct memtrim **out, char **err)
 {
+    const struct role *role = member ? &role_member : &role_alone;
     struct mt_config cfg;
     struct memtrim *mt;
     const char *module = "core"; /* which part failed, for the log */
@@ -581,7 +649,7 @@ static int instance_create(const char *config_json, const struct server_routes *
             close(*member->member_fd);
         return 0;
     }
-    if (member)
+    if (!role->keeps_store)
         cfg.database[0] = '\0'; /* the leader owns the store */
     mt_fork_hooks_install();
     pthread_mutex_lock(&instance_lock);
@@ -598,7 +666,8 @@ static int instance_create(const char *config_json, const struct server_routes *
     struct start_ctx ctx = {.routes = routes};
     if (member)
         ctx = *member;
-    if ((rc = alloc_select_quiet(cfg.allocator, &ctx.alloc, member != NULL, &e)))
+    ctx.role = role;
+    if ((rc = alloc_select_quiet(cfg.allocator, &ctx.alloc, role->quiet, &e)))
         goto fail_running;
     mt_thread_set_enter(ctx.alloc->thread_enter); /* before any of memtrim's threads */
     if (!(mt = mt_calloc(1, sizeof(*mt)))) {
@@ -608,36 +677,18 @@ static int instance_create(const char *config_json, const struct server_routes *
     mt->cfg = cfg;
     mt->started_ms = mt_now_ms();
     mt->pid = getpid();
-    mt->member = member != NULL;
+    mt->role = role;
     mt_canary_open(); /* before any descriptor of the instance: common/fdid.h */
     if ((rc = run_steps(mt, &ctx, &module, &e))) {
         mt_canary_close();
         goto fail_running;
     }
-    if (!mt->member) {
+    if (role->keeps_store) {
         pthread_mutex_lock(&instance_lock);
         instance_held = mt;
         pthread_mutex_unlock(&instance_lock);
     }
-    if (mt->member) {
-        mt_log(MT_LOG_DEBUG, "core", "memtrim %s started in pid %ld as a member of a "
-                                     "worker group", MEMTRIM_VERSION, (long)getpid());
-        *out = mt;
-        return 0;
-    }
-    if (strncmp(cfg.http_bind, "unix:", 5) == 0)
-        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s", MEMTRIM_VERSION,
-               cfg.http_bind);
-    else
-        mt_log(MT_LOG_INFO, "core", "memtrim %s started; API on %s://%s:%d/", MEMTRIM_VERSION,
-               cfg.https_certificate[0] ? "https" : "http", cfg.http_bind, mt->http_port);
-    {
-        struct mt_snapshot snap;
-        char line[1400];
-        mt_snapshot_get_cheap(mt, &snap);
-        mt_cgroup_summary(mt, &snap, line, sizeof(line));
-        mt_log(MT_LOG_INFO, "cgroup", "%s", line);
-    }
+    role->announce(mt);
     *out = mt;
     return 0;
 
@@ -654,7 +705,7 @@ fail:
      * memtrim, its leader serves the group): a warning. A forked child that execs at
      * once is the common case (#31 F13: its member's thread cannot start while exec
      * replaces the process), and must not log at error level. */
-    int level = member ? MT_LOG_WARNING : MT_LOG_ERROR;
+    int level = role->fail_level;
     if (!e) { /* out of memory even for the message */
         mt_log(level, module, "start failed: %s", strerror(-rc));
         return rc;
@@ -687,7 +738,7 @@ void mt_destroy(struct memtrim *mt)
 {
     if (!mt)
         return;
-    int member = mt->member;
+    int level = role_level(mt->role);
     if (mt->pid != getpid()) {
         /* A forked child holding its parent's instance: those threads are not
          * here, so touching them would hang. Leave the memory; forget it. */
@@ -704,6 +755,6 @@ void mt_destroy(struct memtrim *mt)
     pthread_mutex_lock(&instance_lock);
     instance_running = 0;
     pthread_mutex_unlock(&instance_lock);
-    mt_log(member ? MT_LOG_DEBUG : MT_LOG_INFO, "core", "stopped");
+    mt_log(level, "core", "stopped");
 }
 

@@ -4,7 +4,7 @@
  * a leader instance forks its members through the fork hooks the FollowFork
  * group uses (group_fork_prepare / parent / child), each member runs
  * mt_create_member on its end of the channel, reports, is trimmed through the
- * leader (mt_group_trim, as POST /memory/trim), one is SIGKILLed, and the
+ * leader (mt_trim, as POST /memory/trim), one is SIGKILLed, and the
  * leader must forget it at once (no stale member, its descriptor closed); at
  * the leader's stop every member sees EOF and stops cleanly.
  *
@@ -151,11 +151,17 @@ static void test_members_report_trim_and_leave(void)
     char self[] = "test_group_channel", fdarg[] = "100";
     pid_t pids[MEMBERS];
     struct mt_member_trim out[MT_GROUP_MAX];
-    int n = 0, before = channels_open();
+    int n = 0, members = 0, before = channels_open();
     struct memtrim *mt = start("{\"MemoryTrim\": {\"HttpPort\": 0, \"Database\": \"\", "
                                "\"ManualTrimMinIntervalMs\": 0}}");
     if (!mt)
         return;
+    /* Alone, the one trim call trims this process and lists no members (issue 38: no
+     * detour through the group for a single process); another pid is no target. */
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, NULL), 0);
+    CHECK(n == 1 && members == 0 && out[0].pid == getpid() && out[0].rc == 0);
+    CHECK_EQ_INT(mt_trim(mt, getpid() + 1, -1, out, MT_GROUP_MAX, &n, &members, NULL), -ENOENT);
+    CHECK(n == 0 && members == 0);
     char *err = NULL;
     CHECK_EQ_INT(mt_group_lead(mt, &err), 0);
     free(err);
@@ -192,7 +198,8 @@ static void test_members_report_trim_and_leave(void)
 
     /* A manual trim through the leader: itself at once, each member asked in turn by the
      * group thread (the call waits for none of them). */
-    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, NULL), 0);
+    CHECK_EQ_INT(members, 1);
     CHECK_EQ_INT(n, MEMBERS + 1);
     CHECK_EQ_INT(out[0].pid, getpid());
     CHECK_MSG(out[0].rc == 0, "the leader: %d %s", out[0].rc, out[0].error);
@@ -222,9 +229,9 @@ static void test_members_report_trim_and_leave(void)
     CHECK_EQ_INT(gi.members, MEMBERS);
     CHECK_EQ_INT(gi.joined, MEMBERS);
     CHECK_EQ_INT(gi.left, 1);
-    CHECK_EQ_INT(mt_group_trim(mt, pids[1], -1, out, MT_GROUP_MAX, &n, NULL), -ENOENT);
+    CHECK_EQ_INT(mt_trim(mt, pids[1], -1, out, MT_GROUP_MAX, &n, &members, NULL), -ENOENT);
     WAIT_FOR(info(mt, &gi, m) >= 0 && !gi.trim_running, 60); /* the first group trim's end */
-    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, NULL), 0);
     CHECK_EQ_INT(n, MEMBERS);
     for (int i = 0; i < n; i++) {
         CHECK_MSG(out[i].rc == (i ? -EINPROGRESS : 0), "pid %d: %d %s", out[i].pid, out[i].rc,
@@ -417,7 +424,7 @@ static void test_a_stopped_member_holds_nothing(void)
     struct mt_group_info gi;
     struct mt_member m[MT_GROUP_MAX];
     struct mt_counters c0, c1;
-    int n = 0, status = 0;
+    int n = 0, members = 0, status = 0;
     int64_t retry = 0;
     group_test_answer_ns(200 * MT_MS); /* the stopped member's answer is waited 0.2 s, not 2 */
     group_test_stagger_ns(50 * MT_MS); /* the next member asked after 50 ms, not 250 */
@@ -434,13 +441,13 @@ static void test_a_stopped_member_holds_nothing(void)
     CHECK_EQ_INT(kill(pids[0], SIGSTOP), 0);
     WAIT_FOR(all_stopped(pids[0]), 60);
     trim_counters(&mt->trims, &c0);
-    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, NULL), 0);
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, NULL), 0);
     CHECK_EQ_INT(n, 3);
     CHECK_EQ_INT(out[0].rc, 0);
     int listed = info(mt, &gi, m);
     CHECK_MSG(listed == 3 && gi.trim_running, "%d members, trim_running %d", listed,
               gi.trim_running); /* it asks the stopped one still */
-    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &retry), -EAGAIN);
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, &retry), -EAGAIN);
     CHECK(retry > 0);
     trim_counters(&mt->trims, &c1);
     CHECK_EQ_INT(c1.manual_rate_limited - c0.manual_rate_limited, 1);
@@ -452,7 +459,7 @@ static void test_a_stopped_member_holds_nothing(void)
     }
     CHECK(!gi.trim_running);
     retry = 0;
-    CHECK_EQ_INT(mt_group_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &retry), -EAGAIN);
+    CHECK_EQ_INT(mt_trim(mt, 0, -1, out, MT_GROUP_MAX, &n, &members, &retry), -EAGAIN);
     int64_t limit_start = mt_mono_ns() + retry * MT_MS - 60000 * MT_MS;
     CHECK_MSG(limit_start + MT_MS >= seen_running,
               "the interval started %lld ms before the group trim was last seen running",

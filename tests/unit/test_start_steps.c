@@ -95,8 +95,31 @@ static void test_arenas_is_a_step(void)
     CHECK_MSG(found, "no start step is named arenas");
 }
 
+/* A worker group's member is a configuration of the same steps (memtrim.c's struct role:
+ * which steps it runs, its sinks, its log level), not a branch inside them (issue 38): no
+ * step, and nothing else in memtrim.c, asks whether the instance is a member. */
+static void test_a_member_is_a_configuration(void)
+{
+    char path[512], line[512];
+    snprintf(path, sizeof(path), "%s/core/instance/memtrim.c", MEMTRIM_SOURCE_DIR);
+    FILE *f = fopen(path, "re");
+    CHECK_MSG(f != NULL, "cannot open %s", path);
+    if (!f)
+        return;
+    int n = 0, roles = 0;
+    while (fgets(line, sizeof(line), f)) {
+        n++;
+        CHECK_MSG(!strstr(line, "mt->member") && !strstr(line, "->member ?"),
+                  "memtrim.c:%d asks whether the instance is a member: %s", n, line);
+        roles += strstr(line, "ROLE_") != NULL;
+    }
+    fclose(f);
+    CHECK_MSG(roles >= 15, "the step table names the roles of its steps (%d lines)", roles);
+}
+
 int main(void)
 {
+    RUN(test_a_member_is_a_configuration);
     RUN(test_every_step_unwinds);
     RUN(test_arenas_is_a_step);
     mt_test_fail_start_step(-1);
