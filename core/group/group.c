@@ -30,6 +30,16 @@ struct group_member *member_by_pid(struct group *g, int pid)
     return NULL;
 }
 
+/* A member's entry took a new heap reading: the RSS it saw then (locked). Read by the
+ * leader's reports (group_leader.c) and its own look (group_pressure.c). */
+void note_heap(struct group_member *m)
+{
+    if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {
+        m->heap_ms_seen = m->snap.heap.timestamp_ms;
+        m->rss_at_heap = m->snap.cheap.rss_bytes;
+    }
+}
+
 struct group *group_alloc(const struct group_deps *d, int role)
 {
     struct group *g = mt_calloc(1, sizeof(*g));

@@ -140,15 +140,6 @@ static void leader_own(struct group *g, struct group_member *m, const struct mt_
     pthread_mutex_unlock(&g->lock);
 }
 
-/* A new heap reading in m's snapshot: the RSS it came with (growth since counts). Locked. */
-void note_heap(struct group_member *m)
-{
-    if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {
-        m->heap_ms_seen = m->snap.heap.timestamp_ms;
-        m->rss_at_heap = m->snap.cheap.rss_bytes;
-    }
-}
-
 static void leader_sample(struct group *g, struct group_member *m, const struct mt_snapshot *s,
                           int64_t now, double interval_s)
 {

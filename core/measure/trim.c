@@ -288,42 +288,56 @@ struct trim_rule {
     int slotted;                 /* starts only inside the caller's window (trim_ask.open_ns) */
 };
 
-static const struct trim_rule trim_rules[MT_TRIGGER_COUNT] = {
-    /* a person asked: answered, with a trim of its own or a running one's result */
-    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0, 0},
-    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0, 0},
-    [MT_TRIGGER_BURST] = {0, 1, 0, 0, 0},
+/*
+ * The one rule table, keyed by trigger: a row per trigger of a process's own trims, and
+ * the pressure trigger's two rows for a worker group (who asks is part of the key:
+ * trim_row).
+ */
+enum trim_row {
+    ROW_MANUAL = MT_TRIGGER_MANUAL,     /* whoever asks */
+    ROW_PERIODIC = MT_TRIGGER_PERIODIC,
+    ROW_PRESSURE = MT_TRIGGER_PRESSURE, /* a process's own pressure path */
+    ROW_BURST = MT_TRIGGER_BURST,
+    ROW_GROUP_PRESSURE, /* MT_TRIGGER_PRESSURE asked by a group (trim_ask.group) */
+    ROW_MEMBER_SLOT,    /* MT_TRIGGER_PRESSURE: a member's own, in its slot (TRIM_ASK_MEMBER) */
+    ROW_COUNT
+};
+
+static const struct trim_rule trim_rules[ROW_COUNT] = {
+    /* a person asked: answered, with a trim of its own or a running one's result; a
+     * group's manual trims too (its leader applied the rate limit to the group) */
+    [ROW_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0, 0},
+    [ROW_PERIODIC] = {0, 1, 0, 0, 0},
+    [ROW_BURST] = {0, 1, 0, 0, 0},
     /* polled every few ms near the limit: one count a second of being refused */
-    [MT_TRIGGER_PRESSURE] = {0, 1, 1, MT_SEC, 0},
+    [ROW_PRESSURE] = {0, 1, 1, MT_SEC, 0},
+    /* a worker group's (a member's trim on its leader's request, and the leader's own):
+     * it shares a running trim (what another member needs is not this one's to keep: no
+     * cost gate, no refusal because its own periodic trim runs), obeys the host's suspend
+     * and counts a refusal once a second as the pressure path does */
+    [ROW_GROUP_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 0},
+    /* a group's member trimming its own freed memory inside the group's zone, without
+     * its leader's request (core/group/group_member.c): as the group's pressure row, and
+     * slotted: it starts only inside the window its leader's stagger gives it (its slot,
+     * while its leader's grant lasts; member_window widens it at the group's line and
+     * after a missed slot), so that members acting alone never start their trims
+     * together; outside it is refused and counted as "stagger" */
+    [ROW_MEMBER_SLOT] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 1},
 };
+_Static_assert((int)ROW_GROUP_PRESSURE == (int)MT_TRIGGER_COUNT,
+               "a trigger's own row is its number, the group's rows after them");
 
-/*
- * The same triggers asked by a worker group's leader (trim_ask.group): a member's
- * trim on the group's request, and the leader's own pressure trim. The group's
- * pressure shares a running trim (what another member needs is not this one's to
- * keep: no cost gate, no refusal because its own periodic trim runs), obeys the
- * host's suspend and counts a refusal once a second as the pressure path does; its
- * manual trims are the manual row (the leader applied the rate limit to the group).
- */
-static const struct trim_rule group_rules[MT_TRIGGER_COUNT] = {
-    [MT_TRIGGER_MANUAL] = {TRIM_WAIT_IF_BUSY, 0, 1, 0, 0},
-    [MT_TRIGGER_PERIODIC] = {0, 1, 0, 0, 0},
-    [MT_TRIGGER_BURST] = {0, 1, 0, 0, 0},
-    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 0},
-};
-
-/*
- * A group's member trimming its own freed memory inside the group's zone, without its
- * leader's request (core/group/group_member.c): pressure only. As the group's pressure
- * row (it shares a running trim, obeys the host's suspend, counts a refusal once a
- * second), and slotted: it starts only inside the window its leader's stagger gives it
- * (its slot, while its leader's grant lasts; group_member.c member_window widens it at the
- * group's line and after a missed slot), so that members acting alone never start their
- * trims together; outside it is refused and counted as "stagger".
- */
-static const struct trim_rule member_rules[MT_TRIGGER_COUNT] = {
-    [MT_TRIGGER_PRESSURE] = {TRIM_WAIT_IF_BUSY, 1, 1, MT_SEC, 1},
-};
+/* The row of an ask, or -1 (a member's own trim is a pressure trim only). */
+static int trim_row(const struct trim_ask *ask)
+{
+    if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT)
+        return -1;
+    if (ask->group == TRIM_ASK_MEMBER)
+        return ask->trigger == MT_TRIGGER_PRESSURE ? ROW_MEMBER_SLOT : -1;
+    if (ask->group && ask->trigger == MT_TRIGGER_PRESSURE)
+        return ROW_GROUP_PRESSURE;
+    return ask->trigger;
+}
 
 /* Count a refusal of a trigger's trim as its rule says. */
 static void count_refusal(struct trim_service *ts, const struct trim_rule *rule, int trigger,
@@ -342,12 +356,10 @@ static void count_refusal(struct trim_service *ts, const struct trim_rule *rule,
 int trim_request(struct trim_service *ts, struct snapshot_cache *sc, const struct trim_ask *ask,
                  struct mt_trim_result *out, int64_t *retry_after_ms)
 {
-    if (ask->trigger < 0 || ask->trigger >= MT_TRIGGER_COUNT ||
-        (ask->group == TRIM_ASK_MEMBER && ask->trigger != MT_TRIGGER_PRESSURE))
+    int row = trim_row(ask);
+    if (row < 0)
         return -EINVAL;
-    const struct trim_rule *rule = ask->group == TRIM_ASK_MEMBER ? &member_rules[ask->trigger]
-                                   : ask->group                  ? &group_rules[ask->trigger]
-                                                                 : &trim_rules[ask->trigger];
+    const struct trim_rule *rule = &trim_rules[row];
     int flags = rule->flags | (rule->obeys_suspend ? TRIM_OBEYS_SUSPEND : 0);
     if (rule->slotted) {
         int64_t now = mt_mono_ns();
