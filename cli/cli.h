@@ -45,8 +45,10 @@ int cli_call(const struct opts *o, struct target *t, struct inject_call *c);
 void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *c);
 
 /* What a call may charge to the process's memory cgroup beyond its own function's needs:
- * our page and a margin. */
-#define CLI_CALL_CHARGE (TR_MAP_SIZE + (256 << 10))
+ * what it touches of our page (it is mapped whole, 1 MiB, but only touched pages are charged:
+ * 32 KiB measured for trim and stats, its code, data and the two threads' stacks and thread
+ * blocks; 128 KiB bounds it) and a margin (the glibc thread's DTV and cache, the kernel's). */
+#define CLI_CALL_CHARGE ((128 << 10) + (256 << 10))
 /* NULL when the process's memory cgroup has room for need bytes; else why not, in buf. */
 const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,
                                size_t len);

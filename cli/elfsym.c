@@ -155,3 +155,40 @@ uint64_t elf_find_code(const struct elf_file *f, const void *bytes, size_t len)
     }
     return 0;
 }
+
+int elf_read(const struct elf_file *f, uint64_t vaddr, void *buf, size_t len)
+{
+    const Elf64_Ehdr *eh = (const void *)f->map;
+    const Elf64_Phdr *ph = (const void *)(f->map + eh->e_phoff);
+    for (int i = 0; i < eh->e_phnum; i++) {
+        if (ph[i].p_type != PT_LOAD || vaddr < ph[i].p_vaddr ||
+            vaddr - ph[i].p_vaddr >= ph[i].p_filesz || len > ph[i].p_filesz - (vaddr - ph[i].p_vaddr))
+            continue;
+        uint64_t off = ph[i].p_offset + (vaddr - ph[i].p_vaddr);
+        if (!in_file(f, off, len))
+            return -1;
+        memcpy(buf, f->map + off, len);
+        return 0;
+    }
+    return -1;
+}
+
+int elf_tpoff_slots(const struct elf_file *f, uint64_t *out, int max)
+{
+    const Elf64_Ehdr *eh = (const void *)f->map;
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) ||
+        !in_file(f, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr)))
+        return 0;
+    const Elf64_Shdr *sh = (const void *)(f->map + eh->e_shoff);
+    int n = 0;
+    for (int i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type != SHT_RELA || sh[i].sh_entsize != sizeof(Elf64_Rela) ||
+            !in_file(f, sh[i].sh_offset, sh[i].sh_size))
+            continue;
+        const Elf64_Rela *r = (const void *)(f->map + sh[i].sh_offset);
+        for (size_t k = 0; k < sh[i].sh_size / sizeof *r && n < max; k++)
+            if (ELF64_R_TYPE(r[k].r_info) == R_X86_64_TPOFF64)
+                out[n++] = r[k].r_offset;
+    }
+    return n;
+}

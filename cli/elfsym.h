@@ -27,5 +27,11 @@ uint64_t elf_dynobj(const struct elf_file *f, const char *name, uint64_t *size);
 /* The virtual address (before the load bias) of the first occurrence of bytes in an
  * executable segment; 0 if none. */
 uint64_t elf_find_code(const struct elf_file *f, const void *bytes, size_t len);
+/* len bytes of the file's loaded image at virtual address vaddr (before the load bias): 0, or
+ * -1 if they are not all in one PT_LOAD's file contents. */
+int elf_read(const struct elf_file *f, uint64_t vaddr, void *buf, size_t len);
+/* The addresses (r_offset) of the R_X86_64_TPOFF64 relocations: the GOT slots that hold, once
+ * loaded, a thread-local variable's offset from the thread pointer. Their count (at most max). */
+int elf_tpoff_slots(const struct elf_file *f, uint64_t *out, int max);
 
 #endif

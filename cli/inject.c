@@ -1,17 +1,20 @@
 /*
- * inject.c - one call inside a running process through ptrace, on one thread, made safe by
- * construction (docs/architecture.md, "The memtrim command"):
- *   1. a thread blocked in a system call the allocator and ld.so never make with a lock held
- *      (target_syscall_safe), not inside a signal handler, is seized alone (PTRACE_SEIZE, no
- *      PTRACE_O_EXITKILL) and interrupted; its registers must confirm it is still there;
- *   2. its registers, extended state and signal mask are written into our page in the target
- *      (mapped once, by one injected mmap, and named so that later calls find it), and its
- *      flags and resume address below its stack's red zone;
- *   3. it is pointed at the page's code (tramp.S) with every signal blocked and detached at
- *      once: it makes the call un-traced, restores itself and resumes its system call as the
- *      kernel would have restarted it. From then on nothing depends on this tool.
- * The tool polls the page's done flags with process_vm_readv under a deadline. One thread
- * (the tool's); one tool per target at a time (lock.c).
+ * inject.c - one call inside a running process through ptrace, on a thread of memtrim's own
+ * (docs/command.md): nobody may ever wait on what memtrim runs in the target.
+ *   1. a thread blocked in a system call that the kernel restarts exactly (target_syscall_safe,
+ *      pick.c) is seized alone (PTRACE_SEIZE, no PTRACE_O_EXITKILL) and interrupted; its
+ *      registers must confirm it is still there;
+ *   2. our page is mapped once (one mmap on that thread's own syscall instruction) and filled:
+ *      the call, the thread's registers and mask (for the self-restore it falls back to), a
+ *      thread block for the raw thread (thread.c);
+ *   3. the taken thread runs the page's code with every signal blocked: raw system calls only,
+ *      it clones memtrim's raw thread and waits; the tool interrupts it again, puts back its
+ *      registers and mask at that ptrace stop and detaches: the kernel restarts its system call
+ *      itself, and delivers what came meanwhile as it would have (tramp.S);
+ *   4. the raw thread (ABI state reset, guard pages) starts a glibc thread with the target's own
+ *      pthread_create, which makes the call, waits for locks like any thread, and ends.
+ * The tool polls the page under deadlines. One thread (the tool's), with its watchdog
+ * (watch.c); one tool per target at a time (lock.c).
  */
 #include "inject.h"
 
@@ -19,11 +22,14 @@
 #include "lock.h"
 #include "mem.h"
 #include "pick.h"
+#include "thread.h"
 #include "tramp.h"
+#include "watch.h"
 
 #include <cpuid.h>
 #include <elf.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -41,20 +47,43 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
 #define NR_RESTART_SYSCALL 219
+#define CLONE_RAW (0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x100000 | \
+                   0x200000) /* VM FS FILES SIGHAND THREAD SYSVSEM SETTLS PARENT_SETTID
+                                CHILD_CLEARTID */
+#define T_WAIT_NS 250000000L /* how long the taken thread waits for the tool before it restores
+                                itself (the tool is gone, or stopped) */
 
-int inject_left_seized;
-
-/* map_page's mmap, then tramp.S's rt_sigprocmask (twice) and prctl naming the page; an
+/* The system calls memtrim makes in a target (inject.h): map_page's mmap; tramp.S's
+ * rt_sigprocmask, prctl naming the page, clone and ppoll on the taken thread, rt_sigreturn
+ * for a handler its self-restore lets in; the raw thread's mprotect (guards) and exit; the
+ * glibc thread's gettid; and glibc's pthread_create and a thread's start and exit (clone3,
+ * or clone on ENOSYS; rt_sigaction for its first thread's handlers; rseq, set_robust_list;
+ * futex; madvise and munmap of nothing on a stack of ours, but listed as glibc may). An
  * argument that is an address in the page is not known beforehand (bit clear in known). */
 const struct inject_syscall inject_syscalls[] = {
-    {"mmap(NULL, 128 KiB, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0)",
+    {"mmap(NULL, 1 MiB, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0)",
      SYS_mmap, {0, TR_MAP_SIZE, 7, 0x22, (uint64_t)-1, 0}, 0x3f},
     {"rt_sigprocmask(SIG_SETMASK, set, NULL, 8)", SYS_rt_sigprocmask, {2, 0, 0, 8, 0, 0}, 0xd},
-    {"prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, page, 128 KiB, name)", SYS_prctl,
+    {"prctl(PR_SET_VMA, PR_SET_VMA_ANON_NAME, page, 1 MiB, name)", SYS_prctl,
      {0x53564d41, 0, 0, TR_MAP_SIZE, 0, 0}, 0xb},
+    {"clone(CLONE_VM|CLONE_THREAD|..., stack, &tid, &tid, tls)", SYS_clone, {CLONE_RAW}, 0x1},
+    {"ppoll(NULL, 0, &timeout, NULL, 8)", SYS_ppoll, {0, 0, 0, 0, 8, 0}, 0x1b},
+    {"rt_sigreturn()", SYS_rt_sigreturn, {0}, 0},
+    {"mprotect(guard, 4096, PROT_NONE)", SYS_mprotect, {0, 4096, 0}, 0x6},
+    {"exit(0)", SYS_exit, {0}, 0x1},
+    {"gettid()", SYS_gettid, {0}, 0},
+    {"clone3 (pthread_create)", SYS_clone3, {0}, 0},
+    {"rt_sigaction (pthread_create's first thread)", SYS_rt_sigaction, {0}, 0},
+    {"rt_sigprocmask (pthread_create)", SYS_rt_sigprocmask, {0}, 0},
+    {"rseq (a glibc thread's start)", SYS_rseq, {0}, 0},
+    {"set_robust_list (a glibc thread's start)", SYS_set_robust_list, {0}, 0},
+    {"futex (glibc's locks)", SYS_futex, {0}, 0},
+    {"madvise (a glibc thread's exit)", SYS_madvise, {0}, 0},
+    {"munmap (a glibc thread's exit)", SYS_munmap, {0}, 0},
 };
 const size_t inject_syscalls_n = sizeof inject_syscalls / sizeof inject_syscalls[0];
 
+int inject_left_seized;
 
 static double now_s(void)
 {
@@ -84,6 +113,35 @@ static int wait_stop(pid_t tid, double deadline, int *status)
     }
 }
 
+/* Waits for tid's interrupt (or group) stop, letting through what else stops it (a signal on
+ * its way is delivered as it would have been). 0 in the stop; -2 not in time (still seized:
+ * only this process's exit releases it); -3 gone; -1 other. */
+static int wait_event_stop(pid_t tid, double deadline, char *err, size_t errlen, int *group)
+{
+    for (;;) {
+        int status;
+        *group = 0;
+        if (wait_stop(tid, deadline, &status) != 0) {
+            snprintf(err, errlen, "thread %d did not stop in time: it stays seized until memtrim "
+                     "exits; nothing more is done", (int)tid);
+            return -2;
+        }
+        if (!WIFSTOPPED(status)) {
+            snprintf(err, errlen, "thread %d exited", (int)tid);
+            return -3;
+        }
+        int sig = WSTOPSIG(status), event = status >> 16;
+        if (event == PTRACE_EVENT_STOP) {
+            *group = sig != SIGTRAP; /* a group stop: the process is being stopped */
+            return 0;
+        }
+        if (ptrace(PTRACE_CONT, tid, 0, (void *)(long)sig) != 0) {
+            snprintf(err, errlen, "ptrace(PTRACE_CONT, %d): %s", (int)tid, strerror(errno));
+            return -1;
+        }
+    }
+}
+
 /* Seizes and interrupts tid; 0 once it is in its interrupt stop. */
 static int seize_stop(pid_t tid, double deadline, char *err, size_t errlen)
 {
@@ -101,40 +159,34 @@ static int seize_stop(pid_t tid, double deadline, char *err, size_t errlen)
                  "stays seized until memtrim exits; nothing more is done", (int)tid, strerror(e));
         return -2;
     }
-    for (;;) {
-        int status;
-        if (wait_stop(tid, deadline, &status) != 0) {
-            snprintf(err, errlen, "thread %d did not stop in time: it stays seized until memtrim "
-                     "exits; nothing more is done", (int)tid);
-            return -2; /* still seized: only this process's exit releases it */
-        }
-        if (!WIFSTOPPED(status)) {
-            snprintf(err, errlen, "thread %d exited", (int)tid);
-            return -3;
-        }
-        int sig = WSTOPSIG(status), event = status >> 16;
-        if (event == PTRACE_EVENT_STOP && sig == SIGTRAP)
-            return 0; /* the interrupt stop */
-        if (event == PTRACE_EVENT_STOP) {
-            snprintf(err, errlen, "process is being stopped (signal %d): not touched", sig);
-            ptrace(PTRACE_DETACH, tid, 0, 0);
-            return -1;
-        }
-        /* a signal was on its way: deliver it as it would have been, and wait again */
-        if (ptrace(PTRACE_CONT, tid, 0, (void *)(long)sig) != 0) {
-            snprintf(err, errlen, "ptrace(PTRACE_CONT, %d): %s", (int)tid, strerror(errno));
-            return -1;
-        }
+    int group, r = wait_event_stop(tid, deadline, err, errlen, &group);
+    if (r == 0 && group) {
+        snprintf(err, errlen, "process is being stopped: not touched");
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        return -1;
     }
+    return r;
 }
 
-/* Where the thread resumes, as the kernel's signal code would restart its system call. */
-static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip, uint64_t *rax)
+/* Where the thread resumes, as the kernel's signal code would restart its system call: for
+ * the self-restore (the tool gone), and for the registers the tool puts back (regs->rax). An
+ * -EINTR (epoll_wait, sigtimedwait without a timeout: the pick takes no other) becomes
+ * -ERESTARTNOHAND, what the kernel gives a wait it restarts unless a handler runs. */
+static int resume_point(struct user_regs_struct *r, long nr, uint64_t *rip, uint64_t *rax)
 {
     long ret = (long)r->rax;
     if ((long)r->orig_rax != nr)
         return -1;
     switch (-ret) {
+    case EINTR:
+        if (!mt_control("cmd-eintr-passthrough"))
+            r->rax = (uint64_t)-ERESTARTNOHAND;
+        else {
+            *rip = r->rip;
+            *rax = r->rax;
+            return 0;
+        }
+        /* fall through */
     case ERESTARTSYS:
     case ERESTARTNOINTR:
     case ERESTARTNOHAND:
@@ -145,34 +197,23 @@ static int resume_point(const struct user_regs_struct *r, long nr, uint64_t *rip
         *rip = r->rip - 2;
         *rax = NR_RESTART_SYSCALL;
         return 0;
-    case EINTR: /* epoll_wait, sigtimedwait: EINTR, as after any stop (signal(7)) */
-        *rip = r->rip;
-        *rax = r->rax;
-        return 0;
     default:
         return -1; /* it has returned: not where it was judged */
     }
 }
 
-static uint64_t xcr0(void)
-{
-    unsigned a, b, c, d;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
-        return 0;
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
-}
-
 /* The first call into a target maps our page: one mmap made on the stopped thread's own
  * syscall instruction, under ptrace (the one step that needs the tool alive: see
- * docs/architecture.md). Its registers are put back as soon as the mmap returns, so that a
- * tool killed later leaves the thread as it was. A signal that stops the thread before the
- * mmap is passed back in *sig (the caller restores the registers and delivers it). */
-static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double deadline, int *sig,
-                         char *err, size_t errlen)
+ * docs/command.md). At the mmap's syscall-exit stop the thread is set at its restart point at
+ * once (resume: its system call made again, by hand, as nothing restarts it from that stop),
+ * so that a tool killed from then on leaves it where it was. A signal that stops the thread
+ * before the mmap is passed back in *sig (at that signal stop the caller's registers hold). */
+static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
+                         const struct user_regs_struct *resume, double deadline, int *sig,
+                         int *at_exit, char *err, size_t errlen)
 {
     *sig = 0;
+    *at_exit = 0;
     struct user_regs_struct m = *orig;
     m.rip = orig->rip - 2;
     m.rax = 9; /* mmap */
@@ -198,8 +239,9 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig, double 
             return 0;
         }
     }
+    *at_exit = 1;
     int got = ptrace(PTRACE_GETREGS, tid, 0, &m);
-    if (ptrace(PTRACE_SETREGS, tid, 0, orig) != 0) /* the thread as it was, from now on */
+    if (ptrace(PTRACE_SETREGS, tid, 0, resume) != 0)
         goto fail;
     if (got != 0 || ((int64_t)m.rax < 0 && (int64_t)m.rax > -4096)) {
         snprintf(err, errlen, "mmap in the target failed: %s", strerror((int)-(int64_t)m.rax));
@@ -212,98 +254,74 @@ fail:
 }
 
 struct saved {
-    struct user_regs_struct regs;
+    struct user_regs_struct regs; /* as the kernel is to see them again (rax: a restart code) */
     uint64_t resume_rip, resume_rax, sigmask;
-    unsigned char xsave[TR_XSAVE_SIZE];
-    size_t xsave_len;
-    int use_fxsr;
+    unsigned char xsave[16384]; /* controls only: the old design's call clobbers it */
+    struct iovec xiov;
 };
 
-static int save_thread(pid_t tid, struct saved *s)
-{
-    struct iovec iov = {s->xsave, sizeof s->xsave};
-    memset(s->xsave, 0, sizeof s->xsave);
-    if (xcr0() && ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &iov) == 0) {
-        s->xsave_len = iov.iov_len;
-        s->use_fxsr = 0;
-    } else if (ptrace(PTRACE_GETFPREGS, tid, 0, s->xsave) == 0) {
-        s->xsave_len = sizeof(struct user_fpregs_struct);
-        s->use_fxsr = 1;
-    } else {
-        return -1;
-    }
-    return ptrace(PTRACE_GETSIGMASK, tid, (void *)8, &s->sigmask) == 0 ? 0 : -1;
-}
+/* One attempt on one picked thread: what it reads and where it reports. */
+struct attempt {
+    struct target *t;
+    struct inject_call *c;
+    const struct pick *pick;
+    const struct glibc_thread *g;
+    int single;          /* __libc_single_threaded was set: the taken thread is the only one */
+    uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
+    char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
+    size_t errlen, reasonlen;
+};
 
-/* Fills the page for one call and the thread's stack slot (flags, resume address). */
-static int fill_page(pid_t pid, uint64_t page, int write_code, const struct saved *s,
-                     const struct inject_call *c)
+/* Whether a page's previous call is over: the taken thread left it (its flag, or /proc shows
+ * it elsewhere), the raw thread and the glibc thread exited (their tid words, cleared by the
+ * kernel). 1 free, 0 busy. */
+static int page_free(pid_t pid, uint64_t page, const struct glibc_thread *g)
 {
-    static unsigned char data[TR_XSAVE - TR_MAGIC_OFF];
-    memset(data, 0, sizeof data);
-#define AT(off) (data + (off) - TR_MAGIC_OFF)
-#define PUT(off, v) do { uint64_t v_ = (v); memcpy(AT(off), &v_, 8); } while (0)
-    memcpy(AT(TR_MAGIC_OFF), TR_MAGIC, 8);
-    PUT(TR_SELF, page);
-    PUT(TR_FUNC, c->func);
-    PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0] + (c->page_args & 1 ? page : 0));
-    PUT(TR_ARG1, c->args[1] + (c->page_args & 2 ? page : 0));
-    PUT(TR_ARG2, c->args[2] + (c->page_args & 4 ? page : 0));
-    PUT(TR_ARG3, c->args[3]);
-    PUT(TR_ARG4, c->args[4]);
-    if (c->in) {
-        size_t n = strlen(c->in);
-        if (n >= TR_PATH_MAX)
-            return -1;
-        memcpy(AT(TR_PATH), c->in, n + 1);
+    uint64_t d[(TR_P_THREAD + 8 - TR_MAGIC_OFF) / 8];
+    if (mem_read(pid, page + TR_MAGIC_OFF, d, sizeof d) != 0)
+        return 0;
+#define F(off) d[((off) - TR_MAGIC_OFF) / 8]
+    uint32_t rtid = 0, ptid = 0;
+    if (F(TR_R_CTID))
+        mem_read(pid, F(TR_R_CTID), &rtid, 4);
+    if (F(TR_P_THREAD))
+        mem_read(pid, F(TR_P_THREAD) + g->tid_off, &ptid, 4);
+    if (rtid || ptid)
+        return 0;
+    if (F(TR_T_DONE) == 1 || !F(TR_T_TID))
+        return 1;
+    uint64_t args[7];
+    long nr = target_thread_syscall(pid, (pid_t)F(TR_T_TID), args);
+    if (nr == -2 && target_thread_syscall(pid, (pid_t)F(TR_T_TID), args) == -2) {
+        char task[64];
+        snprintf(task, sizeof task, "/proc/%d/task/%d", (int)pid, (int)F(TR_T_TID));
+        return access(task, F_OK) != 0; /* gone, or running (in doubt: busy) */
     }
-    uint64_t low = s->regs.rsp - TR_RED_ZONE - 16;
-    PUT(TR_LOW_RSP, low);
-    /* the features the kernel saved (its sw_reserved bytes say which: XCR0), never AMX's
-     * (glibc's malloc leaves it, and a disarmed one would fault) */
-    uint64_t features = 0;
-    uint32_t magic1 = 0;
-    memcpy(&magic1, s->xsave + 464, 4);
-    memcpy(&features, s->xsave + 464 + 8, 8);
-    if (s->use_fxsr || magic1 != 0x46505853 /* FP_XSTATE_MAGIC1 */ || !features)
-        features = xcr0();
-    PUT(TR_XMASK, features & ~((1ull << 17) | (1ull << 18)));
-    PUT(TR_ORIG_MASK, s->sigmask);
-    PUT(TR_ALL_MASK, ~0ull);
-    PUT(TR_NAME_VMA, 1);
-    PUT(TR_MAP_LEN, TR_MAP_SIZE);
-    PUT(TR_USE_FXSR, (uint64_t)s->use_fxsr);
-    memcpy(AT(TR_VMA_NAME), "memtrim-inject", 15);
-    const struct user_regs_struct *r = &s->regs;
-    uint64_t regs[15] = {s->resume_rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->r8,
-                         r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15};
-    memcpy(AT(TR_REGS), regs, sizeof regs);
-#undef PUT
-#undef AT
-    uint64_t slot[2] = {r->eflags, s->resume_rip};
-    size_t code_len = (size_t)(mt_tramp_end - mt_tramp_start);
-    if (write_code && (code_len > TR_CODE_MAX || mem_write(pid, page, mt_tramp_start, code_len) != 0))
-        return -1;
-    if (mem_write(pid, page + TR_MAGIC_OFF, data, sizeof data) != 0 ||
-        mem_write(pid, page + TR_XSAVE, s->xsave, s->xsave_len) != 0 ||
-        mem_write(pid, low, slot, sizeof slot) != 0)
-        return -1;
-    return 0;
+    uint64_t pc = 0;
+    char path[96], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/syscall", (int)pid, (int)F(TR_T_TID));
+    if (target_read_file(path, buf, sizeof buf) > 0) {
+        const char *last = strrchr(buf, ' ');
+        if (last)
+            sscanf(last + 1, "%" SCNx64, &pc);
+    }
+#undef F
+    return pc && (pc < page || pc >= page + TR_CODE_MAX);
 }
 
 /* Our page, if the target has one that no call is using (a killed tool's call may still run:
  * it is waited for). */
-static uint64_t usable_page(pid_t pid, uint64_t page, double deadline, int *busy)
+static uint64_t usable_page(pid_t pid, uint64_t page, const struct glibc_thread *g,
+                            double deadline, int *busy)
 {
     *busy = 0;
     if (!page)
         return 0;
     for (;;) {
         char m[8];
-        uint64_t done = 0;
         if (mem_read(pid, page + TR_MAGIC_OFF, m, 8) != 0 || memcmp(m, TR_MAGIC, 8) != 0)
             return 0; /* someone else's name, or another layout: a page of our own */
-        if (mem_read(pid, page + TR_DONE_ALL, &done, 8) == 0 && done == 1)
+        if (page_free(pid, page, g))
             return page;
         if (now_s() > deadline) {
             *busy = 1;
@@ -313,22 +331,20 @@ static uint64_t usable_page(pid_t pid, uint64_t page, double deadline, int *busy
     }
 }
 
-/* One attempt on one picked thread: what it reads and where it reports. */
-struct attempt {
-    struct target *t;
-    struct inject_call *c;
-    const struct pick *pick;
-    uint64_t restorer;   /* glibc's signal restorer: a signal frame's mark */
-    uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
-    char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
-    size_t errlen, reasonlen;
-};
+static int save_thread(pid_t tid, struct saved *s)
+{
+    s->xiov = (struct iovec){s->xsave, sizeof s->xsave};
+    if (mt_control("cmd-call-on-taken-thread") &&
+        ptrace(PTRACE_GETREGSET, tid, (void *)NT_X86_XSTATE, &s->xiov) != 0)
+        return -1;
+    return ptrace(PTRACE_GETSIGMASK, tid, (void *)8, &s->sigmask) == 0 ? 0 : -1;
+}
 
-/* Seizes the picked thread and checks it is where it was judged (the process read, its
- * start time unchanged; the thread still its own; its registers still in that system call,
- * a syscall instruction before rip, no signal frame on its stack), then saves its state.
- * 0: stopped and saved; 1: released untouched (reason says why); -2, -4: as seize_stop
- * (seized for good; the kernel refused); -5: the pid is another process's now. */
+/* Seizes the picked thread and checks it is where it was judged (the process read, its start
+ * time unchanged; the thread still its own; its registers still in that system call, a
+ * syscall instruction before rip; alone in its process, not inside a signal handler), then
+ * saves its state. 0: stopped and saved; 1: released untouched (reason says why); -2, -4: as
+ * seize_stop; -5: the pid is another process's now. */
 static int take_thread(struct attempt *a, struct saved *s, double t0)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
@@ -345,28 +361,30 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
                  "changed: it exited and the pid was reused): not touched", (int)pid);
         return -5;
     }
-    if (access(task, F_OK) != 0) {
-        ptrace(PTRACE_DETACH, tid, 0, 0);
-        snprintf(a->reason, a->reasonlen, "thread %d is no longer process %d's", (int)tid,
-                 (int)pid);
-        return 1;
-    }
     unsigned char insn[2] = {0};
-    int sh = 0, e = 0;
+    int e = 0, sh = 0;
+    unsigned char single = 0;
     const char *why = NULL;
-    if (ptrace(PTRACE_GETREGS, tid, 0, &s->regs) != 0 || s->regs.rsp != a->pick->sp ||
-        resume_point(&s->regs, a->pick->nr, &s->resume_rip, &s->resume_rax) != 0)
+    if (access(task, F_OK) != 0)
+        why = "thread %d is no longer the process's";
+    else if (ptrace(PTRACE_GETREGS, tid, 0, &s->regs) != 0 || s->regs.rsp != a->pick->sp ||
+             resume_point(&s->regs, a->pick->nr, &s->resume_rip, &s->resume_rax) != 0)
         why = "thread %d left its system call"; /* it moved on: untouched */
     else if (mem_read(pid, s->regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05)
         why = "thread %d: the instruction before rip is not syscall";
-    else if ((sh = pick_in_signal_handler(pid, s->regs.rsp, a->pick->stack_end, a->restorer)) != 0)
-        why = sh > 0 ? "thread %d is inside a signal handler"
-                     : "thread %d: its stack could not be scanned whole for a signal frame "
-                       "(unreadable, or deeper than 128 KiB): refused";
+    else if (mem_read(pid, a->g->single_threaded, &single, 1) != 0 ||
+             (single && target_thread_count(pid) != 1))
+        why = "thread %d: its process has threads glibc did not start (__libc_single_threaded "
+              "is set): memtrim's thread could race them in malloc";
+    else if (single && (sh = pick_in_signal_handler(pid, s->regs.rsp, a->pick->stack_end)) != 0)
+        why = sh > 0 ? "thread %d, its process's only thread, is inside a signal handler "
+                       "(which may have interrupted malloc, unlocked while it is alone)"
+                     : "thread %d: its stack could not be scanned whole for a signal frame";
     else if (save_thread(tid, s) != 0) {
         e = errno;
         why = "cannot read thread %d's state: %s";
     }
+    a->single = single;
     if (!why)
         return 0;
     ptrace(PTRACE_DETACH, tid, 0, 0);
@@ -375,13 +393,13 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
 }
 
 /* Our page for this call: the one known if no call uses it, else one mapped now on the
- * stopped thread. 0 with err set (the thread restored and released: the caller only
- * returns rc). */
+ * stopped thread. 0 with err set (the thread restored and released: the caller only returns
+ * rc). */
 static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t0, int *rc)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
     int busy, sig;
-    uint64_t page = usable_page(pid, a->known_page, 0, &busy); /* once more: no wait */
+    uint64_t page = usable_page(pid, a->known_page, a->g, 0, &busy); /* once more: no wait */
     a->c->new_page = 0;
     if (page)
         return page;
@@ -391,10 +409,15 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
         *rc = INJECT_TIMEOUT;
         return 0;
     }
-    page = map_page(tid, &s->regs, t0 + 1.0, &sig, a->reason, a->reasonlen);
+    struct user_regs_struct resume = s->regs;
+    resume.rip = s->resume_rip;
+    resume.rax = s->resume_rax;
+    resume.orig_rax = (uint64_t)-1;
+    int at_exit;
+    page = map_page(tid, &s->regs, &resume, t0 + 1.0, &sig, &at_exit, a->reason, a->reasonlen);
     a->c->new_page = 1;
     if (!page) { /* the thread as it was, and the signal that came meanwhile */
-        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
+        ptrace(PTRACE_SETREGS, tid, 0, at_exit ? &resume : &s->regs);
         ptrace(PTRACE_DETACH, tid, 0, (void *)(long)sig);
         snprintf(a->err, a->errlen, "%s", a->reason);
         *rc = INJECT_FAILED;
@@ -402,126 +425,286 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     return page;
 }
 
-/* Points the stopped thread at our page with every signal blocked and detaches it: from then
- * on it runs the call and restores itself. INJECT_OK with *page and *released; else the
- * thread is restored and released and err says why. */
-static int start_call(struct attempt *a, const struct saved *s, double t0, uint64_t *page,
-                      double *released)
+/* Fills the page for one call and the thread's stack slot (flags, resume address). */
+static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, uint64_t tp)
 {
-    pid_t tid = a->pick->tid, pid = a->t->pid;
-    int rc = INJECT_OK;
-    sigset_t all, old;
-    sigfillset(&all);
-    sigprocmask(SIG_BLOCK, &all, &old); /* only SIGKILL can end the tool from here */
-    *page = page_for_call(a, s, t0, &rc);
-    struct user_regs_struct jump = s->regs;
-    jump.rip = *page;
-    jump.rsp = *page + TR_STACK_TOP;
-    jump.rax = 0;
-    jump.orig_rax = (uint64_t)-1; /* nothing is restarted now: the trampoline does it */
-    uint64_t none = ~0ull, zero = 0, one = 1;
-    if (*page && (fill_page(pid, *page, 1, s, a->c) != 0 ||
-                  mem_write(pid, *page + TR_DONE_ALL, &zero, 8) != 0 ||
-                  ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0)) {
-        int e = errno;
-        /* fill_page zeroed it: the page is free again (a new one is left mapped, unnamed:
-         * unmapping needs another injection) */
-        mem_write(pid, *page + TR_DONE_ALL, &one, 8);
-        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
-        ptrace(PTRACE_DETACH, tid, 0, 0);
-        snprintf(a->err, a->errlen, "cannot prepare the call in process %d: %s", (int)pid,
-                 strerror(e));
-        rc = INJECT_FAILED;
-    } else if (*page) {
-        /* after the jump's SETREGS only: a tool killed before this leaves a thread whose
-         * trampoline blocks them itself */
-        ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
-        ptrace(PTRACE_DETACH, tid, 0, 0);
-        *released = now_s();
+    static unsigned char data[TR_OUT - TR_MAGIC_OFF];
+    const struct inject_call *c = a->c;
+    pid_t pid = a->t->pid;
+    memset(data, 0, sizeof data);
+#define AT(off) (data + (off) - TR_MAGIC_OFF)
+#define PUT(off, v) do { uint64_t v_ = (v); memcpy(AT(off), &v_, 8); } while (0)
+    memcpy(AT(TR_MAGIC_OFF), TR_MAGIC, 8);
+    PUT(TR_SELF, page);
+    PUT(TR_FUNC, c->func);
+    PUT(TR_ARG0, c->arg0_is_out ? page + TR_OUT : c->args[0] + (c->page_args & 1 ? page : 0));
+    PUT(TR_ARG1, c->args[1] + (c->page_args & 2 ? page : 0));
+    PUT(TR_ARG2, c->args[2] + (c->page_args & 4 ? page : 0));
+    PUT(TR_ARG3, c->args[3]);
+    PUT(TR_ARG4, c->args[4]);
+    PUT(TR_T_TID, (uint64_t)a->pick->tid);
+    PUT(TR_R_CTID, tp + a->g->tid_off);
+    PUT(TR_R_TP, tp);
+    PUT(TR_CLONE_FLAGS, CLONE_RAW);
+    PUT(TR_ALL_MASK, ~0ull);
+    PUT(TR_ORIG_MASK, s->sigmask);
+    PUT(TR_LOW_RSP, s->regs.rsp - TR_RED_ZONE - 16);
+    PUT(TR_NAME_VMA, 1);
+    PUT(TR_MAP_LEN, TR_MAP_SIZE);
+    PUT(TR_WAIT_TS, 0);
+    PUT(TR_WAIT_TS + 8, T_WAIT_NS);
+    PUT(TR_FN_ATTR_INIT, a->g->attr_init);
+    PUT(TR_FN_ATTR_STACK, a->g->attr_setstack);
+    PUT(TR_FN_ATTR_DETACH, a->g->attr_setdetach);
+    PUT(TR_FN_CREATE, a->g->create);
+    PUT(TR_FN_ATTR_DESTROY, a->g->attr_destroy);
+    PUT(TR_P_STACK, page + TR_P_STACK_OFF);
+    PUT(TR_P_STACK_SIZE, TR_MAP_SIZE - TR_P_STACK_OFF);
+    PUT(TR_MXCSR, 0x1f80);
+    PUT(TR_NO_GUARD, (uint64_t)mt_control("cmd-no-guard"));
+    PUT(TR_KEEP_DF, (uint64_t)mt_control("cmd-keep-df"));
+    PUT(TR_OLD_CALL, (uint64_t)mt_control("cmd-call-on-taken-thread"));
+    memcpy(AT(TR_VMA_NAME), "memtrim-inject", 15);
+    const struct user_regs_struct *r = &s->regs;
+    uint64_t regs[15] = {s->resume_rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->r8,
+                         r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15};
+    memcpy(AT(TR_REGS), regs, sizeof regs);
+#undef PUT
+#undef AT
+    uint64_t slot[2] = {r->eflags, s->resume_rip};
+    size_t code_len = (size_t)(mt_tramp_end - mt_tramp_start);
+    if (code_len > TR_CODE_MAX || mem_write(pid, page, mt_tramp_start, code_len) != 0)
+        return -1;
+    if (c->in) {
+        size_t n = strlen(c->in);
+        if (n >= TR_PATH_MAX || mem_write(pid, page + TR_PATH, c->in, n + 1) != 0)
+            return -1;
     }
-    sigprocmask(SIG_SETMASK, &old, NULL);
-    return rc;
+    return mem_write(pid, page + TR_MAGIC_OFF, data, sizeof data) != 0 ||
+           mem_write(pid, s->regs.rsp - TR_RED_ZONE - 16, slot, sizeof slot) != 0 ? -1 : 0;
 }
 
-/* The thread is on its own: waits for its done flags under the call's deadline, then reads
- * the result and the output buffer. */
+/* The stopped thread, back as it was: its registers (a restart code in rax: the kernel
+ * restarts the call itself when it resumes) and its mask, set at this ptrace stop; then
+ * detached. Unless it has already left the page on its own (the tool was late). */
+static void give_back(struct attempt *a, uint64_t page, const struct saved *s)
+{
+    pid_t tid = a->pick->tid;
+    struct user_regs_struct now;
+    uint64_t one = 1;
+    if (ptrace(PTRACE_GETREGS, tid, 0, &now) == 0 && now.rip >= page &&
+        now.rip < page + TR_CODE_MAX) {
+        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
+        if (mt_control("cmd-call-on-taken-thread"))
+            ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &s->xiov);
+        ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s->sigmask);
+    }
+    ptrace(PTRACE_DETACH, tid, 0, 0);
+    mem_write(a->t->pid, page + TR_T_DONE, &one, 8);
+}
+
+/* The taken thread runs the page's code (still seized): once its clone is done (and, alone
+ * in its process, once glibc's pthread_create has made it multi-threaded), it is interrupted
+ * and given back. INJECT_OK, or the failure with err set; the thread is released either way
+ * (or stays seized for good: inject_left_seized). */
+static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, double *away)
+{
+    pid_t tid = a->pick->tid, pid = a->t->pid;
+    struct user_regs_struct jump = s->regs;
+    jump.rip = page;
+    jump.rsp = page + TR_T_STACK_TOP;
+    jump.rax = 0;
+    jump.orig_rax = (uint64_t)-1; /* nothing is restarted now */
+    uint64_t none = ~0ull;
+    if (ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
+        snprintf(a->err, a->errlen, "cannot start the call in process %d: %s", (int)pid,
+                 strerror(errno));
+        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        return INJECT_FAILED;
+    }
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
+    double t1 = now_s(), deadline = t1 + (a->c->call_wait_s < 2 ? a->c->call_wait_s : 2);
+    int old = mt_control("cmd-call-on-taken-thread");
+    if (old)
+        deadline = t1 + a->c->call_wait_s;
+    ptrace(PTRACE_CONT, tid, 0, 0);
+    int64_t cloned = 0;
+    uint64_t r_done = 0, done = 0;
+    unsigned char single = a->single;
+    int status, stopped_early = 0;
+    while (now_s() < deadline && !mt_control("cmd-self-restore")) {
+        if (old ? mem_read(pid, page + TR_DONE_CALL, &done, 8) == 0 && done
+                : mem_read(pid, page + TR_CLONE_RET, &cloned, 8) == 0 && cloned &&
+                      (!single || cloned < 0 ||
+                       (mem_read(pid, a->g->single_threaded, &single, 1) == 0 && !single) ||
+                       (mem_read(pid, page + TR_R_DONE, &r_done, 8) == 0 && r_done)))
+            break;
+        pid_t w = waitpid(tid, &status, __WALL | WNOHANG);
+        if (w == tid) { /* stopped meanwhile (a group stop): give it back from this stop */
+            stopped_early = WIFSTOPPED(status);
+            if (!stopped_early)
+                break;
+            if (status >> 16 != PTRACE_EVENT_STOP) { /* SIGSTOP's delivery: let it through */
+                ptrace(PTRACE_CONT, tid, 0, (void *)(long)WSTOPSIG(status));
+                stopped_early = 0;
+                continue;
+            }
+            break;
+        }
+        pause_us(20);
+    }
+    if (mt_control("cmd-self-restore")) { /* the old design: the thread restores itself */
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        *away = now_s() - t1;
+        return INJECT_OK;
+    }
+    int group = 0;
+    if (!stopped_early) {
+        ptrace(PTRACE_INTERRUPT, tid, 0, 0);
+        int r = wait_event_stop(tid, now_s() + 1.0, a->err, a->errlen, &group);
+        if (r != 0) {
+            inject_left_seized = r == -2;
+            return INJECT_FAILED;
+        }
+    }
+    give_back(a, page, s);
+    *away = now_s() - t1;
+    if (!old && cloned <= 0) {
+        snprintf(a->err, a->errlen, "thread %d could not start memtrim's thread in process %d "
+                 "(clone: %s): it is back in its system call, nothing was called", (int)tid,
+                 (int)pid, cloned ? strerror((int)-cloned) : "not in time");
+        return INJECT_FAILED;
+    }
+    return INJECT_OK;
+}
+
+/* The calling threads are on their own: waits for the result under the call's deadline,
+ * then for both threads' exits (the page is free once they are gone). */
 static int wait_call(struct attempt *a, uint64_t page, double released)
 {
     struct inject_call *c = a->c;
     pid_t pid = a->t->pid;
     double call_deadline = released + c->call_wait_s;
-    uint64_t flags[2] = {0, 0}; /* TR_DONE_CALL, TR_DONE_ALL */
-    while (mem_read(pid, page + TR_DONE_CALL, flags, sizeof flags) == 0 && flags[1] != 1) {
-        if (flags[0] == 1 && !c->call_s)
-            c->call_s = now_s() - released;
+    uint64_t d[(TR_P_TID + 8 - TR_MAGIC_OFF) / 8];
+#define F(off) d[((off) - TR_MAGIC_OFF) / 8]
+    uint64_t ctid = 0;
+    mem_read(pid, page + TR_R_CTID, &ctid, 8);
+    for (;;) {
+        uint32_t rtid = 1; /* read before the flags: a thread seen gone had set them before */
+        int r_gone = ctid && mem_read(pid, ctid, &rtid, 4) == 0 && !rtid;
+        if (mem_read(pid, page + TR_MAGIC_OFF, d, sizeof d) != 0) {
+            snprintf(a->err, a->errlen, "process %d is gone", (int)pid);
+            return INJECT_FAILED;
+        }
+        if (F(TR_DONE_CALL) == 1)
+            break;
+        if (F(TR_R_DONE) && F(TR_R_CREATE) != 0) {
+            snprintf(a->err, a->errlen, "memtrim's thread in process %d could not start a glibc "
+                     "thread: pthread_create: %s; nothing was called", (int)pid,
+                     strerror((int)F(TR_R_CREATE)));
+            return INJECT_FAILED;
+        }
+        if (!F(TR_R_DONE) && r_gone && !mt_control("cmd-call-on-taken-thread")) {
+            snprintf(a->err, a->errlen, "memtrim's thread in process %d ended before its call",
+                     (int)pid);
+            return INJECT_FAILED;
+        }
         if (now_s() > call_deadline) {
-            snprintf(a->err, a->errlen, "the call in thread %d has not returned after %.1f s; it "
-                     "goes on, and the thread restores itself when it returns", (int)c->tid,
-                     c->call_wait_s);
+            snprintf(a->err, a->errlen, "the call in process %d has not returned after %.1f s; "
+                     "it goes on in memtrim's thread%s, which ends when it returns", (int)pid,
+                     c->call_wait_s, F(TR_P_TID) ? "" : " (still starting)");
             return INJECT_TIMEOUT;
         }
         pause_us(50);
     }
-    if (flags[1] != 1) {
-        snprintf(a->err, a->errlen, "process %d is gone", (int)pid);
-        return INJECT_FAILED;
-    }
-    if (!c->call_s)
-        c->call_s = now_s() - released;
+    c->call_s = now_s() - released;
+    c->call_tid = (pid_t)F(TR_P_TID);
+    c->raw_tid = (pid_t)F(TR_CLONE_RET);
+#undef F
     mem_read(pid, page + TR_RESULT, &c->result, 8);
     if (c->out_len)
         mem_read(pid, page + TR_OUT, c->out, c->out_len < sizeof c->out ? c->out_len : sizeof c->out);
+    double end = now_s() + 2.0;
+    int busy;
+    c->threads_ended = usable_page(pid, page, a->g, end, &busy) == page;
+    c->threads_s = now_s() - released;
     a->t->page = page;
     return INJECT_OK;
 }
 
-/* One picked thread: taken, started, waited for. INJECT_NO_THREAD: passed over untouched. */
+/* One picked thread: taken, started, given back, the call waited for. INJECT_NO_THREAD:
+ * passed over untouched. */
 static int try_thread(struct attempt *a, const struct pick *p)
 {
     static struct saved s;
-    double t0 = now_s(), released = 0;
-    uint64_t page = 0;
+    double t0 = now_s(), away = 0;
     a->pick = p;
+    watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
     int took = take_thread(a, &s, t0);
-    if (took < 0) {
-        inject_left_seized = took == -2;
-        snprintf(a->err, a->errlen, "%s", a->reason);
-        return took == -4 ? INJECT_REFUSED : INJECT_FAILED;
-    }
-    if (took != 0)
+    if (took != 0) {
+        watch_hold(0);
+        if (took < 0) {
+            inject_left_seized = took == -2;
+            snprintf(a->err, a->errlen, "%s", a->reason);
+            return took == -4 ? INJECT_REFUSED : INJECT_FAILED;
+        }
         return INJECT_NO_THREAD;
+    }
     struct seccomp_calls sc = {inject_syscalls, a->c->syscalls, inject_syscalls_n,
                                a->c->n_syscalls, a->c->any_syscall};
     if (!mt_control("cmd-seccomp") && seccomp_check(a->t->pid, p->tid, &sc, a->err, a->errlen)) {
         ptrace(PTRACE_DETACH, p->tid, 0, 0); /* untouched: its filters were only read */
+        watch_hold(0);
         return INJECT_REFUSED;
     }
-    int rc = start_call(a, &s, t0, &page, &released);
+    int rc = INJECT_OK;
+    uint64_t tp = 0, page = page_for_call(a, &s, t0, &rc);
+    if (page && thread_block(a->t->pid, s.regs.fs_base, page, a->g, &tp, a->reason,
+                             a->reasonlen) != 0) {
+        ptrace(PTRACE_DETACH, p->tid, 0, 0);
+        watch_hold(0);
+        return INJECT_NO_THREAD; /* this thread cannot lend its block; maybe another can */
+    }
+    if (page && fill_page(a, page, &s, tp) != 0) {
+        snprintf(a->err, a->errlen, "cannot prepare the call in process %d: %s", (int)a->t->pid,
+                 strerror(errno));
+        ptrace(PTRACE_SETREGS, p->tid, 0, &s.regs);
+        ptrace(PTRACE_DETACH, p->tid, 0, 0);
+        rc = INJECT_FAILED;
+    }
+    if (page && rc == INJECT_OK)
+        rc = run_taken(a, page, &s, &away);
+    watch_hold(0);
     if (rc != INJECT_OK)
         return rc;
     a->c->tid = p->tid;
-    a->c->stopped_s = released - t0;
+    a->c->stopped_s = away;
     snprintf(a->c->syscall, sizeof a->c->syscall, "%s", target_syscall_name(p->nr));
-    return wait_call(a, page, released);
+    return wait_call(a, page, t0 + away);
 }
 
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
 {
+    struct glibc_thread g;
+    if (thread_find(t, &g, err, errlen) != 0)
+        return INJECT_UNSUPPORTED;
     double thread_deadline = now_s() + c->thread_wait_s;
     struct target_lock lock;
     int locked = target_lock_take(&lock, t, thread_deadline, err, errlen);
     if (locked != 0)
         return locked > 0 ? INJECT_NO_THREAD : INJECT_FAILED;
+    watch_start();
     char why[1024] = "", reason[512] = "";
-    struct attempt a = {.t = t, .c = c, .err = err, .errlen = errlen, .reason = reason,
-                        .reasonlen = sizeof reason,
-                        .restorer = target_code(&t->libc, "\x48\xc7\xc0\x0f\x00\x00\x00\x0f\x05", 9)};
+    struct attempt a = {.t = t, .c = c, .g = &g, .err = err, .errlen = errlen, .reason = reason,
+                        .reasonlen = sizeof reason};
     int rc = INJECT_NO_THREAD, busy;
     while (rc == INJECT_NO_THREAD) {
         struct pick picks[64];
-        int n = pick_threads(t->pid, c, picks, 64, why, sizeof why);
+        int n = pick_threads(t->pid, picks, 64, why, sizeof why);
         a.known_page = n ? target_find_page(t->pid) : 0; /* read before any stop */
-        if (a.known_page && !usable_page(t->pid, a.known_page, thread_deadline, &busy) && busy) {
+        if (a.known_page && !usable_page(t->pid, a.known_page, &g, thread_deadline, &busy) &&
+            busy) {
             snprintf(err, errlen, "an earlier call in process %d has not finished", (int)t->pid);
             rc = INJECT_TIMEOUT; /* waited for with no thread stopped */
             break;
@@ -529,14 +712,16 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
         for (int i = 0; i < n && rc == INJECT_NO_THREAD; i++)
             rc = try_thread(&a, &picks[i]);
         if (rc == INJECT_NO_THREAD && now_s() > thread_deadline) {
-            snprintf(err, errlen, "no thread of process %d was blocked in a system call outside the "
-                     "allocator within %.1f s (%s%s%s); nothing was changed", (int)t->pid,
-                     c->thread_wait_s, why[0] ? why : "no thread", reason[0] ? "; " : "", reason);
+            snprintf(err, errlen, "no thread of process %d was blocked in a system call memtrim "
+                     "can restart exactly within %.1f s (%s%s%s); nothing was changed",
+                     (int)t->pid, c->thread_wait_s, why[0] ? why : "no thread",
+                     reason[0] ? "; " : "", reason);
             break;
         }
         if (rc == INJECT_NO_THREAD)
             pause_us(2000);
     }
     target_lock_drop(&lock);
+    watch_honour_stop();
     return rc;
 }

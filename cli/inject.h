@@ -1,7 +1,8 @@
 /*
- * inject.h - runs one function call inside a target process on one of its threads, chosen
- * because it is blocked in a system call outside the allocator and the loader, and leaves
- * that thread exactly where it was (docs/architecture.md, "The memtrim command").
+ * inject.h - runs one function call inside a target process on a thread of memtrim's own
+ * (docs/command.md): a thread blocked in a system call is taken only to start it, with raw
+ * system calls, and is back in its call at once; the call runs on a glibc thread that
+ * memtrim's raw thread creates with the target's pthread_create.
  */
 #ifndef MEMTRIM_CLI_INJECT_H
 #define MEMTRIM_CLI_INJECT_H
@@ -13,10 +14,11 @@
 
 enum inject_rc {
     INJECT_OK = 0,
-    INJECT_REFUSED = -1,   /* the kernel or the target's state forbids it; untouched */
-    INJECT_NO_THREAD = -2, /* no safe thread before the deadline; untouched */
-    INJECT_TIMEOUT = -3,   /* the call runs on past the deadline (it restores the thread itself) */
-    INJECT_FAILED = -4,    /* anything else (the target exited, ...) */
+    INJECT_REFUSED = -1,     /* the kernel or the target's state forbids it; untouched */
+    INJECT_NO_THREAD = -2,   /* no safe thread before the deadline; untouched */
+    INJECT_TIMEOUT = -3,     /* the call runs on past the deadline (on memtrim's thread) */
+    INJECT_FAILED = -4,      /* anything else (the target exited, ...) */
+    INJECT_UNSUPPORTED = -5, /* the target's glibc lacks what memtrim's thread needs */
 };
 
 struct inject_call {
@@ -26,8 +28,6 @@ struct inject_call {
     size_t out_len;       /* bytes of the output buffer to read back, at most 1024 */
     const char *in;       /* a string copied to the page's TR_PATH (at most TR_PATH_MAX bytes) */
     unsigned page_args;   /* bit i: args[i] is an offset in the page (TR_PATH, TR_OUT) */
-    uint64_t locks, locks_len; /* a thread owning a recursive mutex here is never taken
-                                  (ld.so's _rtld_global: its loader locks); 0: no check */
     /* the system calls the function makes (a seccomp filter must allow each: seccomp.c);
      * any_syscall: every one (load) */
     const struct inject_syscall *syscalls;
@@ -38,15 +38,23 @@ struct inject_call {
     /* results */
     uint64_t result;
     unsigned char out[1024];
-    pid_t tid;
-    char syscall[32];     /* where the thread was */
-    double stopped_s;     /* how long that one thread was in a ptrace stop */
-    double call_s;        /* from its release until the call returned */
+    pid_t tid;            /* the taken thread */
+    char syscall[32];     /* where it was */
+    double stopped_s;     /* from its interrupt until it was back in its system call */
+    pid_t raw_tid;        /* memtrim's raw thread (clone) */
+    pid_t call_tid;       /* the glibc thread that made the call */
+    double call_s;        /* from the taken thread's release until the call returned */
+    double threads_s;     /* until both of memtrim's threads had exited (or 2 s more) */
+    int threads_ended;    /* 1: both exited, the page free again */
     int new_page;         /* the page was mapped by this call */
 };
 
-/* The system calls the injection itself makes on the target's thread, with the arguments it
- * makes them with (seccomp.h): a filter must allow each before anything is changed. */
+/* The system calls memtrim itself makes in a target, on the taken thread (the page's mmap,
+ * its code's rt_sigprocmask, prctl, clone and ppoll) and on its own threads (mprotect for the
+ * guards, exit, gettid; pthread_create and a glibc thread's start and exit: clone3 or clone,
+ * rt_sigaction, rt_sigprocmask, set_robust_list, rseq, futex, madvise, munmap), with the
+ * arguments it makes them with where known (seccomp.h): a filter must allow each before
+ * anything is changed. */
 extern const struct inject_syscall inject_syscalls[];
 extern const size_t inject_syscalls_n;
 

@@ -1,8 +1,8 @@
 /*
  * load.c - `memtrim load PID`: the target's own dlopen on libmemtrim.so (a copy in its /tmp
  * when it does not share the tool's mount namespace and uid), then memtrim_attach
- * (include/memtrim.h) in the library now mapped, each on a thread that holds no loader lock
- * (docs/architecture.md, "The memtrim command"). The tool's one thread.
+ * (include/memtrim.h) in the library now mapped, each on memtrim's own glibc thread, which
+ * waits for the loader lock like any thread (docs/command.md). The tool's one thread.
  */
 #include "cli.h"
 #include "libhold.h"
@@ -260,17 +260,6 @@ static int target_path(const struct target *t, const char *lib, char *out, size_
     return 0;
 }
 
-/* ld.so's _rtld_global, whose recursive mutexes (the loader locks) the chosen thread must not
- * own: dlopen and memtrim_attach's dlsym take them. -1 when the target's ld.so is not found. */
-static int loader_locks(const struct target *t, uint64_t *addr, uint64_t *len)
-{
-    struct target_lib ld;
-    if (target_find_lib(t->pid, "ld-linux", &ld) != 0)
-        return -1;
-    *addr = target_obj(&ld, "_rtld_global", len);
-    return *addr && *len >= 40 ? 0 : -1;
-}
-
 /* memtrim_attach in an instance already loaded: 0, or an exit code. */
 static int attach(const struct opts *o, struct target *t, const struct target_lib *lib,
                   const char *json, int loaded_now, double t0)
@@ -285,9 +274,6 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
     struct inject_call c = {.func = fn, .args = {TR_PATH, TR_OUT, 1024}, .page_args = 3,
                             .in = json, .out_len = 1024, .any_syscall = 1, .syscalls = load_calls,
                             .n_syscalls = sizeof load_calls / sizeof load_calls[0]};
-    if (loader_locks(t, &c.locks, &c.locks_len) != 0)
-        return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
-                    "found: the loader lock cannot be checked, nothing is called");
     int rc = cli_call(o, t, &c);
     if (rc)
         return rc;
@@ -375,12 +361,6 @@ int load_run(const struct opts *o, struct target *t)
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
                             .in = path, .any_syscall = 1, .syscalls = load_calls,
                             .n_syscalls = sizeof load_calls / sizeof load_calls[0]};
-    if (loader_locks(t, &c.locks, &c.locks_len) != 0) {
-        copy_remove(copy);
-        free(json);
-        return cli_fail(o, EXIT_UNSUPPORTED, "the target's ld.so (ld-linux*) or its _rtld_global is not "
-                    "found: the loader lock cannot be checked, nothing is called");
-    }
     rc = cli_call(o, t, &c);
     if (rc != EXIT_TIMEOUT)
         copy_remove(copy); /* mapped now (or never): the file is not needed */

@@ -175,6 +175,14 @@ static const struct inject_syscall stats_calls[] = {FUTEX_LOCKS};
 static int trim(const struct opts *o, struct target *t)
 {
     const struct mt_alloc_row *row = target_alloc_row(t);
+    if (row->release_own_thread) {
+        char buf[512];
+        snprintf(buf, sizeof buf, "process %d's malloc is %s, whose release call %s collects the "
+                 "calling thread's own heap: on memtrim's own thread it would release nothing "
+                 "another thread freed, and memtrim calls on no other thread (docs/command.md): "
+                 "trim refuses it", (int)t->pid, row->name, row->release_call);
+        return cli_fail(o, EXIT_UNSUPPORTED, buf);
+    }
     const struct target_lib *lib = row->libc ? &t->libc : &t->alloc_lib;
     const char *sym = row->release_sym;
     uint64_t fn = target_sym(lib, sym);

@@ -70,6 +70,8 @@ int cli_call(const struct opts *o, struct target *t, struct inject_call *c)
         return cli_fail(o, EXIT_NO_THREAD, err);
     case INJECT_TIMEOUT:
         return cli_fail(o, EXIT_TIMEOUT, err);
+    case INJECT_UNSUPPORTED:
+        return cli_fail(o, EXIT_UNSUPPORTED, err);
     default:
         return cli_fail(o, EXIT_FAILED, err);
     }
@@ -83,6 +85,10 @@ void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *
     cJSON_AddStringToObject(j, "thread_syscall", c->syscall);
     cJSON_AddNumberToObject(j, "thread_stopped_seconds", c->stopped_s);
     cJSON_AddNumberToObject(j, "call_seconds", c->call_s);
+    cJSON_AddNumberToObject(j, "raw_thread", c->raw_tid);
+    cJSON_AddNumberToObject(j, "call_thread", c->call_tid);
+    cJSON_AddNumberToObject(j, "call_threads_seconds", c->threads_s);
+    cJSON_AddBoolToObject(j, "call_threads_ended", c->threads_ended);
 }
 
 const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,

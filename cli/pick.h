@@ -1,13 +1,11 @@
 /*
- * pick.h - which threads of a target may be taken for a call (docs/architecture.md, "The
- * memtrim command"): blocked in a system call the allocator and ld.so never make with a lock
- * held, owning no loader lock (load), and once stopped, not inside a signal handler. Reads
- * only; the tool's one thread.
+ * pick.h - which threads of a target may be taken to start memtrim's own (docs/command.md):
+ * blocked in a system call the kernel restarts exactly, with no timeout it would lose (a
+ * socket's receive timeout included); and, alone in its process, not inside a signal handler.
+ * Reads only; the tool's one thread.
  */
 #ifndef MEMTRIM_CLI_PICK_H
 #define MEMTRIM_CLI_PICK_H
-
-#include "inject.h"
 
 #include <stdint.h>
 #include <sys/types.h>
@@ -20,10 +18,10 @@ struct pick {
 
 /* The safe threads now, up to max, the main thread last; why says what the others were
  * doing. Their count. */
-int pick_threads(pid_t pid, const struct inject_call *c, struct pick *out, int max, char *why,
-                 size_t whylen);
-/* 1 if the stopped thread's stack from rsp to end holds a signal frame (restorer: glibc's
- * signal restorer in the target), 0 if not, -1 if it cannot be scanned whole (unsafe too). */
-int pick_in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end, uint64_t restorer);
+int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen);
+/* 1 if the stopped thread's stack from rsp to end holds a signal frame (whatever its
+ * restorer: the kernel's frame is recognised by its own fields), 0 if not, -1 if it cannot be
+ * scanned whole (unsafe too). */
+int pick_in_signal_handler(pid_t pid, uint64_t rsp, uint64_t end);
 
 #endif

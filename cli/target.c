@@ -473,8 +473,9 @@ uint64_t target_code(const struct target_lib *lib, const void *bytes, size_t len
 }
 
 /* Our page: the magic and its own address at TR_MAGIC_OFF, at a page boundary of a private
- * anonymous rwx mapping (where a kernel without CONFIG_ANON_VMA_NAME cannot name it, and
- * where the kernel may have merged it with a neighbour). */
+ * anonymous rwx mapping (where a kernel without CONFIG_ANON_VMA_NAME cannot name it, where
+ * the kernel may have merged it with a neighbour, and where its guard pages split it: only
+ * its head is looked for). */
 uint64_t target_find_page(pid_t pid)
 {
     FILE *f = open_maps(pid);
@@ -487,7 +488,7 @@ uint64_t target_find_page(pid_t pid)
         if (target_parse_map_line(line, &m) != 0 || strcmp(m.perms, "rwxp") != 0 ||
             (m.path[0] && strcmp(m.path, "[anon:memtrim-inject]") != 0))
             continue;
-        for (uint64_t at = m.start; at + TR_MAP_SIZE <= m.end && at - m.start < (64u << 20);
+        for (uint64_t at = m.start; at + TR_GUARD1 <= m.end && at - m.start < (64u << 20);
              at += 4096) {
             uint64_t head[(TR_SELF - TR_MAGIC_OFF) / 8 + 1];
             struct iovec local = {head, sizeof head};

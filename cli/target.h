@@ -110,8 +110,9 @@ int target_tree(pid_t pid, pid_t *out, unsigned long long *start, int max);
 unsigned long long target_start_time(pid_t pid);
 /* The threads, up to max; their count. */
 int target_threads(pid_t pid, pid_t *tids, int max);
-/* 1 if syscall nr with these arguments is one the allocator and loader never make while
- * holding their locks, and one the tool can restart exactly. */
+/* Threads: in /proc/PID/status; -1 if unreadable. */
+int target_thread_count(pid_t pid);
+/* 1 if syscall nr with these arguments is a wait the kernel restarts exactly (pick.h). */
 int target_syscall_safe(long nr, const uint64_t args[6]);
 const char *target_syscall_name(long nr);
 int target_ptrace_scope(void); /* -1 without Yama */

@@ -5,6 +5,8 @@
  */
 #include "target.h"
 
+#include "../common/control.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -283,33 +285,52 @@ int target_threads(pid_t pid, pid_t *tids, int max)
     return n;
 }
 
-/* The system calls a thread may be taken in: blocking waits that glibc's malloc and ld.so
- * never make with a lock held, each restarted exactly (or failing EINTR, as after any stop).
- * The ones that swap the signal mask for the wait qualify only without a mask. */
+/* The system calls a thread may be taken in: blocking waits the kernel restarts exactly once
+ * the tool puts the thread's registers back at a ptrace stop (-ERESTART*; or -EINTR for a
+ * wait with no timeout, given back as -ERESTARTNOHAND). Not those that swap the signal mask
+ * for the wait unless without one (the kernel's saved mask would replace the one set for
+ * memtrim's code), not those with a timeout that returns EINTR when interrupted (a restart
+ * would wait the whole timeout again): epoll_wait's and sigtimedwait's, recvmmsg's. */
 static const struct {
     long nr;
     const char *name;
-    int mask_arg; /* the argument holding a temporary signal mask, -1 for none */
+    int mask_arg;    /* the argument holding a temporary signal mask, -1 for none */
+    int timeout_arg; /* the argument holding a timeout that must be infinite, -1 for none */
+    int timeout_int; /* 1: an int, infinite when negative; 0: a pointer, infinite when NULL */
 } safe_calls[] = {
-    {SYS_read, "read", -1},           {SYS_readv, "readv", -1},
-    {SYS_recvfrom, "recvfrom", -1},   {SYS_recvmsg, "recvmsg", -1},
-    {SYS_recvmmsg, "recvmmsg", -1},   {SYS_accept, "accept", -1},
-    {SYS_accept4, "accept4", -1},     {SYS_poll, "poll", -1},
-    {SYS_ppoll, "ppoll", 3},          {SYS_select, "select", -1},
-    {SYS_pselect6, "pselect6", 5},    {SYS_epoll_wait, "epoll_wait", -1},
-    {SYS_epoll_pwait, "epoll_pwait", 4}, {SYS_epoll_pwait2, "epoll_pwait2", 4},
-    {SYS_nanosleep, "nanosleep", -1}, {SYS_clock_nanosleep, "clock_nanosleep", -1},
-    {SYS_wait4, "wait4", -1},         {SYS_waitid, "waitid", -1},
-    {SYS_pause, "pause", -1},         {SYS_rt_sigtimedwait, "rt_sigtimedwait", -1},
-    {SYS_msgrcv, "msgrcv", -1},       {SYS_connect, "connect", -1},
+    {SYS_read, "read", -1, -1, 0},           {SYS_readv, "readv", -1, -1, 0},
+    {SYS_recvfrom, "recvfrom", -1, -1, 0},   {SYS_recvmsg, "recvmsg", -1, -1, 0},
+    {SYS_recvmmsg, "recvmmsg", -1, 4, 0},    {SYS_accept, "accept", -1, -1, 0},
+    {SYS_accept4, "accept4", -1, -1, 0},     {SYS_poll, "poll", -1, -1, 0},
+    {SYS_ppoll, "ppoll", 3, -1, 0},          {SYS_select, "select", -1, -1, 0},
+    {SYS_pselect6, "pselect6", 5, -1, 0},    {SYS_epoll_wait, "epoll_wait", -1, 3, 1},
+    {SYS_epoll_pwait, "epoll_pwait", 4, 3, 1}, {SYS_epoll_pwait2, "epoll_pwait2", 4, 3, 0},
+    {SYS_nanosleep, "nanosleep", -1, -1, 0}, {SYS_clock_nanosleep, "clock_nanosleep", -1, -1, 0},
+    {SYS_wait4, "wait4", -1, -1, 0},         {SYS_waitid, "waitid", -1, -1, 0},
+    {SYS_pause, "pause", -1, -1, 0},         {SYS_rt_sigtimedwait, "rt_sigtimedwait", -1, 2, 0},
+    {SYS_msgrcv, "msgrcv", -1, -1, 0},
 };
 
 int target_syscall_safe(long nr, const uint64_t args[6])
 {
-    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
-        if (safe_calls[i].nr == nr)
-            return safe_calls[i].mask_arg < 0 || args[safe_calls[i].mask_arg] == 0;
+    for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++) {
+        if (safe_calls[i].nr != nr)
+            continue;
+        int t = safe_calls[i].timeout_arg;
+        if (safe_calls[i].mask_arg >= 0 && args[safe_calls[i].mask_arg] != 0)
+            return 0;
+        if (mt_control("cmd-eintr-passthrough"))
+            return 1;
+        return t < 0 || (safe_calls[i].timeout_int ? (int32_t)args[t] < 0 : args[t] == 0);
+    }
     return 0;
+}
+
+int target_thread_count(pid_t pid)
+{
+    struct target_status st;
+    char err[256];
+    return target_read_status(pid, &st, err, sizeof err) == 0 ? st.threads : -1;
 }
 
 const char *target_syscall_name(long nr)
@@ -320,7 +341,8 @@ const char *target_syscall_name(long nr)
     } others[] = {{SYS_futex, "futex"}, {SYS_mmap, "mmap"}, {SYS_munmap, "munmap"},
                   {SYS_madvise, "madvise"}, {SYS_brk, "brk"}, {SYS_mprotect, "mprotect"},
                   {SYS_openat, "openat"}, {SYS_rt_sigsuspend, "rt_sigsuspend"},
-                  {SYS_write, "write"}, {SYS_sched_yield, "sched_yield"}};
+                  {SYS_write, "write"}, {SYS_sched_yield, "sched_yield"},
+                  {SYS_connect, "connect"}};
     for (size_t i = 0; i < sizeof safe_calls / sizeof safe_calls[0]; i++)
         if (safe_calls[i].nr == nr)
             return safe_calls[i].name;

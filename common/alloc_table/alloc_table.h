@@ -35,6 +35,9 @@ struct mt_alloc_row {
     long release_int;         /* MT_ALLOC_ARG_INT */
     const char *release_str;  /* MT_ALLOC_ARG_STRING */
     const char *release_call; /* the call as logs, /memory/stats and the command name it */
+    /* 1: the release call releases only the calling thread's heap (mimalloc's mi_collect), so
+     * the command, which calls from a thread of its own (docs/command.md), refuses it */
+    int release_own_thread;
     const char *release_result; /* the JSON key of the call's return value ("" when it has none) */
     const char *stats_call;   /* its statistics call, as the dashboard names it */
     /* The statistics call the command makes from outside (mallinfo's ten fields), NULL if
@@ -59,7 +62,7 @@ struct mt_alloc_row {
       .release_call = "MallocExtension_ReleaseFreeMemory", .release_result = "",                   \
       .stats_call = "tcmalloc stats")                                                              \
     X(mimalloc, .maps_prefix = "libmimalloc", .release_sym = "mi_collect",                         \
-      .release_arg = MT_ALLOC_ARG_INT, .release_int = 1,                                           \
+      .release_arg = MT_ALLOC_ARG_INT, .release_int = 1, .release_own_thread = 1,                  \
       .release_call = "mi_collect(true)", .release_result = "", .stats_call = "mi_process_info")
 
 #define MT_ALLOC_ENUM_(id, ...) MT_ALLOC_##id,

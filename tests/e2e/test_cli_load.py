@@ -5,8 +5,8 @@ names that pid, /memory/stats answers, a second load says it is already loaded, 
 reads its input on and exits 0. In its own mount namespace with a tmpfs over the build
 directory (the library's path does not exist there) it loads a memfd a helper of the tool
 holds (no file anywhere). Refusals: a static binary, a configuration that is not JSON; both leave the target
-without the library. The loader lock: a thread inside dlopen is never taken (trim, the
-control, takes it), and a lock held by another thread is waited for only until --timeout.
+without the library. The loader lock: memtrim's own thread waits for it like any thread,
+whichever thread holds it (the one taken included), and the tool only until --timeout.
 """
 import json
 import os
@@ -146,10 +146,12 @@ def hold_lib(tmp_path):
     return lib
 
 
-def test_load_never_takes_the_loader_lock_holder(hold_lib):
-    """The only thread in a safe system call is inside dlopen (a constructor reading): load
-    refuses it and gives up (exit 4, nothing mapped); the control, trim (which needs no loader
-    lock), takes that same thread."""
+def test_load_takes_the_loader_lock_holder_and_waits_on_its_own_thread(hold_lib):
+    """The only thread in a safe system call is inside dlopen (a constructor reading, the
+    loader lock held): load takes it only to start memtrim's thread, which waits for the
+    loader lock like any thread; --timeout bounds the command (exit 5) while the holder reads
+    on; once its constructor returns, memtrim's dlopen completes on its own (the holder then
+    ends: no thread is left to take for a second load). trim takes that same thread (the loader lock is nothing to it)."""
     p = subprocess.Popen(["/usr/bin/python3", "-c", PY_HOLDER, str(hold_lib), "futex"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -158,19 +160,24 @@ def test_load_never_takes_the_loader_lock_holder(hold_lib):
         r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
                            text=True, timeout=60)
         assert r.returncode == 0 and json.loads(r.stdout)["thread"] == holder, r.stderr
-        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}),
-                            "--thread-wait", "1")
-        assert rc == 4 and f"{holder} holds the loader lock" in err, (rc, err)
+        port = free_port()
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": port}), "--timeout", "1")
+        assert rc == 5 and "has not returned" in err, (rc, err)
+        assert holder_in_read(p.pid) == holder  # back in its read, the lock still its own
         assert maps_memtrim(p.pid) == []
+        p.stdin.write("\n")  # the constructor returns: the lock is released
+        p.stdin.flush()
+        wait_for(lambda: maps_memtrim(p.pid), what="libmemtrim mapped by memtrim's own thread")
+        assert p.poll() is None
     finally:
         p.kill()
         p.wait()
 
 
 def test_load_waits_for_the_loader_lock_within_its_deadline(hold_lib):
-    """Another thread holds the loader lock: dlopen on the main thread waits, --timeout bounds
+    """Another thread holds the loader lock: dlopen on memtrim's thread waits, --timeout bounds
     the command (exit 5); once the lock is released the call completes on its own and the
-    thread restores itself; a second load starts memtrim; the program exits 0."""
+    thread ends; a second load starts memtrim; the program exits 0."""
     r_fd, w_fd = os.pipe()
     p = subprocess.Popen(["/usr/bin/python3", "-c", PY_HOLDER, str(hold_lib), "read", str(r_fd)],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,

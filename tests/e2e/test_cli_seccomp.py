@@ -182,8 +182,8 @@ def tool(*args, **kw):
 
 
 REFUSED = [  # (filter, verb, the call named, the action named)
-    ("openssh", "trim", "mmap(NULL, 128 KiB, PROT_READ|PROT_WRITE|PROT_EXEC", "KILL_THREAD"),
-    ("openssh", "stats", "mmap(NULL, 128 KiB, PROT_READ|PROT_WRITE|PROT_EXEC", "KILL_THREAD"),
+    ("openssh", "trim", "mmap(NULL, 1 MiB, PROT_READ|PROT_WRITE|PROT_EXEC", "KILL_THREAD"),
+    ("openssh", "stats", "mmap(NULL, 1 MiB, PROT_READ|PROT_WRITE|PROT_EXEC", "KILL_THREAD"),
     ("allowlist", "trim", "prctl(PR_SET_VMA", "KILL_PROCESS"),
     ("prctl", "stats", "prctl(PR_SET_VMA", "KILL_PROCESS"),
     ("prctl", "load", "prctl(PR_SET_VMA", "KILL_PROCESS"),
