@@ -66,6 +66,10 @@ struct cJSON *api_trim_to_json(const struct mt_trim_result *t, int with_coalesce
 
 /* Worker groups (group.c): the `pid` parameter (0 when absent; -EINVAL after a 400). */
 int api_pid_param(const struct server_request *req, int *pid, struct server_reply *rep);
+/* pid names this process: the wall-clock time it started (its own rows without a pid, those of a
+ * process in no group, are the ones stored since then), else 0. alone: set to 1 when it is in
+ * no group (its samples are then the store's own, not a member's). */
+int64_t api_pid_self_since(const struct server_request *req, int pid, int *alone);
 struct memtrim;
 /* The "group" object of /memory/stats; NULL in no group (or OOM: *failed). */
 struct cJSON *api_group_stats(struct memtrim *mt, int *failed);

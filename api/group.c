@@ -28,6 +28,19 @@ int api_pid_param(const struct server_request *req, int *pid, struct server_repl
     return 0;
 }
 
+int64_t api_pid_self_since(const struct server_request *req, int pid, int *alone)
+{
+    struct mt_health h;
+    struct mt_group_info gi;
+    int n = 0;
+    *alone = 0;
+    if (pid <= 0 || pid != mt_pid())
+        return 0;
+    mt_health_get(req->app, &h);
+    *alone = mt_group_info(req->app, &gi, NULL, 0, &n) == -ENOTCONN;
+    return h.started_ms > 0 ? h.started_ms : 1;
+}
+
 static void api_group_member(cJSON *list, const struct mt_member *m, int *failed)
 {
     const struct mt_snapshot *s = &m->snap;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control.h"
 #include "core.h"
 #include "db.h"
 
@@ -25,6 +26,7 @@ struct api_series_params {
     const char *metric;
     int64_t since_ms, until_ms, step_ms;
     int pid; /* a worker group's member; 0 = the host (the process, or the group's totals) */
+    int self_pid; /* pid named this process in no group: the host's series, echoed as pid */
 };
 
 static int api_series_bad_metric(struct server_reply *rep, const char *given)
@@ -49,16 +51,26 @@ static int api_series_parse(const struct server_request *req, struct api_series_
     p->until_ms = now;
     p->since_ms = -1;
     p->step_ms = 0;
+    p->self_pid = 0;
     if (api_pid_param(req, &p->pid, rep) != 0)
         return -EINVAL;
     if (query_time_ms(req->query, "until", now, &p->until_ms, why, sizeof(why)) < 0 ||
         query_time_ms(req->query, "since", now, &p->since_ms, why, sizeof(why)) < 0 ||
-        query_duration_ms(req->query, "step", 1, API_SERIES_STEP_MAX_MS, &p->step_ms, why,
+        query_duration_ms(req->query, "step", 0, API_SERIES_STEP_MAX_MS, &p->step_ms, why,
                           sizeof(why)) < 0)
         return server_reply_bad_param(rep, why);
     if (p->since_ms < 0)
         p->since_ms =
             p->until_ms > API_SERIES_SPAN_DEFAULT_MS ? p->until_ms - API_SERIES_SPAN_DEFAULT_MS : 0;
+    /* This process's own pid in no group: its samples are the store's own since it started */
+    int alone = 0;
+    int64_t self = mt_control("rt-pid-self") ? 0 : api_pid_self_since(req, p->pid, &alone);
+    if (self > 0 && alone) {
+        p->pid = 0;
+        p->self_pid = mt_pid();
+        if (p->since_ms < self)
+            p->since_ms = self;
+    }
     if (p->until_ms <= p->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
     /* since >= 0 and until > since, so span is in (0, INT64_MAX]: no sum below may
@@ -89,8 +101,8 @@ static cJSON *api_series_json(const struct api_series_params *p, const struct db
     api_json_int(root, "since_ms", p->since_ms, &failed);
     api_json_int(root, "until_ms", p->until_ms, &failed);
     api_json_int(root, "step_ms", p->step_ms, &failed);
-    if (p->pid > 0)
-        api_json_int(root, "pid", p->pid, &failed);
+    if (p->pid > 0 || p->self_pid > 0)
+        api_json_int(root, "pid", p->pid > 0 ? p->pid : p->self_pid, &failed);
     cJSON *list = cJSON_CreateArray();
     for (size_t i = 0; list != NULL && i < n && !failed; i++) {
         cJSON *o = cJSON_CreateObject();

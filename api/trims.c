@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "control.h"
 #include "core.h"
 #include "db.h"
 
@@ -36,8 +37,10 @@ static int api_trims_params(const struct server_request *req, struct db_trim_que
     if (q->until_ms <= q->since_ms)
         return server_reply_bad_param(rep, "parameter 'until': must be later than 'since'");
     q->limit = (int)limit;
-    if (api_pid_param(req, &q->pid, rep) != 0) /* a worker group's member */
+    if (api_pid_param(req, &q->pid, rep) != 0) /* a worker group's member, or this process */
         return -EINVAL;
+    int alone = 0;
+    q->self_since_ms = mt_control("rt-pid-self") ? 0 : api_pid_self_since(req, q->pid, &alone);
 
     const char *trigger = query_get(req->query, "trigger");
     if (trigger != NULL) {

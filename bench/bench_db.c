@@ -241,7 +241,7 @@ static void explain_all(const char *path)
 static void bench_queries(const char *path, int runs)
 {
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 100, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 100, 0, 0};
     struct db_trim_summary sum;
     struct db_trim_row *rows = NULL;
     struct db_bucket *b = NULL;

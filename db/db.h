@@ -143,6 +143,8 @@ struct db_trim_query {
     int trigger;       /* -1 = any */
     int limit;         /* rows to return, newest first; 0 = summary only */
     int pid;           /* worker groups: one member's trims; 0 = any */
+    int64_t self_since_ms; /* pid is the reader's own process: its trims stored without a pid
+                            * (while in no group) from this time on count too; 0 = not */
 };
 
 struct db_trim_summary {

@@ -21,10 +21,12 @@
     " pad_bytes, coalesced, arena_count, refaulted_bytes, reaction_seconds, pid,"     \
     " nothing_reason"
 
-/* ?1 since, ?2 until, ?3 trigger (variant 1 only), ?7 pid (0 = any). */
+/* ?1 since, ?2 until, ?3 trigger (variant 1 only), ?7 pid (0 = any), ?8 from when that pid's
+ * rows without a pid are its own (a single process's trims carry none; INT64_MAX = none are). */
+#define DB_TRIM_PID "(?7 = 0 OR pid = ?7 OR (pid IS NULL AND start_ms >= ?8))"
 static const char *const db_trim_where[2] = {
-    "start_ms >= ?1 AND start_ms < ?2 AND (?7 = 0 OR pid = ?7)",
-    "trigger = ?3 AND start_ms >= ?1 AND start_ms < ?2 AND (?7 = 0 OR pid = ?7)",
+    "start_ms >= ?1 AND start_ms < ?2 AND " DB_TRIM_PID,
+    "trigger = ?3 AND start_ms >= ?1 AND start_ms < ?2 AND " DB_TRIM_PID,
 };
 
 /* Each takes a WHERE clause; ?4.. are the statement's own parameters. */
@@ -120,6 +122,7 @@ static void db_bind_trim_query(sqlite3_stmt *st, const struct db_trim_query *q)
     sqlite3_bind_int64(st, 2, q->until_ms);
     sqlite3_bind_int(st, 3, q->trigger);
     sqlite3_bind_int(st, 7, q->pid > 0 ? q->pid : 0);
+    sqlite3_bind_int64(st, 8, q->pid > 0 && q->self_since_ms > 0 ? q->self_since_ms : INT64_MAX);
 }
 
 static void db_trim_row_read(sqlite3_stmt *st, struct db_trim_row *row)

@@ -245,7 +245,17 @@ int query_parse_duration(const char *s, int64_t *out_ms)
     return -EINVAL;
 }
 
-/* A ranged value read with parse; the message says what was expected. */
+/* Whether s is what openapi.yaml's duration pattern takes: 1 to 18 digits, then a unit or
+ * nothing (^[0-9]{1,18}(ms|s|m|h|d)?$). Such a value is never refused for its size. */
+static int query_duration_form(const char *s)
+{
+    size_t digits = strspn(s, "0123456789");
+    int64_t ignored;
+    return digits >= 1 && digits <= 18 && query_parse_duration(s, &ignored) != -EINVAL;
+}
+
+/* A ranged value read with parse; the message says what was expected. A duration above max
+ * (or too large to count in ms) is max: the pattern is the whole rule for its form. */
 static int query_ranged(const struct query *q, const char *key, int64_t min, int64_t max,
                         int64_t *out, char *why, size_t whylen,
                         int (*parse)(const char *, int64_t *), const char *kind)
@@ -254,7 +264,12 @@ static int query_ranged(const struct query *q, const char *key, int64_t min, int
     if (v == NULL)
         return 1;
     int64_t x = 0;
-    if (parse(v, &x) != 0 || x < min || x > max) {
+    int rc = parse(v, &x);
+    if (parse == query_parse_duration && query_duration_form(v) && (rc == -ERANGE || x > max)) {
+        rc = 0;
+        x = max;
+    }
+    if (rc != 0 || x < min || x > max) {
         char shown[128];
         query_quote(shown, sizeof(shown), v);
         snprintf(why, whylen, "parameter '%s': must be %s from %lld to %lld%s, got '%s'", key, kind,
@@ -287,15 +302,24 @@ int query_time_ms(const struct query *q, const char *key, int64_t now_ms, int64_
     if (v == NULL)
         return 1;
     int64_t x = 0;
-    int rc = v[0] == '-' ? query_parse_duration(v + 1, &x) : query_parse_int(v, &x);
-    if (rc == 0 && v[0] == '-')
-        x = now_ms - x;
+    int rc;
+    if (v[0] == '-') {
+        /* A negative duration that reaches before the epoch (or past what ms can count)
+         * means the epoch: openapi.yaml's pattern is the whole rule for its form. */
+        rc = query_parse_duration(v + 1, &x);
+        if (rc == -ERANGE && query_duration_form(v + 1))
+            rc = 0, x = now_ms;
+        x = rc == 0 ? (x < now_ms ? now_ms - x : 0) : x;
+    } else {
+        size_t digits = strspn(v, "0123456789");
+        rc = digits >= 1 && digits <= 18 && v[digits] == '\0' ? query_parse_int(v, &x) : -EINVAL;
+    }
     if (rc != 0 || x < 0) {
         char shown[128];
         query_quote(shown, sizeof(shown), v);
         snprintf(why, whylen,
-                 "parameter '%s': must be ms since the epoch or a negative duration "
-                 "relative to now (e.g. -3600000 or -1h), got '%s'",
+                 "parameter '%s': must be ms since the epoch (1 to 18 digits) or a negative "
+                 "duration relative to now (e.g. -3600000 or -1h), got '%s'",
                  key, shown);
         return -EINVAL;
     }

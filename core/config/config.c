@@ -18,6 +18,7 @@
 #include "mt_alloc.h"
 #include "common.h"
 #include "config.h"
+#include "control.h"
 
 /* KEY_GLOBS: a string or a list of strings, stored '\n'-separated in a string buffer. */
 enum key_type { KEY_BOOL, KEY_INT, KEY_INT64, KEY_DOUBLE, KEY_STRING, KEY_GLOBS };
@@ -776,6 +777,13 @@ int config_patch(struct mt_config *cfg, const char *json, char **err)
     if ((rc = parse_doc(json, &doc, err)))
         return rc;
     const cJSON *section = patch_section(doc, err);
+    if (section && cJSON_IsObject(section) && section->child == NULL &&
+        !mt_control("rt-patch-empty")) {
+        /* the spec's minProperties: 1; an empty patch is a client that sent the wrong thing */
+        *err = errf("configuration: nothing to change (an empty object); send at least one "
+                    "runtime key, e.g. {\"TrimIntervalSeconds\": 60}");
+        section = NULL;
+    }
     rc = section ? config_apply(section, cfg, 1, err) : -EINVAL;
     cJSON_Delete(doc);
     return rc;

@@ -166,6 +166,9 @@ def cases(demo):
                                                f"&since=0&until={INT64_MAX}"), {400}),
         ("series near INT64_MAX", req(demo, "GET", "/memory/series?metric=rss_bytes"
                                       f"&since={INT64_MAX - 1000}&until={INT64_MAX}&step=366d"),
+         {400}),  # 19 digits: no time (openapi.yaml's TimeParam)
+        ("series at the largest time", req(demo, "GET", "/memory/series?metric=rss_bytes"
+                                           f"&since={10**18 - 1001}&until={10**18 - 1}&step=366d"),
          {200}),
         # item 6: %00 and bad escapes are a 400, not a truncated value
         ("%00 in a value", req(demo, "GET", "/memory/trims?trigger=manual%00garbage"), {400}),

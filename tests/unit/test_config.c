@@ -588,7 +588,8 @@ static void test_readme_patch_bounds(void)
 }
 
 /* openapi.yaml's ConfigPatchKeys give each runtime key the bounds PATCH enforces:
- * minimum (0 when 0 is allowed too) and maximum. */
+ * minimum (0 when 0 is allowed too) and maximum, and for "0, or LO to HI" an anyOf of
+ * `enum: [0]` and `minimum: LO` (what JSON Schema can say of it). */
 static void test_openapi_patch_bounds(void)
 {
     FILE *f = open_source("openapi.yaml");
@@ -596,7 +597,8 @@ static void test_openapi_patch_bounds(void)
         return;
     char line[512], key[96] = "";
     int in = 0, checked = 0;
-    double mins[128], maxs[128];
+    double mins[128], maxs[128], anyof_mins[128];
+    int zeros[128];
     char names[128][64];
     int n = 0;
     while (fgets(line, sizeof(line), f)) {
@@ -612,12 +614,17 @@ static void test_openapi_patch_bounds(void)
             snprintf(key, sizeof(key), "%.*s", (int)(strchr(line, ':') - line - 8), line + 8);
             int w = snprintf(names[n], sizeof(names[n]), "%s", key);
             CHECK_MSG(w >= 0 && w < (int)sizeof(names[n]), "openapi.yaml: key %s is too long", key);
-            mins[n] = maxs[n] = NAN;
+            mins[n] = maxs[n] = anyof_mins[n] = NAN;
+            zeros[n] = 0;
             n++;
         } else if (n > 0 && strncmp(line, "          minimum: ", 19) == 0) {
             mins[n - 1] = strtod(line + 19, NULL);
         } else if (n > 0 && strncmp(line, "          maximum: ", 19) == 0) {
             maxs[n - 1] = strtod(line + 19, NULL);
+        } else if (n > 0 && strncmp(line, "            - enum: [0]", 23) == 0) {
+            zeros[n - 1] = 1;
+        } else if (n > 0 && strncmp(line, "            - minimum: ", 23) == 0) {
+            anyof_mins[n - 1] = strtod(line + 23, NULL);
         }
     }
     fclose(f);
@@ -639,6 +646,11 @@ static void test_openapi_patch_bounds(void)
                   name, mins[j], want_min);
         CHECK_MSG(maxs[j] == hi, "openapi.yaml: %s maximum %g, PATCH allows up to %.17g", name,
                   maxs[j], hi);
+        CHECK_MSG(zeros[j] == (zero && lo > 0), "openapi.yaml: %s %s an anyOf of 0 or from %g",
+                  name, zeros[j] ? "has" : "lacks", lo);
+        if (zero && lo > 0)
+            CHECK_MSG(anyof_mins[j] == lo, "openapi.yaml: %s anyOf minimum %g, PATCH allows "
+                      "0 or from %.17g", name, anyof_mins[j], lo);
         checked++;
     }
     CHECK(checked >= 20);

@@ -175,7 +175,7 @@ static void test_migration_v5_unique_ids(void)
     const char *p = tpath("v4ids.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0, 0};
     struct db_trim_summary sum;
     struct db_trim_row *rows = NULL;
     struct mt_trim_result t = trim(9000, 1, 3);
@@ -223,7 +223,7 @@ static void test_migration_v1(void)
     const char *p = tpath("v1.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0, 0};
     struct db_trim_summary sum;
     struct db_trim_row *rows = NULL;
     struct db_bucket *b = NULL;
@@ -370,7 +370,7 @@ static void test_roundtrip(void)
     struct db_reader *r = NULL;
     struct mt_snapshot s = snap(1700000000123, 4000000000000ULL), nh = snap(1700000001000, 0);
     struct mt_trim_result t = trim(1700000000500, 3, 12), pt = trim(1700000000400, 2, 1);
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0, 0};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary sum;
     struct db_bucket *b = NULL;
@@ -526,7 +526,7 @@ static void test_percentiles(void)
     const char *p = tpath("pct.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0, 0};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary s;
     size_t n = 0;
@@ -593,7 +593,7 @@ static void test_sums_and_ids_bounded(void)
     const char *p = tpath("huge.sqlite");
     struct db_writer *w = NULL;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 5, 0, 0};
     struct db_trim_row *rows = NULL;
     struct db_trim_summary s;
     size_t n = 0;

@@ -38,7 +38,7 @@ static void *reader_main(void *p)
 {
     struct reader_arg *a = p;
     struct db_reader *r = NULL;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 10, 0, 0};
     char *err = NULL;
 
     if (db_reader_open(a->path, &r, &err) < 0) {

@@ -431,7 +431,7 @@ static void test_climb_is_trimmed(void)
     struct db_reader *r = NULL;
     struct db_trim_row *rows = NULL;
     struct db_trim_summary sum;
-    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 1000, 0};
+    struct db_trim_query q = {INT64_MIN, INT64_MAX, -1, 1000, 0, 0};
     size_t n = 0, pressure = 0;
     char *err = NULL;
     char path[300];

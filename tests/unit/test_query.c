@@ -124,7 +124,10 @@ static void test_getters(void)
     CHECK_CONTAINS(why, "parameter 'limit': must be an integer from 1 to 10, got '0'");
     CHECK_EQ_INT(query_duration_ms(&q, "step", 1, 3600000, &v, why, sizeof(why)), 0);
     CHECK_EQ_INT(v, 60000);
-    CHECK_EQ_INT(query_duration_ms(&q, "step", 1, 1000, &v, why, sizeof(why)), -EINVAL);
+    /* above the maximum (or beyond what ms count) a duration is the maximum */
+    CHECK_EQ_INT(query_duration_ms(&q, "step", 1, 1000, &v, why, sizeof(why)), 0);
+    CHECK_EQ_INT(v, 1000);
+    CHECK_EQ_INT(query_duration_ms(&q, "step", 120000, 3600000, &v, why, sizeof(why)), -EINVAL);
     CHECK_CONTAINS(why, "parameter 'step'");
     CHECK_EQ_INT(query_time_ms(&q, "since", 10000000, &v, why, sizeof(why)), 0);
     CHECK_EQ_INT(v, 10000000 - 3600000);
@@ -134,8 +137,18 @@ static void test_getters(void)
     CHECK_CONTAINS(why, "parameter 'bad'");
     CHECK_EQ_INT(query_time_ms(&q, "neg", 1000, &v, why, sizeof(why)), 0);
     CHECK_EQ_INT(v, 995);
-    /* Relative times before the epoch are refused. */
-    CHECK_EQ_INT(query_time_ms(&q, "since", 1000, &v, why, sizeof(why)), -EINVAL);
+    /* Relative times before the epoch are the epoch; 19 digits are not a time. */
+    CHECK_EQ_INT(query_time_ms(&q, "since", 1000, &v, why, sizeof(why)), 0);
+    CHECK_EQ_INT(v, 0);
+    parse(&q, "big=-999999999999999999d&long=1000000000000000000&huge=-9999999999999999999");
+    CHECK_EQ_INT(query_time_ms(&q, "big", 1000, &v, why, sizeof(why)), 0);
+    CHECK_EQ_INT(v, 0);
+    CHECK_EQ_INT(query_time_ms(&q, "long", 1000, &v, why, sizeof(why)), -EINVAL);
+    CHECK_EQ_INT(query_time_ms(&q, "huge", 1000, &v, why, sizeof(why)), -EINVAL);
+    parse(&q, "d=999999999999999999d&e=9999999999999999999");
+    CHECK_EQ_INT(query_duration_ms(&q, "d", 0, 5000, &v, why, sizeof(why)), 0);
+    CHECK_EQ_INT(v, 5000);
+    CHECK_EQ_INT(query_duration_ms(&q, "e", 0, 5000, &v, why, sizeof(why)), -EINVAL);
 }
 
 int main(void)
