@@ -19,6 +19,7 @@
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
+#include <linux/magic.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
@@ -29,6 +30,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,9 +45,15 @@ static int same_ns(pid_t pid, const char *ns)
            sa.st_dev == sb.st_dev;
 }
 
+/* Root, in the target's user namespace (its credentials are ours to take), and a procfs at
+ * the target's /proc (a chroot may have none: then the copy). */
 int lib_hold_possible(const struct target *t)
 {
-    return geteuid() == 0 && same_ns(t->pid, "user");
+    char proc[64];
+    struct statfs sf;
+    snprintf(proc, sizeof proc, "/proc/%d/root/proc", (int)t->pid);
+    return geteuid() == 0 && same_ns(t->pid, "user") && statfs(proc, &sf) == 0 &&
+           sf.f_type == PROC_SUPER_MAGIC;
 }
 
 /* A sealed memfd holding the file's bytes; -1 with errno. */
