@@ -335,6 +335,23 @@ static void api_metrics_pressure(struct api_text *t, const struct mt_counters *c
             c->pressure_last_chance_trims);
     api_f64(t, "memtrim_pressure_cpu_seconds_total", "counter",
             "CPU time of memtrim's pressure thread.", c->pressure_cpu_seconds);
+    /* What pressure trims bought, beside what they cost (memtrim_trim_seconds_total and
+     * memtrim_released_bytes_total with trigger="pressure"). */
+    api_u64(t, "memtrim_pressure_judged_released_bytes_total", "counter",
+            "Bytes released by pressure trims that were judged at the next pressure trim's "
+            "start (releases of at least TrimMinReleasableBytes).",
+            c->pressure_judged_released_bytes);
+    api_u64(t, "memtrim_pressure_returned_bytes_total", "counter",
+            "Of memtrim_pressure_judged_released_bytes_total, the bytes that came back (RSS "
+            "regrown) before the next pressure trim: headroom the trims did not keep.",
+            c->pressure_returned_bytes);
+    api_u64(t, "memtrim_pressure_returned_trims_total", "counter",
+            "Pressure trims more than half of whose release came back before the next one.",
+            c->pressure_returned_trims);
+    api_f64(t, "memtrim_pressure_backoff_seconds", "gauge",
+            "The growth rule's wait after a pressure trim now: doubles per trim in a row whose "
+            "release came back (below the line) or that found too little; 0 none.",
+            c->pressure_backoff_seconds);
     api_histogram(t, "memtrim_pressure_reaction_seconds",
                   "Time from the crossing to the start of each pressure trim.",
                   c->pressure_reaction_hist, mt_reaction_bounds, MT_REACTION_BUCKETS,

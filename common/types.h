@@ -250,6 +250,10 @@ struct mt_counters {
     uint64_t pressure_checks[2];     /* readings [0] outside, [1] inside the zone */
     uint64_t pressure_kernel_wakeups;
     uint64_t pressure_last_chance_trims; /* trims at a new memory.events max/oom */
+    uint64_t pressure_judged_released_bytes; /* releases judged at the next pressure trim */
+    uint64_t pressure_returned_bytes; /* of those, what came back before it */
+    uint64_t pressure_returned_trims; /* trims more than half of whose release came back */
+    double pressure_backoff_seconds; /* the growth rule's gap now (0 none) */
     uint64_t pressure_reaction_hist[MT_REACTION_BUCKETS + 1]; /* non-cumulative; last = +Inf */
     double pressure_reaction_seconds_sum;
     double pressure_reaction_last_seconds; /* -1 none yet */

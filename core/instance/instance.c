@@ -228,6 +228,10 @@ void mt_counters_get(struct memtrim *mt, struct mt_counters *out)
     out->pressure_checks[1] = ps.checks_inside;
     out->pressure_kernel_wakeups = ps.kernel_wakeups;
     out->pressure_last_chance_trims = ps.last_chance_trims;
+    out->pressure_judged_released_bytes = ps.judged_released_bytes;
+    out->pressure_returned_bytes = ps.returned_bytes;
+    out->pressure_returned_trims = ps.returned_trims;
+    out->pressure_backoff_seconds = ps.backoff_seconds;
     memcpy(out->pressure_reaction_hist, ps.reaction_hist, sizeof(out->pressure_reaction_hist));
     out->pressure_reaction_seconds_sum = ps.reaction_seconds_sum;
     out->pressure_reaction_last_seconds = ps.reaction_last_seconds;

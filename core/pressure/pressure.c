@@ -534,6 +534,15 @@ static int do_trim(struct pressure *p, struct loop *l, const struct mt_snapshot 
         return 0;
     if (l->st.rule == PRESSURE_RULE_LAST_CHANCE)
         log_last_chance(p, l, snap, &r);
+    uint64_t judged = l->st.last_released;
+    int64_t back = pressure_judge_last(&l->st, r.rss_before_bytes);
+    if (back >= 0) {
+        pthread_mutex_lock(&p->lock);
+        p->stats.judged_released_bytes += judged;
+        p->stats.returned_bytes += (uint64_t)back;
+        p->stats.returned_trims += (uint64_t)back * 2 > judged;
+        pthread_mutex_unlock(&p->lock);
+    }
     pressure_after_trim(&l->st, now, r.rss_after_bytes, r.released_bytes,
                         (uint64_t)l->cfg.trim_min_releasable_bytes);
     record_trim(p, &r); /* (the trim service has woken the store) */
@@ -646,6 +655,7 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
 
     pthread_mutex_lock(&p->lock);
     p->stats.zone = l->st.zone;
+    p->stats.backoff_seconds = l->st.zone ? (double)pressure_growth_gap(&in, &l->st) / 1e9 : 0;
     if (l->st.zone)
         p->stats.checks_inside++;
     else

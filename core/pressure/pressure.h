@@ -56,6 +56,13 @@ struct pressure_stats {
     uint64_t trims;          /* pressure trims run */
     uint64_t last_chance_trims; /* of those, at a new memory.events max/oom (the limit reached) */
     uint64_t busy;           /* found another trim running */
+    /* What pressure trims bought (pressure_judge_last): of the releases judged at the next
+     * pressure trim, the bytes released, those that came back before it, and the trims
+     * more than half of whose release came back; the growth rule's gap now. */
+    uint64_t judged_released_bytes;
+    uint64_t returned_bytes;
+    uint64_t returned_trims;
+    double backoff_seconds;
     uint64_t reaction_hist[MT_REACTION_BUCKETS + 1];
     double reaction_seconds_sum;
     double reaction_last_seconds; /* -1 none yet */

@@ -9,6 +9,7 @@
  * No locks, no clocks, no I/O.
  */
 #include "common.h"
+#include "control.h"
 #include "pressure_policy.h"
 
 #define HARD_REPEAT_NS (1 * MT_SEC)   /* at the line: again after 1 s, doubling per futile trim */
@@ -16,6 +17,8 @@
 #define GROWTH_GAP_NS (1 * MT_MS)     /* by growth: 1 ms after a futile one, doubling likewise */
 #define FUTILE_MAX 6                  /* the time-based rules: up to 64 s */
 #define GROWTH_FUTILE_MAX 10          /* growth: up to ~1 s */
+#define RETURNED_GAP_NS (50 * MT_MS)  /* below the line, after a release that came back: 50 ms, */
+#define RETURNED_MAX 8                /* doubling per such trim in a row, up to 6.4 s */
 
 uint64_t pressure_zone_floor(int64_t limit, double ratio)
 {
@@ -34,10 +37,61 @@ static uint64_t growth_step(const struct pressure_input *in)
     return step < in->min_releasable ? in->min_releasable : step;
 }
 
-/* The growth rule's gap: none after a trim that found something. */
-static int64_t growth_gap(const struct pressure_state *st)
+/*
+ * Trims whose release came straight back bought no headroom: the host re-used the pages
+ * (node's worker_threads: 37-55 pressure trims in 4 s under a 560 MiB limit it survives
+ * alone, 1-1.3 s of trimming, 86 % of each release back before the next). Below the line
+ * the growth and estimate rules then wait 50 ms after such a trim, doubling per one in a
+ * row, up to 6.4 s; at the line survival comes first: only the futile back-offs hold.
+ */
+static int64_t returned_gap(const struct pressure_input *in, const struct pressure_state *st)
 {
-    return st->futile ? backoff(GROWTH_GAP_NS, st->futile - 1, GROWTH_FUTILE_MAX) : 0;
+    if (!st->returned || pressure_charge(in) >= (uint64_t)((double)in->limit * in->ratio) ||
+        mt_control("rt-no-backoff"))
+        return 0;
+    return backoff(RETURNED_GAP_NS, st->returned - 1, RETURNED_MAX - 1);
+}
+
+/* The growth rule's gap: none after a trim that found something and kept it. */
+static int64_t growth_gap(const struct pressure_input *in, const struct pressure_state *st)
+{
+    int64_t gap = st->futile ? backoff(GROWTH_GAP_NS, st->futile - 1, GROWTH_FUTILE_MAX) : 0;
+    int64_t r = returned_gap(in, st);
+    return r > gap ? r : gap;
+}
+
+/* The estimate rule's wait: its own futile back-off, or the returned one. */
+static int64_t early_gap(const struct pressure_input *in, const struct pressure_state *st)
+{
+    int64_t early = backoff(EARLY_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+    int64_t r = returned_gap(in, st);
+    return r > early ? r : early;
+}
+
+int64_t pressure_growth_gap(const struct pressure_input *in, const struct pressure_state *st)
+{
+    return growth_gap(in, st);
+}
+
+int64_t pressure_judge_last(struct pressure_state *st, uint64_t rss_now)
+{
+    uint64_t released = st->last_released;
+    if (!released)
+        return -1;
+    st->last_released = 0;
+    /* Regrown from the lowest reading since (another trim may have lowered it further). */
+    uint64_t low = st->base_rss && st->base_rss < st->last_rss_after ? st->base_rss
+                                                                      : st->last_rss_after;
+    uint64_t back = rss_now > low ? rss_now - low : 0;
+    if (back > released)
+        back = released;
+    if (back * 2 > released) {
+        if (st->returned < RETURNED_MAX)
+            st->returned++;
+    } else {
+        st->returned = 0;
+    }
+    return (int64_t)back;
 }
 
 static int estimate_holds(const struct pressure_input *in, uint64_t line)
@@ -102,10 +156,11 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
      * (RSS up and down by a step) is held off by a gap after each such trim:
      * 1 ms, 2 ms, 4 ms ... up to ~1 s.
      */
-    if (in->rss - st->base_rss >= growth_step(in) && since >= growth_gap(st)) {
+    int64_t gap = growth_gap(in, st);
+    if (in->rss - st->base_rss >= growth_step(in) && since >= gap) {
         st->rule = PRESSURE_RULE_GROWTH;
-        if (st->futile)
-            st->due_ns = st->last_trim_ns + growth_gap(st);
+        if (gap)
+            st->due_ns = st->last_trim_ns + gap;
         return PRESSURE_TRIM;
     }
     /* At the line: trim, and again while it holds, backing off while trims find nothing. */
@@ -120,7 +175,7 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
      * line if reused. Its back-off counts only its own and the line's trims
      * that found nothing: a climb's growth trims say nothing about this.
      */
-    int64_t early = backoff(EARLY_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+    int64_t early = early_gap(in, st);
     if (estimate_holds(in, line) && since >= early) {
         st->rule = PRESSURE_RULE_ESTIMATE;
         int64_t due = st->last_trim_ns + early;
@@ -136,6 +191,9 @@ void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t r
     st->last_trim_ns = start_ns;
     st->trimmed = 1;
     st->base_rss = rss_after;
+    st->last_released = released >= 0 && (uint64_t)released >= min_releasable && min_releasable
+                            ? (uint64_t)released : 0;
+    st->last_rss_after = rss_after;
     /* Useful: it found something, and it took RSS under the line. One that leaves the
      * process above the line found live memory there (a limit below the host's working
      * set: MemoryLimitBytes 1 gave 2,500 trims in 20 s): it backs off like one that found
@@ -157,13 +215,13 @@ int64_t pressure_next_due(const struct pressure_input *in, const struct pressure
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
     int64_t due = INT64_MAX;
     if (in->rss - (in->rss < st->base_rss ? in->rss : st->base_rss) >= growth_step(in))
-        due = st->last_trim_ns + growth_gap(st);
+        due = st->last_trim_ns + growth_gap(in, st);
     if (pressure_charge(in) >= line) {
         int64_t h = st->last_trim_ns + backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
         due = h < due ? h : due;
     }
     if (estimate_holds(in, line)) {
-        int64_t e = st->last_trim_ns + backoff(EARLY_REPEAT_NS, st->futile_timed, FUTILE_MAX);
+        int64_t e = st->last_trim_ns + early_gap(in, st);
         due = e < due ? e : due;
     }
     return due;

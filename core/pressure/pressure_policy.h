@@ -48,6 +48,12 @@ struct pressure_state {
                            * by its timing (back-off ended, estimate read); 0 growth */
     int trimmed;          /* a pressure trim ran (last_trim_ns is real) */
     uint64_t line;        /* the line at the last reading inside the zone */
+    /* What the last pressure trim bought (pressure_judge_last): its release and the RSS it
+     * left, judged at the next trim's start; and the trims in a row whose release came
+     * back before the next one (the growth rule's back-off below the line). */
+    uint64_t last_released; /* 0: nothing to judge (none yet, or it found too little) */
+    uint64_t last_rss_after;
+    int returned;
 };
 
 enum pressure_verdict {
@@ -74,6 +80,18 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
 
 /* When a rule that waits on time (the line, the estimate) will next allow a trim, or INT64_MAX. */
 int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
+
+/* At a pressure trim's start (RSS rss_now): how much of the last trim's release came back
+ * since it ended (RSS regrown, at most what it released), or -1 when there is none to judge
+ * (none yet, or it released less than TrimMinReleasableBytes: the futile back-off's). A
+ * release that more than half came back bought no headroom: st->returned counts such trims
+ * in a row (the growth rule's gap below the line doubles with it); one that stayed out
+ * resets it. */
+int64_t pressure_judge_last(struct pressure_state *st, uint64_t rss_now);
+
+/* The growth rule's wait after a trim now: the futile back-off, and below the line the
+ * returned one (0: none). */
+int64_t pressure_growth_gap(const struct pressure_input *in, const struct pressure_state *st);
 
 /* Record a pressure trim's outcome in st (futile back-off, growth base). */
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,

@@ -496,6 +496,17 @@ async function checkPressure() {
         'pressure_source ' + stats.pressure_source);
       assert(errors.length === 0, errors.join(' | '));
     });
+    await check('the pressure trims\' cost shows beside their yield', async () => {
+      const got = await page.waitForFunction(() => {
+        const dd = document.querySelector('#probe dd[data-key="pressure_trims"]');
+        return dd && Number(dd.dataset.value) > 0 ? { n: Number(dd.dataset.value), text: dd.textContent } : null;
+      }, null, { timeout: 30e3 }).then((h) => h.jsonValue()).catch(() => null);
+      assert(got, 'no pressure trims on the cost panel in 30 s');
+      const r = await fetch(demo.base + 'metrics');
+      const m = /^memtrim_trims_total\{trigger="pressure"\} (\S+)$/m.exec(await r.text());
+      assert(m && Number(m[1]) >= got.n, `panel ${got.n}, /metrics ${m && m[1]}`);
+      assert(/^[\d,]+ in .+(µs|ms| s)released .+B/.test(got.text), 'pressure trims read ' + got.text);
+    });
   } finally {
     await ctx.close();
     await stopDemo(demo);

@@ -493,12 +493,84 @@ static void test_storm_below_working_set(void)
     CHECK_EQ_INT(st.futile_timed, 0);
 }
 
+/*
+ * Trims that buy no headroom back off (issue 41): a host under 560 MB that re-uses what a
+ * trim released (node's worker_threads) climbs back 0.3 MB a ms from 420 MB, and each trim
+ * finds everything above 420 MB free. Below the line the growth rule fired every ~93 ms (a
+ * step of 28 MB): 53 trims in 5 s, each one's release back before the next. Now each such
+ * trim doubles the wait (50 ms up to 6.4 s). The control rt-no-backoff (the old rule) fails
+ * the bound.
+ */
+static int returning_host(int64_t ms, uint64_t floor_mb, double climb_mb_per_ms, int *returned)
+{
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    double rss = (double)floor_mb;
+    int trims = 0;
+    *returned = 0;
+    for (int64_t t = 0; t < ms; t++) {
+        rss += climb_mb_per_ms;
+        if (rss > 470)
+            rss = 470;
+        struct pressure_input in = input(t, (uint64_t)rss, 560);
+        if (pressure_decide(&in, &st) != PRESSURE_TRIM)
+            continue;
+        trims++;
+        int64_t back = pressure_judge_last(&st, in.rss);
+        *returned += back >= 0 && st.returned > 0;
+        int64_t released = (int64_t)(in.rss - floor_mb * MB);
+        pressure_after_trim(&st, in.now_ns, floor_mb * MB, released, 8 * MB);
+        rss = (double)floor_mb;
+    }
+    return trims;
+}
+
+static void test_returned_release_backs_off(void)
+{
+    int returned;
+    int trims = returning_host(5000, 420, 0.3, &returned);
+    printf("a host that re-uses each release: %d pressure trims in 5 s (%d judged returned)\n",
+           trims, returned);
+    CHECK_MSG(trims <= 12, "%d pressure trims in 5 s whose releases all came back", trims);
+    CHECK_MSG(trims >= 5, "%d: the path still trims now and then", trims);
+    CHECK_MSG(returned >= trims - 2, "%d of %d judged returned", returned, trims);
+
+    /* Judging: more than half back counts, less resets; a small release is not judged. */
+    struct pressure_state st = {.last_trim_ns = 0};
+    pressure_after_trim(&st, 0, 200 * MB, 40 * (int64_t)MB, 8 * MB);
+    CHECK_EQ_INT((int)(pressure_judge_last(&st, 230 * MB) / (int64_t)MB), 30);
+    CHECK_EQ_INT(st.returned, 1);
+    CHECK_EQ_INT((int)pressure_judge_last(&st, 300 * MB), -1); /* judged once */
+    pressure_after_trim(&st, 0, 100 * MB, 147 * (int64_t)MB, 8 * MB); /* the demo's study */
+    CHECK_EQ_INT((int)(pressure_judge_last(&st, 128 * MB) / (int64_t)MB), 28);
+    CHECK_EQ_INT(st.returned, 0); /* 28 of 147 MB back: headroom kept */
+    pressure_after_trim(&st, 0, 100 * MB, 4 * (int64_t)MB, 8 * MB);
+    CHECK_EQ_INT((int)pressure_judge_last(&st, 200 * MB), -1); /* futile: its own back-off */
+    /* Back from the lowest reading since (another trim lowered RSS further). */
+    pressure_after_trim(&st, 0, 300 * MB, 40 * (int64_t)MB, 8 * MB);
+    struct pressure_input in = input(1, 250, 560);
+    pressure_decide(&in, &st);
+    CHECK_EQ_INT((int)(pressure_judge_last(&st, 290 * MB) / (int64_t)MB), 40);
+
+    /* At the line survival comes first: the returned wait does not hold. */
+    struct pressure_state line = {.last_trim_ns = 0, .returned = 8, .base_rss = 470 * MB,
+                                  .trimmed = 1};
+    in = input(10, 510, 560); /* line 504 MB, 40 MB grown: a step */
+    CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_TRIM);
+    CHECK_EQ_INT(line.rule, PRESSURE_RULE_GROWTH);
+    line.base_rss = 400 * MB;
+    in = input(10, 450, 560); /* below it: 10 ms after the trim, it waits */
+    CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_WATCH);
+    CHECK_MSG(pressure_next_due(&in, &line) == 6400 * MSN, "due %lld ns",
+              (long long)pressure_next_due(&in, &line));
+}
+
 int main(void)
 {
     RUN(test_decide);
     RUN(test_charge);
     RUN(test_last_chance);
     RUN(test_storm_below_working_set);
+    RUN(test_returned_release_backs_off);
     RUN(test_poll_fallback_and_zone);
     RUN(test_not_cgroupfs);
     RUN(test_climb_is_trimmed);
