@@ -59,7 +59,7 @@ static int judge(const struct sock_filter *f, unsigned len, int index, int count
     struct bpf_call c;
     uint32_t action;
     call_words(s, nr, &c);
-    c.lenient = s == NULL;
+    c.lenient = s == NULL || (s->known & SECCOMP_CALL_FAILS_OK);
     int v = bpf_eval(f, len, &c, &action);
     if (v == BPF_ALLOW)
         return 0;

@@ -17,8 +17,11 @@ struct inject_syscall {
     const char *name;
     long nr;
     uint64_t args[6];
-    unsigned known;
+    unsigned known; /* bits 0-5: the arguments known; SECCOMP_CALL_FAILS_OK: see below */
 };
+/* In known: the call may fail (an ERRNO answer, as Docker's profile gives clone3: glibc's
+ * pthread_create falls back to clone), only a death or a stop is refused. */
+#define SECCOMP_CALL_FAILS_OK 0x100u
 
 /* The system calls of one call: the mechanism's and the function's own, each of which must
  * be allowed; any: every other system call number too (load: the engine's threads, sockets
