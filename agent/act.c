@@ -186,7 +186,8 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
         free(t);
         return -e;
     }
-    p->last_trim_ns = t->t0; /* in flight: not picked again meanwhile */
+    p->last_trim_ns = t->t0;
+    p->in_flight = 1; /* not picked again meanwhile */
     cg->busy = t;
     a->trims_in_flight++;
     return 0;
@@ -211,6 +212,7 @@ static void finish(struct agent *a, struct agent_trim *t)
     struct agent_proc gone = {.pid = t->pid, .start = t->start}; /* it left the cgroup meanwhile */
     if (!p)
         p = &gone;
+    p->in_flight = 0;
     learn(cg, p, t->buf, now, &released);
     a->stats.trims_cpu_ns += cpu;
     a->budget_ns -= (double)cpu;

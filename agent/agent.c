@@ -71,11 +71,13 @@ static int budget_take(struct agent *a, int64_t now)
     return 0;
 }
 
-/* One cgroup's step: read it; in its zone, trim its members until it is out. */
+/* One cgroup's step: read it; in its zone, let the one decision pick a member and trim it. */
 static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
 {
     agent_cgroup_read(cg);
     bookkeep(cg);
+    if (cg->usage >= 0 && (cg->base_usage < 0 || cg->usage < cg->base_usage))
+        cg->base_usage = cg->usage; /* the low-water mark since the last trim */
     int64_t aim = agent_aim(cg);
     double ratio = a->cfg.pressure_ratio;
     cg->in_zone = agent_in_zone(cg->usage, aim, ratio);
@@ -88,40 +90,47 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
         cg->woke_ns = 0;
         return;
     }
-    if (idle)
-        cg->next_idle_ns = now + (int64_t)a->cfg.idle_interval_s * MT_SEC;
     agent_rescan(a, cg);
     agent_procs_refresh(cg);
-    int64_t gap = idle ? (int64_t)a->cfg.idle_interval_s * MT_SEC : (int64_t)a->cfg.trim_gap_ms * MT_MS;
     int64_t least = (int64_t)(MIN_RELEASE_SHARE * (double)aim);
-    for (;;) {
-        long i = agent_pick(cg->procs, cg->nprocs, mt_mono_ns(), gap,
-                            least > MIN_RELEASE ? least : MIN_RELEASE);
-        if (i < 0)
-            break;
-        struct agent_proc *p = &cg->procs[i];
-        if (a->cfg.dry_run || mt_control("agent-never-trims")) {
-            p->last_trim_ns = mt_mono_ns();
-            cg->dry_run_picks++;
-            a->stats.dry_run_picks++;
-            mt_log(MT_LOG_INFO, "agent", "dry run: cgroup %s (usage %lld of %lld): would trim "
-                   "process %d (%s, %s), expected %lld bytes", cg->path, (long long)cg->usage,
-                   (long long)aim, (int)p->pid, p->comm, p->alloc, (long long)agent_expected(p));
-            continue;
-        }
-        if (a->trims_in_flight >= a->cfg.max_parallel_trims || !budget_take(a, mt_mono_ns()))
-            break; /* the node's share of trims is taken: at the next wake or poll */
-        if (cg->woke_ns) {
-            double ms = (double)(mt_mono_ns() - cg->woke_ns) / 1e6;
-            a->stats.last_reaction_ms = ms;
-            a->stats.reaction_ms_sum += ms;
-            a->stats.reactions++;
-        }
-        agent_trim_start(a, cg, p);
-        break; /* one at a time per cgroup: its answer brings the next decision */
+    if (least < MIN_RELEASE)
+        least = MIN_RELEASE;
+    int rule = 0;
+    long i;
+    if (idle) {
+        cg->next_idle_ns = now + (int64_t)a->cfg.idle_interval_s * MT_SEC;
+        i = agent_pick_idle(cg->procs, cg->nprocs, mt_mono_ns(),
+                            (int64_t)a->cfg.idle_interval_s * MT_SEC, least);
+    } else {
+        i = agent_decide(cg, mt_mono_ns(), ratio, (uint64_t)least, &rule);
     }
-    cg->in_zone = agent_in_zone(cg->usage, agent_aim(cg), ratio);
-    cg->woke_ns = 0;
+    cg->woke_ns = i < 0 ? 0 : cg->woke_ns;
+    if (i < 0)
+        return;
+    struct agent_proc *p = &cg->procs[i];
+    if (a->cfg.dry_run || mt_control("agent-never-trims")) {
+        mt_log(MT_LOG_INFO, "agent", "dry run: cgroup %s (usage %lld of %lld, rule %d): would trim "
+               "process %d (%s, %s), expected %lld bytes", cg->path, (long long)cg->usage,
+               (long long)aim, rule, (int)p->pid, p->comm, p->alloc, (long long)agent_expected(p));
+        p->last_trim_ns = mt_mono_ns(); /* as if trimmed: its growth counts from here */
+        p->anon_after_trim = p->anon;
+        cg->base_usage = INT64_MAX;
+        cg->dry_run_picks++;
+        a->stats.dry_run_picks++;
+        cg->woke_ns = 0;
+        return;
+    }
+    if (a->trims_in_flight >= a->cfg.max_parallel_trims || !budget_take(a, mt_mono_ns()))
+        return; /* the node's share of trims is taken: at the next wake or poll */
+    if (cg->woke_ns) {
+        double ms = (double)(mt_mono_ns() - cg->woke_ns) / 1e6;
+        a->stats.last_reaction_ms = ms;
+        a->stats.reaction_ms_sum += ms;
+        a->stats.reactions++;
+        cg->woke_ns = 0;
+    }
+    if (agent_trim_start(a, cg, p) == 0)
+        cg->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
 }
 
 /* v2 has no usage lines, and a cgroup whose files could not be armed (a read-only cgroupfs)

@@ -61,7 +61,6 @@ struct agent_config {
     double pressure_ratio;    /* the zone: usage at this share of the aim (limit, or memory.high) */
     int scan_interval_ms;     /* cgroups and processes re-read */
     int zone_poll_ms;         /* in the zone, between decisions */
-    int trim_gap_ms;          /* a process trimmed again at most this often under pressure */
     double cpu_budget_percent; /* the trims' CPU (the commands') as a share of one core */
     int max_parallel_trims;    /* commands in flight on the node, one per cgroup at most */
     double thread_wait_s, call_wait_s; /* the command's --thread-wait and --timeout */
@@ -89,6 +88,7 @@ struct agent_proc {
     int64_t last_released;     /* what its last trim gave back */
     int64_t last_trim_ns;      /* monotonic */
     int zero_trims;            /* trims in a row that gave back under 1 MiB */
+    int in_flight;             /* a trim of it runs now */
     uint64_t trims, released;
     int seen;                  /* scan mark */
 };
@@ -113,6 +113,7 @@ struct agent_cgroup {
     uint64_t near_episodes, kills_avoided;
     uint64_t trims, released, wakes, dry_run_picks;
     uint64_t refusals[AR_COUNT];
+    int64_t base_usage;        /* its low-water mark since its last trim (the growth rule) */
     int64_t threshold;         /* v1: the registered usage threshold (bytes) */
     int event_fd;              /* v1 eventfd / v2 PSI trigger (memory.pressure) */
     int events_fd;             /* v2 memory.events (POLLPRI) */
@@ -189,17 +190,22 @@ void agent_trim_abandon(struct agent *a, struct agent_cgroup *cg);
 /* The command's error code and message into a reason. */
 enum agent_reason agent_reason_of(const char *code, const char *message);
 
-/* decide.c (pure): the decision over one cgroup's members. */
+/* decide.c (pure): the agent's side of the one pressure decision over a cgroup's members. */
 /* The bytes the cgroup aims under: the lower of limit and memory.high (-1 none). */
 int64_t agent_aim(const struct agent_cgroup *cg);
-/* 1 when usage is inside the zone (at pressure_ratio of the aim). */
+/* 1 when usage is inside the zone where the decision may pick (core/pressure's floor: the
+ * PressureRatio line, or half the aim if lower). */
 int agent_in_zone(int64_t usage, int64_t aim, double ratio);
-/* What a trim of p may give back now (its heap's growth since its last trim). */
+/* What a trim of p may give back now (its anonymous memory's growth since its last trim). */
 int64_t agent_expected(const struct agent_proc *p);
-/* The member to trim next: the most expected release, not refused, not trimmed within gap;
- * -1 none. */
-long agent_pick(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,
-                int64_t min_bytes);
+/* The member to trim next, by the one decision (core/pressure/: group_pressure_pick over
+ * outside members, outside.h): an index into cg->procs or -1; *rule says why (group_rule). */
+long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
+                  uint64_t min_releasable, int *rule);
+/* IdleTrims, outside the zone (the agent's own opt-in): the member whose anonymous memory
+ * grew most since its last trim, by min_bytes at least, not trimmed within gap; -1 none. */
+long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,
+                     int64_t min_bytes);
 
 /* http.c: the routes (/metrics, /agent/cgroups, /healthz, /). */
 int agent_http_start(struct agent *a, struct server **out, char **err);

@@ -50,7 +50,6 @@ static const struct key {
     {"PressureRatio", K_DOUBLE, OFF(pressure_ratio), 0, 0.1, 1.0, 0},
     {"ScanIntervalMs", K_INT, OFF(scan_interval_ms), 0, 50, 600000, 0},
     {"ZonePollMs", K_INT, OFF(zone_poll_ms), 0, 1, 10000, 0},
-    {"TrimGapMs", K_INT, OFF(trim_gap_ms), 0, 0, 3600000, 0},
     {"CpuBudgetPercent", K_DOUBLE, OFF(cpu_budget_percent), 0, 0.01, 100, 0},
     {"MaxParallelTrims", K_INT, OFF(max_parallel_trims), 0, 1, 64, 0},
     {"ThreadWaitSeconds", K_DOUBLE, OFF(thread_wait_s), 0, 0.001, 60, 0},
@@ -71,7 +70,6 @@ static void defaults(struct agent_config *c)
     c->pressure_ratio = 0.8;
     c->scan_interval_ms = 2000;
     c->zone_poll_ms = 20;
-    c->trim_gap_ms = 100;
     c->cpu_budget_percent = 10;
     c->max_parallel_trims = 4;
     c->thread_wait_s = 0.5;

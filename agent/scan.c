@@ -202,7 +202,7 @@ static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char 
     agent_kind_parse(path, &cg->kind);
     cg->allowed = agent_cgroup_allowed(&a->cfg, path);
     cg->event_fd = cg->events_fd = -1;
-    cg->usage = cg->anon = cg->file = cg->inactive_file = cg->working_set = -1;
+    cg->usage = cg->anon = cg->file = cg->inactive_file = cg->working_set = cg->base_usage = -1;
     agent_cgroup_read(cg);
     cg->oom_kills_at_near = cg->oom_kills;
     a->cgroups[a->ncgroups++] = cg;

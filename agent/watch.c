@@ -1,7 +1,8 @@
 /*
  * watch.c - the kernel wakes the agent per cgroup (docs/agent.md, "Woken by the kernel"):
  *  - v1: an eventfd registered through cgroup.event_control on memory.usage_in_bytes at two
- *    lines, the zone's floor (PressureRatio of the limit) and 95 % of it; the kernel signals
+ *    lines, the zone's floor (core/pressure's: the PressureRatio line, or half the aim if
+ *    lower) and 95 % of the limit; the kernel signals
  *    each crossing, either way. The registration holds no descriptor but the eventfd, which
  *    ends it when closed (one descriptor per cgroup).
  *  - v2: a PSI trigger on memory.pressure ("some 100 ms in 1 s", written: a root agent, or
@@ -21,6 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "pressure_policy.h"
 
 static int add(struct agent *a, struct agent_cgroup *cg, int fd, uint32_t events)
 {
@@ -37,7 +39,7 @@ static int arm_v1(struct agent *a, struct agent_cgroup *cg, int64_t aim)
     int cfd = ufd < 0 ? -1 : open(path, O_WRONLY | O_CLOEXEC);
     int efd = cfd < 0 ? -1 : eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     int rc = efd < 0 ? -errno : 0;
-    int64_t lines[2] = {(int64_t)((double)aim * a->cfg.pressure_ratio), aim - aim / 20};
+    int64_t lines[2] = {(int64_t)pressure_zone_floor(aim, a->cfg.pressure_ratio), aim - aim / 20};
     for (int i = 0; i < 2 && rc == 0; i++) {
         int n = snprintf(line, sizeof line, "%d %d %lld", efd, ufd, (long long)lines[i]);
         if (write(cfd, line, (size_t)n) != n)

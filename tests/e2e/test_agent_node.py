@@ -83,9 +83,8 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
                                                                           run):
     prefix = cgroup(LIMIT)  # only to learn the fixture's names: memtrim-test-<pid>-<n>
     glob = "/" + re.sub(r"-\d+$", "-*", prefix.path.name)
-    # The zone opens at 60 % of the limit: a study is 150 MB, 37 % of it, and the zone must
-    # open before the last study's worth of headroom is gone (docs/agent.md, PressureRatio).
-    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob], "PressureRatio": 0.6})
+    # At its defaults: the zone from half the limit, the growth rule and the line at 80 %.
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob]})
     runs = start_four(procs, cgroup, tmp_path, f"run{run}", agent)
     pids = {cg.path.name: p.pid for cg, p in runs}
     ended = finish(runs)
@@ -153,7 +152,7 @@ def test_a_dry_run_trims_nothing_and_says_what_it_would(procs, cgroup, tmp_path)
     agent trimmed nothing and logged the trims it would have made."""
     cg = cgroup(LIMIT)
     glob = "/" + cg.path.name
-    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob], "PressureRatio": 0.6},
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob]},
                   args=["--dry-run"])
     wait_for(lambda: glob in agent.cgroups(), 20, "the agent to watch the cgroup")
     p = procs(container(cg, demo(150, 200)), tmp_path / "dry.log")

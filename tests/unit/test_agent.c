@@ -8,6 +8,7 @@
 
 #include "agent_int.h"
 #include "common.h"
+#include "group_policy.h"
 
 static struct agent_kind_info kind(const char *path)
 {
@@ -130,29 +131,53 @@ static void test_decide(void)
     cg.high = -1;
     CHECK_EQ_INT(agent_aim(&cg), -1);
     CHECK(agent_in_zone(800, 1000, 0.8));
-    CHECK(!agent_in_zone(799, 1000, 0.8));
     CHECK(!agent_in_zone(5000, -1, 0.8));
     CHECK(!agent_in_zone(-1, 1000, 0.8));
 
-    int64_t now = 10 * MT_SEC, gap = 100 * MT_MS;
+    CHECK(agent_in_zone(500, 1000, 0.8)); /* the engine's floor: half the aim below the line */
+    CHECK(!agent_in_zone(499, 1000, 0.8));
+    CHECK(agent_in_zone(300, 1000, 0.3));
+
+    /* The one decision (core/pressure's group_pressure_pick) over outside members. */
+    int64_t now = 10 * MT_SEC, mib = 1 << 20;
     struct agent_proc p[4] = {
-        {.pid = 1, .anon = 300, .anon_after_trim = -1},             /* never trimmed: 300 */
-        {.pid = 2, .anon = 900, .anon_after_trim = 100},            /* grew 800 since */
-        {.pid = 3, .anon = 5000, .anon_after_trim = -1, .reason = AR_MUSL}, /* left alone */
-        {.pid = 4, .anon = 2000, .anon_after_trim = 0, .last_trim_ns = now - gap / 2}, /* in gap */
+        {.pid = 1, .anon = 300 * mib, .anon_after_trim = -1},           /* never trimmed: 300 */
+        {.pid = 2, .anon = 900 * mib, .anon_after_trim = 100 * mib},    /* grew 800 since */
+        {.pid = 3, .anon = 5000 * mib, .anon_after_trim = -1, .reason = AR_MUSL}, /* left alone */
+        {.pid = 4, .anon = 2000 * mib, .anon_after_trim = 0, .in_flight = 1}, /* a trim runs */
     };
-    CHECK_EQ_INT(agent_expected(&p[0]), 300);
-    CHECK_EQ_INT(agent_expected(&p[1]), 800);
-    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 1);
-    p[3].last_trim_ns = now - gap; /* the gap is over: the most expected goes first */
-    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 3);
-    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 5000), -1); /* none expected to give enough */
-    p[1].reason = AR_NO_THREAD; /* a passing refusal: still a candidate */
+    struct agent_cgroup g = {.limit = 4096 * mib, .high = -1, .procs = p, .nprocs = 4,
+                             .usage = 3500 * mib, .base_usage = 3500 * mib};
+    int rule;
+    CHECK_EQ_INT(agent_expected(&p[0]), 300 * mib);
+    CHECK_EQ_INT(agent_expected(&p[1]), 800 * mib);
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 1); /* at the line: most growth */
+    CHECK_EQ_INT(rule, GROUP_RULE_LINE);
+    p[3].in_flight = 0; /* its trim is over, long ago: the most growth goes first */
+    p[3].last_trim_ns = now - MT_SEC;
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 3);
+    g.usage = 1000 * mib; /* below the zone's floor (half the aim): nothing */
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), -1);
+    g.usage = 2500 * mib; /* inside the zone, below the line, no growth: nothing */
+    g.base_usage = 2500 * mib;
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), -1);
+    g.base_usage = 2000 * mib; /* ...grown by a step since the last trim: the growth rule */
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 3);
+    CHECK_EQ_INT(rule, GROUP_RULE_GROWTH);
+    g.high = 2400 * mib; /* MemoryQoS's memory.high below the usage: at its line */
+    g.base_usage = 2500 * mib;
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 3);
+    CHECK_EQ_INT(rule, GROUP_RULE_LINE);
+    p[1].reason = AR_NO_THREAD; /* a passing refusal: still a member */
     p[3].reason = AR_GIVES_NOTHING;
-    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 1);
-    p[1].anon = 50; /* shrank below its last trim: nothing expected */
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 1);
+    p[1].anon = 50 * mib; /* shrank below its last trim: nothing expected */
     CHECK_EQ_INT(agent_expected(&p[1]), 0);
-    CHECK_EQ_INT(agent_pick(p, 4, now, gap, 10), 0);
+    CHECK_EQ_INT(agent_decide(&g, now, 0.8, 8 * mib, &rule), 0);
+    /* IdleTrims' own pick, outside the zone: the gap and the least it must give */
+    CHECK_EQ_INT(agent_pick_idle(p, 4, now, MT_SEC, 8 * mib), 0);
+    p[0].last_trim_ns = now - MT_SEC / 2;
+    CHECK_EQ_INT(agent_pick_idle(p, 4, now, MT_SEC, 8 * mib), -1);
 
     CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 runs on musl libc"), AR_MUSL);
     CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 is a static binary"), AR_STATIC);
