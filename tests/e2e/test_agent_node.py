@@ -33,7 +33,11 @@ STUDIES = 16
 # The pause between studies: the time a trim has, once the zone opens during one study, before
 # the next one meets the freed memory (at load 15 on 2 cores a trim took 90-400 ms).
 PAUSE_MS = 400
-DEMO = ["--no-memtrim", "--workers", "8", "--keep-percent", "2", "--concurrency", "1"]
+# --canary: a thread that allocates a small block every millisecond and sleeps between them
+# (clock_nanosleep), as a server's timer or event-loop thread waits: the command takes a
+# thread only in a wait it can restart exactly (memtrim(1)); the main thread's sigtimedwait
+# with a timeout is not one.
+DEMO = ["--no-memtrim", "--workers", "8", "--keep-percent", "2", "--concurrency", "1", "--canary"]
 
 
 def demo(study_mb, pause_ms, studies=STUDIES):
