@@ -13,6 +13,8 @@
  */
 #include "libhold.h"
 
+#include "../common/control.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -164,7 +166,7 @@ static void helper_main(const struct target *t, pid_t tool, int lib, int stay, i
 int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, char *err,
                    size_t errlen)
 {
-    int stay[2] = {-1, -1}, report[2] = {-1, -1}, pidns = -1, got[2] = {0, 0};
+    int stay[2] = {-1, -1}, report[2] = {-1, -1}, pidns = -1, got[2] = {0, 0}, rc = -1;
     h->helper = -1;
     h->stay = -1;
     int fd = lib_memfd(lib);
@@ -199,6 +201,21 @@ int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, 
     }
     snprintf(h->path, sizeof h->path, "/proc/%d/fd/%d", got[0], got[1]);
     h->stay = stay[1];
+    stay[1] = -1;
+    /* the path, resolved as the target will (its root, its /proc), must be our memfd: a
+     * /proc of another pid namespace (an unshare without its own proc mount) would name
+     * another process's descriptor */
+    char seen[128];
+    struct stat want, there;
+    snprintf(seen, sizeof seen, "/proc/%d/root%s", (int)t->pid, h->path);
+    if (!mt_control("cmd-load-proc-check") &&
+        (fstat(fd, &want) != 0 || stat(seen, &there) != 0 || want.st_ino != there.st_ino ||
+         want.st_dev != there.st_dev)) {
+        snprintf(err, errlen, "process %d's /proc does not show memtrim's helper as %s (a /proc "
+                 "of another pid namespace?)", (int)t->pid, h->path);
+        rc = -2;
+        goto fail;
+    }
     close(stay[0]);
     close(report[0]);
     close(fd);
@@ -206,6 +223,7 @@ int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, 
         close(pidns);
     return 0;
 fail:
+    lib_hold_stop(h);
     for (int i = 0; i < 2; i++) {
         if (stay[i] >= 0)
             close(stay[i]);
@@ -215,9 +233,7 @@ fail:
     close(fd);
     if (pidns >= 0)
         close(pidns);
-    h->stay = -1;
-    lib_hold_stop(h);
-    return -1;
+    return rc;
 }
 
 void lib_hold_stop(struct lib_hold *h)

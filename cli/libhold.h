@@ -20,7 +20,8 @@ struct lib_hold {
 /* 1 when the helper can serve this target (the tool is root, in the target's user
  * namespace, and the target has a procfs at /proc); else the caller copies the library. */
 int lib_hold_possible(const struct target *t);
-/* Starts the helper with the library's contents: 0 and h->path, or -1 with err. */
+/* Starts the helper with the library's contents: 0 and h->path; -2 when the target's /proc
+ * would not lead to it (the caller copies instead); -1 with err. */
 int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, char *err,
                    size_t errlen);
 /* Ends the helper (and with it the memfd, once the target has mapped it) and reaps it. */

@@ -219,10 +219,13 @@ static int target_path(const struct target *t, const char *lib, char *out, size_
         return 0;
     }
     if (!mt_control("cmd-load-file") && lib_hold_possible(t)) {
-        if (lib_hold_start(t, lib, &hold, err, errlen) != 0)
+        int h = lib_hold_start(t, lib, &hold, err, errlen);
+        if (h == 0) {
+            snprintf(out, len, "%s", hold.path);
+            return 0;
+        }
+        if (h != -2) /* -2: its /proc is another pid namespace's: the copy */
             return -1;
-        snprintf(out, len, "%s", hold.path);
-        return 0;
     }
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         snprintf((char *)rnd, sizeof rnd, "%07x", (unsigned)getpid() & 0xfffffff);

@@ -114,14 +114,20 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
     if (target_read_file(path, buf, sizeof buf) <= 0)
         return -1;
     for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+        /* "ID:CONTROLLERS:PATH", the path to the line's end (a cgroup's name may hold spaces
+         * and colons); v2's line is "0::PATH" */
         char ctl[256], cg[2048];
-        if (sscanf(l, "%*d:%255[^:]:%2047s", ctl, cg) != 2) {
-            if (strncmp(l, "0::", 3) || sscanf(l + 3, "%2047s", cg) != 1)
-                continue;
-            ctl[0] = 0;
-        }
-        int v2 = ctl[0] == 0;
-        if (!v2 && !strstr(ctl, "memory"))
+        const char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || (size_t)(c2 - c1 - 1) >= sizeof ctl || strlen(c2 + 1) >= sizeof cg ||
+            c2[1] != '/')
+            continue;
+        memcpy(ctl, c1 + 1, (size_t)(c2 - c1 - 1));
+        ctl[c2 - c1 - 1] = 0;
+        strcpy(cg, c2 + 1);
+        int v2 = ctl[0] == 0 && !strncmp(l, "0:", 2);
+        char want[272];
+        snprintf(want, sizeof want, ",%s,", ctl);
+        if (!v2 && !strstr(want, ",memory,"))
             continue;
         if (cgroup_mount(v2, mnt, sizeof mnt) != 0)
             continue;

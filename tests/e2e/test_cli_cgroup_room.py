@@ -1,7 +1,8 @@
 """The memtrim command never OOM-kills a target for want of room in its memory cgroup
-(issue 37, item 2). A python3 in a v1 memory cgroup (/sys/fs/cgroup/memory) whose limit is
-its usage plus 512 KiB: load (the library, memtrim's engine and the page) is refused by name
-(exit 2), the target alive and without the library; trim, which charges only the page, runs.
+(issue 37, item 2). A python3 in a v1 memory cgroup (/sys/fs/cgroup/memory; its name holds a
+space and a colon, which /proc/PID/cgroup prints as they are) whose limit is its usage plus
+512 KiB: load (the library, memtrim's engine and the page) is refused by name (exit 2), the
+target alive and without the library; trim, which charges only the page, runs.
 Control cmd-cgroup-room (the check off): load OOM-kills the target.
 """
 import json
@@ -27,7 +28,7 @@ def tool(*args):
 @pytest.mark.skipif(not (Cgroup.V1 / "memory.limit_in_bytes").exists() or os.geteuid() != 0,
                     reason="a v1 memory cgroup made as root (tests/vm has the v2 hosts)")
 def test_load_is_refused_without_room_and_trim_runs():
-    cg = Cgroup(f"memtrim-room-{os.getpid()}", 1 << 30)
+    cg = Cgroup(f"memtrim room:{os.getpid()}", 1 << 30)  # /proc/PID/cgroup: to the line's end
     p = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", PY]), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, cwd="/tmp")
     try:

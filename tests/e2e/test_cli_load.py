@@ -205,3 +205,26 @@ def test_load_waits_for_the_loader_lock_within_its_deadline(hold_lib):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_load_where_its_proc_is_another_pid_namespaces():
+    """A python3 in its own pid namespace whose /proc is still the host's (unshare --pid
+    without --mount-proc): the memfd's path, /proc/<helper's pid there>/fd/<n>, would name
+    another process of the host's there, so the tool sees that it does not lead to its memfd
+    and copies the library into the target's /tmp instead (removed once loaded). Control
+    cmd-load-proc-check (the path not checked): its dlopen fails (exit 6)."""
+    argv = ["/usr/bin/unshare", "--pid", "--fork", "--mount", "--propagation", "private",
+            "/bin/sh", "-c", f"mount -t tmpfs none '{BUILD}' && mount -t tmpfs none /tmp && "
+            "exec \"$0\" \"$@\"", "/usr/bin/python3", "-c", PY_THREAD]  # a /tmp of its own
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        pid = int(open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()[0])
+        rc, out, err = load(pid, "--config", json.dumps({"HttpPort": free_port()}))
+        assert rc == 0, (rc, out, err)
+        assert out["library"].startswith("/tmp/libmemtrim-load-"), out
+        assert not os.path.exists(f"/proc/{pid}/root{out['library']}")  # removed once mapped
+        assert maps_memtrim(pid)
+    finally:
+        p.kill()
+        p.wait()
