@@ -6,8 +6,9 @@
  *     process (root, or its own uid while it is dumpable), which is exactly who may act on
  *     it; it belongs to that process (a reused pid is another directory). Every tool takes it
  *     when the target is one a user other than root may act on;
- *   - for a tool running as root, /run/memtrim/inject-PID-START (a root-owned 0700
- *     directory; START is the process's start time, so the name is that process's): root's
+ *   - for a tool running as root, /run/memtrim-command/inject-PID-START (a root-owned
+ *     directory no one else may write, made 0700; not /run/memtrim, which a service's
+ *     RuntimeDirectory or a pod's emptyDir may own; START is the process's start time, so the name is that process's): root's
  *     tools against each other, and the only lock of a target no other user may act on (a
  *     descriptor of /proc/PID/mem opened before the process became setuid still holds its
  *     flock: such a target never waits on that one). Where /run is missing or read-only
@@ -30,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LOCK_DIR "/run/memtrim"
+#define LOCK_DIR "/run/memtrim-command"
 
 static double lock_now(void)
 {
@@ -78,7 +79,8 @@ static int abstract_lock(pid_t pid, double deadline)
     return fd;
 }
 
-/* /run/memtrim, made if missing: a directory owned by root, mode 0700, never a link. */
+/* LOCK_DIR, made if missing (0700): a directory of root's that its group and others may not
+ * write, never a link. */
 static int lock_dir(char *err, size_t errlen)
 {
     if (mkdir(LOCK_DIR, 0700) != 0 && errno != EEXIST) {
@@ -95,7 +97,7 @@ static int lock_dir(char *err, size_t errlen)
             close(d);
         return -1;
     }
-    if (sb.st_uid != 0 || (sb.st_mode & 077)) {
+    if (sb.st_uid != 0 || (sb.st_mode & 022)) {
         snprintf(err, errlen, "%s is not root's alone (uid %u, mode %03o): not used", LOCK_DIR,
                  (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 0777));
         close(d);
@@ -156,7 +158,7 @@ int target_lock_take(struct target_lock *l, const struct target *t, double deadl
         return l->sock < 0 ? 1 : 0;
     }
     int r = geteuid() == 0 ? run_lock(l, t, deadline, err, errlen) : -2;
-    if (r == -2 || (r == 0 && others_may_act(&t->st))) { /* -2: no /run/memtrim here */
+    if (r == -2 || (r == 0 && others_may_act(&t->st))) { /* -2: no LOCK_DIR here */
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/mem", (int)t->pid);
         l->mem = open(path, O_RDONLY | O_CLOEXEC);

@@ -108,8 +108,8 @@ def holding_the_lock(env):
     """Another memtrim acting on the process: its lock (root's, cli/lock.c) held here."""
     pid = env.target()
     start = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19]
-    os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
-    path = f"/run/memtrim/inject-{pid}-{start}"
+    os.makedirs("/run/memtrim-command", mode=0o700, exist_ok=True)
+    path = f"/run/memtrim-command/inject-{pid}-{start}"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:

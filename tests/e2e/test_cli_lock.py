@@ -1,7 +1,7 @@
 """The memtrim command's per-target lock (issue 37, item 3): no other user can take or block
 it. uid nobody tries every way it has to hold the lock of root's process (the abstract name
 `memtrim-inject-PID` the tool used to bind, the target's /proc/PID/mem, a file under
-/run/memtrim) and root's trim still runs. The process's own user may hold its own process's
+/run/memtrim-command) and root's trim still runs. The process's own user may hold its own process's
 lock (it may act on it), and so does root's own lock file: both make the tool wait and exit 4.
 Control cmd-lock-squat (the abstract name back): nobody's squat blocks root's trim (exit 4).
 """
@@ -28,7 +28,7 @@ try:
     held.append("mem")
 except OSError as e:
     assert e.errno in (errno.EACCES, errno.EPERM), e
-for path in ("/run/memtrim", f"/run/memtrim/inject-{pid}-{start}"):
+for path in ("/run/memtrim-command", f"/run/memtrim-command/inject-{pid}-{start}"):
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -79,7 +79,7 @@ def test_nobody_cannot_squat_roots_process():
         rc, out, err = trim(target.pid)
         assert rc == 0, (rc, out, err)
         assert json.loads(out)["released_bytes"] >= 0
-        assert not os.path.exists(f"/run/memtrim/inject-{target.pid}-{start_time(target.pid)}")
+        assert not os.path.exists(f"/run/memtrim-command/inject-{target.pid}-{start_time(target.pid)}")
     finally:
         end(squat, target)
 
@@ -93,8 +93,8 @@ def test_the_owner_and_root_hold_it():
     assert ready.startswith("ready")
     holder = None
     try:
-        os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
-        path = f"/run/memtrim/inject-{target.pid}-{start_time(target.pid)}"
+        os.makedirs("/run/memtrim-command", mode=0o700, exist_ok=True)
+        path = f"/run/memtrim-command/inject-{target.pid}-{start_time(target.pid)}"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         rc, out, err = trim(target.pid)
@@ -114,14 +114,14 @@ def test_the_owner_and_root_hold_it():
 
 
 def test_the_lock_directory_must_be_roots_alone():
-    """A /run/memtrim another user could write is refused, not used (exit 6)."""
+    """A /run/memtrim-command another user could write is refused, not used (exit 6)."""
     target, ready = spawn([str(TARGET)])
     assert ready.startswith("ready")
-    os.makedirs("/run/memtrim", mode=0o700, exist_ok=True)
+    os.makedirs("/run/memtrim-command", mode=0o700, exist_ok=True)
     try:
-        os.chmod("/run/memtrim", 0o777)
+        os.chmod("/run/memtrim-command", 0o770)  # its group may write: not root's alone
         rc, out, err = trim(target.pid)
         assert rc == 6 and "is not root's alone" in err, (rc, err)
     finally:
-        os.chmod("/run/memtrim", 0o700)
+        os.chmod("/run/memtrim-command", 0o700)
         end(target)

@@ -190,7 +190,7 @@ t = subprocess.Popen([tool, "trim", "--tree", str(sh.pid), "--json", "--thread-w
                      stdout=subprocess.PIPE, text=True)
 newcomer = None
 if swap:
-    wait_for(lambda: glob.glob(f"/run/memtrim/inject-{sh.pid}-*"))  # its lock: it acts on sh
+    wait_for(lambda: glob.glob(f"/run/memtrim-command/inject-{sh.pid}-*"))  # its lock: it acts on sh
     os.kill(b, 9)
     wait_for(lambda: not os.path.exists(f"/proc/{b}"))  # sh reaped it; it waits on the other
     ticks = lambda: float(open("/proc/uptime").read().split()[0]) * os.sysconf("SC_CLK_TCK")
