@@ -31,32 +31,65 @@ build() { # build DIR [cmake args]
     cmake --build "$root/$dir" -j"$jobs" >/dev/null
 }
 
-# ctest over every tests/unit/test_*.c: fails when it finds fewer tests than there are
-# files (or none), prints each skipped case with its reason. A skip that tests/skips.txt
-# does not list for the build fails its binary (tests/unit/harness.h), so ctest fails.
-unit() { # unit DIR [ctest args]
-  local dir=$1; shift
-  local want have rc=0
-  want=$(find "$root/tests/unit" -maxdepth 1 -name 'test_*.c' | wc -l)
-  have=$(ctest --test-dir "$root/$dir" -N | sed -n 's/^Total Tests: //p')
-  # -LE valgrind: what runs under valgrind (test_cli_valgrind) is the valgrind stage's
-  ${UNIT_RUNNER:-} ctest --test-dir "$root/$dir" --no-tests=error --output-on-failure -LE valgrind \
-    "$@" || rc=1
+# tests/unit/tests.txt names every unit test and the builds it runs in. The unit stage of a
+# build runs exactly its names (ctest -R) and fails when tests/unit has a test_*.c or ctest
+# knows a test the list does not name, when ctest does not know a name, and when ctest's
+# results (its JUnit file) do not hold each name once, passed or skipped. Each skipped case
+# is printed with its reason; a skip tests/skips.txt does not list for the build fails its
+# binary (tests/unit/harness.h), so ctest fails.
+unit_names() { # unit_names WHERE: the list's names for that build (plain, asan, tsan, valgrind)
+  awk -v w="$1" '$0 !~ /^#/ && NF >= 2 { n = split($2, a, ",")
+    for (i = 1; i <= n; i++) if (a[i] == w) print $1 }' "$root/tests/unit/tests.txt"
+}
+unit() { # unit DIR WHERE
+  local dir=$1 where=$2 rc=0 want listed known n f
+  want=$(unit_names "$where")
+  listed=$(awk '$0 !~ /^#/ && NF >= 2 { print $1 }' "$root/tests/unit/tests.txt")
+  known=$(ctest --test-dir "$root/$dir" -N | sed -n 's/^ *Test *#[0-9]*: //p')
+  for f in "$root"/tests/unit/test_*.c; do
+    n=$(basename "$f" .c)
+    grep -qxF -- "$n" <<<"$listed" || { echo "unit: tests/unit/$n.c is not in tests/unit/tests.txt"; rc=1; }
+  done
+  for n in $known; do
+    grep -qxF -- "$n" <<<"$listed" || { echo "unit: ctest knows $n, which tests/unit/tests.txt does not name"; rc=1; }
+  done
+  for n in $want; do
+    grep -qxF -- "$n" <<<"$known" || { echo "unit: ctest in $dir does not know $n"; rc=1; }
+  done
+  rm -f "$root/$dir/unit-junit.xml"
+  ${UNIT_RUNNER:-} ctest --test-dir "$root/$dir" --no-tests=error --output-on-failure \
+    -R "^($(echo $want | tr ' ' '|'))\$" --output-junit "$root/$dir/unit-junit.xml" || rc=1
   grep -h '^SKIP ' "$root/$dir/Testing/Temporary/LastTest.log" 2>/dev/null | sed 's/^/  skipped: /'
-  if [ "${have:-0}" -lt "$want" ]; then
-    echo "unit: ctest knows ${have:-0} tests in $dir, tests/unit has $want"
-    rc=1
-  fi
+  /usr/bin/python3 - "$root/$dir/unit-junit.xml" $want <<'PY' || rc=1
+import sys, xml.etree.ElementTree as ET
+want = sys.argv[2:]
+try:
+    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+except (OSError, ET.ParseError) as e:
+    sys.exit(f"unit: no results from ctest ({e})")
+seen = {}
+for c in cases:
+    skipped = c.find("skipped") is not None or c.get("status") in ("notrun", "disabled")
+    seen.setdefault(c.get("name"), []).append(
+        "skipped" if skipped else "passed" if c.get("status") == "run" else "failed")
+bad = [f"{n}: {seen.get(n, ['not run'])}" for n in want if len(seen.get(n, [])) != 1]
+bad += [f"{n}: not in the list" for n in seen if n not in want]
+counts = {k: sum(v == [k] for v in seen.values()) for k in ("passed", "skipped", "failed")}
+print(f"unit: {len(want)} expected, {counts['passed']} passed, {counts['skipped']} skipped"
+      f" (listed skips), {counts['failed']} failed")
+if bad:
+    sys.exit("unit: results do not count each expected test once: " + "; ".join(bad))
+PY
   return $rc
 }
 
 unit_asan() {
-  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 unit build-asan
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 unit build-asan asan
 }
 
-unit_tsan() { # test_db_faults is single-threaded (nothing for TSan); it runs in the other builds
+unit_tsan() { # what tests/unit/tests.txt leaves out of TSan, with its reason, is not run
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" UNIT_RUNNER="setarch -R" \
-    unit build-tsan -E 'db_faults'
+    unit build-tsan tsan
 }
 
 fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz/run.sh)
@@ -74,42 +107,56 @@ fuzz() { # each parser's libFuzzer harness for a short while (longer: tests/fuzz
   fi
 }
 
-# Each of these must exist and run under valgrind. 77 is a binary whose every skip
-# tests/skips.txt lists for valgrind (an unlisted one exits 1, harness.h). Each run is
-# bounded (MEMTRIM_VALGRIND_TIMEOUT seconds, default 900, then SIGKILL 30 s later): a
-# guard against a hang, far above what a binary takes under valgrind, never a timing check.
+# Every unit binary tests/unit/tests.txt lists for valgrind runs under it, MEMTRIM_VALGRIND_JOBS
+# at a time (default: the cores), and test_cli_valgrind (ctest's valgrind label: the memtrim
+# command under valgrind) beside them; a binary left out is listed there with its measured
+# reason. 77 is a binary whose every skip tests/skips.txt lists for valgrind (an unlisted one
+# exits 1, harness.h). Each run is bounded (MEMTRIM_VALGRIND_TIMEOUT seconds, default 900,
+# then SIGKILL 30 s later): a guard against a hang, far above what a binary takes under
+# valgrind, never a timing check.
 valgrind_timeout=${MEMTRIM_VALGRIND_TIMEOUT:-900}
-valgrind_unit() {
-  local t rc=0 ran=0 code
-  local tests="test_config test_probe test_trim test_housekeeper test_pressure test_abi test_db test_query
-    test_server_dispatch test_policy test_store"
-  for t in $tests; do
-    if [ ! -x "build/$t" ]; then
-      echo "valgrind: build/$t is missing"
-      rc=1
-      continue
-    fi
+valgrind_one() { # valgrind_one NAME: its exit code and seconds to build/NAME.valgrind.rc
+  local t=$1 s=$SECONDS code
+  if [ "$t" = test_cli_valgrind ]; then
+    timeout --kill-after=30 "$valgrind_timeout" ctest --test-dir build -L valgrind \
+      --no-tests=error --output-on-failure >"build/$t.valgrind.log" 2>&1
+  else
     timeout --kill-after=30 "$valgrind_timeout" \
       valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
       "build/$t" >"build/$t.valgrind.log" 2>&1
-    code=$?
+  fi
+  code=$?
+  echo "$code $((SECONDS - s))" >"build/$t.valgrind.rc"
+}
+valgrind_unit() {
+  local t rc=0 ran=0 code secs running=0 jobs=${MEMTRIM_VALGRIND_JOBS:-$jobs} want
+  want=$(unit_names valgrind)
+  # the longest first (test_cli_valgrind: a minute and more), so the pool ends together
+  want="$(grep -xF test_cli_valgrind <<<"$want") $(grep -vxF test_cli_valgrind <<<"$want")"
+  for t in $want; do
+    rm -f "build/$t.valgrind.rc"
+    if [ "$t" != test_cli_valgrind ] && [ ! -x "build/$t" ]; then
+      echo "valgrind: build/$t is missing"; rc=1; continue
+    fi
+    if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+    valgrind_one "$t" &
+    running=$((running + 1))
+  done
+  wait
+  for t in $want; do
+    [ -f "build/$t.valgrind.rc" ] || continue
+    read -r code secs <"build/$t.valgrind.rc"
+    ran=$((ran + 1))
     case $code in
       0) ;;
       124|137) echo "valgrind: $t still ran after ${valgrind_timeout} s (a hang?), stopped"
          tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
       77) grep -h '^SKIP ' "build/$t.valgrind.log" | sed "s/^/  skipped ($t): /" ;;
-      *) echo "valgrind: $t failed ($code)"; tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
+      *) echo "valgrind: $t failed ($code, $secs s)"; tail -n 40 "build/$t.valgrind.log"; rc=1 ;;
     esac
-    ran=$((ran + 1))
   done
-  # ctest's valgrind-labelled cases (the memtrim command under valgrind, test_cli_valgrind)
-  if ! timeout --kill-after=30 "$valgrind_timeout" ctest --test-dir build -L valgrind \
-      --no-tests=error --output-on-failure >build/ctest-valgrind.log 2>&1; then
-    echo "valgrind: ctest -L valgrind failed"; tail -n 60 build/ctest-valgrind.log; rc=1
-  fi
-  grep -E '^[0-9]+% tests passed' build/ctest-valgrind.log
-  ran=$((ran + 1))
-  echo "valgrind: $ran binaries ran"
+  echo "valgrind: $ran of $(wc -w <<<"$want") binaries ran ($jobs at a time)"
+  [ "$ran" -eq "$(wc -w <<<"$want")" ] || rc=1
   return $rc
 }
 
@@ -127,14 +174,22 @@ vm_cgroup2() {
     -p no:cacheprovider tests/vm
 }
 
+# The browser stage knows its number of checks (EXPECTED_CHECKS in test_dashboard.mjs, which
+# fails a run that makes another number): all of them passed, none failed.
 browser() {
   [ -x tests/browser/run.sh ] || { echo "browser: tests/browser/run.sh is missing"; return 1; }
-  MEMTRIM_BUILD_DIR="$root/build" tests/browser/run.sh
+  local want log=$root/build/browser.log rc=0
+  want=$(sed -n 's/^const EXPECTED_CHECKS = \([0-9][0-9]*\);.*/\1/p' tests/browser/test_dashboard.mjs)
+  MEMTRIM_BUILD_DIR="$root/build" tests/browser/run.sh 2>&1 | tee "$log" || rc=1
+  if [ -z "$want" ] || ! grep -qx "$want passed, 0 failed ($want expected)" "$log"; then
+    echo "browser: not ${want:-the expected number of} checks passed (see $log)"; rc=1
+  fi
+  return $rc
 }
 
 tests/install-deps.sh all || exit 1
 stage build build build
-stage unit unit build
+stage unit unit build plain
 # each test of tests/controls.txt against its switch (build-controls): it must fail
 stage controls tests/controls.sh
 if [ -z "${MEMTRIM_QUICK:-}" ]; then
