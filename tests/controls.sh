@@ -8,7 +8,8 @@
 # runs out of time (MEMTRIM_CONTROL_TIMEOUT s, default 300: a hang guard, not a timing
 # check), when its command cannot run (126, 127), when its name appears nowhere in the
 # code as a quoted switch ("NAME" or 'NAME': mt_control or a test's own hook), or when a
-# name is listed twice. Each control's output: build-controls/controls/NAME.log.
+# line is listed twice. A switch may be listed on several lines, one a test it must break
+# (NAME#2... in the output). Each control's output: build-controls/controls/NAME.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -16,7 +17,7 @@ dir=$root/build-controls
 list=$root/tests/controls.txt
 # The floor: the number of controls listed when it was last raised. Raise it with each
 # control added; a line lost in a merge then fails the stage instead of going unseen.
-floor=20
+floor=26
 jobs=${MEMTRIM_CONTROLS_JOBS:-$(nproc)}
 limit=${MEMTRIM_CONTROL_TIMEOUT:-300}
 
@@ -27,45 +28,48 @@ cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_TESTS=ON 
   cmake --build "$dir" -j"$(nproc)" >/dev/null || { echo "controls: build failed"; exit 1; }
 echo "controls: build-controls built in $(( $(date +%s) - t0 )) s"
 
-names=() cmds=() bad=0
-declare -A seen=()
+# ids: NAME, or NAME#2, NAME#3... for a switch listed again with another test's command
+names=() ids=() cmds=() bad=0
+declare -A seen=() lines=()
 while read -r name cmd; do
   case $name in ''|'#'*) continue ;; esac
-  if [ -n "${seen[$name]:-}" ]; then
-    echo "control $name: listed twice in tests/controls.txt"; bad=$((bad + 1)); continue
+  seen[$name]=$(( ${seen[$name]:-0} + 1 ))
+  id=$name; [ "${seen[$name]}" -gt 1 ] && id="$name#${seen[$name]}"
+  if [ -n "${lines[$name $cmd]:-}" ]; then
+    echo "control $id: the same line twice in tests/controls.txt"; bad=$((bad + 1)); continue
   fi
-  seen[$name]=1
+  lines[$name $cmd]=1
   if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qxF -- "$name"; then continue; fi
-  if [ -z "$cmd" ]; then echo "control $name: no command"; bad=$((bad + 1)); continue; fi
+  if [ -z "$cmd" ]; then echo "control $id: no command"; bad=$((bad + 1)); continue; fi
   # the switch must exist: a name no code asks for would "fail" for any other reason
   if ! grep -rqE --include='*.[ch]' --include='*.py' --include='*.mjs' --include='*.sh' \
-      -- "[\"']$name[\"']" common core server api cli plugin db examples tests bench 2>/dev/null; then
-    echo "control $name: no code names this switch (\"$name\")"; bad=$((bad + 1)); continue
+      -- "[\"']$name[\"']" common core server api cli plugin db examples tests bench agent 2>/dev/null; then
+    echo "control $id: no code names this switch (\"$name\")"; bad=$((bad + 1)); continue
   fi
-  names+=("$name") cmds+=("$cmd")
+  names+=("$name") ids+=("$id") cmds+=("$cmd")
 done < "$list"
 for want in "$@"; do
   [ -n "${seen[$want]:-}" ] || { echo "control $want: not in tests/controls.txt"; bad=$((bad + 1)); }
 done
 
 rm -rf "$dir/controls" && mkdir -p "$dir/controls"
-run_one() { # run_one NAME COMMAND: its exit code and seconds to controls/NAME.rc
-  local name=$1 cmd=$2 s=$SECONDS code
+run_one() { # run_one NAME ID COMMAND: its exit code and seconds to controls/ID.rc
+  local name=$1 id=$2 cmd=$3 s=$SECONDS code
   MEMTRIM_CONTROL=$name MEMTRIM_BUILD_DIR=$dir \
-    timeout --kill-after=30 "$limit" bash -c "$cmd" >"$dir/controls/$name.log" 2>&1 </dev/null
+    timeout --kill-after=30 "$limit" bash -c "$cmd" >"$dir/controls/$id.log" 2>&1 </dev/null
   code=$?
-  echo "$code $((SECONDS - s))" >"$dir/controls/$name.rc"
+  echo "$code $((SECONDS - s))" >"$dir/controls/$id.rc"
 }
 running=0
 for i in "${!names[@]}"; do
   if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
-  run_one "${names[$i]}" "${cmds[$i]}" 2>/dev/null & # (bash's "Segmentation fault" notes)
+  run_one "${names[$i]}" "${ids[$i]}" "${cmds[$i]}" 2>/dev/null & # (bash's "Segmentation fault" notes)
   running=$((running + 1))
 done
 wait
 
 ran=0 good=0
-for name in "${names[@]}"; do
+for name in "${ids[@]}"; do
   read -r code secs <"$dir/controls/$name.rc" || code=missing secs=?
   ran=$((ran + 1))
   case $code in

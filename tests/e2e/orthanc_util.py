@@ -88,21 +88,14 @@ def upload_studies(base, studies, per_study, threads=8, size=1024):
         jobs += [(study, series, i + 1) for i in range(per_study)]
     errors = []
 
-    def post(s, body):
-        # CivetWeb closes a kept-alive connection that idled past its timeout; the next
-        # request on it meets a reset. Once more on a new connection (storing the same
-        # instance twice is harmless: Orthanc answers AlreadyStored).
-        try:
-            return s.post(base + "/instances", data=body, timeout=120)
-        except requests.ConnectionError:
-            s.close()
-            return s.post(base + "/instances", data=body, timeout=120)
-
     def worker(chunk):
-        s = requests.Session()
+        # Each upload on a connection of its own, closed after it (Connection: close): no
+        # upload is retried. A kept-alive connection that idled past CivetWeb's timeout was
+        # closed by Orthanc, and the next request on it met a reset.
         try:
             for study, series, n in chunk:
-                r = post(s, make_instance(study, series, n, size))
+                r = requests.post(base + "/instances", data=make_instance(study, series, n, size),
+                                  headers={"Connection": "close"}, timeout=120)
                 if r.status_code != 200:
                     errors.append(r.text)
         except requests.RequestException as e:  # a thread's exception must fail the burst
