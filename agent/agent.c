@@ -32,6 +32,7 @@
 #define MIN_RELEASE (1 << 20)
 #define MIN_RELEASE_SHARE 0.02
 #define V2_NEAR_POLL_NS (100 * MT_MS)
+#define FULL_READ_NS (10 * MT_SEC)
 
 static void usage(FILE *f)
 {
@@ -74,7 +75,13 @@ static int budget_take(struct agent *a, int64_t now)
 /* One cgroup's step: read it; in its zone, let the one decision pick a member and trim it. */
 static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
 {
-    agent_cgroup_read(cg);
+    /* At rest the usage alone decides; the limits, stat and OOM count (the series, the
+     * near-limit episodes) are read in the zone, near it, and every FULL_READ_NS. */
+    int near = agent_in_zone(cg->usage, agent_aim(cg), 0.5 * a->cfg.pressure_ratio);
+    int full = cg->woke_ns || near || now >= cg->next_full_ns;
+    if (full)
+        cg->next_full_ns = now + FULL_READ_NS;
+    agent_cgroup_read(cg, full);
     bookkeep(cg);
     if (cg->usage >= 0 && (cg->base_usage < 0 || cg->usage < cg->base_usage))
         cg->base_usage = cg->usage; /* the low-water mark since the last trim */
@@ -126,6 +133,8 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
         double ms = (double)(mt_mono_ns() - cg->woke_ns) / 1e6;
         a->stats.last_reaction_ms = ms;
         a->stats.reaction_ms_sum += ms;
+        if (ms > a->stats.reaction_ms_max)
+            a->stats.reaction_ms_max = ms;
         a->stats.reactions++;
         cg->woke_ns = 0;
     }

@@ -118,6 +118,7 @@ struct agent_cgroup {
     int event_fd;              /* v1 eventfd / v2 PSI trigger (memory.pressure) */
     int events_fd;             /* v2 memory.events (POLLPRI) */
     int64_t woke_ns;           /* the kernel's last wake not yet acted on (0 none) */
+    int64_t next_full_ns;      /* its limits, stat and OOM kills read again then */
     int64_t next_idle_ns;
     int in_zone;
     int seen;
@@ -141,7 +142,7 @@ struct agent_stats {
     uint64_t scans, wakes, trims, released, dry_run_picks, budget_waits;
     int64_t trims_cpu_ns;          /* CPU the commands used */
     double last_reaction_ms;       /* kernel event to trim start, last */
-    double reaction_ms_sum;
+    double reaction_ms_sum, reaction_ms_max;
     uint64_t reactions;
     double scan_ms_last;
 };
@@ -166,8 +167,8 @@ void agent_scan(struct agent *a);
 /* One cgroup's processes (its own and its descendants' without a limit) read again now: the
  * processes that joined since the scan, before a decision. */
 void agent_rescan(struct agent *a, struct agent_cgroup *cg);
-/* Re-read one cgroup's usage, limits and stat (no lock: its loop-thread fields). */
-void agent_cgroup_read(struct agent_cgroup *cg);
+/* Re-read one cgroup's usage; full: its limits, stat and OOM kills too. */
+void agent_cgroup_read(struct agent_cgroup *cg, int full);
 /* Re-read one cgroup's processes' RssAnon. */
 void agent_procs_refresh(struct agent_cgroup *cg);
 void agent_cgroup_free(struct agent_cgroup *cg);

@@ -174,9 +174,13 @@ static void metrics(struct agent *a, FILE *f)
     fprintf(f, "# HELP memtrim_agent_scans_total Scans of the cgroup hierarchies.\n"
                "# TYPE memtrim_agent_scans_total counter\nmemtrim_agent_scans_total %llu\n",
             (unsigned long long)a->stats.scans);
-    fprintf(f, "# HELP memtrim_agent_reaction_seconds_last From the kernel's wake-up to the "
-               "trim's start, the last one.\n# TYPE memtrim_agent_reaction_seconds_last gauge\n"
-               "memtrim_agent_reaction_seconds_last %.6f\n", a->stats.last_reaction_ms / 1e3);
+    fprintf(f, "# HELP memtrim_agent_reaction_seconds From the kernel's wake-up to the start of "
+               "the trim it led to.\n# TYPE memtrim_agent_reaction_seconds summary\n"
+               "memtrim_agent_reaction_seconds_sum %.6f\nmemtrim_agent_reaction_seconds_count %llu\n",
+            a->stats.reaction_ms_sum / 1e3, (unsigned long long)a->stats.reactions);
+    fprintf(f, "# HELP memtrim_agent_reaction_seconds_max The longest of those.\n"
+               "# TYPE memtrim_agent_reaction_seconds_max gauge\n"
+               "memtrim_agent_reaction_seconds_max %.6f\n", a->stats.reaction_ms_max / 1e3);
     fprintf(f, "# HELP memtrim_agent_dry_run_picks_total Trims a dry run would have made.\n"
                "# TYPE memtrim_agent_dry_run_picks_total counter\n"
                "memtrim_agent_dry_run_picks_total %llu\n", (unsigned long long)a->stats.dry_run_picks);

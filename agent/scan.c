@@ -49,11 +49,13 @@ static int64_t read_key(const char *text, const char *key)
     return -1;
 }
 
-void agent_cgroup_read(struct agent_cgroup *cg)
+void agent_cgroup_read(struct agent_cgroup *cg, int full)
 {
     char path[AGENT_PATH + 128], text[8192];
     int v1 = cg->version == 1;
     cg->usage = read_num(cg->dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+    if (!full)
+        return;
     cg->limit = read_num(cg->dir, v1 ? "memory.limit_in_bytes" : "memory.max");
     cg->high = v1 ? -1 : read_num(cg->dir, "memory.high");
     snprintf(path, sizeof path, "%s/memory.stat", cg->dir);
@@ -135,10 +137,10 @@ static struct agent_cgroup *find_cgroup(struct agent *a, int version, const char
     return NULL;
 }
 
-static struct agent_proc *find_proc(struct agent_cgroup *cg, pid_t pid, unsigned long long start)
+static struct agent_proc *find_pid(struct agent_cgroup *cg, pid_t pid)
 {
     for (size_t i = 0; i < cg->nprocs; i++)
-        if (cg->procs[i].pid == pid && cg->procs[i].start == start)
+        if (cg->procs[i].pid == pid)
             return &cg->procs[i];
     return NULL;
 }
@@ -156,10 +158,13 @@ static void read_procs(struct agent *a, struct agent_cgroup *cg, const char *dir
     while (fscanf(f, "%ld", &pid) == 1) {
         if (pid <= 0 || pid == self)
             continue;
-        unsigned long long start = target_start_time((pid_t)pid);
+        /* A pid already known here is that process (its start time is read when it is first
+         * seen, and checked again by the command before anything is done to it); only a new
+         * one costs a read of its stat. */
+        struct agent_proc *p = find_pid(cg, (pid_t)pid);
+        unsigned long long start = p ? p->start : target_start_time((pid_t)pid);
         if (!start)
             continue; /* gone already */
-        struct agent_proc *p = find_proc(cg, (pid_t)pid, start);
         if (!p) {
             if (cg->nprocs == cg->cap) {
                 size_t cap = cg->cap ? cg->cap * 2 : 8;
@@ -203,7 +208,7 @@ static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char 
     cg->allowed = agent_cgroup_allowed(&a->cfg, path);
     cg->event_fd = cg->events_fd = -1;
     cg->usage = cg->anon = cg->file = cg->inactive_file = cg->working_set = cg->base_usage = -1;
-    agent_cgroup_read(cg);
+    agent_cgroup_read(cg, 1);
     cg->oom_kills_at_near = cg->oom_kills;
     a->cgroups[a->ncgroups++] = cg;
     if (agent_watch_arm(a, cg) != 0)

@@ -79,6 +79,13 @@ class Agent:
                 return float(line.rsplit(" ", 1)[1])
         return None
 
+    def value(self, name):
+        """An unlabelled sample of /metrics."""
+        for line in self.get("/metrics").splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
     def output(self):
         return self.proc.output()
 

@@ -31,8 +31,9 @@ LIMIT = 400 << 20
 RUNS = 3
 STUDIES = 16
 # The pause between studies: the time a trim has, once the zone opens during one study, before
-# the next one meets the freed memory (at load 15 on 2 cores a trim took 90-400 ms).
-PAUSE_MS = 400
+# the next one meets the freed memory (at load 18 on 2 cores a trim took 65-760 ms: with 0.4 s
+# a container was lost in 1 run of 6).
+PAUSE_MS = 1000
 # --canary: a thread that allocates a small block every millisecond and sleeps between them
 # (clock_nanosleep), as a server's timer or event-loop thread waits: the command takes a
 # thread only in a wait it can restart exactly (memtrim(1)); the main thread's sigtimedwait
@@ -94,6 +95,16 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
     ended = finish(runs)
     seen = agent.cgroups()
     log = agent.output()
+    n = agent.value("memtrim_agent_reaction_seconds_count")
+    print(f"\nrun {run + 1}: from the kernel's wake-up to the trim: {int(n or 0)} reactions, mean "
+          f"{1e3 * agent.value('memtrim_agent_reaction_seconds_sum') / max(n or 1, 1):.1f} ms, max "
+          f"{1e3 * agent.value('memtrim_agent_reaction_seconds_max'):.1f} ms, load "
+          f"{open('/proc/loadavg').read().split()[0]}")
+    walls = sorted(float(w) for w in re.findall(r"released \d+ bytes in ([0-9.]+) ms", log))
+    cpus = sorted(float(c) for c in re.findall(r"released \d+ bytes in [0-9.]+ ms \(([0-9.]+) ms CPU", log))
+    if walls:
+        print(f"run {run + 1}: {len(walls)} trims: the command's wall median {walls[len(walls) // 2]:.1f} "
+              f"ms, max {walls[-1]:.1f} ms; its CPU median {cpus[len(cpus) // 2]:.1f} ms, max {cpus[-1]:.1f} ms")
     for cg, _, rc, out in ended[:3]:
         path = "/" + cg.path.name
         released = agent.metric("memtrim_agent_released_bytes_total", path)
