@@ -4,7 +4,7 @@
 #   tests/install-deps.sh all     that plus what the whole test suite needs
 set -euo pipefail
 build_pkgs="build-essential cmake pkg-config libmicrohttpd-dev libgnutls28-dev libcjson-dev libsqlite3-dev curl"
-test_pkgs="sqlite3 libcurl4-openssl-dev python3-pytest python3-requests python3-jsonschema
+test_pkgs="sqlite3 libcurl4-openssl-dev python3-pytest python3-requests python3-jsonschema python3-hypothesis
  python3-yaml orthanc orthanc-dev dcmtk python3-pydicom prometheus chromium wrk valgrind
  iproute2 util-linux clang libclang-rt-14-dev
  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0

@@ -186,6 +186,16 @@ def _to_json_schema(node):
     return out
 
 
+def deref(spec, node):
+    """A spec node with its $ref (to this spec) followed, as often as it takes."""
+    while isinstance(node, dict) and "$ref" in node:
+        target = spec
+        for part in node["$ref"].lstrip("#/").split("/"):
+            target = target[part]
+        node = target
+    return node
+
+
 @pytest.fixture(scope="session")
 def spec():
     return load_spec()
@@ -197,19 +207,11 @@ def validate(spec):
     spec gives for that path, method, status and content type."""
     root = _to_json_schema(copy.deepcopy(spec))
 
-    def resolve(node):
-        while isinstance(node, dict) and "$ref" in node:
-            ref = node["$ref"].lstrip("#/").split("/")
-            node = spec
-            for part in ref:
-                node = node[part]
-        return node
-
     def check(path, method, resp):
         op = spec["paths"][path][method.lower()]
         status = str(resp.status_code)
         assert status in op["responses"], f"{method} {path}: {status} is not in the spec"
-        r = resolve(op["responses"][status])
+        r = deref(spec, op["responses"][status])
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip()
         assert ctype in r.get("content", {}), f"{method} {path} {status}: content type {ctype}"
         schema = r["content"][ctype]["schema"]

@@ -8,21 +8,13 @@ import re
 
 import requests
 
+from conftest import deref
 from hosts_util import procs  # noqa: F401
 from test_contract import spec_operations
 from test_groups import forked, member_pids, start_prefork, stop_group
 from wait import wait_for
 
 SAFE = {"GET"}  # the walk of examples makes no trim: GET /memory/trim trims, and is left out
-
-
-def deref(spec, node):
-    while isinstance(node, dict) and "$ref" in node:
-        target = spec
-        for part in node["$ref"].lstrip("#/").split("/"):
-            target = target[part]
-        node = target
-    return node
 
 
 def parameters(spec, op):
