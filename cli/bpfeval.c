@@ -7,6 +7,8 @@
  */
 #include "bpfeval.h"
 
+#include "../common/control.h"
+
 #include <linux/seccomp.h>
 #include <string.h>
 
@@ -77,13 +79,12 @@ static int alu(uint16_t op, uint32_t a, uint32_t v, int v_tainted, uint32_t *out
             *out = op == BPF_LSH ? a << v : a >> v;
         }
         break;
-    case BPF_DIV:
-    case BPF_MOD:
+    case BPF_DIV: /* (BPF_MOD: seccomp refuses it, as any op not listed here) */
         if (v_tainted || v == 0) { /* x may be 0: the filter then returns 0, KILL_THREAD */
             *div_zero = 1;
             *out = 0;
         } else {
-            *out = op == BPF_DIV ? a / v : a % v;
+            *out = a / v;
         }
         break;
     case BPF_NEG: *out = (uint32_t)-a; v_tainted = 0; break;
@@ -127,7 +128,7 @@ static int run_path(const struct sock_filter *prog, unsigned len, const struct b
                 if (k & 3 || k >= sizeof c->word)
                     return BPF_INVALID;
                 v = c->word[k / 4];
-                t = (c->unknown >> (k / 4)) & 1;
+                t = (c->unknown >> (k / 4)) & 1 && !mt_control("cmd-bpf-taint");
             } else if (mode == BPF_IMM) {
                 v = k;
             } else if (mode == BPF_LEN) {
