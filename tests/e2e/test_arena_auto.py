@@ -69,14 +69,19 @@ def test_auto_takes_the_cgroup_cpu_quota(procs, tmp_path, cpu_cgroup):  # noqa: 
     # glibc honours it: the control's 8 workers reach its cap, the limited host's stay at 2
     # (each counted by a fresh malloc_info: /memory/arenas, 503 while the budget is spent)
     want = min(cap_control, 8)
-    wait_for(lambda: arenas(cbase) >= want, 60, f"the control's arenas to reach {want}")
+    wait_for(lambda: (arenas(cbase) or 0) >= want, 60, f"the control's arenas to reach {want}")
     wait_for(lambda: arenas(lbase) == 2, 60, "the limited host's arenas to reach 2")
-    counts = [arenas(lbase) for _ in range(3)]
-    assert all(c in (0, 2) for c in counts), counts  # 0: not counted (budget)
+    # and stay there: 3 counted readings (each waited for past the budget), each exactly 2
+    counts = [wait_for(lambda: arenas(lbase), 60, "a counted reading") for _ in range(3)]
+    assert counts == [2, 2, 2], counts
     assert limited.stop() == 0 and control.stop() == 0
 
 
 def arenas(base):
-    """The arena count of a fresh malloc_info; 0 when the probe budget said wait."""
+    """The arena count of a fresh malloc_info (200); None when the probe budget said wait
+    (503 probe_budget); any other answer fails the test."""
     r = requests.get(base + "memory/arenas", timeout=10)
-    return r.json()["arena_count"] if r.status_code == 200 else 0
+    if r.status_code == 503 and r.json()["error"]["code"] == "probe_budget":
+        return None
+    assert r.status_code == 200, (r.status_code, r.text)
+    return r.json()["arena_count"]

@@ -334,8 +334,8 @@ static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
     CHECK_EQ_INT(word_in_lease(ch[1], now + ACT_LEASE_NS, &msg), MSG_TRIM_OWN);
     CHECK(msg.u.trim.trigger == MT_TRIGGER_PRESSURE);
 
-    /* At the line by its own reading of the cgroup (line_bytes 1): at once, where it
-     * reads a cgroup's usage; where it reads none, as not at the line. */
+    /* At the line by its own reading of the cgroup (line_bytes 1): at once. A host where
+     * it reads no cgroup usage cannot show it: a skipped part (tests/skips.txt), not a pass. */
     now = mt_mono_ns();
     zone_line(ch[1], ZONE_ON | ZONE_ACT, now, MT_SEC, now + ACT_LEASE_NS, 63, 64, 1);
     zone_read();
@@ -346,11 +346,13 @@ static void test_at_the_line_or_past_its_slot_a_member_acts_at_once(void)
     int usage_read = msg.u.snap.cheap.cgroup_usage_bytes >= 1;
     drain(ch[1]);
     study();
-    kind = usage_read ? word_in_lease(ch[1], now + ACT_LEASE_NS, &msg) : first_word(ch[1], &msg);
-    CHECK_MSG(kind == (usage_read ? MSG_TRIM_OWN : MSG_REPORT), "kind %d, usage read %d", kind,
-              usage_read);
-    if (kind == MSG_REPORT)
-        leader_asks(ch[1], 12);
+    if (usage_read) {
+        CHECK_EQ_INT(word_in_lease(ch[1], now + ACT_LEASE_NS, &msg), MSG_TRIM_OWN);
+    } else {
+        SKIP_PART("own-reading", "the member reads no cgroup usage on this host");
+        if (first_word(ch[1], &msg) == MSG_REPORT) /* not at the line: it reports */
+            leader_asks(ch[1], 12);
+    }
 
     /* Its slot, the first of 64 of 0.1 s, opens 0.4 s from now (the study before the report
      * takes 30 ms, 150 ms on a loaded machine); its thread is held for the whole of it: it
