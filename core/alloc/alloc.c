@@ -163,8 +163,8 @@ int alloc_select_quiet(const char *wanted, const struct alloc_ops **out, int qui
         /* An allocator we do not know (or a sanitizer's interceptors): glibc's
          * calls are still safe to make, they just see glibc's own heap. */
         mt_log(quiet ? MT_LOG_DEBUG : MT_LOG_WARNING, "alloc",
-               "malloc is served by %s, which is none of%s; using glibc's calls (set "
-               "Allocator to choose)", found.malloc_object, MT_ALLOC_LIST + 1);
+               "malloc is served by %s, which is none of %s; using glibc's calls (set "
+               "Allocator to choose)", found.malloc_object, &MT_ALLOC_LIST[2]);
         *out = &alloc_glibc;
         return 0;
     }

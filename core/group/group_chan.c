@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "mt_alloc.h"
+#include "control.h"
 #include "fdid.h"
 #include "group_int.h"
 
@@ -271,6 +272,9 @@ int group_msg_check(struct group_msg *msg)
         s->allocator_version[sizeof(s->allocator_version) - 1] = '\0';
         if (s->heap.arena_count < -1 || s->heap.arena_count > (1 << 20))
             s->heap.arena_count = -1;
+        if ((s->cheap.read_errno < -4095 || s->cheap.read_errno > 0) && /* a negative errno, or 0 */
+            !mt_control("eng-msg-errno"))
+            s->cheap.read_errno = -EIO; /* (-INT_MIN, as a reading's error, is no int) */
         if (!(s->fragmentation_ratio >= 0 && s->fragmentation_ratio <= 1e9)) /* NaN too */
             s->fragmentation_ratio = 0;
         if (!(s->saved.saved_byte_seconds_total >= 0 && s->saved.saved_byte_seconds_total <= 1e30))

@@ -8,6 +8,8 @@
 #   fuzz_query    the query-string parser and typed getters (server/query.c)
 #   fuzz_config   the configuration parser (core/config/config.c)
 #   fuzz_arenas   the malloc_info parser (core/measure/arenas.c)
+#   fuzz_group_msg  a worker group's wire message as its leader checks it (group_msg_check,
+#                 core/group/group_chan.c), then the sums and JSON the leader makes of it
 #   fuzz_cli_elf, fuzz_cli_maps, fuzz_cli_status, fuzz_cli_syscall, fuzz_cli_bpf
 #                 what the memtrim command reads of a target as root: its ELF files
 #                 (cli/elfsym.c), /proc/PID/maps, status and stat, syscall (cli/target*.c),
@@ -19,8 +21,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 out="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
 secs="${1:-${FUZZ_SECONDS:-60}}"
-fuzzers=(fuzz_request fuzz_query fuzz_config fuzz_arenas fuzz_cli_elf fuzz_cli_maps fuzz_cli_status
-  fuzz_cli_syscall fuzz_cli_bpf)
+fuzzers=(fuzz_request fuzz_query fuzz_config fuzz_arenas fuzz_group_msg fuzz_cli_elf fuzz_cli_maps
+  fuzz_cli_status fuzz_cli_syscall fuzz_cli_bpf)
 
 CC=clang cmake -S "$root" -B "$out" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMEMTRIM_FUZZ=ON \
   -DMEMTRIM_SANITIZE=address -DMEMTRIM_TESTS=OFF >/dev/null

@@ -272,7 +272,9 @@ static void test_member_messages_are_checked(void)
     msg.u.snap.heap.nfigures = 1000;
     memset(msg.u.snap.allocator_version, 'x', sizeof(msg.u.snap.allocator_version));
     msg.u.snap.heap.arena_count = 2147483647;
+    msg.u.snap.cheap.read_errno = (int)0x80000000u; /* INT_MIN: its negation is no int */
     CHECK_EQ_INT(group_msg_check(&msg), 0);
+    CHECK_EQ_INT(msg.u.snap.cheap.read_errno, -EIO); /* found by fuzz_group_msg */
     CHECK(msg.u.snap.allocator == NULL && msg.u.snap.allocator_release == NULL);
     CHECK(msg.u.snap.heap.allocator == NULL && msg.u.snap.heap.nfigures == 0);
     CHECK(strlen(msg.u.snap.allocator_version) < sizeof(msg.u.snap.allocator_version));
