@@ -57,10 +57,7 @@ struct group *group_alloc(const struct group_deps *d, int role)
     g->fork_fds[0] = g->fork_fds[1] = -1;
     g->listen_fd = -1;
     mt_log_limit_init(&g->accept_log, 10 * MT_SEC, 5);
-    g->usage = -1;
-    g->limit = -1;
-    g->base_usage = -1;
-    g->usage_source = "none";
+    pressure_zone_init(&g->pz);
     pthread_mutex_init(&g->lock, NULL);
     atomic_init(&g->send_dropped, 0);
     return g;

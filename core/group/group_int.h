@@ -103,20 +103,15 @@ int group_msg_check(struct group_msg *msg);
 #define REPORT_NS (250 * MT_MS)
 #define REPORT_ZONE_NS (50 * MT_MS)
 #define ZONE_WATCH_NS (10 * MT_MS)  /* a member's heap reading inside the zone (its budget) */
-#define USAGE_MOVED_BYTES (1LL << 20)
 #define ZONE_BUDGET_FACTOR 10.0 /* as the housekeeper's inside the zone */
 /* The zone's watch (ZONE_WATCH_NS): a reading every 10 ms at most, and the budget may
  * space them no further than that costs. Measured under qemu TCG, where a heap reading
  * costs some 15 times the host's: at 10 times the budget a worker's freed study went
  * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
 #define WATCH_BUDGET_FACTOR 100.0
-#define ZONE_HOLD_NS (5 * MT_SEC)
 /* A grant to trim alone (ZONE_ACT) lasts ACT_LEASE_NS from its sending; the leader sends
- * it again every ACT_RENEW_NS while it stands, and when its threshold moved by
- * TrimMinReleasableBytes (ACT_RESEND_NS apart at least) or the members changed. */
+ * it again as core/pressure/group_policy.h's PZ_ACT_RENEW_NS and PZ_ACT_RESEND_NS say. */
 #define ACT_LEASE_NS (2 * MT_SEC)
-#define ACT_RENEW_NS (500 * MT_MS)
-#define ACT_RESEND_NS (50 * MT_MS)
 #define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
 /* A wait the tests may shorten: the hook's value (set by a group_test_*_ns below; 0 in
  * every host) or, when 0, the product's. */
@@ -224,20 +219,10 @@ struct group {
     uint64_t joined, left, refused, pressure_trims, pressure_released;
     uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_pressure.c) */
     uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
-    int64_t usage, limit, base_usage; /* base: the low-water mark since the last group trim */
-    int64_t zone_seen_ns;             /* the usage was last inside the zone then */
-    int64_t moved_usage;              /* the usage when it last moved by USAGE_MOVED_BYTES */
-    int64_t moving_until_ns;          /* the zone's tick until then (the usage climbs) */
-    struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
-    int zone;
-    int act;                          /* members may trim alone (ZONE_ACT was sent) */
-    int act_line;                     /* ...at once, the group at its line (ZONE_LINE sent) */
-    uint64_t act_threshold;           /* ...holding this much free (the last grant's) */
-    int64_t act_sent_ns, act_width_ns; /* the last grant went out then, with this slot width */
-    uint64_t members_gen, act_gen;    /* joins and leaves; the last grant's count of them */
+    struct pressure_zone pz;          /* the group's zone (core/pressure/group_policy.h) */
+    uint64_t members_gen;             /* joins and leaves */
     int64_t slot_epoch_ns;            /* the members' slots count from here */
     uint64_t own_trims, own_released; /* members' trims of their own (in pressure_trims too) */
-    const char *usage_source;
     int64_t press_sent_ns; /* when the last pressure request went out */
     int64_t next_total_ns;
     /* member */

@@ -128,7 +128,7 @@ static void leader_own(struct group *g, struct group_member *m, const struct mt_
     m->last_trim_ms = mt_now_ms();
     m->rss_after = t->rss_after_bytes;
     note_peak(m, t->rss_before_bytes, now);
-    g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+    pressure_zone_trimmed(&g->pz); /* growth counts again from the low after this trim */
     sat_add(&m->pressure_trims, 1);
     sat_add(&m->own_trims, 1);
     sat_add(&g->pressure_trims, 1);
@@ -211,7 +211,7 @@ static int leader_hello(struct group *g, struct group_member *m, const struct gr
     msg_init(&w, MSG_WELCOME);
     w.arg = (int32_t)g->joined;
     chan_send(g, m->fd, m->chan, &w);
-    if (g->zone) {
+    if (g->pz.zone) {
         msg_init(&w, MSG_ZONE);
         w.arg = 1;
         chan_send(g, m->fd, m->chan, &w);
@@ -465,7 +465,7 @@ static void *leader_main(void *arg)
         leader_drop_silent(g, now);
         leader_drop_lost(g, now);
         pthread_mutex_lock(&g->lock);
-        int zone = g->zone || mt_mono_ns() < g->moving_until_ns || g->job.active,
+        int zone = g->pz.zone || mt_mono_ns() < g->pz.moving_until_ns || g->job.active,
             stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
             if (g->m[i].used && g->m[i].fd >= 0) {

@@ -1,6 +1,8 @@
 /*
  * group_pressure.c - the leader's pressure (group_int.h): every tick it reads
- * the cgroup's usage (or sums the members' RSS), tells members when the zone
+ * the cgroup's usage (or sums the members' RSS) into the group's zone (struct
+ * pressure_zone, core/pressure/group_policy.c: the zone and its decisions are the
+ * pressure room's; here, the members' records and the channel), tells members when the zone
  * starts and ends (they probe their heap at the zone's pace) and, inside it or
  * ahead of it, grants each a slot of the stagger in which it trims what it
  * freed on its own (GroupTrimSlotMs; group_act_threshold says how much it must
@@ -94,13 +96,7 @@ static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t w
     msg.u.grant = (struct group_grant){.epoch_ns = g->slot_epoch_ns, .width_ns = width_ns,
                                        .until_ns = now + ACT_LEASE_NS, .threshold = threshold,
                                        .slots = slots, .line_bytes = act ? line_bytes : 0};
-    g->zone = zone;
-    g->act = act;
-    g->act_line = at_line;
-    g->act_threshold = threshold;
-    g->act_sent_ns = now;
-    g->act_width_ns = width_ns;
-    g->act_gen = g->members_gen;
+    pressure_zone_told(&g->pz, zone, act, at_line, threshold, width_ns, now, g->members_gen);
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
         if (g->m[i].used && g->m[i].pid > 0) {
             msg.u.grant.slot = slot++;
@@ -108,31 +104,6 @@ static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t w
         }
     pthread_mutex_unlock(&g->lock);
 }
-
-/* Whether the members must hear of the zone again: it began or ended, the grant came or
- * went, the usage reached the line or left it, or it stands and is due again (its lease,
- * the members, its width, its threshold moved by TrimMinReleasableBytes). Locked. */
-static int zone_news(const struct group *g, int zone, uint64_t threshold, int64_t width_ns,
-                     int at_line, int64_t now, uint64_t min)
-{
-    int act = zone && threshold > 0;
-    if (zone != g->zone || act != g->act)
-        return 1;
-    if (!act)
-        return 0;
-    if (at_line != g->act_line)
-        return 1;
-    uint64_t moved = threshold > g->act_threshold ? threshold - g->act_threshold
-                                                  : g->act_threshold - threshold;
-    return now - g->act_sent_ns >= ACT_RENEW_NS || g->act_gen != g->members_gen ||
-           g->act_width_ns != width_ns ||
-           (now - g->act_sent_ns >= ACT_RESEND_NS && moved >= (min ? min : 1));
-}
-
-/* The members' sums that group_kept reads (under g->lock). */
-struct pressure_sums {
-    int64_t rss, peak, now;
-};
 
 /* Pressure requests past their time forgotten; 1 when one is still within its stagger
  * (staggered: one request at a time, but a member slow to answer, a loaded node, holds
@@ -187,57 +158,6 @@ static int pressure_candidates(struct group *g, int64_t now, int64_t now_ms,
         idx[n++] = i;
     }
     return n;
-}
-
-/* The decision's readings of the group (limit, usage, its low, climbs, kept), the
- * usage's moves (the zone's tick while it climbs), and what the API shows. Locked. */
-static void pressure_inputs(struct group *g, int64_t now, const struct mt_config *cfg,
-                            int64_t usage, const struct pressure_sums *sum,
-                            struct group_pressure_in *in)
-{
-    in->limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
-                                            : g->m[0].snap.memory_limit_bytes;
-    in->usage = usage >= 0 ? usage : sum->rss;
-    if (g->base_usage < 0 || in->usage < g->base_usage)
-        g->base_usage = in->usage;
-    in->base_usage = g->base_usage;
-    group_rise_note(&g->rise, now, in->usage);
-    in->rise = group_rise(&g->rise, now);
-    /* The members at their peaks, less what their RSS counts twice, or the usage if more
-     * (group_kept): the usage less the members' RSS is no measure of the rest (their
-     * reports lag the cgroup's reading mid-study). */
-    in->kept = group_kept(in->usage, (uint64_t)sum->now, (uint64_t)sum->peak);
-    g->usage = in->usage;
-    /* Climbing above a quarter of the limit, or by a growth step since the last reading
-     * (a study starting far below it: its climb is what group_ahead learns from): the
-     * next readings at the zone's tick for a second (a worker fills 80 MB in 50 ms: the
-     * 100 ms tick saw the zone half of that late, and a first study's climb not at all). */
-    if (in->usage - g->moved_usage >= USAGE_MOVED_BYTES ||
-        g->moved_usage - in->usage >= USAGE_MOVED_BYTES) {
-        if (in->limit > 0 && in->usage > g->moved_usage &&
-            (in->usage >= in->limit / 4 ||
-             in->usage - g->moved_usage >= group_growth_step(in->limit)))
-            g->moving_until_ns = now + MT_SEC;
-        g->moved_usage = in->usage;
-    }
-    g->limit = in->limit > 0 ? in->limit : -1;
-    g->usage_source = usage >= 0 ? "cgroup" : "members";
-}
-
-/* Whether the members keep the zone's pace now. Inside the zone, or ahead of it (the
- * last climb, again from here, would reach it): there the members watch their heap, so
- * that a freed study is seen at once; and ZONE_HOLD_NS after the usage left it: a
- * group's usage swings in and out with every study, and the next one must find them
- * fast. Locked. */
-static int pressure_zone(struct group *g, int64_t now, const struct mt_config *cfg,
-                         const struct group_pressure_in *in)
-{
-    int inside = (in->limit > 0 && cfg->pressure_ratio > 0 &&
-                  (uint64_t)in->usage >= pressure_zone_floor(in->limit, cfg->pressure_ratio)) ||
-                 group_ahead(in);
-    if (inside)
-        g->zone_seen_ns = now;
-    return inside || (g->zone && now - g->zone_seen_ns < ZONE_HOLD_NS);
 }
 
 /*
@@ -323,11 +243,14 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     int64_t usage = probe_cgroup_usage(&g->d.cache->cg, level); /* the limit's, as the kernel */
     pthread_mutex_lock(&g->lock);
     int n = pressure_candidates(g, now, now_ms, c, idx, &sum);
-    pressure_inputs(g, now, cfg, usage, &sum, &in);
-    int zone = pressure_zone(g, now, cfg, &in);
+    pressure_zone_inputs(&g->pz, now,
+                         cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes
+                                                     : g->m[0].snap.memory_limit_bytes,
+                         usage, &sum, &in);
+    int zone = pressure_zone_inside(&g->pz, now, cfg->pressure_ratio, &in);
     int64_t width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS;
     uint64_t threshold = zone && width_ns > 0 ? group_act_threshold(&in) : 0;
-    /* The zone's hold (below it, not ahead, within ZONE_HOLD_NS of it): a member's own
+    /* The zone's hold (below it, not ahead, within PZ_ZONE_HOLD_NS of it): a member's own
      * burst rule skips its cost rules there and trims TrimReleasableTriggerBytes; the grant
      * lets it do that at once, in its slot, and while its leader cannot answer. */
     if (zone && width_ns > 0 && threshold == 0)
@@ -337,7 +260,8 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     int64_t line = in.limit > 0 && in.ratio > 0 ? (int64_t)((double)in.limit * in.ratio) : 0;
     int at_line = line > 0 && in.usage >= line;
     int64_t line_bytes = usage >= 0 ? line : 0;
-    int news = zone_news(g, zone, threshold, width_ns, at_line, now, in.min_releasable);
+    int news = pressure_zone_news(&g->pz, zone, threshold, width_ns, at_line, now,
+                                  in.min_releasable, g->members_gen);
     int pick = group_pressure_pick(&in, c, n, &rule);
     struct group_member *m = pick >= 0 ? &g->m[idx[pick]] : NULL;
     int fd = -1, guess = pick >= 0 && !(c[pick].estimate_fresh &&
@@ -346,7 +270,7 @@ void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
     if (m) {
         m->last_trim_ns = now;
         m->last_trim_ms = now_ms;
-        g->base_usage = INT64_MAX; /* growth counts again from the low after this trim */
+        pressure_zone_trimmed(&g->pz); /* growth counts again from the low after this trim */
         if (!m->self) {
             id = ++g->next_req;
             fd = m->fd;

@@ -74,10 +74,10 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->pressure_released_bytes = g->pressure_released;
     info->own_trims = g->own_trims;
     info->own_released_bytes = g->own_released;
-    info->usage_bytes = g->usage;
-    info->limit_bytes = g->limit;
-    info->zone = g->zone;
-    info->usage_source = g->usage_source;
+    info->usage_bytes = g->pz.usage;
+    info->limit_bytes = g->pz.limit;
+    info->zone = g->pz.zone;
+    info->usage_source = g->pz.usage_source;
     info->trim_running = g->job.active;
     info->rows_dropped = g->rows_dropped;
     info->flooded = g->flooded;

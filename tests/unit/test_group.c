@@ -339,8 +339,40 @@ static void test_kept_counts_shared_pages_once(void)
     CHECK_EQ_INT(group_kept(-1, MB(400), MB(350)), 0);
 }
 
+/* The set's zone (struct pressure_zone, core/pressure): inside at PressureRatio of the
+ * limit, held PZ_ZONE_HOLD_NS after the usage left it; the members hear of it when it
+ * changes, when the grant is due again, and when the members changed. */
+static void test_the_zone_of_a_set(void)
+{
+    struct pressure_zone z;
+    struct pressure_sums sum = {.rss = 100 << 20, .peak = 100 << 20, .now = 100 << 20};
+    struct group_pressure_in in;
+    const int64_t limit = 1000 << 20, s = 1000LL * 1000 * 1000;
+    pressure_zone_init(&z);
+    CHECK(z.usage == -1 && strcmp(z.usage_source, "none") == 0);
+    memset(&in, 0, sizeof(in));
+    pressure_zone_inputs(&z, 1 * s, limit, 950 << 20, &sum, &in); /* the cgroup's usage */
+    CHECK(in.usage == 950 << 20 && z.limit == limit && strcmp(z.usage_source, "cgroup") == 0);
+    CHECK(pressure_zone_inside(&z, 1 * s, 0.9, &in));
+    CHECK(pressure_zone_news(&z, 1, 0, 0, 0, 1 * s, 1, 0)); /* it began */
+    pressure_zone_told(&z, 1, 1, 0, 8 << 20, 100 * 1000 * 1000, 1 * s, 0);
+    CHECK(!pressure_zone_news(&z, 1, 8 << 20, 100 * 1000 * 1000, 0, 1 * s + 1, 1, 0));
+    CHECK(pressure_zone_news(&z, 1, 8 << 20, 100 * 1000 * 1000, 0, 1 * s + 1, 1, 1)); /* a join */
+    CHECK(pressure_zone_news(&z, 1, 8 << 20, 100 * 1000 * 1000, 0, 1 * s + PZ_ACT_RENEW_NS, 1, 0));
+    memset(&in, 0, sizeof(in));
+    pressure_zone_inputs(&z, 2 * s, limit, -1, &sum, &in); /* no cgroup: the members' RSS */
+    CHECK(in.usage == 100 << 20 && strcmp(z.usage_source, "members") == 0);
+    CHECK(pressure_zone_inside(&z, 2 * s, 0.9, &in));                 /* held */
+    CHECK(!pressure_zone_inside(&z, 1 * s + PZ_ZONE_HOLD_NS, 0.9, &in)); /* the hold ended */
+    pressure_zone_trimmed(&z);
+    memset(&in, 0, sizeof(in));
+    pressure_zone_inputs(&z, 3 * s, limit, 200 << 20, &sum, &in);
+    CHECK(in.base_usage == 200 << 20); /* growth counts from the low after the trim */
+}
+
 int main(void)
 {
+    RUN(test_the_zone_of_a_set);
     RUN(test_outside_the_zone_nothing);
     RUN(test_estimate_rule_largest_first);
     RUN(test_one_at_a_time);
