@@ -1,6 +1,7 @@
 /*
  * outside.c - a process reached from outside as a member of the one pressure decision
- * (outside.h): its readings mapped onto group_pressure_pick's candidate and input. Pure.
+ * (outside.h): its readings mapped onto group_pressure_pick's candidate and input. Pure
+ * functions of their arguments: any thread (the agent's loop thread calls them), no locks.
  */
 #include "outside.h"
 
