@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "control.h"
 #include "target.h"
 
 #define CGROUP2_SUPER_MAGIC 0x63677270
@@ -298,7 +299,7 @@ void agent_scan(struct agent *a)
         }
         size_t m = 0;
         for (size_t j = 0; j < cg->nprocs; j++)
-            if (cg->procs[j].seen)
+            if (cg->procs[j].seen || mt_control("agent-keeps-the-dead")) /* the defect: never dropped */
                 cg->procs[m++] = cg->procs[j];
         cg->nprocs = m;
         a->cgroups[k++] = cg;

@@ -1,0 +1,143 @@
+"""The node agent's edges (issue 39): processes that come and go while a trim runs, and the
+agent killed in the middle of one. The target is the command's test program
+(memtrim-cli-target: holder threads that fill their arenas and free 90 %, churn threads that
+check every block they write, a sleeper that counts sleeps cut short), unmodified, in a memory
+cgroup it fills past the agent's line with freed heap. The test sees a trim start by the
+command the agent runs (its Command is a wrapper that holds each trim until the test lets it
+run the real `memtrim trim`) and acts while the trim is in flight."""
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from agent_util import Agent
+from hosts_util import build_file, cgroup, procs  # noqa: F401
+from wait import wait_for
+
+LIMIT = 192 << 20
+HOLD = ["--hold-mb", "30", "--holders", "4"]  # about 150 MB at its peak, freed 90 %
+
+
+class Target:
+    """memtrim-cli-target in cg, driven on its stdin."""
+
+    def __init__(self, cg, args=()):
+        self.proc = subprocess.Popen(cg.wrap([build_file("memtrim-cli-target"), *HOLD, *args]),
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        assert line.startswith("ready "), line
+        self.pid = int(line.split()[1])
+
+    def ask(self, command):
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def state(self):
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        return fields["State"].split()[0], int(fields["TracerPid"])
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+class Held:
+    """The agent's Command: a wrapper that says which process a trim is for and holds it until
+    the test lets it run the real command (exec), so the test acts while the agent's trim of
+    that process is in flight."""
+
+    def __init__(self, tmp_path):
+        self.dir = tmp_path / "held"
+        self.dir.mkdir()
+        self.path = tmp_path / "memtrim-held"
+        self.path.write_text(
+            "#!/bin/sh\n"
+            f'echo $$ > "{self.dir}/trim.$2"\n'
+            f'while [ ! -e "{self.dir}/go.$2" ]; do sleep 0.01; done\n'
+            f'exec {build_file("memtrim")} "$@"\n')
+        self.path.chmod(0o755)
+
+    def started(self, pid):
+        """The wrapper's pid once a trim of pid is in flight, else None."""
+        f = self.dir / f"trim.{pid}"
+        return f.exists() and f.read_text().strip() and int(f.read_text())
+
+    def release(self, pid):
+        (self.dir / f"go.{pid}").touch()
+
+
+def agent_for(procs, cgroup_path, tmp_path, held):
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": ["/" + cgroup_path.name],
+                                                   "ScanIntervalMs": 200, "Command": str(held.path)})
+    wait_for(lambda: "/" + cgroup_path.name in agent.cgroups(), 20, "the agent to watch the cgroup")
+    return agent
+
+
+def gone(pid):
+    """pid has exited (and was reaped, or is a zombie)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_process_that_dies_during_its_trim_and_one_that_appears(procs, cgroup, tmp_path):
+    cg = cgroup(LIMIT)
+    path = "/" + cg.path.name
+    held = Held(tmp_path)
+    agent = agent_for(procs, cg.path, tmp_path, held)
+    a = Target(cg)
+    try:
+        # A dies while the agent's trim of it is in flight; B appears meanwhile.
+        wait_for(lambda: held.started(a.pid), 30, "the agent's trim of the first target")
+        os.kill(a.pid, signal.SIGKILL)
+        a.proc.wait(10)
+        b = Target(cg)
+        held.release(a.pid)
+        held.release(b.pid)
+        wait_for(lambda: any(p["pid"] == b.pid and p["trims"] >= 1
+                             for p in agent.cgroups()[path]["processes"]), 30,
+                 "the agent to trim the process that appeared")
+        view = wait_for(lambda: (lambda v: v if all(p["pid"] != a.pid for p in v["processes"])
+                                 else None)(agent.cgroups()[path]), 10, "the dead one to be dropped")
+        log = agent.output()
+        said = [line for line in log.splitlines() if f"process {a.pid} " in line]
+        print(f"\nthe first target died during its trim: {said[-1:]}")
+        assert said and "not trimmed" in said[-1], said
+        print(f"the one that appeared: {[p for p in view['processes'] if p['pid'] == b.pid]}")
+        assert agent.proc.running()
+        assert b.ask("report").startswith("{")
+        b.stop()
+        agent.stop()
+    finally:
+        a.stop()
+
+
+def test_the_agent_killed_mid_trim_harms_no_target(procs, cgroup, tmp_path):
+    cg = cgroup(LIMIT)
+    held = Held(tmp_path)
+    agent = agent_for(procs, cg.path, tmp_path, held)
+    t = Target(cg, ["--churn", "2", "--sleeper"])
+    try:
+        cmd = wait_for(lambda: held.started(t.pid), 30, "the agent's trim of the target")
+        held.release(t.pid)  # the command runs now...
+        agent.proc.proc.kill()  # ...and the agent is SIGKILLed while its trim is in flight
+        agent.proc.proc.wait(10)
+        # The command runs on alone to its end; then nothing of it is left in the target.
+        wait_for(lambda: gone(cmd), 30, "the orphaned command to end")
+        state, tracer = wait_for(lambda: (lambda s: s if s[1] == 0 else None)(t.state()), 10,
+                                 "no tracer left on the target")
+        assert state in ("S", "R"), state
+        report = json.loads(t.ask("report"))
+        print(f"\nagent killed mid-trim of {t.pid}: target {state}, tracer {tracer}, {report}")
+        assert report["corrupt"] == 0 and report["early_sleeps"] == 0, report
+        assert report["iterations"] > 0
+        again = json.loads(t.ask("report"))  # its threads run on: the churn goes on counting
+        assert again["iterations"] >= report["iterations"] and again["corrupt"] == 0
+        assert t.ask("quit") == "" and t.proc.wait(10) == 0
+    finally:
+        t.stop()
