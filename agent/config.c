@@ -36,6 +36,7 @@ static const struct key {
     {"AuthToken", K_STRING, OFF(http.token), SZ(http.token), 0, 0, 0},
     {"ReadToken", K_STRING, OFF(http.read_token), SZ(http.read_token), 0, 0, 0},
     {"ReadRequiresAuth", K_BOOL, OFF(http.read_requires_auth), 0, 0, 1, 0},
+    {"AllowUnauthenticatedRemote", K_BOOL, OFF(http.allow_unauthenticated_remote), 0, 0, 1, 0},
     {"HttpsCertificate", K_STRING, OFF(http.tls_cert), SZ(http.tls_cert), 0, 0, 0},
     {"HttpsPrivateKey", K_STRING, OFF(http.tls_key), SZ(http.tls_key), 0, 0, 0},
     {"HttpsClientCA", K_STRING, OFF(http.tls_ca), SZ(http.tls_ca), 0, 0, 0},

@@ -113,3 +113,29 @@ def test_the_unit_verifies(tmp_path):
     out = r.stdout + r.stderr
     complaints = [line for line in out.splitlines() if "memtrim-agent.service" in line]
     assert r.returncode == 0 and not complaints, out
+
+
+def test_the_daemonsets_configuration_starts_the_agent(tmp_path):
+    """The ConfigMap's agent.json, as the pod reads it (its port made ephemeral, its cgroup
+    roots absent here): the agent starts, listens on every address and answers /healthz."""
+    import json
+    import urllib.request
+    from hosts_util import build_file
+    cm = next(d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d.get("kind") == "ConfigMap")
+    cfg = json.loads(cm["data"]["agent.json"])
+    cfg["MemoryTrimAgent"]["HttpPort"] = 0
+    log = tmp_path / "agent.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen([str(build_file("memtrim")), "agent", "--config", json.dumps(cfg)],
+                             stdout=out, stderr=subprocess.STDOUT)
+    try:
+        from wait import wait_for
+        addr = wait_for(lambda: p.poll() is None and re.search(r"listening on (\S+)", log.read_text()),
+                        20, "the agent to listen").group(1)
+        assert addr.startswith("0.0.0.0:"), addr
+        port = addr.rsplit(":", 1)[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+            assert json.loads(r.read())["status"] == "ok"
+    finally:
+        p.terminate()
+        assert p.wait(20) == 0, log.read_text()[-2000:]
