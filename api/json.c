@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void api_json_item(cJSON *obj, const char *key, cJSON *item, int *failed)
 {
     int ok = item != NULL && obj != NULL &&
@@ -83,29 +85,8 @@ void api_json_num(cJSON *obj, const char *key, double v, int *failed)
 
 size_t api_utf8_len(const char *text)
 {
-    const unsigned char *s = (const unsigned char *)text;
-    if (s[0] < 0x80)
-        return 1;
-    /* The lead byte: how many continuation bytes, and the least code point (no overlong
-     * form), per RFC 3629; no surrogates, nothing past U+10FFFF. */
-    size_t n;
-    uint32_t cp, min;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf)
-        n = 1, cp = s[0] & 0x1fu, min = 0x80;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef)
-        n = 2, cp = s[0] & 0x0fu, min = 0x800;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4)
-        n = 3, cp = s[0] & 0x07u, min = 0x10000;
-    else
-        return 0;
-    for (size_t i = 1; i <= n; i++) {
-        if ((s[i] & 0xc0) != 0x80) /* the NUL too */
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n + 1;
+    /* common/utf8.c's table (RFC 3629); a NUL ends the character as any other stray byte */
+    return mt_utf8_char((const unsigned char *)text, strnlen(text, 4));
 }
 
 size_t api_utf8_clean(char *out, size_t size, const char *v, int escape)
@@ -143,11 +124,8 @@ void api_json_str(cJSON *obj, const char *key, const char *v, int *failed)
     }
     /* JSON is UTF-8: a string that is not (a member's program name) has its bad bytes
      * replaced, each by U+FFFD. */
-    const char *p = v;
-    size_t len;
-    while (*p && (len = api_utf8_len(p)) != 0)
-        p += len;
-    if (*p == '\0') {
+    size_t n = strlen(v);
+    if (mt_utf8_invalid_at(v, n) == n) {
         api_json_item(obj, key, cJSON_CreateString(v), failed);
         return;
     }
