@@ -146,7 +146,7 @@ struct member_pace {
 };
 
 /* A grant from the leader, checked as data: a slot in range, a sane width and lease, an
- * epoch a monotonic clock reads (>= 0: grant_window's now - epoch cannot overflow). */
+ * epoch a monotonic clock reads (>= 0: pressure_slot_window's now - epoch cannot overflow). */
 static int grant_ok(const struct group_grant *gr, int64_t now)
 {
     return gr->slots >= 1 && gr->slots <= GROUP_MAX_MEMBERS && gr->slot >= 0 &&
@@ -155,43 +155,26 @@ static int grant_ok(const struct group_grant *gr, int64_t now)
            gr->until_ns <= now + 2 * ACT_LEASE_NS;
 }
 
-/* The window of member gr->slot around now: the slot it is in, or the next one of its own. */
-static void grant_window(const struct group_grant *gr, int64_t now, int64_t *open, int64_t *close)
-{
-    int64_t w = gr->width_ns, since = now > gr->epoch_ns ? now - gr->epoch_ns : 0;
-    int64_t k = since / w, pos = k % gr->slots;
-    int64_t ahead = (gr->slot - pos + gr->slots) % gr->slots;
-    *open = gr->epoch_ns + (k + ahead) * w;
-    *close = *open + w < gr->until_ns ? *open + w : gr->until_ns;
-}
-
 /*
- * The window a trim of its own may start in (trim_ask.open_ns, close_ns): its slot, the
- * one it is in or the next (grant_window). But at the group's line (the leader's word,
- * ZONE_LINE, or its own reading of the cgroup's usage, taken with the heap's, at the
- * grant's line_bytes or more) now, until the lease ends: surviving the limit comes before
- * not stalling the node together. And a member that waited for its slot (act_at) and ran
- * again only after it closed (a loaded node: its thread was not scheduled in time, or was
- * preempted between the window and the trim) takes its turn now: else it waited a whole
- * rotation for the next one, and under the same load could miss that one too. (A grant
- * that moved its slot meanwhile is no missed slot: act_at is the old slot's start, and
- * only a whole slot's width after it was its slot surely missed.)
+ * The window a trim of its own may start in (trim_ask.open_ns, close_ns): the stagger's
+ * (core/pressure/group_policy.c, pressure_slot_take): its slot, the one it is in or the
+ * next. But at the group's line (the leader's word, ZONE_LINE, or its own reading of the
+ * cgroup's usage, taken with the heap's, at the grant's line_bytes or more) now, until the
+ * lease ends. And a member that waited for its slot (act_at) and ran again only after it
+ * closed (a loaded node: its thread was not scheduled in time, or was preempted between
+ * the window and the trim) takes its turn now: else it waited a whole rotation for the
+ * next one, and under the same load could miss that one too.
  */
 static void member_window(const struct member_pace *pc, const struct mt_snapshot *s,
                           int64_t now, int64_t *open, int64_t *close)
 {
-    grant_window(&pc->grant, now, open, close);
-    int at_line = pc->act_line || (pc->grant.line_bytes > 0 && s->cheap.cgroup_usage_bytes >= 0 &&
-                                   s->cheap.cgroup_usage_bytes >= pc->grant.line_bytes);
-    /* missed: the slot it waited for closed (not a slot a new grant moved: a member joined
-     * or left, and the one it waited for may not have opened yet) */
-    int missed = pc->act_at && now >= pc->act_at + pc->grant.width_ns && *open > now;
-    if (mt_control("suite-moved-slot-missed")) /* 1feda56's defect: a moved slot "missed" */
-        missed = pc->act_at && now >= pc->act_at && *open > now;
-    if (at_line || missed) {
-        *open = now;
-        *close = pc->grant.until_ns;
-    }
+    const struct group_grant *gr = &pc->grant;
+    struct pressure_slots sl = {.epoch_ns = gr->epoch_ns, .width_ns = gr->width_ns,
+                                .until_ns = gr->until_ns, .slot = gr->slot, .slots = gr->slots};
+    int at_line = pc->act_line || (gr->line_bytes > 0 && s->cheap.cgroup_usage_bytes >= 0 &&
+                                   s->cheap.cgroup_usage_bytes >= gr->line_bytes);
+    pressure_slot_take(&sl, now, at_line, pc->act_at, mt_control("suite-moved-slot-missed"),
+                       open, close);
 }
 
 /*

@@ -370,8 +370,41 @@ static void test_the_zone_of_a_set(void)
     CHECK(in.base_usage == 200 << 20); /* growth counts from the low after the trim */
 }
 
+/* The stagger: member k's slot is the k-th of every `slots`, from the epoch; at the line,
+ * or after a missed slot, now until the grant ends; a slot a new grant moved is no miss. */
+static void test_the_stagger(void)
+{
+    const int64_t ms = 1000 * 1000;
+    struct pressure_slots sl = {.epoch_ns = 1000 * ms, .width_ns = 10 * ms,
+                                .until_ns = 3000 * ms, .slot = 2, .slots = 4};
+    int64_t open, close;
+    pressure_slot_window(&sl, 1005 * ms, &open, &close); /* in slot 0: its next, slot 2 */
+    CHECK(open == 1020 * ms && close == 1030 * ms);
+    pressure_slot_window(&sl, 1025 * ms, &open, &close); /* inside its own */
+    CHECK(open == 1020 * ms && close == 1030 * ms);
+    pressure_slot_window(&sl, 1031 * ms, &open, &close); /* past it: the next rotation's */
+    CHECK(open == 1060 * ms && close == 1070 * ms);
+    sl.until_ns = 1065 * ms;
+    pressure_slot_window(&sl, 1031 * ms, &open, &close); /* the grant ends inside it */
+    CHECK(open == 1060 * ms && close == 1065 * ms);
+    sl.until_ns = 3000 * ms;
+    pressure_slot_take(&sl, 1005 * ms, 1, 0, 0, &open, &close); /* at the line: now */
+    CHECK(open == 1005 * ms && close == 3000 * ms);
+    pressure_slot_take(&sl, 1031 * ms, 0, 1020 * ms, 0, &open, &close); /* missed: now */
+    CHECK(open == 1031 * ms && close == 3000 * ms);
+    /* waited for a slot at 1020 that a new grant moved to 1060: not missed before 1030 */
+    pressure_slot_take(&sl, 1025 * ms, 0, 1020 * ms, 0, &open, &close);
+    CHECK(open == 1020 * ms);
+    sl.epoch_ns = 1010 * ms; /* the moved grant: its slot 2 opens at 1030 */
+    pressure_slot_take(&sl, 1025 * ms, 0, 1020 * ms, 0, &open, &close);
+    CHECK(open == 1030 * ms && close == 1040 * ms);
+    pressure_slot_take(&sl, 1025 * ms, 0, 1020 * ms, 1, &open, &close); /* the old rule */
+    CHECK(open == 1025 * ms);
+}
+
 int main(void)
 {
+    RUN(test_the_stagger);
     RUN(test_the_zone_of_a_set);
     RUN(test_outside_the_zone_nothing);
     RUN(test_estimate_rule_largest_first);
