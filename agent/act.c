@@ -220,6 +220,7 @@ static void finish(struct agent *a, struct agent_trim *t)
         a->stats.trims++;
         a->stats.released += (uint64_t)released;
     }
+    agent_history_trim(a, cg, p, released, now - t->t0, cpu);
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
            "CPU)%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
            p->reason ? "not trimmed," : "released", (long long)released,

@@ -160,6 +160,8 @@ static int due(const struct agent *a, const struct agent_cgroup *cg, int64_t now
 static int64_t next_sleep_ms(const struct agent *a, int64_t now, int64_t next_scan)
 {
     int64_t until = next_scan;
+    if (a->store && a->next_sample_ns < until)
+        until = a->next_sample_ns;
     for (size_t i = 0; i < a->ncgroups; i++) {
         const struct agent_cgroup *cg = a->cgroups[i];
         if (cg->in_zone && cg->allowed)
@@ -189,6 +191,7 @@ static void loop(struct agent *a, int sigfd)
             if (due(a, a->cgroups[i], now, scanned))
                 evaluate(a, a->cgroups[i], now);
         }
+        agent_history_tick(a, now);
         int timeout = (int)next_sleep_ms(a, mt_mono_ns(), next_scan);
         pthread_mutex_unlock(&a->lock);
         int n = epoll_wait(a->epfd, evs, 64, timeout);
@@ -288,12 +291,14 @@ int agent_main(int argc, char **argv)
         fprintf(stderr, "memtrim agent: signalfd: %s\n", strerror(errno));
         return 1;
     }
+    agent_history_open(a);
     struct server *srv = NULL;
     if (a->cfg.http_enabled) {
         char *e = NULL, addr[256];
         if (agent_http_start(a, &srv, &e) != 0) {
             fprintf(stderr, "memtrim agent: HTTP: %s\n", e ? e : "cannot start");
             free(e);
+            agent_history_close(a);
             return 1;
         }
         if (server_address(srv, addr, sizeof addr) == 0)
@@ -313,6 +318,7 @@ int agent_main(int argc, char **argv)
     a->cgroups = NULL;
     a->ncgroups = 0;
     pthread_mutex_unlock(&a->lock);
+    agent_history_close(a);
     close(sigfd);
     close(a->epfd);
     mt_log(MT_LOG_INFO, "agent", "stopped: %llu trims, %llu bytes released",

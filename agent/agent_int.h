@@ -67,6 +67,8 @@ struct agent_config {
     char v1_root[AGENT_PATH]; /* the v1 memory hierarchy ("" none) */
     char v2_root[AGENT_PATH]; /* the v2 hierarchy ("" none) */
     char command[AGENT_PATH]; /* the memtrim command ("" = this executable) */
+    char database[AGENT_PATH]; /* the history's SQLite file ("" = none) */
+    int retention_hours, sample_interval_s;
 };
 /* text: inline JSON or a file's path; NULL: the defaults. 0, or -1 with err set. */
 int agent_config_load(const char *text, struct agent_config *cfg, char *err, size_t errlen);
@@ -159,6 +161,9 @@ struct agent {
     int trims_in_flight;
     int64_t budget_at_ns;
     char self_exe[AGENT_PATH];
+    struct db_agent *store; /* the history (history.c), NULL without one */
+    int64_t next_sample_ns, next_retention_ns;
+    uint64_t store_errors;
 };
 
 /* scan.c: walk the hierarchies; add, update and drop cgroups and their processes (takes
@@ -207,6 +212,22 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
  * grew most since its last trim, by min_bytes at least, not trimmed within gap; -1 none. */
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,
                      int64_t min_bytes);
+
+/* history.c: the store (db/'s db_agent): opened at start (a failure is logged, the agent
+ * goes on without it), the cgroups' samples every SampleIntervalSeconds and the retention
+ * hourly (agent_history_tick), each trim's row (agent_history_trim); GET /agent/history. */
+void agent_history_open(struct agent *a);
+void agent_history_close(struct agent *a);
+void agent_history_tick(struct agent *a, int64_t now_ns);
+void agent_history_trim(struct agent *a, const struct agent_cgroup *cg, const struct agent_proc *p,
+                        int64_t released, int64_t wall_ns, int64_t cpu_ns);
+struct server_request;
+struct server_reply;
+int agent_history_get(const struct server_request *req, struct server_reply *rep);
+
+/* http.c: a byte count, or null when unknown (< 0). */
+struct cJSON;
+void agent_json_bytes(struct cJSON *o, const char *k, int64_t v);
 
 /* http.c: the routes (/metrics, /agent/cgroups, /healthz, /). */
 int agent_http_start(struct agent *a, struct server **out, char **err);

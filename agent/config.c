@@ -58,6 +58,9 @@ static const struct key {
     {"CgroupV1Root", K_STRING, OFF(v1_root), SZ(v1_root), 0, 0, 0},
     {"CgroupV2Root", K_STRING, OFF(v2_root), SZ(v2_root), 0, 0, 0},
     {"Command", K_STRING, OFF(command), SZ(command), 0, 0, 0},
+    {"Database", K_STRING, OFF(database), SZ(database), 0, 0, 0},
+    {"RetentionHours", K_INT, OFF(retention_hours), 0, 1, 87600, 0},
+    {"SampleIntervalSeconds", K_INT, OFF(sample_interval_s), 0, 1, 86400, 0},
 };
 
 static void defaults(struct agent_config *c)
@@ -73,6 +76,8 @@ static void defaults(struct agent_config *c)
     c->zone_poll_ms = 20;
     c->cpu_budget_percent = 10;
     c->max_parallel_trims = 4;
+    c->retention_hours = 168;
+    c->sample_interval_s = 10;
     c->thread_wait_s = 0.5;
     c->call_wait_s = 10;
     snprintf(c->v1_root, sizeof c->v1_root, "/sys/fs/cgroup/memory");

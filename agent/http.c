@@ -204,7 +204,7 @@ static int get_metrics(const struct server_request *req, struct server_reply *re
     return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
 }
 
-static void num_or_null(cJSON *o, const char *k, int64_t v)
+void agent_json_bytes(cJSON *o, const char *k, int64_t v)
 {
     if (v < 0)
         cJSON_AddNullToObject(o, k);
@@ -238,11 +238,11 @@ static cJSON *cgroups_json(struct agent *a)
         cJSON_AddStringToObject(c, "woken_by", cg->version == 1 ? (cg->event_fd >= 0 ?
                                 "cgroup-v1-threshold" : "poll") : cg->event_fd >= 0 ? "psi"
                                 : cg->events_fd >= 0 ? "memory-events" : "poll");
-        num_or_null(c, "limit_bytes", cg->limit);
-        num_or_null(c, "high_bytes", cg->high);
-        num_or_null(c, "usage_bytes", cg->usage);
-        num_or_null(c, "working_set_bytes", cg->working_set);
-        num_or_null(c, "anon_bytes", cg->anon);
+        agent_json_bytes(c, "limit_bytes", cg->limit);
+        agent_json_bytes(c, "high_bytes", cg->high);
+        agent_json_bytes(c, "usage_bytes", cg->usage);
+        agent_json_bytes(c, "working_set_bytes", cg->working_set);
+        agent_json_bytes(c, "anon_bytes", cg->anon);
         cJSON_AddBoolToObject(c, "in_zone", cg->in_zone);
         cJSON_AddNumberToObject(c, "trims", (double)cg->trims);
         cJSON_AddNumberToObject(c, "released_bytes", (double)cg->released);
@@ -257,7 +257,7 @@ static cJSON *cgroups_json(struct agent *a)
             cJSON_AddStringToObject(o, "program", p->comm);
             cJSON_AddStringToObject(o, "allocator", p->alloc);
             cJSON_AddBoolToObject(o, "memtrim_loaded", p->memtrim_loaded);
-            num_or_null(o, "anon_bytes", p->anon);
+            agent_json_bytes(o, "anon_bytes", p->anon);
             cJSON_AddNumberToObject(o, "trims", (double)p->trims);
             cJSON_AddNumberToObject(o, "released_bytes", (double)p->released);
             cJSON_AddBoolToObject(o, "unreleasable", agent_reason_unreleasable(p->reason));
@@ -312,9 +312,12 @@ static int get_page(const struct server_request *req, struct server_reply *rep)
     return 0;
 }
 
+static const char *const history_params[] = {"cgroup", "since", NULL};
+
 static const struct server_route routes[] = {
     {"GET", "/metrics", SERVER_AUTH_READ, NULL, get_metrics},
     {"GET", "/agent/cgroups", SERVER_AUTH_READ, NULL, get_cgroups},
+    {"GET", "/agent/history", SERVER_AUTH_READ, history_params, agent_history_get},
     {"GET", "/healthz", SERVER_AUTH_NONE, NULL, get_healthz},
     {"GET", "/", SERVER_AUTH_NONE, NULL, get_page},
 };

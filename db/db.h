@@ -193,4 +193,40 @@ int db_query_member_series(struct db_reader *r, int pid, const char *metric, int
                            int64_t until_ms, int64_t step_ms, struct db_bucket **buckets,
                            size_t *nbuckets, char **err);
 
+/*
+ * The node agent's history (db_agent.c): its own file and tables, nothing of the plugin's
+ * schema. A cgroup's sample and a trim (made, or refused with its reason); negative values
+ * are stored as unknown (NULL) and read back as -1. The writer is one thread's (the agent's
+ * loop); db_agent_history opens a read-only connection of its own on any thread and calls
+ * back per row, samples then trims, oldest first, at most max_rows of each. All return 0
+ * or a negative errno with *err (the caller frees).
+ */
+struct db_agent;
+struct db_agent_sample {
+    int64_t ts_ms;
+    const char *cgroup;
+    int64_t usage, limit, working_set, anon;
+    uint64_t trims, released, oom_kills;
+};
+struct db_agent_trim {
+    int64_t ts_ms;
+    const char *cgroup;
+    int pid;
+    const char *program;
+    int64_t released;
+    double wall_s, cpu_s;
+    const char *reason; /* NULL or "" for a trim made */
+};
+typedef void (*db_agent_sample_fn)(void *ctx, const struct db_agent_sample *s);
+typedef void (*db_agent_trim_fn)(void *ctx, const struct db_agent_trim *t);
+int db_agent_open(const char *path, struct db_agent **out, char **err);
+void db_agent_close(struct db_agent *a); /* accepts NULL */
+int db_agent_begin(struct db_agent *a, char **err);
+int db_agent_commit(struct db_agent *a, char **err);
+int db_agent_add_sample(struct db_agent *a, const struct db_agent_sample *s, char **err);
+int db_agent_add_trim(struct db_agent *a, const struct db_agent_trim *t, char **err);
+int db_agent_retention(struct db_agent *a, int64_t cutoff_ms, char **err);
+int db_agent_history(const char *path, const char *cgroup, int64_t since_ms, int max_rows,
+                     db_agent_sample_fn on_sample, db_agent_trim_fn on_trim, void *ctx, char **err);
+
 #endif /* MEMTRIM_DB_H */

@@ -18,8 +18,10 @@ Controls (tests/controls.txt): agent-never-trims (the agent picks but trims noth
 limited ones die), agent-zone-ignored (it trims cgroups outside their zone: the container far
 from its limit is trimmed).
 """
+import json
 import re
 import signal
+import urllib.parse
 
 import pytest
 
@@ -89,7 +91,8 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
     prefix = cgroup(LIMIT)  # only to learn the fixture's names: memtrim-test-<pid>-<n>
     glob = "/" + re.sub(r"-\d+$", "-*", prefix.path.name)
     # At its defaults: the zone from half the limit, the growth rule and the line at 80 %.
-    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob]})
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [glob], "SampleIntervalSeconds": 1,
+                                                   "Database": str(tmp_path / "agent.sqlite")})
     runs = start_four(procs, cgroup, tmp_path, f"run{run}", agent)
     pids = {cg.path.name: p.pid for cg, p in runs}
     ended = finish(runs)
@@ -116,6 +119,12 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
         assert cg.oom_kills() == 0
         assert released and released > 0, f"/metrics names no release for {path}"
         assert path in seen and seen[path]["trims"] >= 1, seen.get(path)
+        # the history keeps every trim made, with what it gave back, and the samples
+        hist = json.loads(agent.get(f"/agent/history?cgroup={urllib.parse.quote(path)}"))
+        made = [t for t in hist["trims"] if t["reason"] is None]
+        assert len(made) == seen[path]["trims"], (len(made), seen[path]["trims"])
+        assert sum(t["released_bytes"] for t in made) == seen[path]["released_bytes"]
+        assert hist["samples"] and all(x["cgroup"] == path for x in hist["samples"])
     free, _, rc, out = ended[3]
     free_path = "/" + free.path.name
     assert rc == ("exit", 0), out[-2000:]
