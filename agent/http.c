@@ -3,7 +3,8 @@
  * shows"), served by server/ (the plugin's server, its auth, TLS and unix socket) with the
  * agent's own route table: GET /metrics (per cgroup, labelled cgroup and pod_uid,
  * container_id or unit where known), GET /agent/cgroups (each watched cgroup with its
- * processes), GET /healthz (open, for liveness probes) and GET / (the node's page). HTTP
+ * processes), GET /agent/history (history.c), GET /healthz (open, for liveness probes), GET /
+ * (the node's page) and GET /openapi.yaml (agent/openapi.yaml, their contract). HTTP
  * worker threads; each handler holds a->lock while it renders.
  */
 #include "agent_int.h"
@@ -19,6 +20,8 @@
 
 extern const unsigned char mt_asset_agent_page[];
 extern const unsigned long mt_asset_agent_page_len;
+extern const unsigned char mt_asset_agent_openapi[];
+extern const unsigned long mt_asset_agent_openapi_len;
 
 /* ,name="value" (name NULL: "value" alone), the value as the text format wants it: \\, \"
  * and \n escaped. */
@@ -312,6 +315,14 @@ static int get_page(const struct server_request *req, struct server_reply *rep)
     return 0;
 }
 
+static int get_contract(const struct server_request *req, struct server_reply *rep)
+{
+    (void)req;
+    server_reply_static(rep, 200, "application/yaml", mt_asset_agent_openapi,
+                        mt_asset_agent_openapi_len);
+    return 0;
+}
+
 static const char *const history_params[] = {"cgroup", "since", NULL};
 
 static const struct server_route routes[] = {
@@ -320,6 +331,7 @@ static const struct server_route routes[] = {
     {"GET", "/agent/history", SERVER_AUTH_READ, history_params, agent_history_get},
     {"GET", "/healthz", SERVER_AUTH_NONE, NULL, get_healthz},
     {"GET", "/", SERVER_AUTH_NONE, NULL, get_page},
+    {"GET", "/openapi.yaml", SERVER_AUTH_NONE, NULL, get_contract},
 };
 static const struct server_routes table = {routes, sizeof routes / sizeof routes[0]};
 
