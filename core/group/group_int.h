@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include "common.h"
 #include "group.h"
+#include "coop.h"
 #include "group_policy.h"
 
 #define GROUP_MAX_MEMBERS 64   /* the registry's size, the leader included */
@@ -136,7 +137,7 @@ void group_test_stagger_ns(int64_t ns);
 #define PRESSURE_STAGGER_NS (100 * MT_MS)    /* the next member waits for an answer this long */
 #define ACCEPT_PAUSE_NS (1 * MT_SEC)         /* a named group's accept out of descriptors */
 #define CHAN_CHECK_NS (1 * MT_SEC)           /* every channel's identity checked this often */
-#define PEAK_NS (10 * MT_SEC)                /* a member's peak RSS: over about this long */
+#define PEAK_NS COOP_PEAK_NS /* a member's peak RSS: over about this long (the decision's, coop.h) */
 /* A member's input is rate-limited as data (#31 F6): its trims and re-fault figures reach
  * the store at MEMBER_ROWS_PER_SEC (bursts of MEMBER_ROWS_BURST), the rest counted as
  * dropped; a member sending more than MEMBER_MSGS_PER_SEC messages in a second is no

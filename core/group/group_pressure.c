@@ -27,6 +27,7 @@
 #include "control.h"
 #include "mt_alloc.h"
 #include "group_int.h"
+#include "coop.h"
 #include "pressure_policy.h"
 #include "probe.h"
 #include "snapshot.h"
@@ -121,8 +122,8 @@ static int pressure_waiting(struct group *g, int64_t now)
     return waiting;
 }
 
-/* Each live member as the decision sees it (c[], its entry's index in idx[]), and the
- * sums; how many. Locked. */
+/* Each live member as the decision sees it (c[], its entry's index in idx[]: a cooperative
+ * member, core/pressure/coop.h), and the sums; how many. Locked. */
 static int pressure_candidates(struct group *g, int64_t now, int64_t now_ms,
                                struct group_candidate *c, int *idx, struct pressure_sums *sum)
 {
@@ -131,30 +132,13 @@ static int pressure_candidates(struct group *g, int64_t now, int64_t now_ms,
         const struct group_member *m = &g->m[i];
         if (!m->used || m->pid <= 0 || m->report_ns == 0)
             continue;
-        sum->rss += (int64_t)m->snap.cheap.rss_bytes;
-        sum->peak += (int64_t)(now - m->peak_ns <= PEAK_NS && m->peak_rss > m->snap.cheap.rss_bytes
-                                   ? m->peak_rss
-                                   : m->snap.cheap.rss_bytes);
-        /* its RSS now: after a pressure trim since its report, what that trim left (its
-         * report says what it held before; or the last trim's, lower: less taken off) */
-        sum->now += (int64_t)(m->last_trim_ns > m->report_ns && m->rss_after > 0 &&
-                                      m->rss_after < m->snap.cheap.rss_bytes
-                                  ? m->rss_after
-                                  : m->snap.cheap.rss_bytes);
-        int64_t heap_ms = m->snap.heap.timestamp_ms;
-        c[n] = (struct group_candidate){
-            .releasable = heap_ms ? m->snap.releasable_estimate_bytes : 0,
-            .estimate_fresh = heap_ms > m->last_trim_ms &&
-                              now_ms - heap_ms < GROUP_ESTIMATE_STALE_NS / MT_MS,
-            .estimate_after_trim = heap_ms > m->last_trim_ms,
-            .rss = m->snap.cheap.rss_bytes,
-            .rss_since_estimate = heap_ms && m->snap.cheap.rss_bytes > m->rss_at_heap
-                                      ? m->snap.cheap.rss_bytes - m->rss_at_heap
-                                      : 0,
-            .rss_after_trim = m->rss_after,
-            .last_trim_ns = m->last_trim_ns,
-            .busy = m->press_req != 0 || waiting,
-        };
+        struct coop_reading r = {
+            .rss = m->snap.cheap.rss_bytes, .peak_rss = m->peak_rss, .peak_ns = m->peak_ns,
+            .report_ns = m->report_ns, .heap_ms = m->snap.heap.timestamp_ms,
+            .releasable = m->snap.releasable_estimate_bytes, .rss_at_heap = m->rss_at_heap,
+            .rss_after = m->rss_after, .last_trim_ns = m->last_trim_ns,
+            .last_trim_ms = m->last_trim_ms, .busy = m->press_req != 0 || waiting};
+        coop_candidate(&c[n], sum, &r, now, now_ms);
         idx[n++] = i;
     }
     return n;

@@ -5,6 +5,7 @@
  */
 #include <string.h>
 
+#include "coop.h"
 #include "group_policy.h"
 #include "harness.h"
 
@@ -402,8 +403,34 @@ static void test_the_stagger(void)
     CHECK(open == 1025 * ms);
 }
 
+/* A cooperative member's report as the decision reads it: its estimate fresh only when
+ * read after its last trim and young; its RSS after a trim since its report counted as
+ * what it holds now; its peak only within COOP_PEAK_NS. */
+static void test_a_cooperative_member(void)
+{
+    const int64_t s = 1000LL * 1000 * 1000;
+    struct group_candidate c;
+    struct pressure_sums sum = {0, 0, 0};
+    struct coop_reading r = {.rss = 300 << 20, .peak_rss = 400 << 20, .peak_ns = 5 * s,
+                             .report_ns = 9 * s, .heap_ms = 9000, .releasable = 50 << 20,
+                             .rss_at_heap = 280 << 20, .last_trim_ms = 8000};
+    coop_candidate(&c, &sum, &r, 10 * s, 9500);
+    CHECK(c.releasable == 50 << 20 && c.estimate_fresh && c.estimate_after_trim);
+    CHECK(c.rss_since_estimate == 20 << 20 && !c.busy);
+    CHECK(sum.rss == 300 << 20 && sum.peak == 400 << 20 && sum.now == 300 << 20);
+    r.last_trim_ns = 9500 * 1000 * 1000LL; /* trimmed after its report, to 120 MB */
+    r.rss_after = 120 << 20;
+    r.last_trim_ms = 9500; /* its estimate predates that trim */
+    r.busy = 1;
+    memset(&sum, 0, sizeof(sum));
+    coop_candidate(&c, &sum, &r, 16 * s, 16000); /* its peak is older than COOP_PEAK_NS */
+    CHECK(!c.estimate_fresh && !c.estimate_after_trim && c.busy && c.rss_after_trim == 120 << 20);
+    CHECK(sum.now == 120 << 20 && sum.peak == 300 << 20);
+}
+
 int main(void)
 {
+    RUN(test_a_cooperative_member);
     RUN(test_the_stagger);
     RUN(test_the_zone_of_a_set);
     RUN(test_outside_the_zone_nothing);
