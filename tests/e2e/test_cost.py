@@ -24,8 +24,13 @@ def test_trim_record_carries_its_cost(start_demo, validate):
     assert t["arena_count"] is not None and t["arena_count"] >= 1, t
     assert abs(t["duration_per_arena_seconds"] * t["arena_count"] - t["duration_seconds"]) < 1e-6
     assert t["refaulted_bytes"] is None  # its window has just opened
-    # The stall canary took at least one sample while the release ran (it waits for it).
-    assert isinstance(t["host_stall_seconds"], float) and t["host_stall_seconds"] > 0, t
+    # The host stall: measured when the canary's first sample came within the product's
+    # 1 ms wait (a loaded node misses it; test_stall.c, whose hook raises the wait, proves
+    # that a trim is measured). No time window here: whichever it was, /metrics and
+    # /memory/stats must say the same as the record.
+    measured = t["host_stall_seconds"] is not None
+    assert not measured or (isinstance(t["host_stall_seconds"], float)
+                            and t["host_stall_seconds"] > 0), t
 
     def stored():
         body = d.get("/memory/trims?trigger=manual").json()
@@ -44,13 +49,14 @@ def test_trim_record_carries_its_cost(start_demo, validate):
     assert metric_value(m, "memtrim_trim_gap_factor") == 1  # manual trims do not move it
     # The host stall by trigger: this trim's wait is in the manual sum and max, none for the
     # triggers the policy keeps quiet; /memory/stats says the same.
-    assert metric_value(m, "memtrim_trim_host_stall_measured_total", 'trigger="manual"') == 1
-    one = pytest.approx(t["host_stall_seconds"], rel=1e-9)  # /metrics prints 15 digits
+    assert metric_value(m, "memtrim_trim_host_stall_measured_total",
+                        'trigger="manual"') == int(measured)
+    one = pytest.approx(t["host_stall_seconds"] or 0, rel=1e-9)  # /metrics prints 15 digits
     assert metric_value(m, "memtrim_trim_host_stall_seconds_max", 'trigger="manual"') == one
     assert metric_value(m, "memtrim_trim_host_stall_seconds_total", 'trigger="manual"') == one
     assert metric_value(m, "memtrim_trim_host_stall_measured_total", 'trigger="periodic"') == 0
     hs = validate("/memory/stats", "GET", d.get("/memory/stats"))["host_stall"]
-    assert hs["manual"] == {"trims": 1, "seconds_total": one, "max_seconds": one}, hs
+    assert hs["manual"] == {"trims": int(measured), "seconds_total": one, "max_seconds": one}, hs
     assert hs["periodic"]["trims"] == 0 and hs["pressure"]["max_seconds"] == 0, hs
 
 
