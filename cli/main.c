@@ -185,6 +185,8 @@ static int trim(const struct opts *o, struct target *t)
     }
     const struct target_lib *lib = row->libc ? &t->libc : &t->alloc_lib;
     const char *sym = row->release_sym;
+    if (row->libc && mt_control("suite-cli-release-usable-size")) /* 5c3509f's control */
+        sym = "malloc_usable_size";
     uint64_t fn = target_sym(lib, sym);
     if (!fn) {
         char buf[700];

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "control.h"
 #include "fdid.h"
 
 /* "/proc/self/fdinfo/<fd>" into path (at least 40 bytes), by hand: */
@@ -78,6 +79,7 @@ int mt_fdid_take(int fd, struct mt_fdid *id)
     id->eventfd_id = -1;
     if (fd < 0)
         return -EBADF;
+    (void)mt_control("suite-fdid-no-stamp"); /* its list read here, never first in a child */
     /* The stamp, on the open file description: a host's own open of the same file
      * (same device and inode) at this number later has none (fdid.h). */
     if (fstat(fd, &st) != 0)
@@ -107,7 +109,8 @@ int mt_fdid_is(int fd, const struct mt_fdid *id)
     if ((uint64_t)st.st_dev != id->dev || (uint64_t)st.st_ino != id->ino ||
         (uint32_t)(st.st_mode & S_IFMT) != id->type)
         return 0;
-    if (!mt_fdid_stamped(fd))
+    /* control suite-fdid-no-stamp: 7303d86's identity, device and inode only */
+    if (!mt_fdid_stamped(fd) && !mt_control("suite-fdid-no-stamp"))
         return 0; /* the same file, opened again by someone else: not our description */
     if (!id->anon || id->eventfd_id < 0)
         return 1;

@@ -260,6 +260,11 @@ def skip_reason(report):
     return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "survival: a survival cell's counted pairs (survival_util): "
+                            "run by tests/run.sh's survival stage, measured and not gating")
+
+
 def pytest_collectreport(report):
     if report.skipped:
         _skipped.append((report.nodeid, "at collection: " + skip_reason(report)))

@@ -474,6 +474,7 @@ def test_without_memtrim_a_named_cell_is_oom_killed(procs, cgroup, base):
     control(named_runner(procs, base), cgroup, NAMED_LIMIT, NAMED_WORKERS, "named, 4 x 250 MB")
 
 
+@pytest.mark.survival
 def test_a_named_group_survives_the_shared_limit(procs, cgroup, base):
     """4 processes with one GroupName under one 250 MB limit, 5 interleaved pairs against
     malloc_trim after each study, every run counted (survival_util). Measured 2026-12-03:

@@ -72,6 +72,7 @@ def test_without_memtrim_the_workers_are_oom_killed(procs, cgroup, tmp_path):
             f"v2: {WORKERS} workers, 100 MB")
 
 
+@pytest.mark.survival
 def test_the_group_survives_memory_max(procs, cgroup, tmp_path):
     """10 pairs. Measured 2026-12-03: the group 30 of 30 against 30 with the host quiet
     (15:15-15:21 UTC, 337 s), 23 against 28 with the host at load 14-33 (it fails there)."""
