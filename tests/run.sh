@@ -131,8 +131,10 @@ valgrind_one() { # valgrind_one NAME: its exit code and seconds to build/NAME.va
 valgrind_unit() {
   local t rc=0 ran=0 code secs running=0 jobs=${MEMTRIM_VALGRIND_JOBS:-$jobs} want
   want=$(unit_names valgrind)
-  # the longest first (test_cli_valgrind: a minute and more), so the pool ends together
-  want="$(grep -xF test_cli_valgrind <<<"$want") $(grep -vxF test_cli_valgrind <<<"$want")"
+  # the longest first (test_cli_valgrind 198 s, test_cli_bpfeval 227 s at load 13-19), so
+  # the pool ends together
+  want="$(grep -xF -e test_cli_valgrind -e test_cli_bpfeval <<<"$want")
+$(grep -vxF -e test_cli_valgrind -e test_cli_bpfeval <<<"$want")"
   for t in $want; do
     rm -f "build/$t.valgrind.rc"
     if [ "$t" != test_cli_valgrind ] && [ ! -x "build/$t" ]; then
