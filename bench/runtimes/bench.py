@@ -76,7 +76,7 @@ def limit_run(name, mode, limit_mb, count, request_mb, bodies, old_build):
     row = {"runtime": name, "mode": mode, "limit": limit_mb, "load": load()}
     env = ru.mode_env("plain" if mode == "plain" else "memtrim")
     if mode == "old":
-        env["LD_PRELOAD"] = str(Path(old_build) / "libmemtrim.so")
+        env["LD_PRELOAD"] = str(Path(old_build).resolve() / "libmemtrim.so")
         env["MEMTRIM_CONTROL"] = "rt-no-backoff"
     s = None
     try:
