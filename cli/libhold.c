@@ -28,6 +28,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -112,55 +113,116 @@ static int helper_confine(void)
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog);
 }
 
+/* What the helper is handed across its exec: the target's credentials and its descriptors. */
+struct hold_args {
+    pid_t tool;
+    uid_t uid;
+    gid_t gid;
+    uint64_t caps;
+    int lib, stay, report, pidns; /* pidns -1: the tool's own */
+};
+
 /* The helper's last steps: confined, the target's credentials, at most its capabilities,
  * dumpable, killed with its parent; then it reports its pid and waits for the pipe's end. */
-static void helper_hold(const struct target *t, pid_t parent, int lib, int stay, int report)
+static void helper_hold(const struct hold_args *a, pid_t parent)
 {
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
     struct __user_cap_data_struct caps[2] = {
-        {(uint32_t)t->st.cap_prm, (uint32_t)t->st.cap_prm, 0},
-        {(uint32_t)(t->st.cap_prm >> 32), (uint32_t)(t->st.cap_prm >> 32), 0}};
-    for (int fd = 3; fd < 4096; fd++) /* the tool's descriptors (its lock) are not ours */
-        if (fd != lib && fd != stay && fd != report)
-            close(fd);
+        {(uint32_t)a->caps, (uint32_t)a->caps, 0},
+        {(uint32_t)(a->caps >> 32), (uint32_t)(a->caps >> 32), 0}};
     if (helper_confine() != 0 || setgroups(0, NULL) != 0 ||
-        setresgid(t->st.egid, t->st.egid, t->st.egid) != 0 ||
-        setresuid(t->st.euid, t->st.euid, t->st.euid) != 0 ||
-        (t->st.euid == 0 && syscall(SYS_capset, &hdr, caps) != 0) ||
+        setresgid(a->gid, a->gid, a->gid) != 0 || setresuid(a->uid, a->uid, a->uid) != 0 ||
+        (a->uid == 0 && syscall(SYS_capset, &hdr, caps) != 0) ||
         prctl(PR_SET_DUMPABLE, 1) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
         getppid() != parent)
         _exit(1);
-    int me[2] = {(int)getpid(), lib};
-    if (write(report, me, sizeof me) != (ssize_t)sizeof me)
+    int me[2] = {(int)getpid(), a->lib};
+    if (write(a->report, me, sizeof me) != (ssize_t)sizeof me)
         _exit(1);
-    close(report);
+    close(a->report);
     char c;
-    while (read(stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
+    while (read(a->stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
         ;
     _exit(0);
 }
 
-/* The tool's child: into the target's pid namespace if it has its own (a grandchild is in
- * it), then helper_hold. Never returns. */
-static void helper_main(const struct target *t, pid_t tool, int lib, int stay, int report,
-                        int pidns)
+/* The helper, a fresh image of this program (lib_hold_main): into the target's pid namespace
+ * if it has its own (a grandchild is in it), then helper_hold. Never returns. */
+static void helper_main(const struct hold_args *a)
 {
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != tool)
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != a->tool)
         _exit(1);
-    if (pidns < 0)
-        helper_hold(t, tool, lib, stay, report);
-    if (setns(pidns, CLONE_NEWPID) != 0)
+    if (a->pidns < 0)
+        helper_hold(a, a->tool);
+    if (setns(a->pidns, CLONE_NEWPID) != 0)
         _exit(1);
+    close(a->pidns);
     pid_t g = fork();
     if (g == 0) /* its parent is outside its namespace: getppid() says 0 while it lives */
-        helper_hold(t, 0, lib, stay, report);
-    close(report);
+        helper_hold(a, 0);
+    close(a->report);
     char c;
-    while (g > 0 && read(stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
+    while (g > 0 && read(a->stay, &c, 1) != 0 && (errno == EINTR || errno == EAGAIN))
         ;
     if (g > 0)
         kill(g, SIGKILL);
     _exit(g > 0 ? 0 : 1);
+}
+
+/* The tool's child: a fresh image of this program, so that nothing of the tool's memory (its
+ * environment, the configuration, the token) is in a process the target may read; only its
+ * descriptors go across, standard input and outputs on /dev/null. Never returns. */
+static void helper_exec(const struct hold_args *a)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != a->tool)
+        _exit(1);
+    int null = open("/dev/null", O_RDWR);
+    if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0)
+        _exit(1);
+    for (int fd = 3; fd < 4096; fd++) /* the tool's descriptors (its lock) are not the helper's */
+        if (fd != a->lib && fd != a->stay && fd != a->report && fd != a->pidns)
+            close(fd);
+    const int keep[4] = {a->lib, a->stay, a->report, a->pidns};
+    for (int i = 0; i < 4; i++)
+        if (keep[i] >= 0 && fcntl(keep[i], F_SETFD, 0) != 0)
+            _exit(1);
+    char nums[8][24];
+    snprintf(nums[0], sizeof nums[0], "%d", (int)a->tool);
+    snprintf(nums[1], sizeof nums[1], "%u", (unsigned)a->uid);
+    snprintf(nums[2], sizeof nums[2], "%u", (unsigned)a->gid);
+    snprintf(nums[3], sizeof nums[3], "%llx", (unsigned long long)a->caps);
+    snprintf(nums[4], sizeof nums[4], "%d", a->lib);
+    snprintf(nums[5], sizeof nums[5], "%d", a->stay);
+    snprintf(nums[6], sizeof nums[6], "%d", a->report);
+    snprintf(nums[7], sizeof nums[7], "%d", a->pidns);
+    char *argv[] = {"memtrim", LIB_HOLD_VERB, nums[0], nums[1], nums[2], nums[3], nums[4],
+                    nums[5], nums[6], nums[7], NULL};
+    char *envp[] = {NULL};
+    execve("/proc/self/exe", argv, envp);
+    _exit(127);
+}
+
+int lib_hold_main(int argc, char **argv)
+{
+    unsigned long long v[7];
+    if (argc != 10)
+        return 1;
+    for (int i = 0; i < 7; i++) {
+        char *end;
+        errno = 0;
+        v[i] = strtoull(argv[2 + i], &end, i == 3 ? 16 : 10);
+        if (errno || end == argv[2 + i] || *end)
+            return 1;
+    }
+    char *end;
+    long pidns = strtol(argv[9], &end, 10);
+    if (end == argv[9] || *end || pidns < -1 || pidns > 4095)
+        return 1;
+    struct hold_args a = {.tool = (pid_t)v[0], .uid = (uid_t)v[1], .gid = (gid_t)v[2],
+                          .caps = v[3], .lib = (int)v[4], .stay = (int)v[5],
+                          .report = (int)v[6], .pidns = (int)pidns};
+    helper_main(&a);
+    return 1;
 }
 
 int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, char *err,
@@ -183,12 +245,16 @@ int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, 
         snprintf(err, errlen, "cannot prepare the library's helper: %s", strerror(errno));
         goto fail;
     }
-    pid_t tool = getpid();
+    struct hold_args a = {.tool = getpid(), .uid = t->st.euid, .gid = t->st.egid,
+                          .caps = t->st.cap_prm, .lib = fd, .stay = stay[0],
+                          .report = report[1], .pidns = pidns};
     h->helper = fork();
     if (h->helper == 0) {
         close(stay[1]);
         close(report[0]);
-        helper_main(t, tool, fd, stay[0], report[1], pidns);
+        if (mt_control("cmd-load-helper-fork")) /* the tool's memory and descriptors kept */
+            helper_main(&a);
+        helper_exec(&a);
     }
     close(report[1]);
     report[1] = -1;

@@ -24,6 +24,10 @@ int lib_hold_possible(const struct target *t);
  * would not lead to it (the caller copies instead); -1 with err. */
 int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, char *err,
                    size_t errlen);
+/* The helper's own image: main() hands it argv when argv[1] is LIB_HOLD_VERB (lib_hold_start
+ * execs this program so); never returns but on bad arguments (1). */
+#define LIB_HOLD_VERB "--lib-holder"
+int lib_hold_main(int argc, char **argv);
 /* Ends the helper (and with it the memfd, once the target has mapped it) and reaps it. */
 void lib_hold_stop(struct lib_hold *h);
 

@@ -8,6 +8,7 @@
  */
 #include "agent.h"
 #include "cli.h"
+#include "libhold.h"
 #include "tramp.h"
 
 #include "../common/control.h"
@@ -382,6 +383,8 @@ static int act_tree(const struct opts *o)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], LIB_HOLD_VERB)) /* load's helper (libhold.c) */
+        return lib_hold_main(argc, argv);
     struct opts o;
     if (argc > 1 && !strcmp(argv[1], "agent"))
         return agent_main(argc - 1, argv + 1);

@@ -17,6 +17,7 @@ import tempfile
 import time
 
 from conftest import BUILD
+from test_cli_load import HOLD_C, PY_HOLDER
 from wait import wait_for
 
 TOOL = BUILD / "memtrim"
@@ -97,3 +98,78 @@ def test_a_killed_load_leaves_no_file():
         assert left == [], left
     finally:
         shutil.rmtree(cwd)
+
+
+def helpers(tool_pid):
+    """The tool's children that run as uid nobody (the target's): its library helper."""
+    found = []
+    try:
+        kids = open(f"/proc/{tool_pid}/task/{tool_pid}/children").read().split()
+    except OSError:
+        return []
+    for k in kids:
+        try:
+            if "\nUid:\t65534\t" in open(f"/proc/{k}/status").read():
+                found.append(int(k))
+        except OSError:
+            pass
+    return found
+
+
+def test_the_helper_holds_nothing_of_the_tools():
+    """While a load waits (another thread of the target holds the loader lock), its helper is
+    a fresh image: no environment (the operator's, root's), standard input and outputs on
+    /dev/null, only the memfd and its two pipes besides, the target's uid, and confined by a
+    seccomp filter; the operator's environment is not in its memory. Control
+    cmd-load-helper-fork (the helper forked, not a fresh image): the environment is there."""
+    d = tempfile.mkdtemp(prefix="memtrim-holder-")
+    os.chmod(d, 0o755)
+    p = tool = main_w = None
+    try:
+        src, lib = os.path.join(d, "hold.c"), os.path.join(d, "hold.so")
+        open(src, "w").write(HOLD_C)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
+        main_r, main_w = os.pipe()  # its main thread reads this: a safe thread
+        p = subprocess.Popen(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                              "--clear-groups", "/usr/bin/python3", "-c", PY_HOLDER, lib, "read",
+                              str(main_r)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd="/", pass_fds=(main_r,))
+        os.close(main_r)
+        assert p.stdout.readline() == "ready\n"
+        wait_for(lambda: any("hold.so" in m for m in open(f"/proc/{p.pid}/maps")),
+                 what="the holder inside dlopen")
+        env = dict(os.environ, MEMTRIM_SECRET_FOR_TEST="s3cr3t-of-the-operator")
+        tool = subprocess.Popen(load_argv(p.pid) + ["--timeout", "20"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        kids = wait_for(lambda: helpers(tool.pid), what="the helper")
+        assert len(kids) == 1, [open(f"/proc/{k}/cmdline", "rb").read() for k in kids]
+        pid = kids[0]
+        assert open(f"/proc/{pid}/environ", "rb").read() == b""
+        status = open(f"/proc/{pid}/status").read()
+        assert "\nSeccomp:\t2\n" in status and "\nUid:\t65534\t65534\t65534\t65534\n" in status
+        fds = {os.readlink(f"/proc/{pid}/fd/{f}") for f in os.listdir(f"/proc/{pid}/fd")}
+        others = {f for f in fds if f != "/dev/null" and not f.startswith("pipe:")}
+        assert others == {"/memfd:libmemtrim.so.0 (deleted)"}, fds
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            for line in open(f"/proc/{pid}/maps"):
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                if line.split()[1].startswith("r") and end - start < 64 << 20:
+                    try:
+                        mem.seek(start)
+                        assert b"s3cr3t-of-the-operator" not in mem.read(end - start), line
+                    except OSError:
+                        pass
+        p.stdin.write("\n")  # the loader lock goes: the load completes
+        p.stdin.flush()
+        out, err = tool.communicate(timeout=60)
+        assert tool.returncode == 0, err
+        assert not os.path.exists(f"/proc/{pid}/status") or \
+            open(f"/proc/{pid}/status").read().find("State:\tZ") >= 0
+    finally:
+        for x in (tool, p):
+            if x and x.poll() is None:
+                x.kill()
+                x.wait()
+        shutil.rmtree(d)
+        if main_w is not None:
+            os.close(main_w)
