@@ -3,10 +3,13 @@
  * reading and the state the pressure thread keeps (pressure.c): the zone,
  * growth by a step since the last trim, the line, the heap estimate, and the
  * back-off while trims find nothing or leave RSS above the line (per rule: a
- * climb's growth trims that find live memory do not hold off the estimate's), the last chance when the
+ * climb's growth trims that find live memory do not hold off the estimate's),
+ * the back-off below the line while each trim's release comes back before the
+ * next (pressure_judge_last: what a trim bought), the last chance when the
  * kernel reports the limit reached, and what the limit sees (pressure_charge:
  * RSS, or the cgroup's charge less the page cache the kernel reclaims itself).
- * No locks, no clocks, no I/O.
+ * No locks, no clocks, no I/O (mt_control reads the environment once, in
+ * MEMTRIM_CONTROLS builds only).
  */
 #include "common.h"
 #include "control.h"
@@ -42,12 +45,19 @@ static uint64_t growth_step(const struct pressure_input *in)
  * (node's worker_threads: 37-55 pressure trims in 4 s under a 560 MiB limit it survives
  * alone, 1-1.3 s of trimming, 86 % of each release back before the next). Below the line
  * the growth and estimate rules then wait 50 ms after such a trim, doubling per one in a
- * row, up to 6.4 s; at the line survival comes first: only the futile back-offs hold.
+ * row, up to 6.4 s; at the line survival comes first: only the futile back-offs hold; and
+ * so where other processes hold most of the limit's charge.
  */
 static int64_t returned_gap(const struct pressure_input *in, const struct pressure_state *st)
 {
-    if (!st->returned || pressure_charge(in) >= (uint64_t)((double)in->limit * in->ratio) ||
+    uint64_t charge = pressure_charge(in);
+    if (!st->returned || charge >= (uint64_t)((double)in->limit * in->ratio) ||
         mt_control("rt-no-backoff"))
+        return 0;
+    /* Others hold more of the limit than this process (a worker group's members, sharing
+     * one cgroup): what it releases serves them until it re-uses it, so a release that
+     * came back to it still bought them room. No returned wait. */
+    if (charge > 2 * in->rss)
         return 0;
     return backoff(RETURNED_GAP_NS, st->returned - 1, RETURNED_MAX - 1);
 }

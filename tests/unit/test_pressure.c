@@ -562,6 +562,12 @@ static void test_returned_release_backs_off(void)
     CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_WATCH);
     CHECK_MSG(pressure_next_due(&in, &line) == 6400 * MSN, "due %lld ns",
               (long long)pressure_next_due(&in, &line));
+    /* A member of a group: the cgroup's charge is mostly the others'; what it releases
+     * serves them until it re-uses it, so no returned wait (the futile ones hold). */
+    in = input(10, 150, 560);
+    in.cg_current = 460 * (int64_t)MB, in.cg_file = 0, in.cg_shmem = 0;
+    line.base_rss = 100 * MB;
+    CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_TRIM);
 }
 
 int main(void)
