@@ -6,6 +6,7 @@
  * with the store's own connection rules (db_connect: a plain file, no symbolic link, WAL);
  * retention by age. Threads: the writer belongs to the agent's loop thread; a history query
  * opens a read-only connection of its own (any thread: an HTTP worker).
+ * Locks: none of its own; SQLite's per connection (each connection one thread).
  */
 #include "db.h"
 #include "db_internal.h"
