@@ -96,7 +96,7 @@ static int64_t proc_anon_now(pid_t pid)
 {
     struct agent_proc one = {.pid = pid};
     struct agent_cgroup cg = {.procs = &one, .nprocs = 1};
-    agent_procs_refresh(&cg);
+    agent_procs_refresh(NULL, &cg);
     return one.anon;
 }
 

@@ -98,7 +98,7 @@ static void evaluate(struct agent *a, struct agent_cgroup *cg, int64_t now)
         return;
     }
     agent_rescan(a, cg);
-    agent_procs_refresh(cg);
+    agent_procs_refresh(a, cg);
     int64_t least = (int64_t)(MIN_RELEASE_SHARE * (double)aim);
     if (least < MIN_RELEASE)
         least = MIN_RELEASE;
@@ -251,16 +251,11 @@ int agent_main(int argc, char **argv)
         return 1;
     }
     a->cfg.dry_run |= dry_run;
-    if (a->cfg.command[0])
-        memcpy(a->self_exe, a->cfg.command, sizeof a->self_exe);
-    else {
-        ssize_t n = readlink("/proc/self/exe", a->self_exe, sizeof a->self_exe - 1);
-        if (n <= 0) {
-            fprintf(stderr, "memtrim agent: cannot find its own executable: %s\n", strerror(errno));
-            return 1;
-        }
-        a->self_exe[n] = 0;
-    }
+    /* The command is this very executable, by /proc/self/exe: a package upgrade that
+     * replaces /usr/bin/memtrim under a running agent leaves it running its own command,
+     * the one its rules were built with, until it is restarted. */
+    memcpy(a->self_exe, a->cfg.command[0] ? a->cfg.command : "/proc/self/exe",
+           a->cfg.command[0] ? sizeof a->self_exe : sizeof "/proc/self/exe");
     pthread_mutex_init(&a->lock, NULL);
     a->started_ms = mt_now_ms();
     a->budget_at_ns = mt_mono_ns();

@@ -174,8 +174,9 @@ void agent_scan(struct agent *a);
 void agent_rescan(struct agent *a, struct agent_cgroup *cg);
 /* Re-read one cgroup's usage; full: its limits, stat and OOM kills too. */
 void agent_cgroup_read(struct agent_cgroup *cg, int full);
-/* Re-read one cgroup's processes' RssAnon. */
-void agent_procs_refresh(struct agent_cgroup *cg);
+/* Re-read one cgroup's processes' RssAnon; a (NULL: not) reads again what a process is when
+ * its name changed (it ran another program). */
+void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg);
 void agent_cgroup_free(struct agent_cgroup *cg);
 
 /* watch.c: the kernel's wake-ups for one cgroup (v1 threshold, v2 PSI and memory.events),

@@ -75,20 +75,41 @@ void agent_cgroup_read(struct agent_cgroup *cg, int full)
     }
 }
 
-static int64_t proc_anon(pid_t pid)
+/* RssAnon from /proc/PID/status (-1 unknown); name (when not NULL): its Name field. */
+static int64_t proc_anon(pid_t pid, char *name, size_t namelen)
 {
     char path[64], text[4096];
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (name)
+        name[0] = 0;
     if (mt_read_small(path, text, sizeof text) <= 0)
         return -1;
+    if (name && !strncmp(text, "Name:\t", 6)) {
+        size_t n = strcspn(text + 6, "\n");
+        snprintf(name, namelen, "%.*s", (int)(n < namelen ? n : namelen - 1), text + 6);
+    }
     const char *p = strstr(text, "\nRssAnon:");
     return p ? strtoll(p + 9, NULL, 10) * 1024 : -1;
 }
 
-void agent_procs_refresh(struct agent_cgroup *cg)
+static void identify(const struct agent_config *cfg, struct agent_proc *p);
+
+void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg)
 {
-    for (size_t i = 0; i < cg->nprocs; i++)
-        cg->procs[i].anon = proc_anon(cg->procs[i].pid);
+    for (size_t i = 0; i < cg->nprocs; i++) {
+        struct agent_proc *p = &cg->procs[i];
+        char name[64];
+        p->anon = proc_anon(p->pid, name, sizeof name);
+        if (a && name[0] && strcmp(name, p->comm) &&
+            !mt_control("agent-names-once")) { /* the defect: read once, at first sight */
+            /* it ran another program (execve: same pid, same start time, a new heap and
+             * maps): what it is is read again, its trims kept */
+            p->reason = AR_NONE;
+            p->why[0] = 0;
+            p->zero_trims = 0;
+            identify(&a->cfg, p);
+        }
+    }
 }
 
 /* A process first seen: what it is, read as the command reads it. */
@@ -96,7 +117,7 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
 {
     struct target t = {.pid = p->pid};
     char err[512], buf[512];
-    p->anon = proc_anon(p->pid);
+    p->anon = proc_anon(p->pid, NULL, 0);
     p->anon_after_trim = -1;
     if (target_read_status(p->pid, &t.st, err, sizeof err) != 0) {
         p->reason = AR_FAILED;

@@ -141,3 +141,32 @@ def test_the_agent_killed_mid_trim_harms_no_target(procs, cgroup, tmp_path):
         assert t.ask("quit") == "" and t.proc.wait(10) == 0
     finally:
         t.stop()
+
+
+def test_a_process_that_runs_another_program_is_read_again(procs, cgroup, tmp_path):
+    """A shell the agent sees first, which then execs the target (the same pid and start
+    time, another program and heap): what it is is read again, and it is trimmed as what it
+    runs now."""
+    cg = cgroup(LIMIT)
+    path = "/" + cg.path.name
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [path], "ScanIntervalMs": 100})
+    wait_for(lambda: path in agent.cgroups(), 20, "the agent to watch the cgroup")
+    flag = tmp_path / "exec"
+    shell = f'while [ ! -e "{flag}" ]; do sleep 0.05; done; exec "$@"'
+    proc = subprocess.Popen(cg.wrap(["/bin/sh", "-c", shell, "sh", build_file("memtrim-cli-target"),
+                                     *HOLD]), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        seen = wait_for(lambda: [p for p in agent.cgroups()[path]["processes"]
+                                 if p["pid"] == proc.pid], 20, "the agent to see the shell")
+        assert seen[0]["program"] == "sh", seen
+        flag.touch()
+        assert proc.stdout.readline().startswith("ready ")
+        view = wait_for(lambda: [p for p in agent.cgroups()[path]["processes"]
+                                 if p["pid"] == proc.pid and p["trims"] >= 1], 30,
+                        "the agent to trim the target")
+        print(f"\nfirst seen as {seen[0]['program']}, trimmed as {view[0]['program']}: {view}")
+        assert view[0]["program"] == "memtrim-cli-tar", view
+        agent.stop()
+    finally:
+        proc.kill()
+        proc.wait(10)

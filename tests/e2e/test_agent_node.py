@@ -26,7 +26,7 @@ import urllib.parse
 import pytest
 
 from agent_util import Agent, container, exit_status
-from hosts_util import DEMO_SUMMARY, build_file, cgroup, procs  # noqa: F401
+from hosts_util import DEMO_SUMMARY, Cgroup, build_file, cgroup, procs  # noqa: F401
 from wait import wait_for
 
 LIMIT = 400 << 20
@@ -48,18 +48,18 @@ def demo(study_mb, pause_ms, studies=STUDIES):
             str(pause_ms), "--studies", str(studies)]
 
 
-def start_four(procs, cgroup, tmp_path, label, agent=None):
+def start_four(procs, cgroup, tmp_path, label, agent=None, pause_ms=PAUSE_MS, studies=STUDIES):
     """Three limited containers and one unlimited, started together once the agent (if any)
     watches their cgroups (it finds a new cgroup at its next scan, ScanIntervalMs); a list
     of (cgroup, proc)."""
     limited = [cgroup(LIMIT) for _ in range(3)]
-    free = cgroup(-1)  # v1: no limit of its own (-1 writes "unlimited")
+    free = cgroup(-1 if (Cgroup.V1 / "memory.limit_in_bytes").exists() else None)  # no limit
     if agent:
         wait_for(lambda: all("/" + cg.path.name in agent.cgroups() for cg in limited), 20,
                  "the agent to watch the three limited cgroups")
-    runs = [(cg, procs(container(cg, demo(150, PAUSE_MS)), tmp_path / f"{label}-{i}.log"))
+    runs = [(cg, procs(container(cg, demo(150, pause_ms, studies)), tmp_path / f"{label}-{i}.log"))
             for i, cg in enumerate(limited)]
-    runs.append((free, procs(container(free, demo(40, 50)), tmp_path / f"{label}-free.log")))
+    runs.append((free, procs(container(free, demo(40, 50, studies)), tmp_path / f"{label}-free.log")))
     return runs
 
 
@@ -125,6 +125,9 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
         assert len(made) == seen[path]["trims"], (len(made), seen[path]["trims"])
         assert sum(t["released_bytes"] for t in made) == seen[path]["released_bytes"]
         assert hist["samples"] and all(x["cgroup"] == path for x in hist["samples"])
+        # what was trimmed is the program, named as it ran (a shell that exec'd into it is
+        # read again: the same pid and start time, another program)
+        assert {t["program"] for t in made} == {"memtrim-demo"}, made
     free, _, rc, out = ended[3]
     free_path = "/" + free.path.name
     assert rc == ("exit", 0), out[-2000:]
