@@ -104,7 +104,10 @@ def test_memtrim_gives_the_idle_heap_back(server, bodies, name):
         m = s.metrics(own)
         return sum(m.get(k, 0) for k in own)
     before = own_trims()
-    wait_for(lambda: own_trims() > before, 45, f"{name}: memtrim's own trim after the burst",
+    # Its periodic trim comes within TrimIntervalSeconds (30 s) of its last decision once the
+    # host is quiet; a gap lengthened during the burst ends one interval later (policy.md):
+    # the bound guards a hang, it is not the expected time.
+    wait_for(lambda: own_trims() > before, 120, f"{name}: memtrim's own trim after the burst",
              interval=0.5)
     rss = s.rss()
     ref = reference(s)
@@ -123,8 +126,11 @@ def test_memtrim_keeps_alive_what_glibc_loses(server, cgroup, bodies, name, limi
     cg = cgroup(limit_mb * MB)
     plain = server(name, wrap=cg.wrap, sub="plain")
     b = ru.burst(plain, bodies=bodies, deadline=time.monotonic() + 120)
-    wait_for(lambda: plain.proc.poll() is not None or cg.oom_kills(), 10,
-             "the control's fate", interval=0.1)
+    # the control must die: its OOM kill counted, its process gone (the kill's exit may
+    # come a while after the count under load)
+    wait_for(lambda: plain.proc.poll() is not None, 30,
+             "the control (glibc alone) to be OOM-killed: if it lives, the cell proves nothing",
+             interval=0.1)
     print(f"\n{name} in {limit_mb} MiB, glibc: {len(b.latencies)} requests, "
           f"{len(b.errors)} errors, oom_kill {cg.oom_kills()}, load {load()}")
     assert cg.oom_kills() >= 1 and plain.proc.poll() is not None, \
