@@ -4,7 +4,8 @@
 # unit tests under valgrind, the end-to-end tests against real hosts (pytest
 # with Debian's python3), and the browser tests (Debian's chromium driven by
 # playwright-core), and the controls (tests/controls.sh: each listed test must fail with its
-# switch on). Set MEMTRIM_QUICK=1 to run the plain build's stages only.
+# switch on). Set MEMTRIM_QUICK=1 for the plain build, its unit tests, the controls, the
+# end-to-end files tests/e2e/slow.txt does not list and the browser tests (under 10 minutes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -165,9 +166,18 @@ $(grep -vxF -e test_cli_valgrind -e test_cli_bpfeval <<<"$want")"
 e2e() { # -rs: every skipped test is listed with its reason; conftest.py fails the session
   # on a skip tests/skips.txt does not list, and when no test passed. The survival cells'
   # pairs (marker survival) are the survival stage's.
+  # MEMTRIM_QUICK=1 leaves out the files tests/e2e/slow.txt lists (each with its time).
   [ -d tests/e2e ] || { echo "e2e: tests/e2e is missing"; return 1; }
+  local f ignore=()
+  if [ -n "${MEMTRIM_QUICK:-}" ]; then
+    for f in $(awk '$0 !~ /^#/ && NF { print $1 }' tests/e2e/slow.txt); do
+      [ -f "$f" ] || { echo "e2e: tests/e2e/slow.txt names $f, which is missing"; return 1; }
+      ignore+=("--ignore=$f")
+    done
+    echo "e2e (QUICK): ${#ignore[@]} slow files left out (tests/e2e/slow.txt; the full run has them)"
+  fi
   MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider \
-    -m "not survival" tests/e2e
+    -m "not survival" "${ignore[@]}" tests/e2e
 }
 
 # The cgroup v2 tests (tests/vm) on Debian's own kernel booted under qemu (TCG) with this
@@ -236,11 +246,13 @@ if [ -z "${MEMTRIM_QUICK:-}" ]; then
   stage soak tests/soak/run.sh "$root/build-asan"
 fi
 stage e2e e2e
-stage vm-cgroup2 vm_cgroup2
-if [ -z "${MEMTRIM_QUICK:-}" ]; then stage survival survival; fi
+if [ -z "${MEMTRIM_QUICK:-}" ]; then
+  stage vm-cgroup2 vm_cgroup2
+  stage survival survival
+fi
 stage browser browser
 
 echo
 [ -n "$failures" ] && echo "failed stages:$failures"
-echo "stages: $passed passed, $failed failed"
+echo "stages: $passed passed, $failed failed, in $((SECONDS / 60)) min $((SECONDS % 60)) s (load now $(cut -d' ' -f1-3 /proc/loadavg))"
 [ "$failed" = 0 ]
