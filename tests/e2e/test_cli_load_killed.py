@@ -27,7 +27,8 @@ PY = "import sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
 
 def start_target(cwd):
     argv = ["/usr/bin/unshare", "--pid", "--mount", "--fork", "--mount-proc", "--propagation",
-            "private", "/bin/sh", "-c", f"mount -t tmpfs none '{BUILD}' && exec \"$0\" \"$@\"",
+            "private", "/bin/sh", "-c",
+            f"mount -t tmpfs none '{BUILD}' && mount -t tmpfs none /tmp && exec \"$0\" \"$@\"",
             "/usr/bin/python3", "-c", PY]
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                          cwd=cwd)
@@ -51,7 +52,9 @@ def tool_processes():
 
 
 def leftovers(pid):
-    return glob.glob(f"/proc/{pid}/root/tmp/libmemtrim*") + glob.glob("/tmp/libmemtrim*")
+    """Files of ours in the target's /tmp, a tmpfs of its own: another memtrim's on this
+    machine cannot show there, and the control's copies go with the namespace."""
+    return glob.glob(f"/proc/{pid}/root/tmp/libmemtrim*")
 
 
 def load_argv(pid):
@@ -74,7 +77,6 @@ def test_a_killed_load_leaves_no_file():
         rng = random.Random(37)
         left, loaded = [], 0
         for run in range(RUNS):
-            files = []
             p, pid = start_target(cwd)
             try:
                 tool = subprocess.Popen(load_argv(pid), stdout=subprocess.DEVNULL,
@@ -90,9 +92,6 @@ def test_a_killed_load_leaves_no_file():
             finally:
                 p.kill()
                 p.wait()
-                for f in files:  # this run's own (the control's copies), never another's
-                    if f.startswith("/tmp/") and os.path.exists(f):
-                        os.unlink(f)
         print(f"{RUNS} killed loads ({whole * 1e3:.0f} ms a whole one): {loaded} had mapped "
               f"the library, {len(left)} left a file")
         assert left == [], left
@@ -122,7 +121,7 @@ def test_the_helper_holds_nothing_of_the_tools():
     /dev/null, only the memfd and its two pipes besides, the target's uid, and confined by a
     seccomp filter; the operator's environment is not in its memory. Control
     cmd-load-helper-fork (the helper forked, not a fresh image): the environment is there."""
-    d = tempfile.mkdtemp(prefix="memtrim-holder-")
+    d = tempfile.mkdtemp(prefix="memtrim-holder-", dir="/var/tmp")  # not under its /tmp
     os.chmod(d, 0o755)
     p = tool = main_w = None
     try:
@@ -130,7 +129,9 @@ def test_the_helper_holds_nothing_of_the_tools():
         open(src, "w").write(HOLD_C)
         subprocess.run(["gcc", "-shared", "-fPIC", "-o", lib, src], check=True)
         main_r, main_w = os.pipe()  # its main thread reads this: a safe thread
-        p = subprocess.Popen(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+        p = subprocess.Popen(["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh",
+                              "-c", "mount -t tmpfs none /tmp && exec \"$0\" \"$@\"",
+                              "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
                               "--clear-groups", "/usr/bin/python3", "-c", PY_HOLDER, lib, "read",
                               str(main_r)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, cwd="/", pass_fds=(main_r,))

@@ -1,9 +1,10 @@
-"""The memtrim command's per-target lock (issue 37, item 3): no other user can take or block
-it. uid nobody tries every way it has to hold the lock of root's process (the abstract name
+"""The memtrim command's per-target lock (issue 37, item 3): no other user can take or block it.
+uid nobody tries every way it has to hold the lock of root's process (the abstract name
 `memtrim-inject-PID` the tool used to bind, the target's /proc/PID/mem, a file under
 /run/memtrim-command) and root's trim still runs. The process's own user may hold its own
 process's lock (it may act on it), and so does root's own lock file: both make the tool wait
-and exit 4. A lock directory its group may write is refused (exit 6). Control cmd-lock-squat (the abstract name back): nobody's squat blocks root's trim (exit 4).
+and exit 4. A lock directory its group may write is refused (exit 6). Control cmd-lock-squat
+(the abstract name back): nobody's squat blocks root's trim (exit 4).
 """
 import fcntl
 import json
@@ -79,7 +80,8 @@ def test_nobody_cannot_squat_roots_process():
         rc, out, err = trim(target.pid)
         assert rc == 0, (rc, out, err)
         assert json.loads(out)["released_bytes"] >= 0
-        assert not os.path.exists(f"/run/memtrim-command/inject-{target.pid}-{start_time(target.pid)}")
+        lock = f"/run/memtrim-command/inject-{target.pid}-{start_time(target.pid)}"
+        assert not os.path.exists(lock)  # dropped: unlinked by its holder
     finally:
         end(squat, target)
 

@@ -1,15 +1,16 @@
-"""The memtrim command never lets a target's seccomp filter kill it (issue 37, item 2).
-Real filtered targets (tests/e2e's seccomp_target.c: a glibc program that frees 64 MiB,
-installs its filter, then answers "ping" lines on stdin in read): an OpenSSH pre-auth style
-filter (an allow-list with argument rules, mmap without PROT_EXEC; KILL otherwise), a plain
-allow-list without prctl (KILL_PROCESS), a rule that kills prctl only, and a filter that
-allows everything. The tool reads each filter (PTRACE_SECCOMP_GET_FILTER) and evaluates it for
-every system call the injection and the call make: the first three are refused (exit 2) with
-the call and the action named, the target alive, never traced, with no page; the last, and
-one of Docker's default profile's shape (privileged calls fail with EPERM, clone3 with ENOSYS:
-a failed call is what memtrim's engine contains), are trimmed, read and loaded. A filter the tool may not read (nobody's tool: no CAP_SYS_ADMIN) is refused by name.
-load, whose engine makes any system call, is refused by the prctl rule. Control cmd-seccomp
-(the check skipped): the refused targets die of SIGSYS.
+"""The memtrim command never lets a target's seccomp filter kill it (issue 37, item 2). Real
+filtered targets (tests/e2e's seccomp_target.c: a glibc program that frees 64 MiB, installs its
+filter, then answers "ping" lines on stdin in read): an OpenSSH pre-auth style filter (an
+allow-list with argument rules, mmap without PROT_EXEC; KILL otherwise), a plain allow-list
+without prctl (KILL_PROCESS), a rule that kills prctl only, and a filter that allows
+everything. The tool reads each filter (PTRACE_SECCOMP_GET_FILTER) and evaluates it for every
+system call the injection and the call make: the first three are refused (exit 2) with the call
+and the action named, the target alive, never traced, with no page; the last, and one of
+Docker's default profile's shape (privileged calls fail with EPERM, clone3 with ENOSYS: a
+failed call is what memtrim's engine contains), are trimmed, read and loaded. A filter the tool
+may not read (nobody's tool: no CAP_SYS_ADMIN) is refused by name. load, whose engine makes any
+system call, is refused by the prctl rule. Control cmd-seccomp (the check skipped): the refused
+targets die of SIGSYS.
 """
 import json
 import os

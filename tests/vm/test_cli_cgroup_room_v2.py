@@ -4,7 +4,8 @@ the limit where a v2 host puts it: memory.max on its own cgroup, on its parent o
 says "max"), or memory.high on its own: load is refused by name (exit 2, the binding file
 named), the target alive and without the library; trim, which charges only the page, runs.
 Control cmd-cgroup-room (the check off): load goes ahead, and the target, reclaiming at its
-limit, does not return from it within --timeout (3 of 3 placements: exit 5). TCG is slow: outcomes only, never a time.
+limit, does not return from it within --timeout (3 of 3 placements: exit 5). TCG is slow:
+outcomes only, never a time.
 """
 import json
 import os
