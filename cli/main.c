@@ -66,7 +66,7 @@ static int parse_option(int argc, char **argv, int *i, struct opts *o)
         o->tree = 1;
     } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
         usage(stdout);
-        exit(EXIT_OK);
+        exit(fflush(stdout) == 0 && !ferror(stdout) ? EXIT_OK : EXIT_FAILED); /* as main's */
     } else if ((!strcmp(a, "--thread-wait") || !strcmp(a, "--timeout")) && v) {
         if (parse_double(v, a[3] == 'h' ? &o->thread_wait_s : &o->call_wait_s) != 0) {
             fprintf(stderr, "memtrim: %s wants seconds between 0 and 3600, not '%s'\n", a, v);

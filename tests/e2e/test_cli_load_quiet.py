@@ -120,5 +120,7 @@ def test_a_write_error_on_stdout_is_an_error():
                                    stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
                 assert r.returncode == 6, (args, r.returncode, r.stderr)
                 assert "cannot write the result" in r.stderr, r.stderr
+            r = subprocess.run([str(TOOL), "--help"], stdout=full, timeout=60)
+            assert r.returncode == 6
     finally:
         stop(p)
