@@ -63,23 +63,24 @@ static int judge(const struct sock_filter *f, unsigned len, int index, int count
     int v = bpf_eval(f, len, &c, &action);
     if (v == BPF_ALLOW)
         return 0;
-    char name[128];
+    char name[128], of[16] = "?"; /* ?: a kernel before Seccomp_filters */
+    if (count > 0)
+        snprintf(of, sizeof of, "%d", count);
     if (s)
         snprintf(name, sizeof name, "%s", s->name);
     else
         snprintf(name, sizeof name, "system call %ld", nr);
     if (v == BPF_DENY)
-        snprintf(err, errlen, "its seccomp filter (%d of %d) answers %s%s with %s%s", index + 1,
-                 count, name, s ? " as memtrim makes it" : "", bpf_action_name(action),
+        snprintf(err, errlen, "its seccomp filter (%d of %s) answers %s%s with %s%s", index + 1,
+                 of, name, s ? " as memtrim makes it" : "", bpf_action_name(action),
                  s ? "" : " (load runs memtrim's whole engine there: no system call may kill, "
                  "trap or wait for a supervisor)");
     else if (v == BPF_UNKNOWN)
-        snprintf(err, errlen, "its seccomp filter (%d of %d) returns an action computed from "
-                 "arguments of %s that memtrim cannot know beforehand", index + 1, count, name);
+        snprintf(err, errlen, "its seccomp filter (%d of %s) returns an action computed from "
+                 "arguments of %s that memtrim cannot know beforehand", index + 1, of, name);
     else
-        snprintf(err, errlen, "its seccomp filter (%d of %d) could not be evaluated for %s "
-                 "(an instruction seccomp does not run, or too many paths)", index + 1, count,
-                 name);
+        snprintf(err, errlen, "its seccomp filter (%d of %s) could not be evaluated for %s "
+                 "(an instruction seccomp does not run, or too many paths)", index + 1, of, name);
     return -1;
 }
 
@@ -111,7 +112,9 @@ int seccomp_check(pid_t pid, pid_t tid, const struct seccomp_calls *calls, char 
                  (int)pid);
         return -1;
     }
-    if (mode != 2 || count < 1) {
+    /* Seccomp_filters is Linux 5.9's: before it the count is unknown (-1), and the chain is
+     * read to its end */
+    if (mode != 2 || count == 0) {
         snprintf(err, errlen, "thread %d of process %d: its seccomp state cannot be read "
                  "(Seccomp: %d, Seccomp_filters: %d); nothing was changed", (int)tid, (int)pid,
                  mode, count);
@@ -137,7 +140,7 @@ int seccomp_check(pid_t pid, pid_t tid, const struct seccomp_calls *calls, char 
         }
     }
     free(f);
-    if (rc == 0 && (!f || index != count)) {
+    if (rc == 0 && (!f || (count > 0 && index != count))) {
         snprintf(why, sizeof why, f ? "its seccomp filters changed while read (%d, then %d)"
                  : "out of memory", count, index);
         rc = -1;
