@@ -14,12 +14,14 @@
  *     flock: such a target never waits on that one). Where /run is missing or read-only
  *     (a container's root), /proc/PID/mem's lock alone.
  * The file under /run is unlinked by its holder before the lock is dropped; a waiter checks
- * that the file it locked is still the one named. The tool's one thread.
+ * that the file it locked is still the one named; a killed holder's file is swept by a later
+ * tool once its process is gone (sweep_stale). The tool's one thread.
  */
 #include "lock.h"
 
 #include "../common/control.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -106,6 +108,37 @@ static int lock_dir(char *err, size_t errlen)
     return d;
 }
 
+/* A tool killed while it held its lock leaves its file (empty; the lock itself went with it).
+ * Each root tool removes up to SWEEP_MAX such files of processes that are gone: one it can
+ * flock at once is nobody's (a waiter that opened it sees it unlinked and opens the name
+ * again, as after a holder's own unlink). */
+#define SWEEP_MAX 64
+
+static void sweep_stale(int dir)
+{
+    int d = dup(dir);
+    DIR *dh = d >= 0 ? fdopendir(d) : NULL;
+    if (!dh) {
+        if (d >= 0)
+            close(d);
+        return;
+    }
+    struct dirent *e;
+    for (int seen = 0; seen < SWEEP_MAX && (e = readdir(dh)); seen++) {
+        int pid, n = 0;
+        unsigned long long start;
+        if (sscanf(e->d_name, "inject-%d-%llu%n", &pid, &start, &n) != 2 || e->d_name[n] ||
+            pid <= 0 || target_start_time(pid) == start)
+            continue; /* not ours, or its process lives */
+        int fd = openat(dir, e->d_name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+            unlinkat(dir, e->d_name, 0);
+        if (fd >= 0)
+            close(fd);
+    }
+    closedir(dh);
+}
+
 /* Root's lock file for this process: held, and still the file named. -2 where /run is
  * missing or read-only: /proc/PID/mem's lock alone. */
 static int run_lock(struct target_lock *l, const struct target *t, double deadline, char *err,
@@ -127,6 +160,8 @@ static int run_lock(struct target_lock *l, const struct target *t, double deadli
                                                        AT_SYMLINK_NOFOLLOW) == 0 &&
             held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
             l->run = fd;
+            if (!mt_control("cmd-lock-sweep"))
+                sweep_stale(l->dir);
             return 0;
         }
         close(fd); /* a holder unlinked it meanwhile: the next one is the file named */

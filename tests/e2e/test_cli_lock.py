@@ -134,3 +134,27 @@ def test_the_lock_directory_must_be_roots_alone():
         assert runs["700"][0] == 0, runs
     finally:
         end(target)
+
+
+def test_a_killed_tools_lock_file_is_swept():
+    """A tool killed while it held root's lock leaves its empty file; the next root tool
+    removes the files of processes that are gone (a dead pid, a pid whose start time is not
+    the file's), never a live process's nor a file not named like ours. In a /run of the
+    tool's own (a mount namespace with a tmpfs over /run). Control cmd-lock-sweep: they stay."""
+    target, ready = spawn([str(TARGET)])
+    assert ready.startswith("ready")
+    gone = subprocess.Popen(["/bin/true"])
+    gone.wait()
+    live = f"inject-{os.getpid()}-{start_time(os.getpid())}"  # a live process (not the target)
+    stale = [f"inject-{gone.pid}-12345", f"inject-{target.pid}-999"]
+    script = ("mount -t tmpfs -o mode=755 none /run && mkdir -m 700 /run/memtrim-command && "
+              "cd /run/memtrim-command && touch \"$@\" other-file && "
+              f"'{TOOL}' stats {target.pid} --json >/dev/null && ls /run/memtrim-command")
+    try:
+        r = subprocess.run(["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                            script, "sh", live, *stale], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert sorted(r.stdout.split()) == sorted(["other-file", live]), r.stdout
+    finally:
+        end(target)
