@@ -12,6 +12,7 @@ import os
 import subprocess
 
 from conftest import BUILD
+from hosts_util import readable_build
 
 TOOL = BUILD / "memtrim"
 TARGET = BUILD / "memtrim-cli-target"
@@ -91,7 +92,9 @@ def test_the_owner_and_root_hold_it():
     held by nobody, each makes the tool wait and give up (exit 4); released, it trims."""
     target, ready = spawn([str(TARGET)])
     assert ready.startswith("ready")
-    mine, ready = spawn([str(TARGET)], preexec_fn=as_nobody, cwd="/")
+    # nobody's own process runs a copy nobody can read (the build may sit under /root, 0700)
+    mine_bin = readable_build(TARGET.name) / TARGET.name
+    mine, ready = spawn([str(mine_bin)], preexec_fn=as_nobody, cwd="/")
     assert ready.startswith("ready")
     holder = None
     try:
