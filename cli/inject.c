@@ -256,6 +256,7 @@ fail:
 
 struct saved {
     struct user_regs_struct regs; /* as the kernel is to see them again (rax: a restart code) */
+    int restartable;              /* regs read, in the picked call, rax its restart code */
     uint64_t resume_rip, resume_rax, sigmask;
     unsigned char xsave[16384]; /* controls only: the old design's call clobbers it */
     struct iovec xiov;
@@ -332,6 +333,18 @@ static uint64_t usable_page(pid_t pid, uint64_t page, const struct glibc_thread 
     }
 }
 
+/* Releases a seized thread that is not to run the page's code. At its interrupt stop the
+ * registers go back as read but with the restart code in rax (resume_point): a wait that our
+ * interrupt ended with -EINTR (epoll_wait, sigtimedwait) is restarted by the kernel as the
+ * thread resumes, as after the call, instead of returning EINTR. At the syscall-exit stop of
+ * a page just mapped (c->new_page) map_page has already set it at its restart point. */
+static void release_thread(struct attempt *a, const struct saved *s)
+{
+    if (!a->c->new_page && s->restartable && !mt_control("cmd-release-eintr"))
+        ptrace(PTRACE_SETREGS, a->pick->tid, 0, &s->regs);
+    ptrace(PTRACE_DETACH, a->pick->tid, 0, 0);
+}
+
 static int save_thread(pid_t tid, struct saved *s)
 {
     s->xiov = (struct iovec){s->xsave, sizeof s->xsave};
@@ -349,6 +362,7 @@ static int save_thread(pid_t tid, struct saved *s)
 static int take_thread(struct attempt *a, struct saved *s, double t0)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
+    s->restartable = 0;
     int sr = seize_stop(tid, t0 + 1.0, a->reason, a->reasonlen);
     if (sr == -2 || sr == -4)
         return sr;
@@ -366,11 +380,13 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
     int e = 0, sh = 0;
     unsigned char single = 0;
     const char *why = NULL;
+    static const char gone[] = "thread %d is no longer the process's",
+                      left[] = "thread %d left its system call"; /* it moved on: untouched */
     if (access(task, F_OK) != 0)
-        why = "thread %d is no longer the process's";
+        why = gone;
     else if (ptrace(PTRACE_GETREGS, tid, 0, &s->regs) != 0 || s->regs.rsp != a->pick->sp ||
              resume_point(&s->regs, a->pick->nr, &s->resume_rip, &s->resume_rax) != 0)
-        why = "thread %d left its system call"; /* it moved on: untouched */
+        why = left;
     else if (mem_read(pid, s->regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05)
         why = "thread %d: the instruction before rip is not syscall";
     else if (mem_read(pid, a->g->single_threaded, &single, 1) != 0 ||
@@ -386,9 +402,10 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
         why = "cannot read thread %d's state: %s";
     }
     a->single = single;
+    s->restartable = why != gone && why != left;
     if (!why)
         return 0;
-    ptrace(PTRACE_DETACH, tid, 0, 0);
+    release_thread(a, s);
     snprintf(a->reason, a->reasonlen, why, (int)tid, strerror(e));
     return 1;
 }
@@ -405,7 +422,7 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     if (page)
         return page;
     if (busy) {
-        ptrace(PTRACE_DETACH, tid, 0, 0);
+        release_thread(a, s);
         snprintf(a->err, a->errlen, "an earlier call in process %d has not finished", (int)pid);
         *rc = INJECT_TIMEOUT;
         return 0;
@@ -641,6 +658,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     static struct saved s;
     double t0 = now_s(), away = 0;
     a->pick = p;
+    a->c->new_page = 0;
     watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
     int took = take_thread(a, &s, t0);
     if (took != 0) {
@@ -655,7 +673,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     struct seccomp_calls sc = {inject_syscalls, a->c->syscalls, inject_syscalls_n,
                                a->c->n_syscalls, a->c->any_syscall};
     if (!mt_control("cmd-seccomp") && seccomp_check(a->t->pid, p->tid, &sc, a->err, a->errlen)) {
-        ptrace(PTRACE_DETACH, p->tid, 0, 0); /* untouched: its filters were only read */
+        release_thread(a, &s); /* untouched: its filters were only read */
         watch_hold(0);
         return INJECT_REFUSED;
     }
@@ -663,15 +681,14 @@ static int try_thread(struct attempt *a, const struct pick *p)
     uint64_t tp = 0, page = page_for_call(a, &s, t0, &rc);
     if (page && thread_block(a->t->pid, s.regs.fs_base, page, a->g, &tp, a->reason,
                              a->reasonlen) != 0) {
-        ptrace(PTRACE_DETACH, p->tid, 0, 0);
+        release_thread(a, &s);
         watch_hold(0);
         return INJECT_NO_THREAD; /* this thread cannot lend its block; maybe another can */
     }
     if (page && fill_page(a, page, &s, tp) != 0) {
         snprintf(a->err, a->errlen, "cannot prepare the call in process %d: %s", (int)a->t->pid,
                  strerror(errno));
-        ptrace(PTRACE_SETREGS, p->tid, 0, &s.regs);
-        ptrace(PTRACE_DETACH, p->tid, 0, 0);
+        release_thread(a, &s);
         rc = INJECT_FAILED;
     }
     if (page && rc == INJECT_OK)

@@ -37,6 +37,7 @@ SOURCE = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -115,10 +116,17 @@ int main(int argc, char **argv)
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) ||
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &progs[which]))
         return 124;
+    /* "epoll": each line waited for in epoll_wait first, which an interrupt ends with EINTR
+     * unless the kernel is told to restart it: EINTR here is a wake-up nothing sent */
+    int ep = argc > 2 && !strcmp(argv[2], "epoll") ? epoll_create1(0) : -1;
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev))
+        return 123;
     write(1, "ready\n", 6);
     char line[64];
     ssize_t n;
-    while ((n = read(0, line, sizeof line)) > 0)
+    while ((ep < 0 || epoll_wait(ep, &ev, 1, -1) == 1 || (write(1, "eintr\n", 6), 0)) &&
+           (n = read(0, line, sizeof line)) > 0)
         if (!strncmp(line, "ping", 4))
             write(1, "pong\n", 5);
     return 0;
@@ -150,8 +158,8 @@ def as_nobody():
 
 
 class Target:
-    def __init__(self, exe, kind, **kw):
-        self.p = subprocess.Popen([str(exe), kind], stdin=subprocess.PIPE,
+    def __init__(self, exe, kind, *mode, **kw):
+        self.p = subprocess.Popen([str(exe), kind, *mode], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, **kw)
         assert self.p.stdout.readline() == "ready\n"
         self.pid = self.p.pid
@@ -202,6 +210,21 @@ def test_a_filter_that_would_kill_is_refused(target_exe, kind, verb, call, actio
         assert "seccomp filter (1 of 1) answers" in err and call in err and action in err, err
         assert json.loads(out)["error"]["code"] == "refused"
         assert t.alive_and_whole() == t.maps  # no page mapped
+    finally:
+        code = t.end()
+    assert code == 0, code
+
+
+def test_a_refused_thread_waiting_in_epoll_is_not_woken(target_exe):
+    """A refusal changes nothing the target observes: its thread, interrupted in epoll_wait
+    (which returns EINTR to an interrupt unless the kernel restarts it) and then refused, waits
+    on, and answers the next line. Control cmd-release-eintr (released as interrupted):
+    epoll_wait returns EINTR and the target says so and exits 0 without answering."""
+    t = Target(target_exe, "prctl", "epoll")
+    try:
+        rc, out, err = tool("trim", t.pid)
+        assert rc == 2 and "seccomp filter (1 of 1) answers" in err, (rc, out, err)
+        assert t.alive_and_whole() == t.maps
     finally:
         code = t.end()
     assert code == 0, code
