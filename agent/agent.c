@@ -1,7 +1,7 @@
 /*
  * agent.c - DESIGN. `memtrim agent`: one daemon per node (docs/agent.md). Two kinds of
  * thread: the loop thread (this file: the one that runs agent_main) owns every cgroup and
- * process record, and HTTP workers (server/, http.c) that read them. The loop sleeps in
+ * process record, and HTTP workers (server/, api.c) that read them. The loop sleeps in
  * epoll_wait on the kernel's wake-ups (watch.c), SIGTERM/SIGINT (a signalfd) and a timer:
  * the scan (scan.c) every ScanIntervalMs, and a cgroup in its zone every ZonePollMs. On a
  * wake or a due check it reads the cgroup; in its zone it trims its members one at a time
@@ -220,7 +220,7 @@ static void loop(struct agent *a, int sigfd)
     }
 }
 
-/* --once: the cgroups found, as GET /agent/cgroups answers (http.c). */
+/* --once: the cgroups found, as GET /agent/cgroups answers (api.c). */
 char *agent_cgroups_json(struct agent *a);
 
 int agent_main(int argc, char **argv)

@@ -226,11 +226,11 @@ struct server_request;
 struct server_reply;
 int agent_history_get(const struct server_request *req, struct server_reply *rep);
 
-/* http.c: a byte count, or null when unknown (< 0). */
+/* api.c: a byte count, or null when unknown (< 0). */
 struct cJSON;
 void agent_json_bytes(struct cJSON *o, const char *k, int64_t v);
 
-/* http.c: the routes (/metrics, /agent/cgroups, /healthz, /). */
+/* api.c: the routes (/metrics, /agent/cgroups, /healthz, /). */
 int agent_http_start(struct agent *a, struct server **out, char **err);
 
 #endif

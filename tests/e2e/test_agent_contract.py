@@ -1,4 +1,4 @@
-"""The node agent's contract (agent/openapi.yaml): its route table (agent/http.c) and the file
+"""The node agent's contract (agent/openapi.yaml): its route table (agent/api.c) and the file
 list the same paths and methods, and every answer of a running agent (a cgroup with a process,
 a history) matches the schema the file gives for its status and content type: the 200s, a
 bad parameter's 400, a history the agent does not keep (404), a read without the read token
@@ -43,9 +43,9 @@ def check(contract, path, method, resp):
 
 def test_the_route_table_and_the_contract_list_the_same_routes(contract):
     table = set(re.findall(r'\{"(GET|POST|PATCH|PUT|DELETE)", "([^"]+)"',
-                           (ROOT / "agent" / "http.c").read_text()))
+                           (ROOT / "agent" / "api.c").read_text()))
     spec = {(m.upper(), p) for p, item in contract["paths"].items() for m in item}
-    assert table == spec, f"only in agent/http.c: {table - spec}; only in the contract: {spec - table}"
+    assert table == spec, f"only in agent/api.c: {table - spec}; only in the contract: {spec - table}"
 
 
 def test_every_answer_matches_the_contract(procs, cgroup, tmp_path, contract):

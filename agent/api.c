@@ -1,5 +1,5 @@
 /*
- * http.c - the agent's one Prometheus target and API per node (docs/agent.md, "What it
+ * api.c - the agent's one Prometheus target and API per node (docs/agent.md, "What it
  * shows"), served by server/ (the plugin's server, its auth, TLS and unix socket) with the
  * agent's own route table: GET /metrics (per cgroup, labelled cgroup and pod_uid,
  * container_id or unit where known), GET /agent/cgroups (each watched cgroup with its
