@@ -48,11 +48,12 @@ def demo(study_mb, pause_ms, studies=STUDIES):
             str(pause_ms), "--studies", str(studies)]
 
 
-def start_four(procs, cgroup, tmp_path, label, agent=None, pause_ms=PAUSE_MS, studies=STUDIES):
+def start_four(procs, cgroup, tmp_path, label, agent=None, pause_ms=PAUSE_MS, studies=STUDIES,
+               limited_count=3):
     """Three limited containers and one unlimited, started together once the agent (if any)
     watches their cgroups (it finds a new cgroup at its next scan, ScanIntervalMs); a list
     of (cgroup, proc)."""
-    limited = [cgroup(LIMIT) for _ in range(3)]
+    limited = [cgroup(LIMIT) for _ in range(limited_count)]
     free = cgroup(-1 if (Cgroup.V1 / "memory.limit_in_bytes").exists() else None)  # no limit
     if agent:
         wait_for(lambda: all("/" + cg.path.name in agent.cgroups() for cg in limited), 20,
