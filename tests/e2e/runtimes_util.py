@@ -96,6 +96,13 @@ class Server:
         else:
             from orthanc_util import ORTHANC, write_config
             base = write_config(self.tmp / "config", None, {"Plugins": []})
+            # Orthanc 1.10.1 creates storage/XX/YY on the first file there; two uploads
+            # racing on a new XX fail with 500 ("Error while accessing the filesystem:
+            # .../storage/ac", seen at load 20): the 256 first-level folders are made
+            # beforehand (all 65,536 second-level ones took 10 s at load 29; a race on one of
+            # those needs two of 16 concurrent uploads to share it while it is new).
+            for a in range(256):
+                os.makedirs(self.tmp / "storage" / f"{a:02x}")
             port = int(base.rsplit(":", 1)[1])
             cmd = [ORTHANC, self.tmp / "config"]
         cmd = ["/usr/bin/env", *[f"{k}={v}" for k, v in (env or {}).items()], *cmd]
