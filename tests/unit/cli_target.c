@@ -7,6 +7,8 @@
  *                           timestamp each iteration (the longest gap is the stall)
  *   --sleeper               one thread sleeps 20 ms at a time and counts sleeps cut short
  *   --busy-main             the main thread waits on a futex and reads no command
+ *   --read-in-handler       the main thread reads stdin inside a SIGUSR1 handler (raised by
+ *                           itself) and exits when the read returns; no command is read
  * Commands on stdin (the main thread reads it: a read the tool may interrupt), one a line:
  * "reset" clears the gaps, "report" prints one JSON line, "cutsleep" installs a SIGUSR2
  * handler without SA_RESTART (and says the sleeper's tid), "quit" exits 0.
@@ -126,9 +128,19 @@ static void on_usr1(int sig)
     atomic_fetch_add(&usr1, 1);
 }
 
+static void on_usr1_read(int sig)
+{
+    char c;
+    (void)sig;
+    if (read(0, &c, 1) < 0) {
+        /* ended by the test's kill */
+    }
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
-    int churn = 0, holders = 0, want_sleeper = 0, busy_main = 0;
+    int churn = 0, holders = 0, want_sleeper = 0, busy_main = 0, read_in_handler = 0;
     size_t hold_mb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--churn") && i + 1 < argc)
@@ -141,6 +153,8 @@ int main(int argc, char **argv)
             want_sleeper = 1;
         else if (!strcmp(argv[i], "--busy-main"))
             busy_main = 1;
+        else if (!strcmp(argv[i], "--read-in-handler"))
+            read_in_handler = 1;
         else {
             fprintf(stderr, "cli_target: unknown argument %s\n", argv[i]);
             return 2;
@@ -166,6 +180,11 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (busy_main) /* no thread in a read or a sleep: the main one waits on a futex */
         pthread_join(t, NULL);
+    if (read_in_handler) { /* its read inside the handler, where malloc may have been cut */
+        struct sigaction in = {.sa_handler = on_usr1_read};
+        sigaction(SIGUSR1, &in, NULL);
+        raise(SIGUSR1);
+    }
     char line[64];
     while (fgets(line, sizeof line, stdin)) {
         if (!strncmp(line, "reset", 5)) {

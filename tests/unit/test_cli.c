@@ -378,38 +378,17 @@ static void test_unsupported(void)
 
 /* A target whose one thread blocks in read() inside a SIGUSR1 handler (in_handler) or
  * outside one: the first is refused by name (a handler may have interrupted malloc with its
- * lock held), the second, the control, is trimmed. */
-static int handler_pipe[2];
-static void on_usr1_read(int sig)
-{
-    char c;
-    (void)sig;
-    if (read(handler_pipe[0], &c, 1) < 0) {
-        /* ended by the test's kill */
-    }
-}
-
-static void handler_target_run(int in_handler)
-{
-    struct sigaction sa = {.sa_handler = on_usr1_read};
-    sigaction(SIGUSR1, &sa, NULL);
-    if (in_handler)
-        raise(SIGUSR1);
-    else
-        on_usr1_read(0);
-    _exit(0);
-}
-
+ * lock held), the second, the control, is trimmed. The target is memtrim-cli-target, built
+ * without sanitizers in every build: a fork of this binary is, in the TSan build, a process
+ * whose malloc is TSan's and whose static TLS (768 KiB) memtrim's thread refuses to copy. */
 static void test_signal_handler_refused(void)
 {
     for (int in_handler = 1; in_handler >= 0; in_handler--) {
-        CHECK_EQ_INT(pipe(handler_pipe), 0);
-        pid_t pid = fork();
-        if (pid == 0)
-            handler_target_run(in_handler);
-        close(handler_pipe[0]);
+        struct tgt t;
+        const char *args[] = {in_handler ? "--read-in-handler" : NULL, NULL};
+        CHECK_EQ_INT(spawn_target(&t, MEMTRIM_CLI_TARGET, args, 0, NULL), 0);
         char path[64], sc[128] = "";
-        snprintf(path, sizeof path, "/proc/%d/syscall", (int)pid);
+        snprintf(path, sizeof path, "/proc/%d/syscall", (int)t.pid);
         struct timespec t0, now, ms = {0, 1000000};
         clock_gettime(CLOCK_MONOTONIC, &t0);
         do { /* the condition: blocked in read (0); the deadline only guards a hang */
@@ -424,19 +403,17 @@ static void test_signal_handler_refused(void)
             clock_gettime(CLOCK_MONOTONIC, &now);
         } while (strncmp(sc, "0 ", 2) != 0 && now.tv_sec - t0.tv_sec < 30);
         char out[4096], err[4096];
-        int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", pid, "--thread-wait 0.05", out,
+        int rc = run_tool(MEMTRIM_CLI_PATH, AS_ROOT, "trim", t.pid, "--thread-wait 0.05", out,
                           sizeof out, err, sizeof err, NULL);
         if (in_handler) {
             CHECK_MSG(rc == 4 && strstr(err, "inside a signal handler"),
                       "a thread in a handler: %d %s %s", rc, out, err);
-            CHECK_EQ_INT(rwx_mappings(pid), 0);
+            CHECK_EQ_INT(rwx_mappings(t.pid), 0);
         } else {
             CHECK_MSG(rc == 0, "control, the same read outside a handler: %d %s %s", rc, out, err);
         }
-        CHECK_EQ_INT(tracer_of(pid), 0);
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        close(handler_pipe[1]);
+        CHECK_EQ_INT(tracer_of(t.pid), 0);
+        stop_target(&t);
     }
 }
 
