@@ -432,7 +432,10 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     resume.rax = s->resume_rax;
     resume.orig_rax = (uint64_t)-1;
     int at_exit;
+    uint64_t all = ~0ull; /* no signal stops the mmap: they wait, as they do for the call */
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &all);
     page = map_page(tid, &s->regs, &resume, t0 + 1.0, &sig, &at_exit, a->reason, a->reasonlen);
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s->sigmask);
     a->c->new_page = 1;
     if (!page) { /* the thread as it was, and the signal that came meanwhile */
         ptrace(PTRACE_SETREGS, tid, 0, at_exit ? &resume : &s->regs);
@@ -510,8 +513,10 @@ static void give_back(struct attempt *a, uint64_t page, const struct saved *s)
     pid_t tid = a->pick->tid;
     struct user_regs_struct now;
     uint64_t one = 1;
-    if (ptrace(PTRACE_GETREGS, tid, 0, &now) == 0 && now.rip >= page &&
-        now.rip < page + TR_CODE_MAX) {
+    int in_page = ptrace(PTRACE_GETREGS, tid, 0, &now) == 0 && now.rip >= page &&
+                  now.rip < page + TR_CODE_MAX;
+    a->c->self_restored = !in_page;
+    if (in_page) {
         ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
         if (mt_control("cmd-call-on-taken-thread"))
             ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &s->xiov);
@@ -623,7 +628,8 @@ static int wait_call(struct attempt *a, uint64_t page, double released)
                      strerror((int)F(TR_R_CREATE)));
             return INJECT_FAILED;
         }
-        if (!F(TR_R_DONE) && r_gone && !mt_control("cmd-call-on-taken-thread")) {
+        if (!F(TR_R_DONE) && r_gone && (int64_t)F(TR_CLONE_RET) > 0 &&
+            !mt_control("cmd-call-on-taken-thread")) {
             snprintf(a->err, a->errlen, "memtrim's thread in process %d ended before its call",
                      (int)pid);
             return INJECT_FAILED;

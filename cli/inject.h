@@ -47,6 +47,7 @@ struct inject_call {
     double threads_s;     /* until both of memtrim's threads had exited (or 2 s more) */
     int threads_ended;    /* 1: both exited, the page free again */
     int new_page;         /* the page was mapped by this call */
+    int self_restored;    /* the taken thread restored itself (the tool came too late) */
 };
 
 /* The system calls memtrim itself makes in a target, on the taken thread (the page's mmap,

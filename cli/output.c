@@ -89,6 +89,8 @@ void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *
     cJSON_AddNumberToObject(j, "call_thread", c->call_tid);
     cJSON_AddNumberToObject(j, "call_threads_seconds", c->threads_s);
     cJSON_AddBoolToObject(j, "call_threads_ended", c->threads_ended);
+    if (c->self_restored) /* the tool was late (stopped, descheduled): docs/command.md */
+        cJSON_AddBoolToObject(j, "thread_restored_itself", 1);
 }
 
 const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,

@@ -315,6 +315,9 @@ static const struct {
     {SYS_wait4, "wait4", -1, -1, 0},         {SYS_waitid, "waitid", -1, -1, 0},
     {SYS_pause, "pause", -1, -1, 0},         {SYS_rt_sigtimedwait, "rt_sigtimedwait", -1, 2, 0},
     {SYS_msgrcv, "msgrcv", -1, -1, 0},
+    /* a wait the kernel already restarts with its restart block (poll, a sleep, a timed futex)
+     * after an earlier stop: the same again */
+    {SYS_restart_syscall, "restart_syscall", -1, -1, 0},
 };
 
 int target_syscall_safe(long nr, const uint64_t args[6])

@@ -156,7 +156,10 @@ glibc_thread:
     mov $186, %eax /* gettid */
     syscall
     mov %rax, D(TR_P_TID)
+    cmpq $0, D(TR_KEEP_DF)
+    jne 7f
     cld
+7:
     call do_call
     add $8, %rsp
     xor %eax, %eax

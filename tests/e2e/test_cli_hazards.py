@@ -1,0 +1,268 @@
+"""The memtrim command's hazards (issue 37), each a class with its own case and a control in
+tests/controls.txt that brings the old behaviour back (docs/command.md's table).
+
+Each target is tests/unit/cli_hazard.c in one mode: exactly one thread in a system call memtrim
+may take (plus its main thread, taken last), the hazard built around it.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import BUILD
+from hosts_util import free_port
+from wait import wait_for
+
+TOOL = BUILD / "memtrim"
+HAZARD = BUILD / "memtrim-cli-hazard"
+CTOR = BUILD / "libcli-hazard-ctor.so"
+
+
+class Target:
+    def __init__(self, *args, stderr=subprocess.DEVNULL):
+        self.p = subprocess.Popen([str(HAZARD), *args], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=stderr, text=True)
+        line = self.p.stdout.readline()
+        assert line.startswith("ready"), line
+        self.pid = self.p.pid
+        self.tid = int(line.split()[1])
+
+    def ask(self, cmd):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+
+    def report(self):
+        self.ask("report")
+        return json.loads(self.p.stdout.readline())
+
+    def alive(self):
+        if self.p.poll() is not None:
+            return False
+        state = open(f"/proc/{self.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        return state not in ("T", "t", "Z")
+
+    def stop(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait()
+
+
+def tool(verb, pid, *args, timeout=60):
+    r = subprocess.run([str(TOOL), verb, str(pid), "--json", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    out = json.loads(r.stdout.splitlines()[-1]) if r.stdout.strip() else None
+    return r.returncode, out, r.stderr
+
+
+def syscall_of(pid, tid):
+    try:
+        return open(f"/proc/{pid}/task/{tid}/syscall").read().split()[0]
+    except OSError:
+        return None
+
+
+def test_wakeups():
+    """A reader with a SIGUSR1 handler without SA_RESTART, signalled every 200 us: across 20
+    calls (trim and stats) that take it, every signal delivered while it is in its read makes
+    the read fail with EINTR, and none is delivered elsewhere while the program is in its read
+    (the old self-restore ran the handler in the trampoline and restarted the read: a lost
+    wake-up). Control cmd-self-restore."""
+    t = Target("wakeup")
+    try:
+        for i in range(20):
+            rc, out, err = tool("stats" if i % 2 else "trim", t.pid)
+            assert rc == 0 and out["thread"] == t.tid, (rc, err)
+        t.ask("calm")  # no more signals: the counters settle
+        # every interrupted read returns EINTR (the reader may be scheduled late: waited for)
+        r = wait_for(lambda: (lambda r: r["eintr"] == r["expect_eintr"] and r)(t.report()),
+                     what="an EINTR for every read interrupted")
+        assert r["handled"] > 0 and r["expect_eintr"] > 0, r
+        assert r["lost"] == 0, r
+        assert t.alive()
+    finally:
+        t.stop()
+
+
+def test_logger_thread():
+    """malloc_stats() in a loop, its output (the lines it writes holding an arena lock) through a
+    4 KiB pipe that the program's own logger thread drains; the logger (in read) is the thread taken. The old design made the call on
+    it: it stopped draining, malloc_stats blocked in write holding an arena lock, and the
+    call waited for that lock: deadlock. Now the logger is back at once and memtrim's thread
+    waits its turn: 5 trims, each within 10 s. Control cmd-call-on-taken-thread."""
+    t = Target("logger")
+    try:
+        calls = [tool("trim", t.pid, "--timeout", "10") for _ in range(5)]
+        assert [rc for rc, _, _ in calls] == [0] * 5, [err for _, _, err in calls]
+        for rc, out, err in calls:
+            assert out["thread"] == t.tid, out
+            assert out["call_thread"] not in (0, t.tid) and out["call_threads_ended"], out
+        before = t.report()["stats_loops"]
+        wait_for(lambda: t.report()["stats_loops"] > before + 10, what="malloc_stats going on")
+        assert t.alive()
+    finally:
+        t.stop()
+
+
+def test_handler_with_its_own_restorer():
+    """A thread inside a SIGUSR1 handler installed by raw rt_sigaction with a restorer of its
+    own, which had interrupted malloc_stats (an arena lock held) and now reads stdin: it is the
+    thread taken. memtrim's thread waits for the lock; once the
+    handler's read gets its line and the output is drained, the trim completes. The old design
+    called on that thread: it waited for its own lock, forever. Control
+    cmd-call-on-taken-thread."""
+    t = Target("restorer")
+    try:
+        wait_for(lambda: syscall_of(t.pid, t.tid) == "0", what="the handler in read")
+        threads = len(os.listdir(f"/proc/{t.pid}/task"))
+        call = subprocess.Popen([str(TOOL), "trim", str(t.pid), "--json", "--timeout", "10"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # memtrim's glibc thread appears, waiting for the arena lock; the handler reads on
+        # (the old design: no thread, the call made on the taken one, out of its read)
+        wait_for(lambda: len(os.listdir(f"/proc/{t.pid}/task")) > threads or
+                 call.poll() is not None or syscall_of(t.pid, t.tid) != "0", what="memtrim's thread")
+        t.ask("")  # the handler's line: it returns, malloc_stats goes on
+        out, err = call.communicate(timeout=60)
+        assert call.returncode == 0, err
+        assert json.loads(out)["thread"] == t.tid
+        assert t.alive()
+    finally:
+        t.stop()
+
+
+def test_direction_flag():
+    """A thread blocked in a raw read with the direction flag set is the thread taken for load:
+    memtrim's thread clears it before glibc runs (dlopen's memset and memcpy go backwards with
+    it set: 'malloc(): corrupted top size'). Control cmd-keep-df."""
+    t = Target("df")
+    try:
+        port = free_port()
+        rc, out, err = tool("load", t.pid, "--config", json.dumps({"HttpPort": port}))
+        assert rc == 0 and out["thread"] == t.tid, (rc, err)
+        for _ in range(3):
+            rc, out, err = tool("trim", t.pid)
+            assert rc == 0, err
+        t.ask("feed")
+        wait_for(lambda: t.report()["reads"] == 1, what="the reader reads on")
+        assert t.alive()
+    finally:
+        t.stop()
+
+
+def test_guard_pages():
+    """memtrim's two stacks each lie above a PROT_NONE page of the page (its raw thread sets
+    them): an overflow faults instead of writing into the page's code. Control cmd-no-guard."""
+    t = Target("errno")
+    try:
+        rc, out, err = tool("trim", t.pid)
+        assert rc == 0, err
+        page = None
+        maps = [line.split() for line in open(f"/proc/{t.pid}/maps")]
+        with open(f"/proc/{t.pid}/mem", "rb") as mem:
+            for f in maps:
+                start = int(f[0].split("-")[0], 16)
+                if f[1] == "rwxp" and len(f) == 5:
+                    mem.seek(start + 0x800)
+                    if mem.read(8) == b"MTINJ002":
+                        page = start
+        assert page, "no page"
+        perms = {int(f[0].split("-")[0], 16): f[1] for f in maps}
+        assert perms.get(page + 0x7000) == "---p" and perms.get(page + 0x40000) == "---p", \
+            [(hex(a), p) for a, p in perms.items() if page <= a < page + 0x100000]
+    finally:
+        t.stop()
+
+
+def test_no_spurious_eintr():
+    """A program with no handlers: threads in epoll_wait(-1), sigtimedwait with no timeout,
+    and recv on a socket with a 60 s receive timeout. 10 trims: none sees EINTR (the untimed
+    waits' EINTR is given back as the kernel's restart; the timed recv is never taken). Control
+    cmd-eintr-passthrough."""
+    t = Target("eintr")
+    try:
+        recv_tid = t.report()["recv_tid"]
+        for _ in range(10):
+            rc, out, err = tool("trim", t.pid)
+            assert rc == 0, err
+            assert out["thread"] != recv_tid, out
+        r = t.report()
+        assert r["eintr_epoll"] == 0 and r["eintr_sigwait"] == 0 and r["eintr_recv"] == 0, r
+    finally:
+        t.stop()
+
+
+def test_load_keeps_errno():
+    """A reader that sets errno to 4242 before each read of a pipe: after load (dlopen and
+    memtrim_attach, on memtrim's thread), its next successful read leaves errno at 4242.
+    Control cmd-call-on-taken-thread (dlopen on the reader changed it)."""
+    t = Target("errno")
+    try:
+        rc, out, err = tool("load", t.pid, "--config", json.dumps({"HttpPort": free_port()}))
+        assert rc == 0 and out["thread"] == t.tid, (rc, err)
+        t.ask("feed")
+        wait_for(lambda: t.report()["reads"] == 1, what="the read after load")
+        assert t.report()["changed"] == 0
+    finally:
+        t.stop()
+
+
+def test_load_beside_a_constructor_waiting_for_the_loop():
+    """The main thread is an event loop in poll; another thread is inside dlopen of a plugin
+    whose constructor waits (on a semaphore, the loader lock held) for the loop's reply, which
+    the loop sends once stdin says "go". load takes the loop: memtrim's dlopen waits for the
+    loader lock on memtrim's thread while the loop runs; "go" releases the constructor and the
+    load completes. The old design ran dlopen on the loop itself: it waited for the lock, the
+    loop never replied, the process hung. Control cmd-call-on-taken-thread."""
+    p = subprocess.Popen([str(HAZARD), "loop", str(CTOR)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert p.stdout.readline().startswith("ready")
+        wait_for(lambda: syscall_of(p.pid, p.pid) == "7", what="the loop in poll")
+        threads = len(os.listdir(f"/proc/{p.pid}/task"))
+        port = free_port()
+        call = subprocess.Popen([str(TOOL), "load", str(p.pid), "--json", "--timeout", "10",
+                                 "--config", json.dumps({"HttpPort": port})],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: len(os.listdir(f"/proc/{p.pid}/task")) > threads or
+                 call.poll() is not None or syscall_of(p.pid, p.pid) != "7", what="memtrim's thread")
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = call.communicate(timeout=60)
+        assert call.returncode == 0, err
+        assert json.loads(out)["thread"] == p.pid
+        p.stdin.write("report\n")
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["loaded"] == 1  # the plugin's dlopen returned
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.parametrize("sig", ["KILL", "STOP", "TSTP"])
+def test_tool_killed_or_stopped(sig):
+    """The tool killed or stopped right after it seized the thread (its first call, the
+    page not yet mapped: the window the first mmap leaves is measured in bench/cli/; here
+    later calls): the reader is back in its read, not stopped, untraced, and reads on."""
+    t = Target("errno")
+    try:
+        assert tool("trim", t.pid)[0] == 0  # the page exists
+        for i in range(10):
+            call = subprocess.Popen([str(TOOL), "trim", str(t.pid), "--json"],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            wait_for(lambda: open(f"/proc/{t.pid}/status").read().find("TracerPid:\t0") < 0
+                     or call.poll() is not None, what="the tool tracing", timeout=30)
+            subprocess.run(["kill", f"-{sig}", str(call.pid)])
+            if sig != "KILL":
+                wait_for(lambda: call.poll() is not None or "TracerPid:\t0" in
+                         open(f"/proc/{t.pid}/status").read(), what="the thread released")
+            wait_for(lambda: "TracerPid:\t0" in open(f"/proc/{t.pid}/status").read(),
+                     what="no tracer")
+            assert t.alive()
+            t.ask("feed")
+            wait_for(lambda: t.report()["reads"] == i + 1, what="the reader reads on")
+            if sig != "KILL":
+                subprocess.run(["kill", "-CONT", str(call.pid)])
+            call.wait(30)
+        assert t.report()["changed"] == 0
+    finally:
+        t.stop()

@@ -1,0 +1,446 @@
+/*
+ * cli_hazard.c - unmodified glibc programs, one per hazard of issue 37, for
+ * tests/e2e/test_cli_hazards.py (docs/command.md's table). It never links memtrim. Each mode
+ * leaves exactly one thread blocked in a system call memtrim may take (the others wait on a
+ * futex, in write or in a timed epoll_wait), prints "ready TID" with that thread's tid, then
+ * answers "report" on
+ * stdin with one JSON line (and "quit"), except where stdin is the hazard's own input:
+ *   wakeup    a reader in read (raw syscall) with a SIGUSR1 handler without SA_RESTART; a
+ *             thread signals it every 200 us. The handler classes each delivery by the
+ *             interrupted context: in the read's syscall (-EINTR: an EINTR must follow), or
+ *             elsewhere while the read is under way (a wake-up lost: the read restarts).
+ *   logger    malloc_stats() in a loop, the lines it writes holding an arena lock going
+ *             through a 4 KiB pipe that a logger thread drains (in read: the thread taken).
+ *   restorer  malloc_stats() raising SIGUSR1 while it holds the arena lock; its handler,
+ *             installed with rt_sigaction and a restorer of its own, reads a line of stdin:
+ *             the thread in read inside it holds the lock.
+ *   df        a thread in read (raw syscall) with the direction flag set.
+ *   eintr     threads in epoll_wait(-1), sigtimedwait without timeout, and recv on a socket
+ *             with a 60 s receive timeout, each counting EINTR.
+ *   errno     a reader that sets errno to 4242 before each read of a pipe and counts a
+ *             successful read after which errno changed.
+ *   loop      the main thread in poll (an event loop: a request pipe and stdin); another
+ *             thread in dlopen of libcli-hazard-ctor.so, whose constructor asks the
+ *             loop for a reply (hazard_wait_loop) and waits for it on a semaphore, the loader
+ *             lock held; the loop replies once stdin says "go".
+ * Threads: as said per mode; the main thread reads stdin (or loops, for "loop").
+ */
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <malloc.h>
+#include <poll.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+static atomic_long expect_eintr, eintr, lost, handled, changed, reads, stats_loops;
+static atomic_long eintr_epoll, eintr_sigwait, eintr_recv;
+static atomic_int reader_tid, calm;
+static volatile int in_read;
+static int pipe_fd[2];
+
+static pid_t gettid_(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+extern char hz_read_before[], hz_read_after[];
+
+/* read(2) made here, so that the handler knows where the syscall is: in_read is 1 from just
+ * before it until just after. */
+static long raw_read(int fd, void *buf, size_t n)
+{
+    long ret;
+    __asm__ volatile(".globl hz_read_before\nhz_read_before:\n\t"
+                     "movl $1, %[flag]\n\t"
+                     "syscall\n\t"
+                     ".globl hz_read_after\nhz_read_after:\n\t"
+                     "movl $0, %[flag]\n\t"
+                     : "=a"(ret), [flag] "+m"(in_read)
+                     : "a"(0L), "D"((long)fd), "S"(buf), "d"(n)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+static void wakeup_handler(int sig, siginfo_t *si, void *ctx)
+{
+    (void)sig;
+    (void)si;
+    ucontext_t *uc = ctx;
+    uintptr_t rip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
+    long rax = (long)uc->uc_mcontext.gregs[REG_RAX];
+    handled++;
+    if (!in_read)
+        return;
+    if (rip == (uintptr_t)hz_read_after && rax == -EINTR)
+        expect_eintr++; /* the kernel interrupted the read: it returns EINTR next */
+    else if (rip < (uintptr_t)hz_read_before || rip > (uintptr_t)hz_read_after)
+        lost++; /* delivered elsewhere while the program is in its read: the read restarts */
+}
+
+static void *wakeup_reader(void *arg)
+{
+    (void)arg;
+    reader_tid = gettid_();
+    char c;
+    for (;;) {
+        long n = raw_read(pipe_fd[0], &c, 1);
+        if (n == -EINTR)
+            eintr++;
+        else if (n >= 0)
+            reads++;
+    }
+    return NULL;
+}
+
+static void *signaller(void *arg)
+{
+    (void)arg;
+    int word = 0;
+    struct timespec ts = {0, 200000};
+    while (!reader_tid)
+        sched_yield();
+    for (;;) { /* a timed futex wait: not a call memtrim takes */
+        syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+        if (!calm)
+            syscall(SYS_tgkill, getpid(), reader_tid, SIGUSR1);
+    }
+    return NULL;
+}
+
+static void *logger(void *arg)
+{
+    (void)arg;
+    reader_tid = gettid_();
+    char buf[64];
+    while (read(pipe_fd[0], buf, sizeof buf) > 0 || errno == EINTR)
+        ;
+    return NULL;
+}
+
+/* malloc_stats' stream: its lines written while it holds an arena's lock (from "Arena N:" to
+ * the arena's last line; the totals after "Total" are written unlocked and dropped) go to the
+ * pipe (logger) or, the first time, raise SIGUSR1 (restorer): every block then holds a lock. */
+static int in_arena, raise_once;
+static ssize_t stats_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    if (!strncmp(buf, "Arena", 5))
+        in_arena = 1;
+    else if (!strncmp(buf, "Total", 5))
+        in_arena = 0;
+    if (in_arena && raise_once && !handled) {
+        raise_once = 0;
+        syscall(SYS_tgkill, getpid(), gettid_(), SIGUSR1);
+    }
+    for (size_t done = 0; in_arena && !raise_once && done < n;) {
+        ssize_t w = write(pipe_fd[1], buf + done, n - done);
+        if (w > 0)
+            done += (size_t)w;
+        else if (errno != EINTR)
+            break;
+    }
+    return (ssize_t)n;
+}
+
+static void stats_to_cookie(void)
+{
+    cookie_io_functions_t io = {.write = stats_write};
+    FILE *f = fopencookie(NULL, "w", io);
+    if (f) {
+        setvbuf(f, NULL, _IONBF, 0);
+        stderr = f;
+    }
+}
+
+static void *stats_loop(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        malloc_stats();
+        stats_loops++;
+    }
+    return NULL;
+}
+
+static void *arena_user(void *arg)
+{
+    (void)arg;
+    void *p = malloc(1000);
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+    pthread_mutex_lock(&m);
+    for (;;)
+        pthread_cond_wait(&cv, &m); /* a futex, holding its arena */
+    free(p);
+    return NULL;
+}
+
+extern void hz_restorer(void);
+__asm__(".globl hz_restorer\nhz_restorer:\n\tmov $15, %rax\n\tsyscall\n\thlt\n");
+
+static void restorer_handler(int sig)
+{
+    (void)sig;
+    char c;
+    while (read(0, &c, 1) == 1 && c != '\n') /* in a handler, an arena lock held */
+        ;
+    handled++;
+}
+
+struct k_sigaction {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)(void);
+    uint64_t mask;
+};
+
+static void *stats_in_handler(void *arg)
+{
+    (void)arg;
+    reader_tid = gettid_();
+    struct k_sigaction ka = {restorer_handler, 0x04000000 /* SA_RESTORER */ | SA_RESTART,
+                             hz_restorer, 0};
+    syscall(SYS_rt_sigaction, SIGUSR1, &ka, NULL, 8);
+    while (!handled) {
+        malloc_stats();
+        stats_loops++;
+    }
+    for (;;)
+        pause();
+    return NULL;
+}
+
+static void *df_reader(void *arg)
+{
+    (void)arg;
+    reader_tid = gettid_();
+    char c;
+    for (;;) {
+        long ret;
+        __asm__ volatile("std\n\tsyscall\n\tcld" : "=a"(ret)
+                         : "a"(0L), "D"((long)pipe_fd[0]), "S"(&c), "d"(1L)
+                         : "rcx", "r11", "memory");
+        reads += ret == 1;
+    }
+    return NULL;
+}
+
+static void *epoll_waiter(void *arg)
+{
+    (void)arg;
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, pipe_fd[0], &ev);
+    for (;;)
+        if (epoll_wait(ep, &ev, 1, -1) < 0 && errno == EINTR)
+            eintr_epoll++;
+    return NULL;
+}
+
+static void *sig_waiter(void *arg)
+{
+    (void)arg;
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGUSR2);
+    for (;;)
+        if (sigtimedwait(&set, NULL, NULL) < 0 && errno == EINTR)
+            eintr_sigwait++;
+    return NULL;
+}
+
+static void *recv_waiter(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    struct timeval tv = {60, 0};
+    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    reader_tid = gettid_();
+    char c;
+    for (;;)
+        if (recv(sv[0], &c, 1, 0) < 0 && errno == EINTR)
+            eintr_recv++;
+    return NULL;
+}
+
+static void *errno_reader(void *arg)
+{
+    (void)arg;
+    reader_tid = gettid_();
+    char c;
+    for (;;) {
+        errno = 4242;
+        ssize_t n = read(pipe_fd[0], &c, 1);
+        if (n == 1) {
+            reads++;
+            changed += errno != 4242;
+        }
+    }
+    return NULL;
+}
+
+/* loop mode: the constructor of libmemtrim-cli-hazard-ctor.so calls this (the executable
+ * exports it: -rdynamic) with the loader lock held. */
+static sem_t reply;
+static int req_pipe[2];
+__attribute__((visibility("default"))) void hazard_wait_loop(void)
+{
+    reader_tid = gettid_();
+    if (write(req_pipe[1], "r", 1) != 1)
+        return;
+    while (sem_wait(&reply) != 0)
+        ;
+}
+
+static void *ctor_loader(void *arg)
+{
+    if (!dlopen((const char *)arg, RTLD_NOW))
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+    handled++;
+    return NULL;
+}
+
+static void event_loop(void)
+{
+    int asked = 0, go = 0;
+    char buf[64];
+    for (;;) {
+        struct pollfd p[2] = {{req_pipe[0], POLLIN, 0}, {0, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0)
+            continue;
+        if (p[0].revents & POLLIN)
+            asked += read(req_pipe[0], buf, 1) == 1;
+        if (p[1].revents & POLLIN) {
+            ssize_t n = read(0, buf, sizeof buf - 1);
+            if (n <= 0)
+                exit(0);
+            buf[n] = 0;
+            if (strstr(buf, "go"))
+                go = 1;
+            if (strstr(buf, "report")) {
+                printf("{\"asked\": %d, \"go\": %d, \"loaded\": %ld}\n", asked, go, (long)handled);
+                fflush(stdout);
+            }
+            if (strstr(buf, "quit"))
+                exit(0);
+        }
+        if (asked && go) {
+            asked = go = 0;
+            sem_post(&reply);
+        }
+    }
+}
+
+static void start(void *(*fn)(void *), void *arg)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, fn, arg);
+}
+
+static void report(void)
+{
+    printf("{\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
+           "\"reads\": %ld, \"changed\": %ld, \"stats_loops\": %ld, \"eintr_epoll\": %ld, "
+           "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d}\n",
+           (long)expect_eintr, (long)eintr, (long)lost, (long)handled, (long)reads,
+           (long)changed, (long)stats_loops, (long)eintr_epoll, (long)eintr_sigwait,
+           (long)eintr_recv, (int)reader_tid);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "";
+    setvbuf(stdin, NULL, _IONBF, 0); /* a line at a time: the epoll below sees the rest */
+    static char out_buf[4096]; /* printing never allocates (restorer: the lock is held) */
+    setvbuf(stdout, out_buf, _IOLBF, sizeof out_buf);
+    if (pipe2(pipe_fd, O_CLOEXEC) != 0 || pipe2(req_pipe, O_CLOEXEC) != 0)
+        return 1;
+    sigset_t usr2;
+    sigemptyset(&usr2);
+    sigaddset(&usr2, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &usr2, NULL);
+    if (!strcmp(mode, "wakeup")) {
+        struct sigaction sa = {.sa_sigaction = wakeup_handler, .sa_flags = SA_SIGINFO};
+        sigaction(SIGUSR1, &sa, NULL);
+        start(wakeup_reader, NULL);
+        start(signaller, NULL);
+    } else if (!strcmp(mode, "logger") || !strcmp(mode, "restorer")) {
+        fcntl(pipe_fd[1], F_SETPIPE_SZ, 4096);
+        for (int i = 0; i < 4; i++)
+            start(arena_user, NULL);
+        stats_to_cookie();
+        raise_once = mode[0] == 'r';
+        if (mode[0] == 'l') {
+            start(logger, NULL);
+            start(stats_loop, NULL);
+        } else {
+            start(stats_in_handler, NULL);
+        }
+    } else if (!strcmp(mode, "df")) {
+        start(df_reader, NULL);
+    } else if (!strcmp(mode, "eintr")) {
+        start(epoll_waiter, NULL);
+        start(sig_waiter, NULL);
+        start(recv_waiter, NULL);
+    } else if (!strcmp(mode, "errno")) {
+        start(errno_reader, NULL);
+    } else if (!strcmp(mode, "loop") && argc > 2) {
+        sem_init(&reply, 0, 0);
+        start(ctor_loader, argv[2]);
+        while (!reader_tid)
+            sched_yield();
+        printf("ready %d\n", (int)getpid());
+        fflush(stdout);
+        event_loop();
+    } else {
+        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|loop LIB\n", argv[0]);
+        return 2;
+    }
+    while (!reader_tid)
+        sched_yield();
+    printf("ready %d\n", (int)reader_tid);
+    fflush(stdout);
+    if (!strcmp(mode, "restorer")) {
+        int word = 0;
+        for (;;) /* stdin is the handler's; the test ends us (a futex: never taken) */
+            syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    }
+    char line[128] = "";
+    pthread_sigmask(SIG_BLOCK, &(sigset_t){{~0ul}}, NULL);
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
+    /* the main thread waits in a timed epoll_wait, which memtrim never takes: only the mode's
+     * thread is there to take */
+    while (epoll_wait(ep, &ev, 1, 500) == 0 || fgets(line, sizeof line, stdin)) {
+        if (!line[0])
+            continue;
+        if (!strncmp(line, "report", 6))
+            report();
+        else if (!strncmp(line, "calm", 4))
+            calm = 1; /* the signaller stops: the counters settle */
+        else if (!strncmp(line, "feed", 4))
+            (void)!write(pipe_fd[1], "x", 1);
+        else if (!strncmp(line, "quit", 4))
+            return 0;
+        line[0] = 0;
+    }
+    return 0;
+}
