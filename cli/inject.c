@@ -47,6 +47,7 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
 #define NR_RESTART_SYSCALL 219
+#define SIGSETXID 33 /* glibc's SIGRTMIN + 1, which its setxid sends every thread it started */
 #define CLONE_RAW (0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x100000 | \
                    0x200000) /* VM FS FILES SIGHAND THREAD SYSVSEM SETTLS PARENT_SETTID
                                 CHILD_CLEARTID */
@@ -56,9 +57,10 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 /* The system calls memtrim makes in a target (inject.h): map_page's mmap; tramp.S's
  * rt_sigprocmask, prctl naming the page, clone and ppoll on the taken thread, rt_sigreturn
  * for a handler its self-restore lets in; the raw thread's mprotect (guards) and exit; the
- * glibc thread's gettid; and glibc's pthread_create and a thread's start and exit (clone3,
- * or clone on ENOSYS; rt_sigaction for its first thread's handlers; rseq, set_robust_list;
- * futex; madvise and munmap of nothing on a stack of ours, but listed as glibc may). An
+ * glibc thread's rt_sigprocmask (SIGSETXID) and gettid; and glibc's pthread_create and a
+ * thread's start and exit (clone3, or clone on ENOSYS; rt_sigaction for its first thread's
+ * handlers; rseq, set_robust_list; futex; madvise and munmap of nothing on a stack of ours,
+ * but listed as glibc may). An
  * argument that is an address in the page is not known beforehand (bit clear in known). */
 const struct inject_syscall inject_syscalls[] = {
     {"mmap(NULL, 1 MiB, PROT_READ|PROT_WRITE|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS, -1, 0)",
@@ -71,6 +73,8 @@ const struct inject_syscall inject_syscalls[] = {
     {"rt_sigreturn()", SYS_rt_sigreturn, {0}, 0},
     {"mprotect(guard, 4096, PROT_NONE)", SYS_mprotect, {0, 4096, 0}, 0x6},
     {"exit(0)", SYS_exit, {0}, 0x1},
+    {"rt_sigprocmask(SIG_UNBLOCK, {SIGSETXID}, NULL, 8)", SYS_rt_sigprocmask, {1, 0, 0, 8, 0, 0},
+     0xd},
     {"gettid()", SYS_gettid, {0}, 0},
     {"clone3 (pthread_create; it falls back to clone)", SYS_clone3, {0}, SECCOMP_CALL_FAILS_OK},
     {"clone (pthread_create)", SYS_clone, {0}, 0},
@@ -485,6 +489,7 @@ static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, ui
     PUT(TR_NO_GUARD, (uint64_t)mt_control("cmd-no-guard"));
     PUT(TR_KEEP_DF, (uint64_t)mt_control("cmd-keep-df"));
     PUT(TR_OLD_CALL, (uint64_t)mt_control("cmd-call-on-taken-thread"));
+    PUT(TR_SETXID_MASK, mt_control("cmd-setxid-blocked") ? 0 : 1ull << (SIGSETXID - 1));
     memcpy(AT(TR_VMA_NAME), "memtrim-inject", 15);
     const struct user_regs_struct *r = &s->regs;
     uint64_t regs[15] = {s->resume_rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->r8,

@@ -10,8 +10,9 @@
  *                    a copy of the taken thread's thread block on the page): ABI state reset,
  *                    the guard pages, then glibc's pthread_create for the glibc thread, on a
  *                    stack of the page; then it ends (exit; CLONE_CHILD_CLEARTID says when).
- *   glibc_thread     the glibc thread (pthread_create's start routine, detached): makes the
- *                    call, stores its result, returns; glibc's own thread exit frees the rest.
+ *   glibc_thread     the glibc thread (pthread_create's start routine, detached): takes
+ *                    SIGSETXID (glibc's, for setuid in another thread), makes the call,
+ *                    stores its result, returns; glibc's own thread exit frees the rest.
  * The layout is tramp.h's; the blob is position independent (rip-relative only).
  */
 #include "tramp.h"
@@ -153,6 +154,15 @@ raw_thread:
 
 glibc_thread:
     sub $8, %rsp
+    /* rt_sigprocmask(SIG_UNBLOCK, {SIGSETXID}, NULL, 8): glibc's setuid and the like, called
+     * in any thread of the process, wait until every thread glibc started, this one included,
+     * has run glibc's handler for it; every other signal stays blocked */
+    mov $14, %eax
+    mov $1, %edi
+    lea D(TR_SETXID_MASK), %rsi
+    xor %edx, %edx
+    mov $8, %r10d
+    syscall
     mov $186, %eax /* gettid */
     syscall
     mov %rax, D(TR_P_TID)

@@ -47,6 +47,7 @@
 #define TR_NO_GUARD 0x930  /* controls only: 1 skips the guard pages */
 #define TR_KEEP_DF 0x938   /* controls only: 1 leaves the taken thread's direction flag */
 #define TR_OLD_CALL 0x940  /* controls only: 1 calls on the taken thread (the old design) */
+#define TR_SETXID_MASK 0x948 /* SIGSETXID's bit: the one signal the glibc thread takes */
 #define TR_VMA_NAME 0x980  /* 32 bytes */
 #define TR_REGS 0xa00      /* rax rbx rcx rdx rsi rdi rbp r8 .. r15 */
 #define TR_OUT 0x1000      /* the call's output buffer (mallinfo2's struct), 1 KiB */

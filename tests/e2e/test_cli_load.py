@@ -10,6 +10,7 @@ whichever thread holds it (the one taken included), and the tool only until --ti
 """
 import json
 import os
+import select
 import subprocess
 
 import pytest
@@ -125,6 +126,10 @@ if sys.argv[2] == 'futex':
     threading.Event().wait()
 else:
     os.read(int(sys.argv[3]), 1)  # the main thread in read too: a safe thread that holds no loader lock
+    if sys.argv[2] == 'setxid':  # glibc's setxid: every thread glibc started runs SIGSETXID
+        os.setresuid(-1, -1, -1)
+        print('setxid done', flush=True)
+        os.read(int(sys.argv[3]), 1)
 print('bye', flush=True)
 """
 
@@ -201,6 +206,42 @@ def test_load_waits_for_the_loader_lock_within_its_deadline(hold_lib):
         rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": port}))
         assert rc == 0 and out["listen"] == f"127.0.0.1:{port}" and not out["loaded_now"], err
         assert requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).json()["pid"] == p.pid
+        os.write(w_fd, b"x")
+        assert p.stdout.readline().strip() == "bye"
+        assert p.wait(30) == 0
+    finally:
+        os.close(w_fd)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_setuid_in_another_thread_does_not_wait_for_memtrims_thread(hold_lib):
+    """memtrim's thread waits for the loader lock (another thread's dlopen holds it) when the
+    main thread calls setresuid: glibc's setxid signals every thread it started, memtrim's
+    included, and waits for each one's handler. memtrim's thread takes that one signal, so
+    setresuid returns while the lock is still held. Control cmd-setxid-blocked (every signal
+    blocked on memtrim's thread): setresuid waits for memtrim's call to end, here for the
+    loader lock's holder (had the holder been the one calling setuid, for ever)."""
+    r_fd, w_fd = os.pipe()
+    p = subprocess.Popen(["/usr/bin/python3", "-c", PY_HOLDER, str(hold_lib), "setxid",
+                          str(r_fd)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         pass_fds=(r_fd,))
+    os.close(r_fd)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        wait_for(lambda: holder_in_read(p.pid), what="the holder in read")
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}),
+                            "--timeout", "1")
+        assert rc == 5 and "has not returned" in err, (rc, err)
+        assert maps_memtrim(p.pid) == []  # memtrim's dlopen still waits for the lock
+        os.write(w_fd, b"x")  # the main thread calls setresuid
+        ready, _, _ = select.select([p.stdout], [], [], 30)  # a hang guard, not a time limit
+        assert ready and p.stdout.readline().strip() == "setxid done", "setresuid waits"
+        assert maps_memtrim(p.pid) == []  # it returned with the lock still held
+        p.stdin.write("\n")  # the constructor returns: memtrim's dlopen completes
+        p.stdin.flush()
+        wait_for(lambda: maps_memtrim(p.pid), what="libmemtrim mapped")
         os.write(w_fd, b"x")
         assert p.stdout.readline().strip() == "bye"
         assert p.wait(30) == 0
