@@ -413,11 +413,12 @@ static uint64_t read_rss(struct pressure *p)
     return (uint64_t)resident * (uint64_t)(ps > 0 ? ps : 4096);
 }
 
-/* The limit's cgroup's charge (memory.current), -1 unknown. */
-static int64_t read_current(struct pressure *p)
+/* A kept cgroup file's one number (memory.current, memory.usage_in_bytes), -1 unknown or
+ * "max". */
+static int64_t read_kept_number(struct mt_kept *k)
 {
     char buf[64];
-    int fd = mt_kept_fd(&p->current);
+    int fd = mt_kept_fd(k);
     if (fd < 0)
         return -1;
     ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
@@ -427,17 +428,15 @@ static int64_t read_current(struct pressure *p)
     return strncmp(buf, "max", 3) ? strtoll(buf, NULL, 10) : -1;
 }
 
+/* The limit's cgroup's charge (memory.current), -1 unknown. */
+static int64_t read_current(struct pressure *p)
+{
+    return read_kept_number(&p->current);
+}
+
 static int64_t read_usage(struct pressure *p)
 {
-    char buf[64];
-    int fd = mt_kept_fd(&p->usage);
-    if (fd < 0)
-        return -1;
-    ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    return strtoll(buf, NULL, 10);
+    return read_kept_number(&p->usage);
 }
 
 /* ---- the thread --------------------------------------------------------- */
