@@ -92,6 +92,21 @@ def test_the_daemonset_is_bounded_and_probed():
     assert agent["HttpPort"] == port
 
 
+def test_the_store_is_on_a_writable_volume():
+    """The ConfigMap's Database lies on a volume the pod may write: its root filesystem is
+    read-only, where the store could not be made (the agent would log it and keep no history).
+    Control agent-store-unmounted (the test drops the volume's mount, as the manifest had it)."""
+    import json
+    _, c, _ = manifest_privileges()
+    cm = next(d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d.get("kind") == "ConfigMap")
+    db = json.loads(cm["data"]["agent.json"])["MemoryTrimAgent"].get("Database")
+    mounts = [m for m in c.get("volumeMounts", []) if not m.get("readOnly")]
+    if os.environ.get("MEMTRIM_CONTROL") == "agent-store-unmounted":
+        mounts = [m for m in mounts if m["mountPath"] != "/var/lib/memtrim"]
+    assert c["securityContext"].get("readOnlyRootFilesystem") and db
+    assert any(db.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts), (db, mounts)
+
+
 def test_the_unit_takes_what_the_table_says():
     table = privilege_table()
     unit = UNIT.read_text()
