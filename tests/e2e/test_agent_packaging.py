@@ -107,6 +107,37 @@ def test_the_store_is_on_a_writable_volume():
     assert any(db.startswith(m["mountPath"].rstrip("/") + "/") for m in mounts), (db, mounts)
 
 
+def test_the_units_capabilities_trim_another_users_process():
+    """The command as the agent's unit runs it (root with the unit's CapabilityBoundingSet
+    alone, by setpriv) trims a process of another uid (nobody): it opens that process's
+    /proc/PID/mem for the per-target lock, which root may only with CAP_DAC_READ_SEARCH (without
+    it: 'Permission denied', and the agent refused every process not root's). Control
+    agent-unit-no-dac (the set without it, as the unit had it)."""
+    from hosts_util import build_file, readable_build
+    caps = re.search(r"^CapabilityBoundingSet=(.*)$", UNIT.read_text(), re.M).group(1).split()
+    if os.environ.get("MEMTRIM_CONTROL") == "agent-unit-no-dac":
+        caps = [cap for cap in caps if cap != "CAP_DAC_READ_SEARCH"]
+    bounding = "-all," + ",".join("+" + cap[4:].lower() for cap in caps)
+
+    def as_nobody():
+        os.setgroups([])
+        os.setgid(65534)
+        os.setuid(65534)
+
+    exe = readable_build("memtrim-cli-target") / "memtrim-cli-target"
+    p = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         preexec_fn=as_nobody, cwd="/")
+    try:
+        assert p.stdout.readline()
+        r = subprocess.run(["setpriv", f"--bounding-set={bounding}", "--inh-caps=-all",
+                            str(build_file("memtrim")), "trim", str(p.pid), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "released_bytes" in r.stdout, (bounding, r.stdout, r.stderr)
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_the_unit_takes_what_the_table_says():
     table = privilege_table()
     unit = UNIT.read_text()
