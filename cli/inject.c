@@ -495,6 +495,7 @@ static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, ui
     uint64_t regs[15] = {s->resume_rax, r->rbx, r->rcx, r->rdx, r->rsi, r->rdi, r->rbp, r->r8,
                          r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15};
     memcpy(AT(TR_REGS), regs, sizeof regs);
+    memcpy(AT(TR_KREGS), &s->regs, sizeof s->regs);
 #undef PUT
 #undef AT
     uint64_t slot[2] = {r->eflags, s->resume_rip};
@@ -671,6 +672,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     a->pick = p;
     a->c->new_page = 0;
     watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
+    watch_target(a->t->pid, p->tid, 0);
     int took = take_thread(a, &s, t0);
     if (took != 0) {
         watch_hold(0);
@@ -702,8 +704,10 @@ static int try_thread(struct attempt *a, const struct pick *p)
         release_thread(a, &s);
         rc = INJECT_FAILED;
     }
-    if (page && rc == INJECT_OK)
+    if (page && rc == INJECT_OK) {
+        watch_target(a->t->pid, p->tid, page); /* the tool's death: the watchdog gives it back */
         rc = run_taken(a, page, &s, &away);
+    }
     watch_hold(0);
     if (rc != INJECT_OK)
         return rc;
@@ -751,6 +755,5 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
             pause_us(2000);
     }
     target_lock_drop(&lock);
-    watch_honour_stop();
     return rc;
 }

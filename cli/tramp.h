@@ -50,6 +50,8 @@
 #define TR_SETXID_MASK 0x948 /* SIGSETXID's bit: the one signal the glibc thread takes */
 #define TR_VMA_NAME 0x980  /* 32 bytes */
 #define TR_REGS 0xa00      /* rax rbx rcx rdx rsi rdi rbp r8 .. r15 */
+#define TR_KREGS 0xb00     /* the thread's user_regs_struct as the kernel is to see it again
+                              (216 bytes): the watchdog gives it back if the tool dies */
 #define TR_OUT 0x1000      /* the call's output buffer (mallinfo2's struct), 1 KiB */
 #define TR_PATH 0x1400     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */
 #define TR_PATH_MAX 0x600

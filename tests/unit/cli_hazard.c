@@ -19,6 +19,10 @@
  *             with a 60 s receive timeout, each counting EINTR.
  *   errno     a reader that sets errno to 4242 before each read of a pipe and counts a
  *             successful read after which errno changed.
+ *   busy      the counted loop's: two threads malloc, fill, check and free; one sleeps 5 ms at
+ *             a time; a reader with a handler without SA_RESTART (wakeup's) and one with
+ *             SA_RESTART, both signalled every 2 ms; a writer logs numbered lines through a
+ *             pipe its logger thread reads and checks; a recv with a 50 ms receive timeout.
  *   loop      the main thread in poll (an event loop: a request pipe and stdin); another
  *             thread in dlopen of libcli-hazard-ctor.so, whose constructor asks the
  *             loop for a reply (hazard_wait_loop) and waits for it on a semaphore, the loader
@@ -48,7 +52,7 @@
 #include <unistd.h>
 
 static atomic_long expect_eintr, eintr, lost, handled, changed, reads, stats_loops;
-static atomic_long eintr_epoll, eintr_sigwait, eintr_recv;
+static atomic_long eintr_epoll, eintr_sigwait, eintr_recv, bad_results;
 static atomic_int reader_tid, calm;
 static volatile int in_read;
 static int pipe_fd[2];
@@ -86,8 +90,10 @@ static void wakeup_handler(int sig, siginfo_t *si, void *ctx)
     handled++;
     if (!in_read)
         return;
-    if (rip == (uintptr_t)hz_read_after && rax == -EINTR)
+    if (rip == (uintptr_t)hz_read_after && rax == -EINTR) {
         expect_eintr++; /* the kernel interrupted the read: it returns EINTR next */
+        in_read = 0;    /* over: a second signal delivered before it returns is no second EINTR */
+    }
     else if (rip < (uintptr_t)hz_read_before || rip > (uintptr_t)hz_read_after)
         lost++; /* delivered elsewhere while the program is in its read: the read restarts */
 }
@@ -290,9 +296,137 @@ static void *errno_reader(void *arg)
         if (n == 1) {
             reads++;
             changed += errno != 4242;
+        } else {
+            bad_results++; /* a pipe read of 1 byte, no handler: 1, always */
         }
     }
     return NULL;
+}
+
+/* busy mode: the counted loop's target (test_cli_hazards.py test_counted_loop). */
+static atomic_long corrupt, iterations, early_sleeps, eintr_restart, log_gaps, logged;
+static int log_pipe[2], restart_pipe[2];
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    for (unsigned i = 1;; i++) {
+        size_t n = 64 + (i * 7919) % 8192;
+        unsigned char *b = malloc(n);
+        if (!b)
+            continue;
+        memset(b, (int)(i & 0xff), n);
+        for (size_t k = 0; k < n; k += 97)
+            corrupt += b[k] != (unsigned char)(i & 0xff);
+        free(b);
+        iterations++;
+    }
+    return NULL;
+}
+
+static void *sleeper(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec a, b, d = {0, 5000000};
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_nanosleep(CLOCK_MONOTONIC, 0, &d, NULL);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        early_sleeps += (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) < 5000000;
+    }
+    return NULL;
+}
+
+static void restart_handler(int sig)
+{
+    (void)sig;
+    handled++;
+}
+
+static void *restart_reader(void *arg)
+{
+    (void)arg;
+    char c;
+    for (;;)
+        if (read(restart_pipe[0], &c, 1) < 0 && errno == EINTR)
+            eintr_restart++; /* SA_RESTART: never */
+    return NULL;
+}
+
+static void *log_writer(void *arg)
+{
+    (void)arg;
+    char line[32];
+    int word = 0;
+    struct timespec ts = {0, 1000000};
+    for (long seq = 1;; seq++) {
+        int n = snprintf(line, sizeof line, "%ld\n", seq);
+        if (write(log_pipe[1], line, (size_t)n) != n)
+            log_gaps++;
+        syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+    }
+    return NULL;
+}
+
+static void *log_reader(void *arg)
+{
+    (void)arg;
+    char buf[256];
+    long next = 1, cur = 0;
+    for (;;) {
+        ssize_t n = read(log_pipe[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            log_gaps++; /* no handler on this thread's signals: never */
+        for (ssize_t i = 0; i < n; i++) {
+            if (buf[i] != '\n') {
+                cur = cur * 10 + (buf[i] - '0');
+                continue;
+            }
+            log_gaps += cur != next;
+            next = cur + 1;
+            cur = 0;
+            logged++;
+        }
+    }
+    return NULL;
+}
+
+static void *recv_timed(void *arg)
+{
+    (void)arg;
+    int sv[2];
+    socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv);
+    struct timeval tv = {0, 50000};
+    setsockopt(sv[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    for (;;)
+        if (recv(sv[0], &c, 1, 0) < 0 && errno == EINTR)
+            eintr_recv++;
+    return NULL;
+}
+
+static void *busy_signaller(void *arg)
+{
+    pid_t restart_tid = (pid_t)(intptr_t)arg;
+    int word = 0;
+    struct timespec ts = {0, 2000000};
+    while (!reader_tid)
+        sched_yield();
+    for (;;) {
+        syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts, NULL, 0);
+        if (calm)
+            continue;
+        syscall(SYS_tgkill, getpid(), reader_tid, SIGUSR1);
+        syscall(SYS_tgkill, getpid(), restart_tid, SIGUSR2);
+    }
+    return NULL;
+}
+
+static atomic_int restart_tid_;
+static void *restart_reader_start(void *arg)
+{
+    restart_tid_ = gettid_();
+    return restart_reader(arg);
 }
 
 /* loop mode: the constructor of libmemtrim-cli-hazard-ctor.so calls this (the executable
@@ -355,12 +489,16 @@ static void start(void *(*fn)(void *), void *arg)
 
 static void report(void)
 {
-    printf("{\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
+    printf("{\"corrupt\": %ld, \"iterations\": %ld, \"early_sleeps\": %ld, "
+           "\"eintr_restart\": %ld, \"log_gaps\": %ld, \"logged\": %ld, ",
+           (long)corrupt, (long)iterations, (long)early_sleeps, (long)eintr_restart,
+           (long)log_gaps, (long)logged);
+    printf("\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
            "\"reads\": %ld, \"changed\": %ld, \"stats_loops\": %ld, \"eintr_epoll\": %ld, "
-           "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d}\n",
+           "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d, \"bad_results\": %ld}\n",
            (long)expect_eintr, (long)eintr, (long)lost, (long)handled, (long)reads,
            (long)changed, (long)stats_loops, (long)eintr_epoll, (long)eintr_sigwait,
-           (long)eintr_recv, (int)reader_tid);
+           (long)eintr_recv, (int)reader_tid, (long)bad_results);
     fflush(stdout);
 }
 
@@ -401,6 +539,26 @@ int main(int argc, char **argv)
         start(recv_waiter, NULL);
     } else if (!strcmp(mode, "errno")) {
         start(errno_reader, NULL);
+    } else if (!strcmp(mode, "busy")) {
+        if (pipe2(log_pipe, O_CLOEXEC) != 0 || pipe2(restart_pipe, O_CLOEXEC) != 0)
+            return 1;
+        struct sigaction sa = {.sa_sigaction = wakeup_handler, .sa_flags = SA_SIGINFO};
+        sigaction(SIGUSR1, &sa, NULL);
+        struct sigaction sr = {.sa_handler = restart_handler, .sa_flags = SA_RESTART};
+        sigaction(SIGUSR2, &sr, NULL);
+        pthread_sigmask(SIG_UNBLOCK, &usr2, NULL);
+        start(churn, NULL);
+        start(churn, NULL);
+        start(sleeper, NULL);
+        start(restart_reader_start, NULL);
+        start(log_reader, NULL);
+        start(log_writer, NULL);
+        start(recv_timed, NULL);
+        start(wakeup_reader, NULL);
+        while (!restart_tid_)
+            sched_yield();
+        start(busy_signaller, (void *)(intptr_t)restart_tid_);
+        pthread_sigmask(SIG_BLOCK, &usr2, NULL);
     } else if (!strcmp(mode, "loop") && argc > 2) {
         sem_init(&reply, 0, 0);
         start(ctor_loader, argv[2]);
