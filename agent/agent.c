@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -256,6 +257,16 @@ int agent_main(int argc, char **argv)
      * the one its rules were built with, until it is restarted. */
     memcpy(a->self_exe, a->cfg.command[0] ? a->cfg.command : "/proc/self/exe",
            a->cfg.command[0] ? sizeof a->self_exe : sizeof "/proc/self/exe");
+    /* Each limited cgroup holds one or two descriptors (its wake-ups) and each trim a pipe: a
+     * node's 200 pods pass a service's usual soft limit of 1024. The agent, its server
+     * (libmicrohttpd with poll or epoll) and its commands never use select(): the soft limit
+     * goes up to the hard one. */
+    struct rlimit nofile;
+    if (!mt_control("agent-fd-soft-limit") && getrlimit(RLIMIT_NOFILE, &nofile) == 0 &&
+        nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &nofile);
+    }
     pthread_mutex_init(&a->lock, NULL);
     a->started_ms = mt_now_ms();
     a->budget_at_ns = mt_mono_ns();

@@ -170,3 +170,26 @@ def test_a_process_that_runs_another_program_is_read_again(procs, cgroup, tmp_pa
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_agent_takes_its_whole_descriptor_limit(tmp_path):
+    """Each limited cgroup costs the agent one or two descriptors (its wake-ups) and each trim a
+    pipe: a node's 200 pods pass a service's usual soft limit of 1024 (systemd's default
+    LimitNOFILE=1024:524288), past which its trims, store and server fail. The agent, which
+    never uses select(), raises its soft RLIMIT_NOFILE to the hard one: started under 64:4096,
+    it runs with 4096. Control agent-fd-soft-limit: it keeps 64."""
+    from agent_util import LISTENING
+    log = tmp_path / "agent.log"
+    none = str(tmp_path / "no-cgroups")
+    cfg = {"HttpPort": 0, "CgroupV1Root": none, "CgroupV2Root": none}
+    with open(log, "w") as out:
+        p = subprocess.Popen(["prlimit", "--nofile=64:4096", str(build_file("memtrim")), "agent",
+                              "--config", json.dumps(cfg)], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: p.poll() is None and LISTENING.search(log.read_text()), 20,
+                 "the agent to listen")
+        line = next(x for x in open(f"/proc/{p.pid}/limits") if x.startswith("Max open files"))
+        assert line.split()[3:5] == ["4096", "4096"], line
+    finally:
+        p.terminate()
+        assert p.wait(20) == 0, log.read_text()[-2000:]
