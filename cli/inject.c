@@ -231,10 +231,17 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
     m.orig_rax = (uint64_t)-1;
     if (ptrace(PTRACE_SETREGS, tid, 0, &m) != 0)
         goto fail;
+    (void)deadline; /* the thread runs one system call under our control: no deadline, and
+                       no polling (a blocking wait keeps the window the tool's death leaves
+                       to the scheduler's latency) */
     for (int step = 0; step < 2; step++) { /* syscall entry, then exit */
         int status;
-        if (ptrace(PTRACE_SYSCALL, tid, 0, 0) != 0 || wait_stop(tid, deadline, &status) != 0 ||
-            !WIFSTOPPED(status))
+        pid_t w;
+        if (ptrace(PTRACE_SYSCALL, tid, 0, 0) != 0)
+            goto fail;
+        while ((w = waitpid(tid, &status, __WALL)) < 0 && errno == EINTR)
+            ;
+        if (w != tid || !WIFSTOPPED(status))
             goto fail;
         if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
             if (step == 0 && status >> 16 == 0) /* a signal came first: it is the thread's */
