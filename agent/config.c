@@ -3,7 +3,9 @@
  * file (`memtrim agent --config JSON|FILE`), a "MemoryTrimAgent" object or the object itself,
  * CamelCase keys from one table (the server's keys named as the plugin names them: HttpBind,
  * HttpPort, AuthToken, ReadToken, HttpsCertificate, ...). Unknown keys and wrong types or
- * ranges are errors that name the key. The allow and deny lists are fnmatch globs. Pure but
+ * ranges are errors that name the key (an unknown one with the closest known key, as the
+ * plugin's parser does: common/keys.c); a token follows the plugin's rule (printable ASCII,
+ * mt_token_check). The allow and deny lists are fnmatch globs. Pure but
  * for reading the file; the loop thread, at start.
  */
 #include "agent_int.h"
@@ -16,6 +18,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "control.h"
 
 enum key_type { K_BOOL, K_INT, K_DOUBLE, K_STRING, K_GLOBS };
 
@@ -204,10 +207,22 @@ int agent_config_load(const char *text, struct agent_config *cfg, char *err, siz
             if (!strcmp(keys[i].name, v->string))
                 k = &keys[i];
         if (!k) {
-            snprintf(err, errlen, "configuration key %s: unknown", v->string);
+            const char *near = mt_closest_key(v->string, keys, sizeof keys / sizeof keys[0],
+                                              sizeof keys[0]);
+            if (near && !mt_control("agent-config-no-hint"))
+                snprintf(err, errlen, "configuration key %s is unknown: did you mean %s?",
+                         v->string, near);
+            else
+                snprintf(err, errlen, "configuration key %s: unknown", v->string);
             goto done;
         }
         if (set_key(k, v, cfg, err, errlen) != 0)
+            goto done;
+        /* a token follows the plugin's rule (an AuthToken read with its newline would be
+         * accepted and never match a request's) */
+        if ((!strcmp(k->name, "AuthToken") || !strcmp(k->name, "ReadToken")) &&
+            !mt_control("agent-token-unchecked") && /* the defect: any bytes taken */
+            mt_token_check(k->name, (const char *)cfg + k->offset, err, errlen) != 0)
             goto done;
     }
     rc = 0;

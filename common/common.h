@@ -60,6 +60,17 @@ void mt_log_limited(struct mt_log_limit *l, int level, const char *module, const
     __attribute__((format(printf, 4, 5)));
 
 /*
+ * The rules of a configuration key that every parser follows (keys.c): the offset of the
+ * first byte a bearer token may not hold (a space, a control character, a non-ASCII byte),
+ * or -1; mt_token_check: 0, or -EINVAL with err naming key and the byte. mt_closest_key: the
+ * known key nearest a mistyped one ("did you mean"), or NULL; table holds n entries of
+ * stride bytes, each starting with its name (const char *).
+ */
+long mt_token_bad_byte(const char *tok, size_t len);
+int mt_token_check(const char *key, const char *tok, char *err, size_t errlen);
+const char *mt_closest_key(const char *key, const void *table, size_t n, size_t stride);
+
+/*
  * Every JSON document is checked by mt_json_prescan (jsonscan.c) before cJSON
  * parses it: no larger than max_bytes, arrays and objects nested no deeper
  * than max_depth, counted without recursion (strings skipped). 0, or -E2BIG /

@@ -233,48 +233,9 @@ int config_key_is_runtime(const char *key)
     return k && k->runtime;
 }
 
-/* Case-insensitive edit distance, capped strings (keys are short). */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b), row[64], prev;
-    if (la >= 63 || lb >= 63)
-        return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++)
-        row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        prev = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t cur = row[j];
-            size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
-            size_t best = prev + cost;
-            if (row[j] + 1 < best)
-                best = row[j] + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            prev = cur;
-        }
-    }
-    return row[lb];
-}
-
 const char *config_closest_key(const char *key)
 {
-    const char *best = NULL;
-    size_t best_d = (size_t)-1, len = key ? strlen(key) : 0;
-    if (!key)
-        return NULL;
-    for (size_t i = 0; i < NKEYS; i++) {
-        size_t d = edit_distance(key, keys[i].name);
-        if (d < best_d) {
-            best_d = d;
-            best = keys[i].name;
-        }
-    }
-    /* Suggest only what looks like a typo, not any key at all. */
-    size_t limit = len / 3 > 2 ? len / 3 : 2;
-    return best_d <= limit ? best : NULL;
+    return mt_closest_key(key, keys, NKEYS, sizeof keys[0]);
 }
 
 static char *errf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

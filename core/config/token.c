@@ -3,7 +3,7 @@
  * scope) read from a file at start, so
  * that it never appears in a command line or an environment (both readable
  * in /proc/PID), and the rule every token follows, inline ones too
- * (config_token_check). Like ssh with a private key, a file that its group or
+ * (config_token_check, on common/keys.c's rule). Like ssh with a private key, a file that its group or
  * others may read, or that belongs to another user, is refused.
  * Runs on the thread that starts the instance; no state, no locks.
  */
@@ -49,29 +49,13 @@ static ssize_t token_read_all(int fd, char *buf, size_t size)
     return (ssize_t)total;
 }
 
-/* The offset of the first byte a bearer token may not hold (a space, a control character,
- * a non-ASCII byte: an HTTP header would carry it badly, if at all), or -1. */
-static long token_bad_byte(const char *tok, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        if ((unsigned char)tok[i] <= ' ' || (unsigned char)tok[i] >= 0x7f)
-            return (long)i;
-    return -1;
-}
-
 int config_token_check(const char *key, const char *tok, char **err)
 {
-    long at = token_bad_byte(tok, strlen(tok));
-    if (at < 0)
-        return 0;
     char buf[256];
-    snprintf(buf, sizeof(buf),
-             "configuration key %s: the token holds a space, a control character or a "
-             "non-ASCII byte (byte 0x%02x at offset %ld); a token is printable ASCII, as a "
-             "bearer token in an HTTP header must be",
-             key, (unsigned char)tok[at], at);
-    *err = mt_strdup(buf);
-    return -EINVAL;
+    int rc = mt_token_check(key, tok, buf, sizeof(buf));
+    if (rc != 0)
+        *err = mt_strdup(buf);
+    return rc;
 }
 
 /* One token file (key names it in messages) into dest[size]. */
@@ -122,7 +106,7 @@ static int token_file_read(const char *key, const char *path, char *dest, size_t
         rc = token_fail(err, -EINVAL, TOKEN_FMT("the token in '%.400s' is %s"), path, why);
         goto out;
     }
-    if (token_bad_byte(buf, (size_t)n) >= 0) {
+    if (mt_token_bad_byte(buf, (size_t)n) >= 0) {
         rc = token_fail(err, -EINVAL, TOKEN_FMT("the token in '%.400s' %s"), path,
                         "holds a space, a control character or a non-ASCII byte");
         goto out;

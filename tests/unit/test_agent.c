@@ -101,6 +101,19 @@ static void test_config(void)
     CHECK_EQ_INT(c.http.port, 9000);
     CHECK_EQ_INT(agent_config_load("{\"HttpPortt\": 1}", &c, err, sizeof err), -1);
     CHECK_CONTAINS(err, "HttpPortt");
+    CHECK_CONTAINS(err, "did you mean HttpPort?"); /* the plugin's hint, its helper */
+    CHECK_EQ_INT(agent_config_load("{\"DenyCgroup\": []}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "did you mean DenyCgroups?");
+    CHECK_EQ_INT(agent_config_load("{\"Zzzzzzzz\": 1}", &c, err, sizeof err), -1);
+    CHECK(strstr(err, "did you mean") == NULL);
+    /* a token follows the plugin's rule: one read with its newline never matches */
+    CHECK_EQ_INT(agent_config_load("{\"AuthToken\": \"s3cret\\n\"}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "AuthToken");
+    CHECK_CONTAINS(err, "0x0a");
+    CHECK_EQ_INT(agent_config_load("{\"ReadToken\": \"a b\"}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "ReadToken");
+    CHECK_EQ_INT(agent_config_load("{\"AuthToken\": \"s3cret\"}", &c, err, sizeof err), 0);
+    CHECK(!strcmp(c.http.token, "s3cret"));
     CHECK_EQ_INT(agent_config_load("{\"HttpPort\": 70000}", &c, err, sizeof err), -1);
     CHECK_CONTAINS(err, "HttpPort");
     CHECK_EQ_INT(agent_config_load("{\"HttpPort\": 1.5}", &c, err, sizeof err), -1);
