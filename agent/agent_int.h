@@ -80,7 +80,11 @@ int agent_program_allowed(const struct agent_config *cfg, const char *comm);
 struct agent_proc {
     pid_t pid;
     unsigned long long start;  /* its start time: with pid, its identity */
-    char comm[64];
+    char comm[64];             /* its Name when what it is was read (a later prctl rename
+                                * changes nothing here: it is not another program) */
+    dev_t exe_dev;             /* /proc/PID/exe's file when what it is was read: an exec */
+    ino_t exe_ino;             /* changes it, a rename does not (0, 0 unknown) */
+    uint64_t reads;            /* times what it is was read (its maps) */
     char alloc[16];            /* the command's name for its allocator */
     int memtrim_loaded;        /* libmemtrim.so / the Orthanc plugin in its maps */
     enum agent_reason reason;  /* why it is left alone (AR_NONE: a candidate) */
@@ -175,7 +179,8 @@ void agent_rescan(struct agent *a, struct agent_cgroup *cg);
 /* Re-read one cgroup's usage; full: its limits, stat and OOM kills too. */
 void agent_cgroup_read(struct agent_cgroup *cg, int full);
 /* Re-read one cgroup's processes' RssAnon; a (NULL: not) reads again what a process is when
- * its name changed (it ran another program). */
+ * it ran another program (its /proc/PID/exe is another file; a new Name alone, which any
+ * process sets with prctl(PR_SET_NAME), is not). */
 void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg);
 void agent_cgroup_free(struct agent_cgroup *cg);
 

@@ -263,6 +263,7 @@ static cJSON *cgroups_json(struct agent *a)
             agent_json_bytes(o, "anon_bytes", p->anon);
             cJSON_AddNumberToObject(o, "trims", (double)p->trims);
             cJSON_AddNumberToObject(o, "released_bytes", (double)p->released);
+            cJSON_AddNumberToObject(o, "reads", (double)p->reads);
             cJSON_AddBoolToObject(o, "unreleasable", agent_reason_unreleasable(p->reason));
             if (p->reason) {
                 cJSON_AddStringToObject(o, "reason", agent_reason_name(p->reason));

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -94,14 +95,37 @@ static int64_t proc_anon(pid_t pid, char *name, size_t namelen)
 
 static void identify(const struct agent_config *cfg, struct agent_proc *p);
 
+/* The file /proc/PID/exe names (the program it runs since its last execve): 0, or -1. */
+static int exe_identity(pid_t pid, dev_t *dev, ino_t *ino)
+{
+    char path[64];
+    struct stat st;
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    if (stat(path, &st) != 0)
+        return -1;
+    *dev = st.st_dev;
+    *ino = st.st_ino;
+    return 0;
+}
+
 void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg)
 {
     for (size_t i = 0; i < cg->nprocs; i++) {
         struct agent_proc *p = &cg->procs[i];
         char name[64];
         p->anon = proc_anon(p->pid, name, sizeof name);
-        if (a && name[0] && strcmp(name, p->comm) &&
-            !mt_control("agent-names-once")) { /* the defect: read once, at first sight */
+        if (!a || mt_control("agent-names-once")) /* the defect: read once, at first sight */
+            continue;
+        int ran_another;
+        if (mt_control("agent-reread-on-rename")) { /* the defect: any prctl rename forces it */
+            ran_another = name[0] && strcmp(name, p->comm);
+        } else {
+            dev_t dev;
+            ino_t ino;
+            ran_another = exe_identity(p->pid, &dev, &ino) == 0 && (p->exe_dev || p->exe_ino) &&
+                          (dev != p->exe_dev || ino != p->exe_ino);
+        }
+        if (ran_another) {
             /* it ran another program (execve: same pid, same start time, a new heap and
              * maps): what it is is read again, its trims kept */
             p->reason = AR_NONE;
@@ -117,6 +141,9 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
 {
     struct target t = {.pid = p->pid};
     char err[512], buf[512];
+    p->reads++;
+    if (exe_identity(p->pid, &p->exe_dev, &p->exe_ino) != 0)
+        p->exe_dev = 0, p->exe_ino = 0;
     p->anon = proc_anon(p->pid, NULL, 0);
     p->anon_after_trim = -1;
     if (target_read_status(p->pid, &t.st, err, sizeof err) != 0) {

@@ -193,3 +193,68 @@ def test_the_agent_takes_its_whole_descriptor_limit(tmp_path):
     finally:
         p.terminate()
         assert p.wait(20) == 0, log.read_text()[-2000:]
+
+
+RENAMER = r"""
+import ctypes, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+held = [b"\x01" * (24 << 20)]
+renames = 0
+go = threading.Event()
+def serve():
+    for line in sys.stdin:
+        if line.strip() == "rename":
+            go.set()
+        if line.strip() == "grow":
+            held.append(b"\x01" * (48 << 20))
+        print("renames", renames, flush=True)
+threading.Thread(target=serve, daemon=True).start()
+print("ready", flush=True)
+go.wait()
+while True:  # the main thread's Name is the process's (/proc/PID/status)
+    renames += 1
+    libc.prctl(15, ("r%d" % renames).encode(), 0, 0, 0)  # PR_SET_NAME
+"""
+
+
+def test_a_process_that_renames_itself_is_not_read_again(procs, cgroup, tmp_path):
+    """Any process may change its Name (prctl(PR_SET_NAME)) as often as it likes; that is not
+    another program. A process renaming itself in a loop, in a cgroup in the agent's zone (its
+    processes are refreshed at every decision): what it is (its maps, its learnt refusals) is
+    read once, not at each new name. The agent's refresh after the renames began is seen by
+    its RssAnon (grown after them). Control agent-reread-on-rename: keyed on the Name, it is
+    read again at every refresh."""
+    cg = cgroup(128 << 20)
+    path = "/" + cg.path.name
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [path], "ScanIntervalMs": 100,
+                                                  "DryRun": True, "PressureRatio": 0.1})
+    wait_for(lambda: path in agent.cgroups(), 20, "the agent to watch the cgroup")
+    proc = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", RENAMER]), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+
+        def view():
+            return [p for p in agent.cgroups()[path]["processes"] if p["pid"] == proc.pid]
+        # seen as the program it runs (the shell of wrap() may have been seen first: an exec)
+        first = wait_for(lambda: [p for p in view() if p["program"] == "python3"], 20,
+                         "the agent to see python3")[0]
+
+        def ask(command):
+            proc.stdin.write(command + "\n")
+            proc.stdin.flush()
+            return int(proc.stdout.readline().split()[1])
+        ask("rename")
+        before = wait_for(lambda: (n := ask("count")) >= 1000 and n, 20, "1,000 renames")
+        after = ask("grow")
+        # the agent refreshed it after it grew (and after thousands of new names)
+        last = wait_for(lambda: [p for p in view() if (p["anon_bytes"] or 0) >= 64 << 20], 30,
+                        "the agent to refresh the renaming process")[0]
+        print(f"\nrenames {before} .. {after}, reads {first['reads']} -> {last['reads']}: {last}")
+        assert after >= before >= 1000, (before, after)
+        assert last["reads"] == first["reads"], (first, last)
+        assert last["program"] == "python3", last
+        agent.stop()
+    finally:
+        proc.kill()
+        proc.wait(10)
