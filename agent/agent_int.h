@@ -63,6 +63,8 @@ struct agent_config {
     int zone_poll_ms;         /* in the zone, between decisions */
     double cpu_budget_percent; /* the trims' CPU (the commands') as a share of one core */
     int max_parallel_trims;    /* commands in flight on the node, one per cgroup at most */
+    int max_cgroups;           /* cgroups watched at most (each costs its records, one or two
+                                * descriptors and its series); those past it are counted */
     double thread_wait_s, call_wait_s; /* the command's --thread-wait and --timeout */
     char v1_root[AGENT_PATH]; /* the v1 memory hierarchy ("" none) */
     char v2_root[AGENT_PATH]; /* the v2 hierarchy ("" none) */
@@ -151,6 +153,7 @@ struct agent_stats {
     double reaction_ms_sum, reaction_ms_max;
     uint64_t reactions;
     double scan_ms_last;
+    uint64_t cgroups_unwatched;    /* limited cgroups past MaxCgroups at the last scan */
 };
 
 struct agent {
@@ -168,6 +171,8 @@ struct agent {
     struct db_agent *store; /* the history (history.c), NULL without one */
     int64_t next_sample_ns, next_retention_ns;
     uint64_t store_errors;
+    uint64_t unwatched;                  /* this scan's cgroups past MaxCgroups (scan.c) */
+    char first_unwatched[AGENT_PATH];    /* the first of them */
 };
 
 /* scan.c: walk the hierarchies; add, update and drop cgroups and their processes (takes

@@ -163,6 +163,10 @@ static void metrics(struct agent *a, FILE *f)
         }
     fprintf(f, "# HELP memtrim_agent_cgroups Cgroups with a memory limit the agent watches.\n"
                "# TYPE memtrim_agent_cgroups gauge\nmemtrim_agent_cgroups %zu\n", a->ncgroups);
+    fprintf(f, "# HELP memtrim_agent_cgroups_unwatched Cgroups with a memory limit not watched "
+               "at the last scan: past MaxCgroups.\n"
+               "# TYPE memtrim_agent_cgroups_unwatched gauge\nmemtrim_agent_cgroups_unwatched %llu\n",
+            (unsigned long long)a->stats.cgroups_unwatched);
     size_t procs = 0;
     for (size_t i = 0; i < a->ncgroups; i++)
         procs += a->cgroups[i]->nprocs;

@@ -56,6 +56,7 @@ static const struct key {
     {"ZonePollMs", K_INT, OFF(zone_poll_ms), 0, 1, 10000, 0},
     {"CpuBudgetPercent", K_DOUBLE, OFF(cpu_budget_percent), 0, 0.01, 100, 0},
     {"MaxParallelTrims", K_INT, OFF(max_parallel_trims), 0, 1, 64, 0},
+    {"MaxCgroups", K_INT, OFF(max_cgroups), 0, 1, 100000, 0},
     {"ThreadWaitSeconds", K_DOUBLE, OFF(thread_wait_s), 0, 0.001, 60, 0},
     {"CallTimeoutSeconds", K_DOUBLE, OFF(call_wait_s), 0, 0.01, 600, 0},
     {"CgroupV1Root", K_STRING, OFF(v1_root), SZ(v1_root), 0, 0, 0},
@@ -79,6 +80,7 @@ static void defaults(struct agent_config *c)
     c->zone_poll_ms = 20;
     c->cpu_budget_percent = 10;
     c->max_parallel_trims = 4;
+    c->max_cgroups = 2048;
     c->retention_hours = 168;
     c->sample_interval_s = 10;
     c->thread_wait_s = 0.5;

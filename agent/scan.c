@@ -5,7 +5,8 @@
  * applies to them is the nearest one up the path), each process's allocator and whether
  * memtrim is loaded in it, read with the command's own code (cli/target.h: the same maps
  * reading and refusals the command applies); cgroups and processes that come and go are
- * added and dropped at each scan. Runs on the agent's loop thread, which holds a->lock
+ * added and dropped at each scan, at most MaxCgroups of them (those past it are counted, not
+ * watched). Runs on the agent's loop thread, which holds a->lock
  * (agent.c) around every call here: HTTP readers see a scan whole or not at all.
  */
 #include "agent_int.h"
@@ -278,11 +279,21 @@ static void walk(struct agent *a, int version, const char *root, const char *pat
     int64_t high = depth && version == 2 ? read_num(dir, "memory.high") : -1;
     if (limit > 0 || high > 0) {
         struct agent_cgroup *cg = find_cgroup(a, version, path);
-        if (!cg)
-            cg = add_cgroup(a, version, path, dir);
-        if (cg) {
-            cg->seen = 1;
-            owner = cg;
+        if (!cg && a->ncgroups >= (size_t)a->cfg.max_cgroups &&
+            !mt_control("agent-cgroups-uncapped")) { /* the defect: no bound */
+            /* Past MaxCgroups: not watched (no record, descriptor or series), counted and
+             * reported by agent_scan. Its processes are nobody's: the limit that applies to
+             * them is its own, not a watched ancestor's. */
+            if (!a->unwatched++)
+                snprintf(a->first_unwatched, sizeof a->first_unwatched, "%s", path);
+            owner = NULL;
+        } else {
+            if (!cg)
+                cg = add_cgroup(a, version, path, dir);
+            if (cg) {
+                cg->seen = 1;
+                owner = cg;
+            }
         }
     }
     if (owner && owner->allowed) /* a denied cgroup is listed, its processes never read */
@@ -323,9 +334,13 @@ static int is_cgroup2(const char *root)
     return root[0] && statfs(root, &s) == 0 && s.f_type == CGROUP2_SUPER_MAGIC;
 }
 
+/* The cgroups past MaxCgroups, a line at most every 10 minutes (their count is a metric). */
+static struct mt_log_limit unwatched_log = MT_LOG_LIMIT_INIT(600 * MT_SEC, 1);
+
 void agent_scan(struct agent *a)
 {
     int64_t t0 = mt_mono_ns();
+    a->unwatched = 0;
     for (size_t i = 0; i < a->ncgroups; i++) {
         a->cgroups[i]->seen = 0;
         for (size_t j = 0; j < a->cgroups[i]->nprocs; j++)
@@ -353,6 +368,12 @@ void agent_scan(struct agent *a)
         a->cgroups[k++] = cg;
     }
     a->ncgroups = k;
+    a->stats.cgroups_unwatched = a->unwatched;
+    if (a->unwatched)
+        mt_log_limited(&unwatched_log, MT_LOG_WARNING, "agent",
+                       "%llu cgroups with a memory limit are not watched: the agent watches "
+                       "MaxCgroups (%d) already (the first: %s)", (unsigned long long)a->unwatched, a->cfg.max_cgroups,
+                       a->first_unwatched);
     a->stats.scans++;
     a->stats.scan_ms_last = (double)(mt_mono_ns() - t0) / 1e6;
 }

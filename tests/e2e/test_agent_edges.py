@@ -258,3 +258,77 @@ def test_a_process_that_renames_itself_is_not_read_again(procs, cgroup, tmp_path
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_the_agent_watches_at_most_max_cgroups(procs, cgroup, tmp_path):
+    """A local user with a delegated cgroup subtree can make thousands of limited cgroups, each
+    of which would cost the agent its records, one or two descriptors and its series, until the
+    agent passes its own MemoryMax. It watches MaxCgroups at most (here 4); the others are not
+    watched, counted (memtrim_agent_cgroups_unwatched) and logged, once a while (not at each
+    scan). 24 then 64 limited cgroups under the agent's root: 4 watched both times, no more
+    descriptors than 4 cgroups' wake-ups, the same series. Control agent-cgroups-uncapped:
+    every one is watched."""
+    cap = 4
+    parent = cgroup(1 << 30)
+    none = str(tmp_path / "no-cgroups")
+    roots = ({"CgroupV1Root": str(parent.path), "CgroupV2Root": none} if parent.version == 1 else
+             {"CgroupV1Root": none, "CgroupV2Root": str(parent.path)})
+    if parent.version == 2:
+        (parent.path / "cgroup.subtree_control").write_text("+memory")
+    agent = Agent(procs, tmp_path / "agent.log", {"MaxCgroups": cap, "ScanIntervalMs": 100, **roots})
+    pid = agent.proc.proc.pid
+    children = []
+
+    def make(n):
+        for _ in range(n):
+            child = parent.path / f"c{len(children)}"
+            child.mkdir()
+            children.append(child)
+            limit = "memory.limit_in_bytes" if parent.version == 1 else "memory.max"
+            (child / limit).write_text(str(64 << 20))
+
+    def scans():
+        return agent.value("memtrim_agent_scans_total")
+
+    def fds():
+        agent.cgroups()  # the same state of the server as each count (no request in flight)
+        return len(os.listdir(f"/proc/{pid}/fd"))
+
+    def series():
+        return sorted(line.rsplit(" ", 1)[0] for line in agent.get("/metrics").splitlines()
+                      if 'cgroup="' in line)
+
+    def rss():
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(next(x for x in status.splitlines() if x.startswith("VmRSS:")).split()[1])
+    try:
+        s0 = scans()
+        wait_for(lambda: scans() >= s0 + 2, 20, "two scans")
+        base = fds()
+        make(6 * cap)
+        def counted():  # every limited cgroup watched or counted unwatched, at one scan
+            n = agent.value("memtrim_agent_cgroups_unwatched")
+            return len(children) == len(agent.cgroups()) + n and [n]
+        assert wait_for(counted, 20, "every cgroup seen") == [5 * cap]
+        first = (fds(), series(), rss())
+        assert len(agent.cgroups()) == cap, sorted(agent.cgroups())
+        make(10 * cap)
+        assert wait_for(counted, 20, "every cgroup seen") == [15 * cap]
+        s1 = scans()
+        wait_for(lambda: scans() >= s1 + 10, 30, "ten scans more")
+        second = (fds(), series(), rss())
+        watched = agent.cgroups()
+        print(f"\n{len(children)} limited cgroups, {len(watched)} watched; descriptors {base} at "
+              f"rest, {first[0]} with {len(children) - 10 * cap}, {second[0]} with {len(children)}; "
+              f"VmRSS {first[2]} then {second[2]} kB")
+        assert len(watched) == cap, sorted(watched)
+        assert base <= first[0] <= base + 2 * cap, (base, first[0])
+        assert second[0] == first[0], (first[0], second[0])
+        assert second[1] == first[1]  # the same series: one set per watched cgroup
+        lines = [x for x in agent.output().splitlines() if "are not watched" in x]
+        assert len(lines) == 1, lines  # once, not at each of the scans since
+        assert f"MaxCgroups ({cap})" in lines[0], lines[0]
+        agent.stop()
+    finally:
+        for child in reversed(children):
+            child.rmdir()

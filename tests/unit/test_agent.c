@@ -85,6 +85,12 @@ static void test_config(void)
     CHECK_EQ_INT(c.http.port, 8044);
     CHECK(!strcmp(c.http.bind, "127.0.0.1"));
     CHECK(c.pressure_ratio > 0.79 && c.pressure_ratio < 0.81);
+    CHECK_EQ_INT(c.max_cgroups, 2048); /* 200 pods and their containers, twice over */
+    CHECK_EQ_INT(agent_config_load("{\"MaxCgroups\": 0}", &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "MaxCgroups");
+    CHECK_EQ_INT(agent_config_load("{\"MaxCgroups\": 100001}", &c, err, sizeof err), -1);
+    CHECK_EQ_INT(agent_config_load("{\"MaxCgroups\": 4}", &c, err, sizeof err), 0);
+    CHECK_EQ_INT(c.max_cgroups, 4);
     CHECK_EQ_INT(agent_config_load("{\"MemoryTrimAgent\": {\"HttpPort\": 0, \"DryRun\": true, "
                                    "\"AllowCgroups\": [\"/kubepods*\"], \"DenyCgroups\": "
                                    "[\"*besteffort*\"], \"DenyPrograms\": [\"postgres*\"]}}",
