@@ -172,6 +172,8 @@ struct agent {
     int64_t next_sample_ns, next_retention_ns;
     uint64_t store_errors;
     uint64_t unwatched;                  /* this scan's cgroups past MaxCgroups (scan.c) */
+    size_t ndenied;                      /* watched cgroups the lists deny (scan.c; counted
+                                          * again at each scan) */
     char first_unwatched[AGENT_PATH];    /* the first of them */
 };
 

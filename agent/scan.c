@@ -261,6 +261,7 @@ static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char 
     agent_cgroup_read(cg, 1);
     cg->oom_kills_at_near = cg->oom_kills;
     a->cgroups[a->ncgroups++] = cg;
+    a->ndenied += !cg->allowed;
     if (agent_watch_arm(a, cg) != 0)
         mt_log(MT_LOG_INFO, "agent", "cgroup %s: no kernel wake-up, polled", path);
     mt_log(MT_LOG_INFO, "agent", "watching cgroup %s (v%d, %s, limit %lld)%s", path, version,
@@ -279,7 +280,12 @@ static void walk(struct agent *a, int version, const char *root, const char *pat
     int64_t high = depth && version == 2 ? read_num(dir, "memory.high") : -1;
     if (limit > 0 || high > 0) {
         struct agent_cgroup *cg = find_cgroup(a, version, path);
-        if (!cg && a->ncgroups >= (size_t)a->cfg.max_cgroups &&
+        /* A cgroup the lists deny is only listed: it takes half of the room at most, so that
+         * one a user makes outside AllowCgroups never keeps an allowed one out. */
+        int denied = !cg && !agent_cgroup_allowed(&a->cfg, path) &&
+                     !mt_control("agent-denied-fill") && /* the defect: denied ones fill it */
+                     a->ndenied >= (size_t)a->cfg.max_cgroups / 2;
+        if (!cg && (a->ncgroups >= (size_t)a->cfg.max_cgroups || denied) &&
             !mt_control("agent-cgroups-uncapped")) { /* the defect: no bound */
             /* Past MaxCgroups: not watched (no record, descriptor or series), counted and
              * reported by agent_scan. Its processes are nobody's: the limit that applies to
@@ -341,7 +347,9 @@ void agent_scan(struct agent *a)
 {
     int64_t t0 = mt_mono_ns();
     a->unwatched = 0;
+    a->ndenied = 0;
     for (size_t i = 0; i < a->ncgroups; i++) {
+        a->ndenied += !a->cgroups[i]->allowed;
         a->cgroups[i]->seen = 0;
         for (size_t j = 0; j < a->cgroups[i]->nprocs; j++)
             a->cgroups[i]->procs[j].seen = 0;

@@ -260,6 +260,32 @@ def test_a_process_that_renames_itself_is_not_read_again(procs, cgroup, tmp_path
         proc.wait(10)
 
 
+class Subtree:
+    """A limited cgroup whose directory is the agent's only hierarchy (CgroupV1Root or
+    CgroupV2Root, the other one absent: `roots`), and limited children made in it by name."""
+
+    def __init__(self, cgroup, tmp_path):
+        self.parent = cgroup(1 << 30)
+        none = str(tmp_path / "no-cgroups")
+        self.roots = ({"CgroupV1Root": str(self.parent.path), "CgroupV2Root": none}
+                      if self.parent.version == 1 else
+                      {"CgroupV1Root": none, "CgroupV2Root": str(self.parent.path)})
+        if self.parent.version == 2:
+            (self.parent.path / "cgroup.subtree_control").write_text("+memory")
+        self.children = []
+
+    def make(self, name):
+        child = self.parent.path / name
+        child.mkdir()
+        self.children.append(child)
+        limit = "memory.limit_in_bytes" if self.parent.version == 1 else "memory.max"
+        (child / limit).write_text(str(64 << 20))
+
+    def remove(self):
+        for child in reversed(self.children):
+            child.rmdir()
+
+
 def test_the_agent_watches_at_most_max_cgroups(procs, cgroup, tmp_path):
     """A local user with a delegated cgroup subtree can make thousands of limited cgroups, each
     of which would cost the agent its records, one or two descriptors and its series, until the
@@ -269,23 +295,15 @@ def test_the_agent_watches_at_most_max_cgroups(procs, cgroup, tmp_path):
     descriptors than 4 cgroups' wake-ups, the same series. Control agent-cgroups-uncapped:
     every one is watched."""
     cap = 4
-    parent = cgroup(1 << 30)
-    none = str(tmp_path / "no-cgroups")
-    roots = ({"CgroupV1Root": str(parent.path), "CgroupV2Root": none} if parent.version == 1 else
-             {"CgroupV1Root": none, "CgroupV2Root": str(parent.path)})
-    if parent.version == 2:
-        (parent.path / "cgroup.subtree_control").write_text("+memory")
-    agent = Agent(procs, tmp_path / "agent.log", {"MaxCgroups": cap, "ScanIntervalMs": 100, **roots})
+    tree = Subtree(cgroup, tmp_path)
+    children = tree.children
+    agent = Agent(procs, tmp_path / "agent.log",
+                  {"MaxCgroups": cap, "ScanIntervalMs": 100, **tree.roots})
     pid = agent.proc.proc.pid
-    children = []
 
     def make(n):
         for _ in range(n):
-            child = parent.path / f"c{len(children)}"
-            child.mkdir()
-            children.append(child)
-            limit = "memory.limit_in_bytes" if parent.version == 1 else "memory.max"
-            (child / limit).write_text(str(64 << 20))
+            tree.make(f"c{len(children)}")
 
     def scans():
         return agent.value("memtrim_agent_scans_total")
@@ -330,5 +348,35 @@ def test_the_agent_watches_at_most_max_cgroups(procs, cgroup, tmp_path):
         assert f"MaxCgroups ({cap})" in lines[0], lines[0]
         agent.stop()
     finally:
-        for child in reversed(children):
-            child.rmdir()
+        tree.remove()
+
+
+def test_cgroups_the_lists_deny_never_keep_an_allowed_one_out(procs, cgroup, tmp_path):
+    """A denied cgroup is only listed (no wake-up, no process read), and takes half of
+    MaxCgroups at most: a user who makes cgroups outside AllowCgroups first cannot keep the
+    allowed ones that come after out. MaxCgroups 4, AllowCgroups /a*: 8 denied cgroups, then 2
+    allowed ones: the 2 allowed and 2 denied are watched, 6 denied counted unwatched. Control
+    agent-denied-fill: the denied ones fill the room and the allowed ones are not watched."""
+    tree = Subtree(cgroup, tmp_path)
+    children = tree.children
+    agent = Agent(procs, tmp_path / "agent.log", {"MaxCgroups": 4, "ScanIntervalMs": 100,
+                                                  "AllowCgroups": ["/a*"], **tree.roots})
+    make = tree.make
+
+    def counted():
+        n = agent.value("memtrim_agent_cgroups_unwatched")
+        return len(children) == len(agent.cgroups()) + n and [n]
+    try:
+        for i in range(8):
+            make(f"d{i}")
+        assert wait_for(counted, 20, "every denied cgroup seen") == [6]
+        for i in range(2):
+            make(f"a{i}")
+        assert wait_for(counted, 20, "every cgroup seen") == [6]
+        watched = agent.cgroups()
+        print(f"\nwatched: {sorted(watched)}")
+        assert sorted(c for c in watched if watched[c]["allowed"]) == ["/a0", "/a1"], watched
+        assert len(watched) == 4, sorted(watched)
+        agent.stop()
+    finally:
+        tree.remove()
