@@ -103,17 +103,23 @@ static void pause_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* Waits for tid's next stop; its status, or -1 at the deadline / on an error. */
+/* Waits for tid's next stop; its status, or -1 at the deadline (errno ETIMEDOUT) / on an
+ * error. The deadline is read before the last look: a tool that was itself late (stopped with
+ * its watchdog, starved of CPU, under valgrind) sees a stop that came meanwhile instead of
+ * failing on time it did not give the thread. */
 static int wait_stop(pid_t tid, double deadline, int *status)
 {
     for (;;) {
+        int late = now_s() > deadline;
         pid_t r = waitpid(tid, status, __WALL | WNOHANG);
         if (r == tid)
             return 0;
         if (r < 0 && errno != EINTR)
             return -1;
-        if (now_s() > deadline)
+        if (late || (mt_control("cmd-map-deadline") && now_s() > deadline)) {
+            errno = ETIMEDOUT;
             return -1;
+        }
         pause_us(20);
     }
 }
@@ -231,17 +237,29 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
     m.orig_rax = (uint64_t)-1;
     if (ptrace(PTRACE_SETREGS, tid, 0, &m) != 0)
         goto fail;
-    (void)deadline; /* the thread runs one system call under our control: no deadline, and
-                       no polling (a blocking wait keeps the window the tool's death leaves
-                       to the scheduler's latency) */
+    /* the thread runs one system call under our control: no deadline, and no polling (a
+     * blocking wait keeps the window the tool's death leaves to the scheduler's latency). The
+     * old path (control cmd-map-deadline) polled within the attempt's second: a tool that was
+     * late before it let the thread go (valgrind at load 20: 'could not map a page in thread
+     * N: File exists', errno left from lock.c) gave up on a thread on its way to its stop and
+     * left it, in no stop, with our mmap's registers and every signal blocked. */
     for (int step = 0; step < 2; step++) { /* syscall entry, then exit */
         int status;
-        pid_t w;
+        pid_t w = tid;
         if (ptrace(PTRACE_SYSCALL, tid, 0, 0) != 0)
             goto fail;
-        while ((w = waitpid(tid, &status, __WALL)) < 0 && errno == EINTR)
-            ;
-        if (w != tid || !WIFSTOPPED(status))
+        if (mt_control("cmd-map-deadline")) {
+            if (wait_stop(tid, deadline, &status) != 0)
+                goto fail;
+        } else {
+            while ((w = waitpid(tid, &status, __WALL)) < 0 && errno == EINTR)
+                ;
+        }
+        if (w == tid && !WIFSTOPPED(status)) {
+            snprintf(err, errlen, "thread %d exited", (int)tid);
+            return 0;
+        }
+        if (w != tid)
             goto fail;
         if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
             if (step == 0 && status >> 16 == 0) /* a signal came first: it is the thread's */
@@ -604,6 +622,10 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
             return INJECT_FAILED;
         }
     }
+    /* the loop's last look may be older than the clone (the tool late: stopped, starved): read
+     * again in the stop, or a call under way would be reported as never made */
+    if (!old && !cloned && !mt_control("cmd-map-deadline"))
+        mem_read(pid, page + TR_CLONE_RET, &cloned, 8);
     give_back(a, page, s);
     *away = now_s() - t1;
     if (!old && cloned <= 0) {
