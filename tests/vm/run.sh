@@ -10,7 +10,7 @@
 # with PATH, HOME, LANG and every MEMTRIM_* variable of the caller. Its output (and the
 # guest kernel's messages) is printed as it comes; the serial console is also kept in
 # RUNDIR/console.log. Exit code: COMMAND's, or 124 when the VM ran over its time (default
-# MEMTRIM_VM_TIMEOUT or 1500 s; qemu is killed then), or 125 when the VM did not run it.
+# MEMTRIM_VM_TIMEOUT or 3600 s, a hang guard; qemu is killed then), or 125 when the VM did not run it.
 #   MEMTRIM_VM_DIR   cache and run directories (default build/vm of the repository)
 #   MEMTRIM_VM_KEEP  set: keep RUNDIR after the run
 # KVM is not used: on the development machine it does not boot this kernel; TCG does (about
@@ -19,7 +19,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 mem=3072
-timeout_s=${MEMTRIM_VM_TIMEOUT:-1500}
+timeout_s=${MEMTRIM_VM_TIMEOUT:-3600}
 while [ $# -gt 0 ]; do
   case $1 in
     -m) mem=$2; shift 2 ;;
