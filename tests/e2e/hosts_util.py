@@ -159,6 +159,17 @@ def read_to_close(sock):
         data += chunk
 
 
+def wait_store(api, timeout=30):
+    """The host at api (http://...) answers and its store has opened, or failed: it opens in
+    the background after start, and the history routes answer 503 store_unavailable ("the
+    store is opening", openapi.yaml) until then. The state /healthz gives."""
+    def opened():
+        state = requests.get(api + "/healthz", timeout=10).json()["database"]
+        return state != "opening" and state
+    return wait_for(opened, timeout, "the store to open (or fail)",
+                    retry_on=(requests.RequestException,))
+
+
 def http_ok(url):
     try:
         return requests.get(url, timeout=2).status_code == 200

@@ -21,7 +21,7 @@ import requests
 from wait import group_trim
 from survival_util import control, pairs
 from hosts_util import (build_file, cgroup, channels, children_of, free_port, http_ok,  # noqa: F401
-                        pid_alive, preload_env, procs, wait_for)
+                        pid_alive, preload_env, procs, wait_for, wait_store)
 
 PYTHON = "/usr/bin/python3"
 
@@ -39,7 +39,10 @@ def fd_count(pid):
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
-def start_prefork(procs, tmp_path, args, config=None, name="prefork", wrap=None):
+def start_prefork(procs, tmp_path, args, config=None, name="prefork", wrap=None, store=True):
+    """memtrim-prefork preloaded with memtrim on a free port; (its Proc, its API's base URL).
+    With store, once the master's API answers and its store has opened (hosts_util.wait_store:
+    the history routes answer 503 until then); without, at once (the survival runs)."""
     port = free_port()
     cfg = {"HttpPort": port, "FollowFork": True, "Database": str(tmp_path / "m.sqlite"),
            "SampleIntervalSeconds": 1}
@@ -51,7 +54,10 @@ def start_prefork(procs, tmp_path, args, config=None, name="prefork", wrap=None)
         p = procs(cmd, tmp_path / f"{name}.log")
     else:
         p = procs(cmd, tmp_path / f"{name}.log", env=preload_env(cfg))
-    return p, f"http://127.0.0.1:{port}"
+    api = f"http://127.0.0.1:{port}"
+    if store:
+        wait_store(api)
+    return p, api
 
 
 def forked(p):
@@ -390,7 +396,8 @@ def prefork_runner(procs, tmp_path, args, timeout=240, config=None):
         d = tmp_path / f"{mode}-{k + 1}"
         d.mkdir()
         if mode == "group":
-            p, _ = start_prefork(procs, d, args, config=config or {}, name=mode, wrap=cg.wrap)
+            p, _ = start_prefork(procs, d, args, config=config or {}, name=mode, wrap=cg.wrap,
+                                 store=False)
         else:
             extra = ["--trim-after"] if mode == "trim-after" else []
             p = procs(cg.wrap([build_file("memtrim-prefork")] + args + extra), d / f"{mode}.log")
