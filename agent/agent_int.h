@@ -47,6 +47,8 @@ int agent_reason_unreleasable(enum agent_reason r);
 struct agent_config {
     struct server_options http;
     int http_enabled;
+    char auth_token_file[AGENT_PATH]; /* AuthTokenFile / ReadTokenFile: read into http at load */
+    char read_token_file[AGENT_PATH];
     char allow[AGENT_GLOBS][AGENT_PATH]; /* cgroup globs (fnmatch on the path); none = all */
     int nallow;
     char deny[AGENT_GLOBS][AGENT_PATH];

@@ -5,7 +5,7 @@
  * HttpPort, AuthToken, ReadToken, HttpsCertificate, ...). Unknown keys and wrong types or
  * ranges are errors that name the key (an unknown one with the closest known key, as the
  * plugin's parser does: common/keys.c); a token follows the plugin's rule (printable ASCII,
- * mt_token_check). The allow and deny lists are fnmatch globs. Pure but
+ * mt_token_check), inline or read from AuthTokenFile / ReadTokenFile (mt_token_file_read). The allow and deny lists are fnmatch globs. Pure but
  * for reading the file; the loop thread, at start.
  */
 #include "agent_int.h"
@@ -38,6 +38,8 @@ static const struct key {
     {"HttpThreads", K_INT, OFF(http.threads), 0, 1, 16, 0},
     {"AuthToken", K_STRING, OFF(http.token), SZ(http.token), 0, 0, 0},
     {"ReadToken", K_STRING, OFF(http.read_token), SZ(http.read_token), 0, 0, 0},
+    {"AuthTokenFile", K_STRING, OFF(auth_token_file), SZ(auth_token_file), 0, 0, 0},
+    {"ReadTokenFile", K_STRING, OFF(read_token_file), SZ(read_token_file), 0, 0, 0},
     {"ReadRequiresAuth", K_BOOL, OFF(http.read_requires_auth), 0, 0, 1, 0},
     {"AllowUnauthenticatedRemote", K_BOOL, OFF(http.allow_unauthenticated_remote), 0, 0, 1, 0},
     {"HttpsCertificate", K_STRING, OFF(http.tls_cert), SZ(http.tls_cert), 0, 0, 0},
@@ -168,6 +170,30 @@ static char *read_file(const char *path, char *err, size_t errlen)
     return buf;
 }
 
+/* AuthTokenFile and ReadTokenFile (the plugin's keys and rules, common/keys.c): a token from a
+ * file its user alone may read (a Kubernetes Secret mounted with defaultMode 0400), never on a
+ * command line or in a ConfigMap. Not beside the inline key; the two tokens differ. */
+static int read_token_files(struct agent_config *c, char *err, size_t errlen)
+{
+    if ((c->auth_token_file[0] && c->http.token[0]) || (c->read_token_file[0] && c->http.read_token[0])) {
+        snprintf(err, errlen, "configuration key %s: not with %s (one or the other)",
+                 c->auth_token_file[0] && c->http.token[0] ? "AuthTokenFile" : "ReadTokenFile",
+                 c->auth_token_file[0] && c->http.token[0] ? "AuthToken" : "ReadToken");
+        return -1;
+    }
+    if (mt_token_file_read("AuthTokenFile", c->auth_token_file, c->http.token,
+                           sizeof c->http.token, err, errlen) != 0 ||
+        mt_token_file_read("ReadTokenFile", c->read_token_file, c->http.read_token,
+                           sizeof c->http.read_token, err, errlen) != 0)
+        return -1;
+    if (c->http.read_token[0] && !strcmp(c->http.read_token, c->http.token)) {
+        snprintf(err, errlen, "configuration keys ReadToken and AuthToken: the two tokens are the "
+                 "same; give them different values");
+        return -1;
+    }
+    return 0;
+}
+
 int agent_config_load(const char *text, struct agent_config *cfg, char *err, size_t errlen)
 {
     defaults(cfg);
@@ -227,7 +253,7 @@ int agent_config_load(const char *text, struct agent_config *cfg, char *err, siz
             mt_token_check(k->name, (const char *)cfg + k->offset, err, errlen) != 0)
             goto done;
     }
-    rc = 0;
+    rc = read_token_files(cfg, err, errlen);
 done:
     cJSON_Delete(root);
     free(owned);

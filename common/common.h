@@ -69,6 +69,12 @@ void mt_log_limited(struct mt_log_limit *l, int level, const char *module, const
 long mt_token_bad_byte(const char *tok, size_t len);
 int mt_token_check(const char *key, const char *tok, char *err, size_t errlen);
 const char *mt_closest_key(const char *key, const void *table, size_t n, size_t stride);
+/* A bearer token read from its file (AuthTokenFile, ReadTokenFile; key names it in err) into
+ * dest[size]: refused unless a regular file of the process's user (or root) that its group
+ * and others cannot read, of at most 4 KiB, holding one token (trailing blanks cut) that
+ * mt_token_bad_byte accepts. path "" reads nothing. 0, or a negative errno with err set. */
+int mt_token_file_read(const char *key, const char *path, char *dest, size_t size, char *err,
+                       size_t errlen);
 
 /*
  * Every JSON document is checked by mt_json_prescan (jsonscan.c) before cJSON

@@ -31,6 +31,22 @@ def privilege_table():
     return rows
 
 
+# The ConfigMap as it was before the Secret (control agent-daemonset-open): every read open to
+# whoever reaches the pod.
+OPEN_CONFIG = {"HttpBind": "0.0.0.0", "HttpPort": 8044, "AllowUnauthenticatedRemote": True,
+               "CgroupV1Root": "/host/sys/fs/cgroup/memory", "CgroupV2Root": "/host/sys/fs/cgroup",
+               "AllowCgroups": ["/kubepods*"], "Database": "/var/lib/memtrim/agent.sqlite"}
+
+
+def agent_config():
+    """The ConfigMap's MemoryTrimAgent object (under control agent-daemonset-open: the open one)."""
+    import json
+    if os.environ.get("MEMTRIM_CONTROL") == "agent-daemonset-open":
+        return dict(OPEN_CONFIG)
+    cm = next(d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d.get("kind") == "ConfigMap")
+    return json.loads(cm["data"]["agent.json"])["MemoryTrimAgent"]
+
+
 def manifest_privileges():
     """The privileges the DaemonSet's pod takes, in the table's words."""
     docs = list(yaml.safe_load_all(MANIFEST.read_text()))
@@ -59,6 +75,15 @@ def manifest_privileges():
         v = volumes[m["name"]]
         if "hostPath" in v:
             taken.add(f"hostPath {v['hostPath']['path']}" + ("" if m.get("readOnly") else " (read-write)"))
+        if "secret" in v:
+            taken.add(f"Secret {v['secret']['secretName']}" +
+                      (" (read-only)" if m.get("readOnly") else " (read-write)"))
+    # the port: on the pod's address without a token is a privilege given to every client
+    agent = agent_config()
+    if agent.get("HttpBind", "127.0.0.1") not in ("127.0.0.1", "::1", "localhost") and \
+            (agent.get("AllowUnauthenticatedRemote") or
+             not (agent.get("AuthToken") or agent.get("AuthTokenFile"))):
+        taken.add("a port open without a token")
     if sc.get("seccompProfile", {}).get("type") == "Unconfined":
         taken.add("seccomp Unconfined")
     return pod, c, taken
@@ -161,27 +186,63 @@ def test_the_unit_verifies(tmp_path):
     assert r.returncode == 0 and not complaints, out
 
 
-def test_the_daemonsets_configuration_starts_the_agent(tmp_path):
-    """The ConfigMap's agent.json, as the pod reads it (its port made ephemeral, its cgroup
-    roots absent here): the agent starts, listens on every address and answers /healthz."""
+def test_the_daemonsets_configuration_asks_for_its_token(tmp_path):
+    """The ConfigMap's agent.json as the pod reads it (its port made ephemeral, its cgroup roots
+    absent here, its AuthTokenFile a file like the Secret's mount: root's, 0400): the agent
+    listens on every address; /healthz, the probe's path (a probe cannot send a Secret, and the
+    manifest's sends no header), answers without the token; every read route asks for it
+    (401), and answers with it. The token lies on a read-only Secret mount, mode 0400.
+    Control agent-daemonset-open: the ConfigMap as it was (AllowUnauthenticatedRemote, no
+    token): /metrics answers anyone."""
     import json
+    import urllib.error
     import urllib.request
     from hosts_util import build_file
-    cm = next(d for d in yaml.safe_load_all(MANIFEST.read_text()) if d and d.get("kind") == "ConfigMap")
-    cfg = json.loads(cm["data"]["agent.json"])
-    cfg["MemoryTrimAgent"]["HttpPort"] = 0
+    pod, c, _ = manifest_privileges()
+    probe = c["livenessProbe"]["httpGet"]
+    assert not probe.get("httpHeaders"), "a probe's header is in the manifest, in clear"
+    cfg = agent_config()
+    assert not cfg.get("AuthToken") and not cfg.get("ReadToken"), "a token in a ConfigMap"
+    token_path = cfg.get("AuthTokenFile") or cfg.get("ReadTokenFile")
+    if token_path:
+        mount = next(m for m in c["volumeMounts"] if token_path.startswith(m["mountPath"].rstrip("/") + "/"))
+        vol = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert mount.get("readOnly") and "secret" in vol and vol["secret"]["defaultMode"] == 0o400, (mount, vol)
+        assert not vol["secret"].get("optional"), "the pod must not start without its token"
+        token = "t0ken-" + os.urandom(12).hex()
+        f = tmp_path / "token"
+        f.write_text(token + "\n")
+        f.chmod(0o400)
+        cfg["AuthTokenFile" if cfg.get("AuthTokenFile") else "ReadTokenFile"] = str(f)
+    else:
+        token = None
+    cfg["HttpPort"] = 0
+    cfg["Database"] = str(tmp_path / "agent.sqlite")
     log = tmp_path / "agent.log"
     with open(log, "w") as out:
-        p = subprocess.Popen([str(build_file("memtrim")), "agent", "--config", json.dumps(cfg)],
-                             stdout=out, stderr=subprocess.STDOUT)
+        p = subprocess.Popen([str(build_file("memtrim")), "agent", "--config",
+                              json.dumps({"MemoryTrimAgent": cfg})], stdout=out, stderr=subprocess.STDOUT)
+
+    def status(path, tok=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     headers={"Authorization": f"Bearer {tok}"} if tok else {})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                r.read()
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
     try:
         from wait import wait_for
         addr = wait_for(lambda: p.poll() is None and re.search(r"listening on (\S+)", log.read_text()),
                         20, "the agent to listen").group(1)
         assert addr.startswith("0.0.0.0:"), addr
         port = addr.rsplit(":", 1)[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
-            assert json.loads(r.read())["status"] == "ok"
+        assert status(probe["path"]) == 200
+        for path in ("/metrics", "/agent/cgroups", "/agent/history"):
+            assert status(path) == 401, f"{path} answers without the token"
+            assert status(path, "wrong") == 401
+            assert status(path, token) == 200, path
     finally:
         p.terminate()
         assert p.wait(20) == 0, log.read_text()[-2000:]

@@ -208,10 +208,51 @@ static void test_decide(void)
     CHECK(agent_reason_unreleasable(AR_STATIC) && !agent_reason_unreleasable(AR_NO_THREAD));
 }
 
+/* AuthTokenFile / ReadTokenFile (the DaemonSet's Secret): the token read from a file its user
+ * alone may read, never beside the inline key, the two tokens different. */
+static void test_token_files(void)
+{
+    struct agent_config c;
+    char err[1024], dir[] = "/tmp/test_agent_tokXXXXXX", path[64], path2[64], json[256];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/token", dir);
+    snprintf(path2, sizeof path2, "%s/read", dir);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("s3cret-from-a-file\n", f);
+    fclose(f);
+    f = fopen(path2, "w");
+    fputs("s3cret-from-a-file\n", f);
+    fclose(f);
+    CHECK_EQ_INT(chmod(path, 0644), 0);
+    snprintf(json, sizeof json, "{\"AuthTokenFile\": \"%s\"}", path);
+    CHECK_EQ_INT(agent_config_load(json, &c, err, sizeof err), -1); /* others may read it */
+    CHECK_CONTAINS(err, "AuthTokenFile");
+    CHECK_CONTAINS(err, "0644");
+    CHECK_EQ_INT(chmod(path, 0400), 0);
+    CHECK_EQ_INT(agent_config_load(json, &c, err, sizeof err), 0);
+    CHECK(!strcmp(c.http.token, "s3cret-from-a-file")); /* its newline cut */
+    snprintf(json, sizeof json, "{\"AuthTokenFile\": \"%s\", \"AuthToken\": \"x\"}", path);
+    CHECK_EQ_INT(agent_config_load(json, &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "not with AuthToken");
+    CHECK_EQ_INT(chmod(path2, 0600), 0);
+    snprintf(json, sizeof json, "{\"AuthTokenFile\": \"%s\", \"ReadTokenFile\": \"%s\"}", path,
+             path2);
+    CHECK_EQ_INT(agent_config_load(json, &c, err, sizeof err), -1); /* the same token twice */
+    CHECK_CONTAINS(err, "the same");
+    snprintf(json, sizeof json, "{\"AuthTokenFile\": \"%s/none\"}", dir);
+    CHECK_EQ_INT(agent_config_load(json, &c, err, sizeof err), -1);
+    CHECK_CONTAINS(err, "cannot open");
+    unlink(path);
+    unlink(path2);
+    rmdir(dir);
+}
+
 int main(void)
 {
     RUN(test_kinds);
     RUN(test_config);
+    RUN(test_token_files);
     RUN(test_decide);
     return harness_end();
 }
