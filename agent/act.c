@@ -24,12 +24,14 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "control.h"
 
 extern char **environ;
 
 static const char *const reason_names[AR_COUNT] = {
     "none", "musl", "static", "runtime_allocator", "seccomp", "kernel_refused", "no_safe_thread",
-    "timeout", "failed", "gives_nothing", "denied", "memtrim_loaded"};
+    "timeout", "failed", "gives_nothing", "denied", "memtrim_loaded", "api_unreachable",
+    "api_refused"};
 
 const char *agent_reason_name(enum agent_reason r)
 {
@@ -55,7 +57,11 @@ enum agent_reason agent_reason_of(const char *code, const char *message)
         return AR_NO_THREAD;
     if (!strcmp(code, "timeout"))
         return AR_TIMEOUT;
-    return AR_FAILED;
+    if (!strcmp(code, "api_unreachable")) /* its memtrim's API (ask.c): left alone, never */
+        return AR_API_UNREACHABLE;        /* trimmed from outside */
+    if (!strcmp(code, "api_refused"))
+        return AR_API_REFUSED;
+    return AR_FAILED; /* api_busy, api_failed among them: it stays a member */
 }
 
 /* Starts argv with its stdout into a pipe (*out_fd, non-blocking); the child's pid or -errno. */
@@ -162,6 +168,10 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
     snprintf(cw, sizeof cw, "%g", a->cfg.call_wait_s);
     char *argv[] = {a->self_exe, "trim", pid, "--json", "--start-time", start, "--thread-wait", tw,
                     "--timeout", cw, NULL};
+    /* A process where memtrim is loaded is asked through its own API, never trimmed from
+     * outside (ask.c); the same child, pipe and answer. */
+    char *ask[] = {a->self_exe, "agent", "--ask", pid, "--start-time", start, "--timeout", cw, NULL};
+    int asking = p->memtrim_loaded && !mt_control("agent-inject-loaded"); /* the defect: injected */
     t->ev_kind = AGENT_EV_TRIM;
     t->cg = cg;
     t->pid = p->pid;
@@ -170,7 +180,7 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
     /* the command keeps its own deadlines; past them and 10 s more, it is ended (its own
      * death at any instant is one of the command's tested cases) */
     t->deadline = t->t0 + (int64_t)((a->cfg.thread_wait_s + a->cfg.call_wait_s + 10) * 1e9);
-    t->child = spawn(argv, &t->out_fd);
+    t->child = spawn(asking ? ask : argv, &t->out_fd);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = t};
     if (t->child < 0 || epoll_ctl(a->epfd, EPOLL_CTL_ADD, t->out_fd, &ev) != 0) {
         int e = t->child < 0 ? (int)-t->child : errno;
@@ -222,10 +232,11 @@ static void finish(struct agent *a, struct agent_trim *t)
     }
     agent_history_trim(a, cg, p, released, now - t->t0, cpu);
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
-           "CPU)%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
+           "CPU)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
            p->reason ? "not trimmed," : "released", (long long)released,
-           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, p->reason ? ": " : "",
-           p->reason ? p->why : "");
+           (double)(now - t->t0) / 1e6, (double)cpu / 1e6,
+           strstr(t->buf, "\"via\":\"api\"") ? ", asked through its memtrim's API" : "",
+           p->reason ? ": " : "", p->reason ? p->why : "");
     cg->busy = NULL;
     a->trims_in_flight--;
     free(t);

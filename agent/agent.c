@@ -221,6 +221,35 @@ static void loop(struct agent *a, int sigfd)
     }
 }
 
+/* `memtrim agent --ask PID --start-time T [--timeout S]`: the child the agent runs to ask a
+ * process where memtrim is loaded through its own API (ask.c). */
+static int ask_main(int argc, char **argv)
+{
+    char *end;
+    long pid = argc >= 3 ? strtol(argv[2], &end, 10) : 0;
+    unsigned long long start = 0;
+    double timeout = 10;
+    if (argc < 3 || *end || pid <= 0 || pid > INT32_MAX) {
+        fprintf(stderr, "memtrim agent --ask: a pid wanted\n");
+        return 1;
+    }
+    for (int i = 3; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--start-time")) {
+            start = strtoull(argv[i + 1], &end, 10);
+        } else if (!strcmp(argv[i], "--timeout")) {
+            timeout = strtod(argv[i + 1], &end);
+        } else {
+            fprintf(stderr, "memtrim agent --ask: unknown argument '%s'\n", argv[i]);
+            return 1;
+        }
+        if (*end || !(timeout > 0 && timeout <= 600)) {
+            fprintf(stderr, "memtrim agent --ask: '%s' is not a number in range\n", argv[i + 1]);
+            return 1;
+        }
+    }
+    return agent_ask((pid_t)pid, start, timeout);
+}
+
 /* --once: the cgroups found, as GET /agent/cgroups answers (api.c). */
 char *agent_cgroups_json(struct agent *a);
 
@@ -228,6 +257,8 @@ int agent_main(int argc, char **argv)
 {
     const char *config = NULL;
     int dry_run = 0, once = 0;
+    if (argc >= 2 && !strcmp(argv[1], "--ask")) /* the agent's own child (act.c, ask.c) */
+        return ask_main(argc, argv);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc) {
             config = argv[++i];

@@ -38,7 +38,7 @@ const char *agent_kind_name(enum agent_kind k);
 /* ---- why a process is not trimmed (refusals by reason) -------------------------------- */
 enum agent_reason { AR_NONE, AR_MUSL, AR_STATIC, AR_RUNTIME, AR_SECCOMP, AR_KERNEL, AR_NO_THREAD,
                     AR_TIMEOUT, AR_FAILED, AR_GIVES_NOTHING, AR_DENIED, AR_MEMTRIM_LOADED,
-                    AR_COUNT };
+                    AR_API_UNREACHABLE, AR_API_REFUSED, AR_COUNT };
 const char *agent_reason_name(enum agent_reason r);
 /* 1 for the reasons that make a process "unreleasable" (the agent leaves it alone). */
 int agent_reason_unreleasable(enum agent_reason r);
@@ -210,6 +210,11 @@ void agent_trim_expire(struct agent *a, struct agent_cgroup *cg, int64_t now);
 void agent_trim_abandon(struct agent *a, struct agent_cgroup *cg);
 /* The command's error code and message into a reason. */
 enum agent_reason agent_reason_of(const char *code, const char *message);
+
+/* ask.c: `memtrim agent --ask PID --start-time T`, the child that asks a process where memtrim
+ * is loaded to trim through its own API (found from its listening sockets); prints one JSON
+ * answer in the command's shape; its exit code. */
+int agent_ask(pid_t pid, unsigned long long start, double timeout_s);
 
 /* decide.c (pure): the agent's side of the one pressure decision over a cgroup's members. */
 /* The bytes the cgroup aims under: the lower of limit and memory.high (-1 none). */

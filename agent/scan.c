@@ -163,9 +163,8 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
         p->reason = AR_DENIED;
         snprintf(p->why, sizeof p->why, "program '%s' is denied by the configuration", p->comm);
     } else if (p->memtrim_loaded) {
-        p->reason = AR_MEMTRIM_LOADED; /* its own memtrim trims it, under the same limit */
-        snprintf(p->why, sizeof p->why, "memtrim is loaded in process %d: it trims itself",
-                 (int)p->pid);
+        /* a member like any other, asked through its own API (act.c, ask.c), never trimmed
+         * from outside; its allocator is its memtrim's business */
     } else if (found != 0) {
         p->reason = t.alloc == ALLOC_MUSL ? AR_MUSL : t.alloc == ALLOC_STATIC ? AR_STATIC
                   : t.alloc == MT_ALLOC_glibc ? AR_FAILED : AR_RUNTIME;

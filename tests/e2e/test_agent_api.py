@@ -1,0 +1,138 @@
+"""The node agent and a process where memtrim is loaded (issue 39): "a process where memtrim is
+loaded is asked through its own API or socket; the others are trimmed from outside".
+
+Two unmodified programs in one limited cgroup (the demo's fragmenting workload without its own
+engine): one with libmemtrim.so preloaded (its API on a loopback port inside a network
+namespace of its own, as a container's, or on a unix socket), one plain. `memtrim agent`
+beside them with idle trims every second (so that the test does not wait for pressure): the
+plain one is trimmed from outside (the command), the preloaded one is asked through its API
+(`memtrim agent --ask`, agent/ask.c): its own /metrics count the agent's trims as its manual
+ones, one for each trim the agent counts of it. A preloaded process whose API cannot be
+reached (HttpEnabled false) is reported ("api_unreachable") and never trimmed from outside,
+while the plain one beside it is.
+
+Control agent-inject-loaded: the agent trims a memtrim-loaded process from outside, as any
+other (its own count of manual trims stays 0; the unreachable one is trimmed).
+"""
+import http.client
+import json
+import re
+import socket
+import subprocess
+
+import pytest
+
+from agent_util import Agent
+from hosts_util import API_LINE, build_file, cgroup, procs  # noqa: F401
+from wait import wait_for
+
+LIMIT = 400 << 20
+DEMO = ["--no-memtrim", "--workers", "4", "--study-mb", "20", "--keep-percent", "2",
+        "--concurrency", "1", "--pause-ms", "100", "--studies", "100000", "--canary"]
+
+
+def demo(env=None, wrap_net=False):
+    cmd = ["/usr/bin/env", *[f"{k}={v}" for k, v in (env or {}).items()],
+           str(build_file("memtrim-demo")), *DEMO]
+    if wrap_net:  # a network namespace of its own, its loopback up, as a container's
+        cmd = ["/usr/bin/unshare", "--net", "/bin/sh", "-c", 'ip link set lo up && exec "$@"',
+               "netns", *cmd]
+    return cmd
+
+
+def preload(config):
+    return {"LD_PRELOAD": str(build_file("libmemtrim.so")),
+            "MEMTRIM_CONFIG": json.dumps(dict({"Database": ""}, **config))}
+
+
+class UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=10)
+        self.path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(self.path)
+
+
+def manual_trims(pid, api):
+    """memtrim_trims_total{trigger="manual"} of the host's own /metrics: api is a unix socket's
+    path, or a port on its loopback in its network namespace (read from there by nsenter)."""
+    if api.startswith("/"):
+        c = UnixHTTP(api)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+    else:
+        text = subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "/usr/bin/python3", "-c",
+                               "import sys, urllib.request; sys.stdout.write(urllib.request."
+                               f"urlopen('http://127.0.0.1:{api}/metrics', timeout=10).read().decode())"],
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+    m = re.search(r'^memtrim_trims_total\{trigger="manual"\} (\d+)', text, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def agent_beside(procs, cg, tmp_path):
+    path = "/" + cg.path.name
+    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [path], "ScanIntervalMs": 200,
+                                                  "IdleTrims": True, "IdleIntervalSeconds": 1})
+    wait_for(lambda: path in agent.cgroups(), 20, "the agent to watch the cgroup")
+    return agent, path
+
+
+def view_of(agent, path, pid):
+    return next((p for p in agent.cgroups()[path]["processes"] if p["pid"] == pid), None)
+
+
+@pytest.mark.parametrize("where", ["netns", "unix"])
+def test_a_process_with_memtrim_is_asked_through_its_api(procs, cgroup, tmp_path, where):
+    cg = cgroup(LIMIT)
+    agent, path = agent_beside(procs, cg, tmp_path)
+    if where == "unix":
+        sock = tmp_path / "api" / "memtrim.sock"
+        sock.parent.mkdir(mode=0o700)
+        cfg = {"HttpBind": f"unix:{sock}"}
+    else:
+        cfg = {"HttpPort": 0}
+    host = procs(cg.wrap(demo(preload(cfg), wrap_net=where == "netns")), tmp_path / "host.log")
+    plain = procs(cg.wrap(demo()), tmp_path / "plain.log")
+    api = str(sock) if where == "unix" else wait_for(lambda: (m := API_LINE.search(host.output()))
+                                                     and m.group(1), 30, "the host's API line")
+    wait_for(lambda: sock.exists() if where == "unix" else True, 30, "the host's socket")
+
+    def both_trimmed():
+        h, p = view_of(agent, path, host.pid), view_of(agent, path, plain.pid)
+        return h and p and h["trims"] >= 3 and p["trims"] >= 1 and (h, p)
+    h, p = wait_for(both_trimmed, 60, "the agent to trim both processes (3 asks of the host)")
+    asked = manual_trims(host.pid, api)
+    log = agent.output()
+    print(f"\n{where}: the host: {h['trims']} trims by the agent, {asked} manual trims by its own "
+          f"memtrim, {h['released_bytes'] >> 20} MiB; the plain one: {p['trims']} trims, "
+          f"{p['released_bytes'] >> 20} MiB, load {open('/proc/loadavg').read().split()[0]}")
+    assert h["memtrim_loaded"] and not p["memtrim_loaded"], (h, p)
+    # every trim the agent counts of the host was its own memtrim's, through its API (the
+    # count read after the view: the agent may have asked once more since)
+    assert asked >= h["trims"], (asked, h, log[-3000:])
+    assert host.running() and plain.running()
+    agent.stop()
+
+
+def test_a_process_whose_api_cannot_be_reached_is_reported_and_left_alone(procs, cgroup, tmp_path):
+    cg = cgroup(LIMIT)
+    agent, path = agent_beside(procs, cg, tmp_path)
+    host = procs(cg.wrap(demo(preload({"HttpEnabled": False}))), tmp_path / "host.log")
+    plain = procs(cg.wrap(demo()), tmp_path / "plain.log")
+
+    def reported():
+        h, p = view_of(agent, path, host.pid), view_of(agent, path, plain.pid)
+        return h and p and h.get("reason") == "api_unreachable" and p["trims"] >= 2 and (h, p)
+    h, p = wait_for(reported, 60, "the host reported api_unreachable, the plain one trimmed twice")
+    print(f"\nthe unreachable host: {h['reason']}: {h['why']}; the plain one: {p['trims']} trims")
+    assert h["trims"] == 0 and h["released_bytes"] == 0, h
+    assert "trimmed from outside" in h["why"] and not h["unreleasable"], h
+    metrics = agent.get("/metrics")
+    assert re.search(rf'memtrim_agent_refusals_total\{{cgroup="{re.escape(path)}".*reason="api_unreachable"\}} 1$',
+                     metrics, re.M), metrics
+    assert host.running()
+    agent.stop()
