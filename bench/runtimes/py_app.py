@@ -2,7 +2,9 @@
 standard library's ThreadingHTTPServer (a thread per connection). GET /work?mb=N builds N MB of
 bytes objects of 1-64 KB (above pymalloc's 512 bytes: each one glibc's malloc, written so it
 is resident), keeps 1 in 50 in a ring of RING entries shared by every thread (what a cache
-keeps: it pins pages all over the arenas) and frees the rest; GET /ping answers at once.
+keeps: it pins pages all over the arenas) and frees the rest; GET /big?mb=N builds one object of
+N MB (mmap'd by glibc, outside the arenas: what a report or an upload takes at once), written
+whole, and frees it; GET /ping answers at once.
 Usage: python3 py_app.py PORT_FILE"""
 import random
 import sys
@@ -38,6 +40,11 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/work":
             mb = int(parse_qs(url.query).get("mb", ["16"])[0])
             body = str(work(max(1, min(mb, 256)))).encode()
+        elif url.path == "/big":
+            mb = int(parse_qs(url.query).get("mb", ["16"])[0])
+            big = b"x" * (max(1, min(mb, 1024)) << 20)
+            body = str(len(big)).encode()
+            del big
         elif url.path == "/ping":
             body = b"pong"
         else:
