@@ -561,7 +561,7 @@ static void give_back(struct attempt *a, uint64_t page, const struct saved *s)
  * in its process, once glibc's pthread_create has made it multi-threaded), it is interrupted
  * and given back. INJECT_OK, or the failure with err set; the thread is released either way
  * (or stays seized for good: inject_left_seized). */
-static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, double *away)
+static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, double *released)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
     struct user_regs_struct jump = s->regs;
@@ -610,7 +610,7 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
     }
     if (mt_control("cmd-self-restore")) { /* the old design: the thread restores itself */
         ptrace(PTRACE_DETACH, tid, 0, 0);
-        *away = now_s() - t1;
+        *released = now_s();
         return INJECT_OK;
     }
     int group = 0;
@@ -627,7 +627,7 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
     if (!old && !cloned && !mt_control("cmd-map-deadline"))
         mem_read(pid, page + TR_CLONE_RET, &cloned, 8);
     give_back(a, page, s);
-    *away = now_s() - t1;
+    *released = now_s();
     if (!old && cloned <= 0) {
         snprintf(a->err, a->errlen, "thread %d could not start memtrim's thread in process %d "
                  "(clone: %s): it is back in its system call, nothing was called", (int)tid,
@@ -697,7 +697,7 @@ static int wait_call(struct attempt *a, uint64_t page, double released)
 static int try_thread(struct attempt *a, const struct pick *p)
 {
     static struct saved s;
-    double t0 = now_s(), away = 0;
+    double t0 = now_s(), released = 0;
     a->pick = p;
     a->c->new_page = 0;
     watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
@@ -735,15 +735,15 @@ static int try_thread(struct attempt *a, const struct pick *p)
     }
     if (page && rc == INJECT_OK) {
         watch_target(a->t->pid, p->tid, page); /* the tool's death: the watchdog gives it back */
-        rc = run_taken(a, page, &s, &away);
+        rc = run_taken(a, page, &s, &released);
     }
     watch_hold(0);
     if (rc != INJECT_OK)
         return rc;
     a->c->tid = p->tid;
-    a->c->stopped_s = away;
+    a->c->stopped_s = released - t0; /* from before its seize: the whole stop, page made */
     snprintf(a->c->syscall, sizeof a->c->syscall, "%s", target_syscall_name(p->nr));
-    return wait_call(a, page, t0 + away);
+    return wait_call(a, page, released);
 }
 
 int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)

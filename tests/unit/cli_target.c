@@ -10,8 +10,9 @@
  *   --read-in-handler       the main thread reads stdin inside a SIGUSR1 handler (raised by
  *                           itself) and exits when the read returns; no command is read
  * Commands on stdin (the main thread reads it: a read the tool may interrupt), one a line:
- * "reset" clears the gaps, "report" prints one JSON line, "cutsleep" installs a SIGUSR2
- * handler without SA_RESTART (and says the sleeper's tid), "quit" exits 0.
+ * "reset" clears the gaps, "report" prints one JSON line (the longest gap and when it began,
+ * CLOCK_MONOTONIC), "cutsleep" installs a SIGUSR2 handler without SA_RESTART (and says the
+ * sleeper's tid), "quit" exits 0.
  * A block found changed counts as corrupt; glibc aborts on a damaged heap by itself.
  */
 #include <errno.h>
@@ -31,6 +32,7 @@
 
 static atomic_long iterations, corrupt, early_sleeps, sleeps, usr1;
 static atomic_llong gap_ns[MAX_CHURN];
+static atomic_llong gap_at[MAX_CHURN]; /* when each churner's longest gap began */
 static atomic_int reset_gen;
 static atomic_int sleeper_tid;
 static int hold_pipe[2];
@@ -92,8 +94,10 @@ static void *churner(void *arg)
             gen = g;
             last = t;
         }
-        if (t - last > atomic_load_explicit(&gap_ns[id], memory_order_relaxed))
+        if (t - last > atomic_load_explicit(&gap_ns[id], memory_order_relaxed)) {
             atomic_store_explicit(&gap_ns[id], t - last, memory_order_relaxed);
+            atomic_store_explicit(&gap_at[id], last, memory_order_relaxed);
+        }
         last = t;
     }
     return NULL;
@@ -193,13 +197,17 @@ int main(int argc, char **argv)
             atomic_fetch_add(&reset_gen, 1);
             printf("ok\n");
         } else if (!strncmp(line, "report", 6)) {
-            long long max = 0;
+            long long max = 0, at = 0;
             for (int i = 0; i < churn; i++)
-                if (atomic_load(&gap_ns[i]) > max)
+                if (atomic_load(&gap_ns[i]) > max) {
                     max = atomic_load(&gap_ns[i]);
+                    at = atomic_load(&gap_at[i]);
+                }
             printf("{\"iterations\": %ld, \"corrupt\": %ld, \"max_gap_seconds\": %.6f, "
+                   "\"max_gap_at_seconds\": %.6f, "
                    "\"sleeps\": %ld, \"early_sleeps\": %ld, \"usr1\": %ld}\n",
                    atomic_load(&iterations), atomic_load(&corrupt), (double)max / 1e9,
+                   (double)at / 1e9,
                    atomic_load(&sleeps), atomic_load(&early_sleeps), atomic_load(&usr1));
         } else if (!strncmp(line, "cutsleep", 8)) {
             /* a handler without SA_RESTART: the next signal cuts the sleeper's sleep short */
