@@ -4,15 +4,18 @@
  * kernel however the tool ends:
  *   - the target's own /proc/PID/mem: opening it needs the kernel's ptrace access to the
  *     process (root, or its own uid while it is dumpable), which is exactly who may act on
- *     it; it belongs to that process (a reused pid is another directory). Every tool takes it
- *     when the target is one a user other than root may act on;
- *   - for a tool running as root, /run/memtrim-command/inject-PID-START (a root-owned
+ *     it; it belongs to that process (a reused pid is another directory). Every tool takes
+ *     it: it is the one lock every memtrim can reach, a root tool on the host and the node
+ *     agent's in a pod whose root filesystem (and /run) is read-only alike;
+ *   - for a tool running as root, first, /run/memtrim-command/inject-PID-START (a root-owned
  *     directory no one else may write, made 0700; not /run/memtrim, which a service's
- *     RuntimeDirectory or a pod's emptyDir may own; START is the process's start time, so the name is that process's): root's
- *     tools against each other, and the only lock of a target no other user may act on (a
- *     descriptor of /proc/PID/mem opened before the process became setuid still holds its
- *     flock: such a target never waits on that one). Where /run is missing or read-only
- *     (a container's root), /proc/PID/mem's lock alone.
+ *     RuntimeDirectory or a pod's emptyDir may own; START is the process's start time, so
+ *     the name is that process's): root's tools against each other, in that order. Where
+ *     /run is missing or read-only (a container's root), /proc/PID/mem's lock alone, which
+ *     still excludes the host's tools, since they take it too. A descriptor of
+ *     /proc/PID/mem that a user opened before the process became setuid still holds its
+ *     flock: such a process's trims wait and give up (exit 4, nothing done); it cannot be
+ *     harmed by it, and two memtrims in one process at once could.
  * The file under /run is unlinked by its holder before the lock is dropped; a waiter checks
  * that the file it locked is still the one named; a killed holder's file is swept by a later
  * tool once its process is gone (sweep_stale). The tool's one thread.
@@ -193,7 +196,10 @@ int target_lock_take(struct target_lock *l, const struct target *t, double deadl
         return l->sock < 0 ? 1 : 0;
     }
     int r = geteuid() == 0 ? run_lock(l, t, deadline, err, errlen) : -2;
-    if (r == -2 || (r == 0 && others_may_act(&t->st))) { /* -2: no LOCK_DIR here */
+    /* -2: no LOCK_DIR here. The defect (agent-lock-run-only): root's tool with a LOCK_DIR takes
+     * the mem lock only for a target other users may act on, so a tool that has no LOCK_DIR
+     * (the agent's in a pod) and one on the host both act on a root process at once. */
+    if (r == -2 || (r == 0 && (!mt_control("agent-lock-run-only") || others_may_act(&t->st)))) {
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/mem", (int)t->pid);
         l->mem = open(path, O_RDONLY | O_CLOEXEC);

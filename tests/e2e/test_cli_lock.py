@@ -161,3 +161,51 @@ def test_a_killed_tools_lock_file_is_swept():
         assert sorted(r.stdout.split()) == sorted(["other-file", live]), r.stdout
     finally:
         end(target)
+
+
+def mem_flocked(pid):
+    """Whether a flock is held on pid's /proc/PID/mem (its inode in /proc/locks)."""
+    ino = os.stat(f"/proc/{pid}/mem").st_ino
+    return any(f":{ino} " in line and "FLOCK" in line for line in open("/proc/locks"))
+
+
+def test_a_tool_with_a_read_only_run_and_the_hosts_exclude_each_other():
+    """The node agent's commands in a pod (a read-only root: no /run/memtrim-command) take the
+    flock on /proc/PID/mem alone; a root tool on the host takes its /run lock, and the mem
+    lock too, so the two never act on one process at once (issue 39). The host's tool held in
+    flight on a root process with no thread it may take (a spinning python3: it waits its
+    --thread-wait, holding its locks): the mem lock is held, and a tool whose /run is a
+    read-only tmpfs (a mount namespace of its own) waits and gives up (exit 4); then a test-held
+    mem lock makes the host's tool give up too. Control agent-lock-run-only (root's tool takes
+    the /run lock alone for a root process): no mem lock, and the pod's tool goes in."""
+    from wait import wait_for
+    spin = subprocess.Popen(["/usr/bin/python3", "-c", "while True: pass"])
+    host = None
+    try:
+        wait_for(lambda: os.path.exists(f"/proc/{spin.pid}/stat"), 10, "the spinner")
+        run_file = f"/run/memtrim-command/inject-{spin.pid}-{start_time(spin.pid)}"
+        host = subprocess.Popen([str(TOOL), "trim", str(spin.pid), "--json", "--thread-wait", "6"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: os.path.exists(run_file) or host.poll() is not None, 20,
+                 "the host's tool to take its /run lock")
+        assert host.poll() is None, host.communicate()
+        assert wait_for(lambda: mem_flocked(spin.pid) or host.poll() is not None, 3,
+                        "the host's tool to hold /proc/PID/mem's lock too") is True
+        pod = subprocess.run(["/usr/bin/unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+                              "mount -t tmpfs -o ro none /run && exec \"$0\" \"$@\"", str(TOOL),
+                              "trim", str(spin.pid), "--json", "--thread-wait", "0.5"],
+                             capture_output=True, text=True, timeout=60)
+        assert host.poll() is None, "the host's tool ended before the pod's was refused"
+        assert pod.returncode == 4 and "another memtrim is acting" in pod.stderr, \
+            (pod.returncode, pod.stderr)
+        out, err = host.communicate(timeout=60)
+        # the other way: a mem lock held as the pod's tool holds it stops the host's tool
+        fd = os.open(f"/proc/{spin.pid}/mem", os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            rc, out, err = trim(spin.pid)
+            assert rc == 4 and "another memtrim is acting" in err, (rc, err)
+        finally:
+            os.close(fd)
+    finally:
+        end(*(p for p in (host, spin) if p))
