@@ -88,6 +88,8 @@ struct agent_proc {
                                 * changes nothing here: it is not another program) */
     dev_t exe_dev;             /* /proc/PID/exe's file when what it is was read: an exec */
     ino_t exe_ino;             /* changes it, a rename does not (0, 0 unknown) */
+    uint64_t image;            /* its image's stack addresses then (exec_mark): an exec of the
+                                * same file changes them too (0 unknown) */
     uint64_t reads;            /* times what it is was read (its maps) */
     char alloc[16];            /* the command's name for its allocator */
     int memtrim_loaded;        /* libmemtrim.so / the Orthanc plugin in its maps */
@@ -192,6 +194,8 @@ void agent_cgroup_read(struct agent_cgroup *cg, int full);
  * process sets with prctl(PR_SET_NAME), is not). */
 void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg);
 void agent_cgroup_free(struct agent_cgroup *cg);
+/* /proc/PID/file's text into buf[size] (cut, NUL-terminated): 0, or -1. */
+int agent_proc_read(pid_t pid, const char *file, char *buf, size_t size);
 
 /* watch.c: the kernel's wake-ups for one cgroup (v1 threshold, v2 PSI and memory.events),
  * registered in a->epfd with the cgroup as the event's data; 0, or -errno (then polled). */

@@ -308,9 +308,8 @@ out:
 /* The last field of NSpid in pid's status: its pid as it sees itself (0 unknown). */
 static long own_pid(pid_t pid)
 {
-    char path[64], text[4096];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
-    if (mt_read_small(path, text, sizeof text) <= 0)
+    char text[4096];
+    if (agent_proc_read(pid, "status", text, sizeof text) != 0)
         return 0;
     const char *p = strstr(text, "\nNSpid:");
     if (!p)

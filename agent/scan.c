@@ -77,6 +77,13 @@ void agent_cgroup_read(struct agent_cgroup *cg, int full)
     }
 }
 
+int agent_proc_read(pid_t pid, const char *file, char *buf, size_t size)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+    return mt_read_small(path, buf, size) > 0 ? 0 : -1;
+}
+
 /* RssAnon from /proc/PID/status (-1 unknown); name (when not NULL): its Name field. */
 static int64_t proc_anon(pid_t pid, char *name, size_t namelen)
 {
@@ -109,6 +116,37 @@ static int exe_identity(pid_t pid, dev_t *dev, ino_t *ino)
     return 0;
 }
 
+/* Its image's mark: the start of its stack, of its arguments and of its environment
+ * (/proc/PID/stat's startstack, arg_start, env_start), which each execve places anew, at
+ * random (ASLR): a process that runs its own file again (a server's re-exec on upgrade or
+ * reload) keeps its pid, start time and /proc/PID/exe, and is another image with another heap.
+ * 0 unknown (a process without ASLR re-executing the same file with the same arguments and
+ * environment keeps it: it is then taken for the same one). */
+static uint64_t exec_mark(pid_t pid)
+{
+    char text[2048];
+    if (agent_proc_read(pid, "stat", text, sizeof text) != 0)
+        return 0;
+    const char *p = strrchr(text, ')');
+    if (!p || !p[1])
+        return 0;
+    uint64_t mark = 1469598103934665603ULL; /* FNV-1a over the three fields */
+    p += 2;                                 /* ") " */
+    p += strcspn(p, " ");                   /* field 3 (the state, a letter) */
+    int field = 4;
+    for (; *p && field <= 50; field++) {
+        char *end;
+        unsigned long long v = strtoull(p, &end, 10); /* the fields after it are numbers */
+        if (end == p)
+            return 0;
+        if (field == 28 || field == 48 || field == 50) /* startstack, arg_start, env_start */
+            for (int b = 0; b < 8; b++)
+                mark = (mark ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ULL;
+        p = end;
+    }
+    return field > 50 ? mark : 0;
+}
+
 void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg)
 {
     for (size_t i = 0; i < cg->nprocs; i++) {
@@ -125,13 +163,19 @@ void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg)
             ino_t ino;
             ran_another = exe_identity(p->pid, &dev, &ino) == 0 && (p->exe_dev || p->exe_ino) &&
                           (dev != p->exe_dev || ino != p->exe_ino);
+            uint64_t image = mt_control("agent-exec-same-file") ? 0 /* the defect: exe alone */
+                                                                 : exec_mark(p->pid);
+            ran_another |= image && p->image && image != p->image; /* the same file again */
         }
         if (ran_another) {
-            /* it ran another program (execve: same pid, same start time, a new heap and
-             * maps): what it is is read again, its trims kept */
+            /* it ran a program again (execve: same pid, same start time, a new image, heap
+             * and maps; another file or the same): what it is is read again, what was learnt
+             * of the old image (its refusals, what its trims gave back) dropped, its trim
+             * counts kept */
             p->reason = AR_NONE;
             p->why[0] = 0;
             p->zero_trims = 0;
+            p->last_released = 0;
             identify(&a->cfg, p);
         }
     }
@@ -145,6 +189,7 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
     p->reads++;
     if (exe_identity(p->pid, &p->exe_dev, &p->exe_ino) != 0)
         p->exe_dev = 0, p->exe_ino = 0;
+    p->image = exec_mark(p->pid);
     p->anon = proc_anon(p->pid, NULL, 0);
     p->anon_after_trim = -1;
     if (target_read_status(p->pid, &t.st, err, sizeof err) != 0) {

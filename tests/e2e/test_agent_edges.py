@@ -195,6 +195,18 @@ def test_the_agent_takes_its_whole_descriptor_limit(tmp_path):
         assert p.wait(20) == 0, log.read_text()[-2000:]
 
 
+def python_beside_an_agent(procs, cg, tmp_path, script, config):
+    """An agent on cg alone (scanning every 100 ms, with config) and a python3 running script in
+    cg, its stdin and stdout pipes: (agent, the cgroup's path, the process)."""
+    path = "/" + cg.path.name
+    agent = Agent(procs, tmp_path / "agent.log", dict({"AllowCgroups": [path], "ScanIntervalMs": 100},
+                                                      **config))
+    wait_for(lambda: path in agent.cgroups(), 20, "the agent to watch the cgroup")
+    proc = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", script]), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    return agent, path, proc
+
+
 RENAMER = r"""
 import ctypes, sys, threading
 libc = ctypes.CDLL(None, use_errno=True)
@@ -224,13 +236,8 @@ def test_a_process_that_renames_itself_is_not_read_again(procs, cgroup, tmp_path
     read once, not at each new name. The agent's refresh after the renames began is seen by
     its RssAnon (grown after them). Control agent-reread-on-rename: keyed on the Name, it is
     read again at every refresh."""
-    cg = cgroup(128 << 20)
-    path = "/" + cg.path.name
-    agent = Agent(procs, tmp_path / "agent.log", {"AllowCgroups": [path], "ScanIntervalMs": 100,
-                                                  "DryRun": True, "PressureRatio": 0.1})
-    wait_for(lambda: path in agent.cgroups(), 20, "the agent to watch the cgroup")
-    proc = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", RENAMER]), stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    agent, path, proc = python_beside_an_agent(procs, cgroup(128 << 20), tmp_path, RENAMER,
+                                               {"DryRun": True, "PressureRatio": 0.1})
     try:
         assert proc.stdout.readline().strip() == "ready"
 
@@ -380,3 +387,57 @@ def test_cgroups_the_lists_deny_never_keep_an_allowed_one_out(procs, cgroup, tmp
         agent.stop()
     finally:
         tree.remove()
+
+
+REEXEC = r"""
+import os, sys
+held = []
+print("ready", os.getpid(), flush=True)
+for line in sys.stdin:
+    if line.strip() == "grow":  # live memory: a trim gives nothing of it back
+        held.append(b"\x01" * (24 << 20))
+    if line.strip() == "exec":  # the same file again (a server's re-exec on reload)
+        os.execv(sys.executable, sys.orig_argv)
+    print("ok", flush=True)
+"""
+
+
+def test_a_process_that_runs_its_own_file_again_is_forgotten(procs, cgroup, tmp_path):
+    """A process that runs its own program again (execve of the same file: the same pid, start
+    time and /proc/PID/exe, a new image and heap) is another one to the agent: what it learnt
+    of the old image, here 'gives_nothing' (three trims that gave back nothing while it grew
+    by live memory), is dropped, and it is read again. Idle trims every second (the cgroup is
+    far from its limit). Control agent-exec-same-file (keyed on the file alone): the refusal
+    stays."""
+    agent, path, proc = python_beside_an_agent(procs, cgroup(512 << 20), tmp_path, REEXEC,
+                                               {"IdleTrims": True, "IdleIntervalSeconds": 1})
+
+    def view():
+        return next((p for p in agent.cgroups()[path]["processes"] if p["pid"] == proc.pid), None)
+
+    def say(command):
+        proc.stdin.write(command + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() in ("ok", f"ready {proc.pid}")
+    try:
+        assert proc.stdout.readline().split()[0] == "ready"
+        wait_for(lambda: (v := view()) and v["program"] == "python3", 20, "the agent to see python3")
+        for n in range(1, 4):  # three trims, each after a growth of live memory
+            say("grow")
+            wait_for(lambda: (v := view()) and (v["trims"] >= n or v.get("reason")), 30,
+                     f"trim {n}")
+        learnt = wait_for(lambda: (v := view()) and v.get("reason") and v, 30, "the refusal")
+        assert learnt["reason"] == "gives_nothing", learnt
+        proc.stdin.write("exec\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split() == ["ready", str(proc.pid)]  # the same pid
+        again = wait_for(lambda: (v := view()) and v["reads"] > learnt["reads"] and v, 20,
+                         "the agent to read the re-executed process again")
+        print(f"\nlearnt: {learnt['reason']} after {learnt['trims']} trims, reads "
+              f"{learnt['reads']}; after its exec: reads {again['reads']}, reason "
+              f"{again.get('reason')}")
+        assert again.get("reason") is None, again
+        agent.stop()
+    finally:
+        proc.kill()
+        proc.wait(10)
