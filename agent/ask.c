@@ -31,8 +31,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -193,6 +195,31 @@ static int wait_fd(int fd, short events, int64_t deadline)
 }
 
 /*
+ * A path of the process's, opened as the process would resolve it and never beyond: under
+ * its root (/proc/PID/root) with RESOLVE_IN_ROOT, so that its absolute symbolic links and
+ * ".." stay inside it (a plain open through /proc/PID/root follows an absolute link from the
+ * agent's own root: a container's MEMTRIM_CONFIG pointing at a link to a host file would have
+ * the agent read that file, and send its first word as a token); a relative one under its
+ * cwd with RESOLVE_BENEATH. No magic link. The descriptor, or -errno (-ENOSYS before 5.6).
+ */
+static int their_open(pid_t pid, const char *name, int flags)
+{
+    char base[64];
+    snprintf(base, sizeof base, "/proc/%d/%s", (int)pid, name[0] == '/' ? "root" : "cwd");
+    int dir = open(base, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0)
+        return -errno;
+    struct open_how how = {.flags = (uint64_t)(flags | O_CLOEXEC | (flags & O_PATH ? 0 : O_NOCTTY)),
+                           .resolve = RESOLVE_NO_MAGICLINKS |
+                                      (name[0] == '/' ? RESOLVE_IN_ROOT : RESOLVE_BENEATH)};
+    const char *rel = name[0] == '/' ? name + 1 : name;
+    long fd = syscall(SYS_openat2, dir, rel[0] ? rel : ".", &how, sizeof how);
+    int e = errno;
+    close(dir);
+    return fd < 0 ? -e : (int)fd;
+}
+
+/*
  * A unix socket's address under the process's root: its directory opened (O_PATH, *dirfd)
  * through /proc/PID/root and the socket named through that descriptor, so that a path longer
  * than sun_path's 108 bytes with the prefix still connects. 0, or -errno.
@@ -200,13 +227,12 @@ static int wait_fd(int fd, short events, int64_t deadline)
 static int unix_connect_addr(const struct cand *c, struct sockaddr_un *un, socklen_t *len,
                              int *dirfd)
 {
-    char dir[AGENT_PATH + 64];
+    char dir[AGENT_PATH + 2];
     const char *base = strrchr(c->upath, '/') + 1;
-    snprintf(dir, sizeof dir, "/proc/%d/root%.*s/", (int)c->pid, (int)(base - c->upath - 1),
-             c->upath);
-    *dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    snprintf(dir, sizeof dir, "%.*s/", (int)(base - c->upath - 1), c->upath);
+    *dirfd = their_open(c->pid, dir, O_PATH | O_DIRECTORY);
     if (*dirfd < 0)
-        return -errno;
+        return *dirfd;
     memset(un, 0, sizeof *un);
     un->sun_family = AF_UNIX;
     int k = snprintf(un->sun_path, sizeof un->sun_path, "/proc/self/fd/%d/%s", *dirfd, base);
@@ -305,6 +331,17 @@ out:
     return status;
 }
 
+/* A document the process wrote (its configuration, its API's answers), parsed once
+ * mt_json_prescan passed it (size and depth bounded); NULL otherwise. */
+static cJSON *parse(const char *text)
+{
+    char why[128];
+    size_t len = strlen(text);
+    if (mt_json_prescan(text, len, MT_JSON_DOC_MAX, MT_JSON_DEPTH_MAX, why, sizeof why) != 0)
+        return NULL;
+    return cJSON_ParseWithLength(text, len);
+}
+
 /* The last field of NSpid in pid's status: its pid as it sees itself (0 unknown). */
 static long own_pid(pid_t pid)
 {
@@ -326,18 +363,22 @@ static long own_pid(pid_t pid)
     }
 }
 
-/* A file of the process's (its path as it sees it), read through /proc/PID/root or, relative,
- * its cwd: malloc'd, NUL-terminated, NULL when unreadable or over 1 MiB. */
+/* A regular file of the process's (its path as it sees it, their_open): malloc'd,
+ * NUL-terminated, NULL when unreadable or over 1 MiB. */
 static char *their_file(pid_t pid, const char *name)
 {
-    char path[AGENT_PATH + 64];
-    int k = snprintf(path, sizeof path, "/proc/%d/%s/%s", (int)pid, name[0] == '/' ? "root" : "cwd",
-                     name);
-    if (k < 0 || (size_t)k >= sizeof path)
+    int fd = their_open(pid, name, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) { /* no FIFO, no device */
+        close(fd);
+        fd = -1;
+    }
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
         return NULL;
-    FILE *f = fopen(path, "re");
-    if (!f)
-        return NULL;
+    }
     char *buf = malloc((1 << 20) + 1);
     size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
     int big = buf && n == (1 << 20) && fgetc(f) != EOF;
@@ -372,7 +413,7 @@ static cJSON *their_config(pid_t pid, const cJSON **sec)
             value = env + i + 15;
     char *owned_text = value && value[0] != '{' && value[0] ? their_file(pid, value) : NULL;
     const char *json = owned_text ? owned_text : value;
-    cJSON *root = json && json[0] == '{' ? cJSON_Parse(json) : NULL;
+    cJSON *root = json && json[0] == '{' ? parse(json) : NULL;
     *sec = cJSON_GetObjectItemCaseSensitive(root, "MemoryTrim");
     if (!cJSON_IsObject(*sec))
         *sec = root;
@@ -504,7 +545,7 @@ int agent_ask(pid_t pid, unsigned long long start, double timeout_s)
         if (c[i].needs_netns && ns_rc != 0)
             continue;
         int st = http(&c[i], "GET", "/healthz", NULL, deadline, body, ASK_REPLY);
-        cJSON *h = st == 200 ? cJSON_Parse(body) : NULL;
+        cJSON *h = st == 200 ? parse(body) : NULL;
         const cJSON *hp = cJSON_GetObjectItemCaseSensitive(h, "pid");
         const cJSON *hv = cJSON_GetObjectItemCaseSensitive(h, "version");
         if (cJSON_IsNumber(hp) && cJSON_IsString(hv) && (long)hp->valuedouble == self)
@@ -529,7 +570,7 @@ int agent_ask(pid_t pid, unsigned long long start, double timeout_s)
     cJSON_Delete(config);
     int st = http(api, "POST", "/memory/trim", tok[0] ? tok : NULL, deadline, body, ASK_REPLY);
     explicit_bzero(tok, sizeof tok);
-    cJSON *r = st == 200 ? cJSON_Parse(body) : NULL;
+    cJSON *r = st == 200 ? parse(body) : NULL;
     const cJSON *rel = cJSON_GetObjectItemCaseSensitive(r, "released_bytes");
     int rc = 0;
     if (cJSON_IsNumber(rel)) {
