@@ -13,8 +13,9 @@
  *      itself, and delivers what came meanwhile as it would have (tramp.S);
  *   4. the raw thread (ABI state reset, guard pages) starts a glibc thread with the target's own
  *      pthread_create, which makes the call, waits for locks like any thread, and ends.
- * The tool polls the page under deadlines. One thread (the tool's), with its watchdog
- * (watch.c); one tool per target at a time (lock.c).
+ * The tracer polls the page under deadlines. It runs in memtrim's tracer, a child of the
+ * command that outlives it (watch.c; inject_run is the command's side), on the tracer's main
+ * thread; one tool per target at a time (lock.c).
  */
 #include "inject.h"
 
@@ -746,7 +747,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     return wait_call(a, page, released);
 }
 
-int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
+static int run_here(struct target *t, struct inject_call *c, char *err, size_t errlen)
 {
     struct glibc_thread g;
     if (thread_find(t, &g, err, errlen) != 0)
@@ -756,7 +757,6 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
     int locked = target_lock_take(&lock, t, thread_deadline, err, errlen);
     if (locked != 0)
         return locked > 0 ? INJECT_NO_THREAD : INJECT_FAILED;
-    watch_start();
     char why[1024] = "", reason[512] = "";
     struct attempt a = {.t = t, .c = c, .g = &g, .err = err, .errlen = errlen, .reason = reason,
                         .reasonlen = sizeof reason};
@@ -785,4 +785,49 @@ int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen
     }
     target_lock_drop(&lock);
     return rc;
+}
+
+/* What the tracer sends back (watch.c): the call's results, as run_here left them. */
+struct tracer_result {
+    int rc, left_seized;
+    uint64_t page;
+    struct inject_call c;
+    char err[2048];
+};
+
+struct tracer_job {
+    struct target *t;
+    struct inject_call *c;
+};
+
+static void traced(void *arg, void *res)
+{
+    const struct tracer_job *j = arg;
+    struct tracer_result *r = res;
+    r->rc = run_here(j->t, j->c, r->err, sizeof r->err);
+    r->left_seized = inject_left_seized;
+    r->page = j->t->page;
+    r->c = *j->c;
+}
+
+/* The ptrace work runs in the tracer, which the command's death or stop does not reach
+ * (watch.c): a SIGKILL of the command while the first call's mmap runs on the thread left it
+ * returning into its own code with the page's address (control cmd-first-call-window: the
+ * command traces, as before). */
+int inject_run(struct target *t, struct inject_call *c, char *err, size_t errlen)
+{
+    if (mt_control("cmd-first-call-window")) {
+        watch_start();
+        return run_here(t, c, err, errlen);
+    }
+    static struct tracer_result r;
+    struct tracer_job j = {t, c};
+    memset(&r, 0, sizeof r);
+    if (watch_tracer(traced, &j, &r, sizeof r, err, errlen) != 0)
+        return INJECT_FAILED;
+    *c = r.c; /* the pointers in it are the caller's own (a fork's copy) */
+    t->page = r.page;
+    inject_left_seized = r.left_seized;
+    snprintf(err, errlen, "%s", r.err);
+    return r.rc;
 }

@@ -1,10 +1,14 @@
 /*
- * watch.c - the tool's watchdog (watch.h): a forked child in its own process group, which a
- * terminal's or a job's stop does not reach, polls the tool's state every 0.5 ms while the
- * shared word says a thread is held, and sends SIGCONT to a stopped tool; it dies with the
- * tool (seen within 0.1 s, 0.5 ms while a thread is held) after giving back a thread the
- * tool held in the page's code, and holds none of its descriptors. The word is in a shared
- * anonymous mapping; the tool writes it, the child reads it (atomics).
+ * watch.c - who traces, and who watches (watch.h, docs/command.md). The tracer: a child of
+ * the command in a session of its own, every catchable signal blocked, none of the command's
+ * descriptors but the pipe its result goes back on; it does the ptrace work and outlives the
+ * command, so the command's death detaches nothing. The command is its client: it waits for
+ * the result, sends SIGCONT to a stopped tracer while it holds a thread (polled every 0.5 ms),
+ * and gives back a thread the tracer held in the page's code if the tracer dies; a thread of
+ * the tracer's (its only other one) sends SIGCONT to a stopped client while a thread is held.
+ * The old layout (control cmd-first-call-window): the command traces and a forked watchdog
+ * in its own process group plays the client's part. The words are in a shared anonymous
+ * mapping; the tracer writes them, the others read them (atomics).
  */
 #include "watch.h"
 
@@ -13,6 +17,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/prctl.h>
 #include <stdint.h>
 #include <sys/ptrace.h>
 #include <sys/user.h>
@@ -28,7 +36,8 @@
 #include <unistd.h>
 
 struct shared {
-    atomic_int held; /* the tool: 1 while a thread is held */
+    atomic_int held; /* the tracer: 1 while a thread is held */
+    atomic_int done; /* the tracer: 1 once its result is written */
     atomic_int pid, tid;
     _Atomic uint64_t page; /* the page the held thread runs, 0 before the jump */
 };
@@ -85,6 +94,25 @@ static void rescue(pid_t pid, pid_t tid, uint64_t page)
     mem_write(pid, page + TR_T_DONE, &one, 8);
 }
 
+static void futex_wait_held(int seen, long ns)
+{
+    struct timespec ts = {0, ns};
+    syscall(SYS_futex, &sh->held, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void wake_all(void)
+{
+    syscall(SYS_futex, &sh->held, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void pause_ns(long ns)
+{
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* The old layout's watchdog (control cmd-first-call-window): the tool traces; this child of
+ * its undoes its stop and gives back the thread it held in the page's code if it dies. */
 static void watchdog(pid_t tool)
 {
     setpgid(0, 0);
@@ -100,34 +128,180 @@ static void watchdog(pid_t tool)
             _exit(0);
         }
         if (!atomic_load(&sh->held)) {
-            struct timespec ts = {0, 100000000}; /* the tool's death is seen within 0.1 s */
-            syscall(SYS_futex, &sh->held, FUTEX_WAIT, 0, &ts, NULL, 0);
+            futex_wait_held(0, 100000000); /* the tool's death is seen within 0.1 s */
             continue;
         }
         if (state_of(tool) == 'T')
             kill(tool, SIGCONT); /* not re-sent later: a SIGCONT of the operator's may come first */
-        struct timespec ts = {0, 500000};
-        nanosleep(&ts, NULL);
+        pause_ns(500000);
     }
+}
+
+static int share(void)
+{
+    if (sh)
+        return 0;
+    void *m = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return -1;
+    sh = m;
+    return 0;
 }
 
 void watch_start(void)
 {
-    if (sh)
+    static int started;
+    if (started || share() != 0)
         return;
-    void *m = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED)
-        return;
-    sh = m;
+    started = 1;
     pid_t tool = getpid();
     fflush(NULL);
     pid_t child = fork();
     if (child == 0)
         watchdog(tool);
-    if (child < 0) {
-        munmap(m, sizeof *sh);
-        sh = NULL;
+}
+
+/* The tracer's other thread: a stopped client is sent SIGCONT while a thread is held (the
+ * client gives the thread back if the tracer dies: it must not be left stopped meanwhile). */
+static void *watch_client(void *arg)
+{
+    pid_t client = (pid_t)(intptr_t)arg;
+    while (!atomic_load(&sh->done) && getppid() == client) {
+        if (!atomic_load(&sh->held)) {
+            futex_wait_held(0, 100000000);
+            continue;
+        }
+        if (state_of(client) == 'T')
+            kill(client, SIGCONT);
+        pause_ns(500000);
     }
+    return NULL;
+}
+
+static void write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return; /* the client is gone: the result goes nowhere */
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void tracer(int out, void (*fn)(void *, void *), void *arg, void *res, size_t len,
+                   pid_t client)
+{
+    sigset_t all;
+    sigfillset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL); /* SIGKILL and SIGSTOP alone reach it */
+    setpgid(0, 0); /* no terminal's or job's signal either (a session of its own would be an
+                      autogroup of its own: the scheduler starved it beside a busy target) */
+    prctl(PR_SET_NAME, "memtrim-tracer");
+    if (out < 3) { /* a command started with a standard stream closed got it as the pipe */
+        int high = fcntl(out, F_DUPFD_CLOEXEC, 3);
+        if (high < 0)
+            _exit(0);
+        out = high;
+    }
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    for (int fd = 0; fd < 3; fd++)
+        if (null >= 0 && null != fd)
+            dup2(null, fd);
+    if (out > 3)
+        syscall(SYS_close_range, 3, (unsigned)out - 1, 0);
+    syscall(SYS_close_range, (unsigned)out + 1, ~0u, 0);
+    pthread_t th;
+    int watching = getppid() == client &&
+                   pthread_create(&th, NULL, watch_client, (void *)(intptr_t)client) == 0;
+    fn(arg, res);
+    write_all(out, res, len);
+    atomic_store(&sh->done, 1);
+    wake_all();
+    if (watching)
+        pthread_join(th, NULL);
+    _exit(0);
+}
+
+int watch_tracer(void (*fn)(void *arg, void *res), void *arg, void *res, size_t len,
+                 char *err, size_t errlen)
+{
+    int p[2];
+    if (share() != 0 || pipe2(p, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start memtrim's tracer: %s", strerror(errno));
+        return -1;
+    }
+    atomic_store(&sh->held, 0);
+    atomic_store(&sh->done, 0);
+    atomic_store(&sh->page, 0);
+    pid_t client = getpid();
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        close(p[0]);
+        tracer(p[1], fn, arg, res, len, client);
+    }
+    close(p[1]);
+    if (child < 0) {
+        snprintf(err, errlen, "cannot start memtrim's tracer: %s", strerror(errno));
+        close(p[0]);
+        return -1;
+    }
+    /* the client: the tracer's stop undone while it holds a thread, its death covered */
+    sigset_t all, before;
+    sigfillset(&all);
+    int blocked = 0, status = 0, dead = 0;
+    const char *left = "";
+    while (!atomic_load(&sh->done)) {
+        pid_t w = waitpid(child, &status, WNOHANG);
+        if (w == child) {
+            dead = 1;
+            if (!atomic_load(&sh->done) && atomic_load(&sh->held)) {
+                uint64_t page = atomic_load(&sh->page);
+                if (page)
+                    rescue(atomic_load(&sh->pid), atomic_load(&sh->tid), page);
+                left = page ? ": the thread it held was given back"
+                            : ": the kernel detached the thread it held";
+            }
+            break;
+        }
+        int held = atomic_load(&sh->held);
+        if (held != blocked) { /* a terminal's stop acts once the thread is released */
+            sigprocmask(held ? SIG_BLOCK : SIG_SETMASK, held ? &all : &before,
+                        held ? &before : NULL);
+            blocked = held;
+        }
+        if (state_of(child) == 'T')
+            kill(child, SIGCONT); /* nobody else has a reason to stop it */
+        if (held)
+            pause_ns(500000);
+        else
+            futex_wait_held(0, 5000000);
+    }
+    if (blocked)
+        sigprocmask(SIG_SETMASK, &before, NULL);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(p[0], (char *)res + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(p[0]);
+    if (!dead)
+        while (waitpid(child, &status, 0) < 0 && errno == EINTR)
+            ;
+    if (got == len)
+        return 0;
+    snprintf(err, errlen, "memtrim's tracer (process %d) ended before its result (%s %d)%s",
+             (int)child, WIFSIGNALED(status) ? "signal" : "exit",
+             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), left);
+    return -1;
 }
 
 void watch_target(pid_t pid, pid_t tid, uint64_t page)
@@ -150,7 +324,7 @@ void watch_hold(int held)
         if (!held)
             atomic_store(&sh->page, 0);
         atomic_store(&sh->held, held);
-        syscall(SYS_futex, &sh->held, FUTEX_WAKE, 1, NULL, NULL, 0);
+        wake_all();
     }
     if (!held)
         sigprocmask(SIG_SETMASK, &saved_mask, NULL);

@@ -1,19 +1,25 @@
 /*
- * watch.h - the tool's watchdog (docs/command.md): while the tool holds a target's thread
- * in a ptrace stop or running the page's code, a stop of the tool (SIGSTOP, or SIGTSTP that
- * a terminal sends) must not hold the target. Catchable signals are blocked over that window
- * (a SIGTSTP stops the tool once it is over); SIGSTOP is undone by a child of the tool (in
- * its own process group) that sends SIGCONT: the call finishes. If the tool dies, that child
- * gives the thread back itself. The tool's one thread and that child.
+ * watch.h - who traces and who watches (docs/command.md): the ptrace work is done by a
+ * tracer, a child of the command in a session of its own that blocks every catchable signal,
+ * so the command's death or stop detaches and holds nothing; the command is its client. While
+ * a thread is held the client undoes the tracer's stop and the tracer the client's (SIGCONT);
+ * if the tracer dies, the client gives the thread back from the page. The command's thread,
+ * the tracer's two.
  */
 #ifndef MEMTRIM_CLI_WATCH_H
 #define MEMTRIM_CLI_WATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-/* Starts the watchdog once (a failure leaves the tool without it: still correct, only a
- * SIGSTOP of the tool then holds the thread while the tool is stopped). */
+/* Runs fn(arg, res) in the tracer, a child in a session of its own that blocks every
+ * catchable signal and outlives the caller, and waits for its len bytes of res as its client
+ * (its stop undone, a thread it held given back if it dies). 0 with res filled; -1 with err
+ * set (it could not start, or died first). */
+int watch_tracer(void (*fn)(void *arg, void *res), void *arg, void *res, size_t len, char *err,
+                 size_t errlen);
+/* Control cmd-first-call-window only (the caller traces): starts the old watchdog once. */
 void watch_start(void);
 /* 1: a thread is held from now on (catchable signals blocked); 0: released (unblocked). */
 void watch_hold(int held);
