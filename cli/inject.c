@@ -433,8 +433,11 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
     }
     a->single = single;
     s->restartable = why != gone && why != left;
-    if (!why)
+    if (!why) { /* its restart code set now: a tracer dying at this stop leaves no EINTR */
+        if (!mt_control("cmd-release-eintr"))
+            ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
         return 0;
+    }
     release_thread(a, s);
     snprintf(a->reason, a->reasonlen, why, (int)tid, strerror(e));
     return 1;
@@ -554,6 +557,8 @@ static void give_back(struct attempt *a, uint64_t page, const struct saved *s)
             ptrace(PTRACE_SETREGSET, tid, (void *)NT_X86_XSTATE, &s->xiov);
         ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s->sigmask);
     }
+    /* from here the thread is its own: a rescue would only interrupt its wait again */
+    watch_target(a->t->pid, tid, 0);
     ptrace(PTRACE_DETACH, tid, 0, 0);
     mem_write(a->t->pid, page + TR_T_DONE, &one, 8);
 }
@@ -735,7 +740,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
         rc = INJECT_FAILED;
     }
     if (page && rc == INJECT_OK) {
-        watch_target(a->t->pid, p->tid, page); /* the tool's death: the watchdog gives it back */
+        watch_target(a->t->pid, p->tid, page); /* the tracer's death: the client gives it back */
         rc = run_taken(a, page, &s, &released);
     }
     watch_hold(0);

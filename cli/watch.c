@@ -84,11 +84,18 @@ static void rescue(pid_t pid, pid_t tid, uint64_t page)
         struct timespec ts = {0, 20000};
         nanosleep(&ts, NULL);
     }
-    if (ptrace(PTRACE_GETREGS, tid, 0, &now) == 0 && page && now.rip >= page &&
-        now.rip < page + TR_CODE_MAX && mem_read(pid, page + TR_KREGS, &regs, sizeof regs) == 0 &&
-        mem_read(pid, page + TR_ORIG_MASK, &mask, 8) == 0) {
-        ptrace(PTRACE_SETREGS, tid, 0, &regs);
-        ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &mask);
+    if (ptrace(PTRACE_GETREGS, tid, 0, &now) == 0 && page &&
+        mem_read(pid, page + TR_KREGS, &regs, sizeof regs) == 0) {
+        if (now.rip >= page && now.rip < page + TR_CODE_MAX &&
+            mem_read(pid, page + TR_ORIG_MASK, &mask, 8) == 0) {
+            ptrace(PTRACE_SETREGS, tid, 0, &regs);
+            ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &mask);
+        } else if (now.orig_rax == regs.orig_rax && (int64_t)now.rax == -EINTR) {
+            /* already back in its wait (it restored itself): our interrupt's EINTR becomes
+             * the restart the kernel gives a wait no handler interrupted, as inject.c does */
+            now.rax = (uint64_t)-514; /* -ERESTARTNOHAND */
+            ptrace(PTRACE_SETREGS, tid, 0, &now);
+        }
     }
     ptrace(PTRACE_DETACH, tid, 0, 0);
     mem_write(pid, page + TR_T_DONE, &one, 8);
