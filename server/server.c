@@ -409,6 +409,11 @@ struct MHD_Daemon *server_daemon_start(struct server *s, struct server_pems *pem
     struct server_dctx *dctx = pems ? &pems->dctx : &s->plain_dctx;
     dctx->s = s;
     dctx->gen = pems ? ++s->tls_gen_started : 0;
+    /* The first daemon's generation is the current one before its workers run: they read it
+     * (server_conn_draining) as soon as a request comes, maybe before this returns (TSan saw
+     * the write after them). A renewal's (reload.c) becomes current once it serves. */
+    if (__atomic_load_n(&s->daemon, __ATOMIC_ACQUIRE) == NULL)
+        __atomic_store_n(&s->tls_gen, dctx->gen, __ATOMIC_RELEASE);
     /* MHD_USE_ITC: MHD_quiesce_daemon hands the socket back (a renewal, and every stop). */
     /* TLS: poll(), not epoll. With libmicrohttpd 0.9.75's epoll, a connection whose TLS
      * handshake stalls keeps its worker spinning: 20 stalled ClientHellos took 0.25-0.30 s of
@@ -578,8 +583,7 @@ int server_start(const struct server_options *cfg, const struct server_routes *r
         goto fail;
     }
     s->daemon_start = server_daemon_start;
-    s->daemon = server_daemon_start(s, s->pems);
-    s->tls_gen = s->pems ? s->pems->dctx.gen : 0;
+    s->daemon = server_daemon_start(s, s->pems); /* it sets tls_gen (the first daemon's) */
     if (s->daemon == NULL) {
         rc = -EIO;
         msg = server_strdupf("cannot serve HTTP%s on %s (HttpBind, HttpPort): libmicrohttpd "
