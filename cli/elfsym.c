@@ -4,6 +4,8 @@
  */
 #include "elfsym.h"
 
+#include "../common/control.h"
+
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +14,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define ELF_MAX_SIZE (1LL << 30) /* libc.so.6 is 2 MiB; a larger one is not read */
 
 static int in_file(const struct elf_file *f, uint64_t off, uint64_t len)
 {
@@ -25,19 +29,37 @@ static int table_in_file(const struct elf_file *f, uint64_t off, uint64_t len, u
     return in_file(f, off, len) && off % align == 0;
 }
 
+/* /proc's own links (map_files, exe) are followed; any other path is the target's to plant
+ * (inside its root): its last component is never a link the tool follows. */
+static int proc_link(const char *path)
+{
+    if (strncmp(path, "/proc/", 6) != 0)
+        return 0;
+    size_t n = strlen(path);
+    return strstr(path, "/map_files/") != NULL || (n > 4 && !strcmp(path + n - 4, "/exe"));
+}
+
 int elf_open(const char *path, struct elf_file *f, char *err, size_t errlen)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO planted at a library's path would hold open() until a writer came */
+    int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY;
+    if (!mt_control("cmd-elf-open")) {
+        flags |= O_NONBLOCK;
+        if (!proc_link(path))
+            flags |= O_NOFOLLOW;
+    }
+    int fd = open(path, flags);
     if (fd < 0) {
         int e = errno;
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(e));
         return -e;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(Elf64_Ehdr)) {
+    if (fstat(fd, &st) != 0 || (!S_ISREG(st.st_mode) && !mt_control("cmd-elf-open")) ||
+        st.st_size < (off_t)sizeof(Elf64_Ehdr) || st.st_size > ELF_MAX_SIZE) {
         close(fd);
-        snprintf(err, errlen, "%s is not an ELF file", path);
+        snprintf(err, errlen, "%s is not an ELF file (a regular file of at most 1 GiB)", path);
         return -ENOEXEC;
     }
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
