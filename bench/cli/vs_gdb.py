@@ -20,8 +20,9 @@ usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64] [--arms memtrim
                            [--check-ratio R]
 --check-ratio R: exit 1 when, at any thread count, memtrim's median stall is above R times
 gdb's or it released less than 0.95 of what gdb released; 77 when gdb never called at a thread
-count (no ratio: nothing judged); 127 without gdb. tests/controls.txt runs it with the call
-held on the taken thread (cmd-call-on-taken-thread), where it must fail.
+count (no ratio: nothing judged); 2 when a run failed (memtrim's exit, a corrupt block); 127
+without gdb. tests/controls.txt runs it with the call held on the taken thread
+(cmd-call-on-taken-thread), where it must exit 1.
 A gdb run that cannot call (Debian 12's gdb 13.1 on a CPU with AMX: "Couldn't write extended
 state status: Bad address") is counted as a gdb failure and listed, not measured.
 """
@@ -32,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 
 FREED_MB = 370
 
@@ -178,4 +180,8 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except Exception:  # a failed run (memtrim's exit, a corrupt block) is no verdict: not 1
+        traceback.print_exc()
+        sys.exit(2)
