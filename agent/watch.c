@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "common.h"
-#include "pressure_policy.h"
+#include "decision.h"
 
 static int add(struct agent *a, struct agent_cgroup *cg, int fd, uint32_t events)
 {

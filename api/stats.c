@@ -153,7 +153,7 @@ int api_stats_get(const struct server_request *req, struct server_reply *rep)
     int zone = 0, failed = 0;
     mt_snapshot_get(req->app, &snap);
     cJSON *root = api_stats_to_json(&snap);
-    /* What wakes the pressure path (pressure.c), and whether RSS is in its zone. */
+    /* What wakes the pressure path (core/pressure/engine.c), and whether RSS is in its zone. */
     const char *source = mt_pressure_source(req->app, &zone);
     struct mt_cgroup_desc *d = mt_malloc(sizeof(*d));
     if (root && d) {

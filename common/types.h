@@ -244,7 +244,7 @@ struct mt_counters {
     uint64_t samples_dropped; /* the store could not keep up (or hung) */
     uint64_t store_errors;
     uint64_t trims_dropped; /* results that could not be queued for the store */
-    /* the pressure thread (pressure.c) */
+    /* the pressure thread (core/pressure/engine.c) */
     const char *pressure_source;     /* "cgroup-v1-threshold", "psi", "poll", ... (static) */
     int pressure_zone;               /* RSS inside the zone at the last reading */
     uint64_t pressure_checks[2];     /* readings [0] outside, [1] inside the zone */

@@ -45,7 +45,7 @@ struct mt_config {
     char group_name[MT_GROUP_NAME_MAX + 1]; /* "" = none */
     char group_dir[MT_CONFIG_STR_MAX];      /* "" = $XDG_RUNTIME_DIR/memtrim, /run/memtrim, ... */
     int group_trim_slot_ms; /* a leader's stagger of its members' own trims in the zone
-                             * (group_pressure.c); 0 = members trim only when asked */
+                             * (group_leader.c); 0 = members trim only when asked */
     int max_connections;        /* 0 = auto (server.c) */
     int max_connections_per_ip; /* 0 = auto */
     int connection_timeout_seconds; /* idle time */

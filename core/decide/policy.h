@@ -5,7 +5,7 @@
  * housekeeper (housekeeper.c) takes the readings, asks policy_decide, runs
  * what it decides through the cost gate (cost_hk.c) and the trim service,
  * and reports the outcome to policy_update. Pressure trims are decided
- * elsewhere (pressure_policy.c). A new input is a field of struct
+ * elsewhere (core/pressure/decision.c). A new input is a field of struct
  * policy_readings (or of the configuration), a new outcome a field of
  * struct policy_outcome: the two functions stay pure.
  */

@@ -31,7 +31,7 @@ struct group_member *member_by_pid(struct group *g, int pid)
 }
 
 /* A member's entry took a new heap reading: the RSS it saw then (locked). Read by the
- * leader's reports (group_leader.c) and its own look (group_pressure.c). */
+ * leader's reports (group_leader.c) and its own look (group_leader.c's self_holds_nothing). */
 void note_heap(struct group_member *m)
 {
     if (m->snap.heap.timestamp_ms != m->heap_ms_seen) {

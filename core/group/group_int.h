@@ -6,8 +6,8 @@
  *   group_chan.c    the channels: identities, sends, receives, the wake pipe,
  *                   and a member's message checked as data (group_msg_check)
  *   group_member.c  the member: its reports, trims when asked, its children waiting
- *   group_leader.c  the leader: registry, members' messages, named accept, its thread
- *   group_pressure.c the leader's pressure decision (core/pressure/group_policy.c), the zone
+ *   group_leader.c  the leader: registry, members' messages, named accept, its thread,
+ *                   the members' records into the engine's look at the set (core/pressure/zone.h)
  *   group_trim.c    manual trims fanned out to every member, the API's view
  *   group_fork.c    the fork hooks: a channel made at fork, a member's waiting children
  *   named.c         a named group's rendezvous (named.h)
@@ -20,7 +20,7 @@
  * fork() by the fork hooks of a leader and of a member (prepare ..
  * parent/child), never across a trim, a store push or a blocking send. It
  * may be taken while holding host.lock (group_host_int.h), never the
- * reverse. The pure pressure decision is core/pressure/group_policy.c.
+ * reverse. The pure pressure decision is core/pressure/'s (decision.c, zone.c).
  */
 #ifndef MEMTRIM_GROUP_INT_H
 #define MEMTRIM_GROUP_INT_H
@@ -32,7 +32,8 @@
 #include "common.h"
 #include "group.h"
 #include "coop.h"
-#include "group_policy.h"
+#include "stagger.h"
+#include "zone.h"
 
 #define GROUP_MAX_MEMBERS 64   /* the registry's size, the leader included */
 #define GROUP_PROGRAM_MAX 64
@@ -60,7 +61,7 @@ enum group_msg_kind {
 
 /*
  * The leader's grant to a member that may trim on its own (MSG_ZONE with ZONE_ACT;
- * group_pressure.c): member `slot` of `slots` may start such a trim only in its slots,
+ * group_leader.c): member `slot` of `slots` may start such a trim only in its slots,
  * [epoch + (k * slots + slot) * width, ... + width) for any k (CLOCK_MONOTONIC: one
  * clock for the processes of a host), before until_ns (the leader renews it while the
  * group stays in the zone: a stopped leader's grant runs out), and only when it holds
@@ -111,7 +112,7 @@ int group_msg_check(struct group_msg *msg);
  * unseen for 0.5-2 s and the kernel killed a worker meanwhile. */
 #define WATCH_BUDGET_FACTOR 100.0
 /* A grant to trim alone (ZONE_ACT) lasts ACT_LEASE_NS from its sending; the leader sends
- * it again as core/pressure/group_policy.h's PZ_ACT_RENEW_NS and PZ_ACT_RESEND_NS say. */
+ * it again as core/pressure/zone.h's PZ_ACT_RENEW_NS and PZ_ACT_RESEND_NS say. */
 #define ACT_LEASE_NS (2 * MT_SEC)
 #define MANUAL_ANSWER_NS (2 * MT_SEC)        /* a manual request's answer, at most */
 /* A wait the tests may shorten: the hook's value (set by a group_test_*_ns below; 0 in
@@ -218,9 +219,9 @@ struct group {
     struct mt_log_limit accept_log; /* the accept's warnings (a peer may cause them) */
     char name[MT_GROUP_NAME_MAX + 1]; /* GroupName, "" */
     uint64_t joined, left, refused, pressure_trims, pressure_released;
-    uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_pressure.c) */
+    uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_leader.c) */
     uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
-    struct pressure_zone pz;          /* the group's zone (core/pressure/group_policy.h) */
+    struct pressure_zone pz;          /* the group's zone (core/pressure/zone.h) */
     uint64_t members_gen;             /* joins and leaves */
     int64_t slot_epoch_ns;            /* the members' slots count from here */
     uint64_t own_trims, own_released; /* members' trims of their own (in pressure_trims too) */
@@ -274,9 +275,5 @@ void note_heap(struct group_member *m); /* a new heap reading: the RSS it saw (l
 /* ---- group_trim.c ----------------------------------------------------------- */
 void job_answer(struct group *g, int pid, uint64_t id); /* under g->lock */
 void job_step(struct group *g, int64_t now);
-
-/* ---- group_pressure.c ------------------------------------------------------- */
-void leader_total_sample(struct group *g, int64_t now, double sample_s);
-void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg);
 
 #endif /* MEMTRIM_GROUP_INT_H */

@@ -157,7 +157,7 @@ static int grant_ok(const struct group_grant *gr, int64_t now)
 
 /*
  * The window a trim of its own may start in (trim_ask.open_ns, close_ns): the stagger's
- * (core/pressure/group_policy.c, pressure_slot_take): its slot, the one it is in or the
+ * (core/pressure/stagger.c, pressure_slot_take): its slot, the one it is in or the
  * next. But at the group's line (the leader's word, ZONE_LINE, or its own reading of the
  * cgroup's usage, taken with the heap's, at the grant's line_bytes or more) now, until the
  * lease ends. And a member that waited for its slot (act_at) and ran again only after it

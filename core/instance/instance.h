@@ -48,7 +48,7 @@ struct memtrim {
     struct stall_canary stall; /* times a small malloc while a trim runs (stall.h) */
     struct housekeeper hk;
     struct store store;
-    struct pressure *pressure; /* the pressure thread (pressure.c); created with the instance */
+    struct pressure *pressure; /* the pressure thread (core/pressure/engine.c); created with the instance */
     atomic_int suspend_depth;
 
     struct server *server;

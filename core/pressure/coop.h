@@ -2,7 +2,7 @@
  * coop.h - the cooperative kind of member of the one pressure decision: a process that
  * reports its own readings, its heap's included (a worker group's member over its channel,
  * or the leader itself; core/group/). coop_candidate makes one member's report a candidate
- * of group_pressure_pick (group_policy.h) and adds it to the set's sums, as outside.h does
+ * of group_pressure_pick (decision.h) and adds it to the set's sums (zone.h), as outside.h does
  * for a process reached from outside. Pure; any thread (the group thread calls it under
  * g->lock).
  */
@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "group_policy.h"
+#include "zone.h"
 
 #define COOP_PEAK_NS (10LL * 1000 * 1000 * 1000) /* a member's peak RSS: over about this long */
 

@@ -7,8 +7,6 @@
 
 #include <string.h>
 
-#include "pressure_policy.h"
-
 void outside_candidate(struct group_candidate *c, const struct outside_reading *r)
 {
     memset(c, 0, sizeof *c);

@@ -2,7 +2,7 @@
  * outside.h - the third kind of member of the one pressure decision (docs/agent.md): a
  * process reached from outside, the node agent's (agent/). The agent reads of it only what
  * /proc shows without entering it: its anonymous memory now and right after its last trim.
- * outside_candidate makes that a candidate of group_pressure_pick (group_policy.h), so a
+ * outside_candidate makes that a candidate of group_pressure_pick (decision.h), so a
  * node's cgroup is decided by the same rules as a worker group under its limit: the line
  * and the growth rules pick it, biggest growth since its last trim first; it holds no heap
  * estimate, so the estimate and ahead rules never do. Pure; any thread.
@@ -12,7 +12,7 @@
 
 #include <stdint.h>
 
-#include "group_policy.h"
+#include "decision.h"
 
 struct outside_reading {
     uint64_t anon;            /* RssAnon now */
@@ -30,7 +30,7 @@ void outside_candidate(struct group_candidate *c, const struct outside_reading *
 void outside_input(struct group_pressure_in *in, int64_t now_ns, int64_t usage, int64_t base_usage,
                    int64_t aim, double ratio, uint64_t min_releasable);
 
-/* Whether the cgroup is in the zone where the decision may pick (group_policy's floor:
+/* Whether the cgroup is in the zone where the decision may pick (decision.h's floor:
  * the line, or half the aim if lower). */
 int outside_in_zone(int64_t usage, int64_t aim, double ratio);
 

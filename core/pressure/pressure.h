@@ -3,14 +3,15 @@
  * within milliseconds when RSS nears the memory limit, woken by the kernel
  * where it can be (cgroup v1 memory thresholds, cgroup v2 PSI and
  * memory.events) and polling /proc/self/statm where it cannot. The decision
- * is pressure_policy.h's pure functions (this room); the thread is pressure.c.
+ * is decision.h's pure functions (this room); the thread is engine.c, its kernel
+ * sources kernel.c.
  */
 #ifndef MEMTRIM_PRESSURE_H
 #define MEMTRIM_PRESSURE_H
 
 #include <stdint.h>
 #include "config.h"
-#include "pressure_policy.h"
+#include "decision.h"
 #include "types.h"
 
 struct pressure;

@@ -5,7 +5,7 @@
  * host has been busy and the budget allows (more often inside the pressure
  * zone), decides on a trim (burst, then periodic), and hands samples to the
  * store thread (store.c): it never waits on the disk. Pressure trims are not
- * decided here: the pressure thread (pressure.c) reacts in milliseconds; the
+ * decided here: the pressure thread (core/pressure/engine.c) reacts in milliseconds; the
  * housekeeper wakes it when the limit changes or a heap reading inside the
  * zone brings a new releasable estimate. It uses only what it is handed at
  * start (struct housekeeper_deps). Locks: hk->lock guards the stop flag and
@@ -23,7 +23,7 @@
 #include "cost_hk.h"
 #include "housekeeper.h"
 #include "policy.h"
-#include "pressure_policy.h"
+#include "decision.h"
 #include "snapshot.h"
 #include "store.h"
 #include "trim.h"

@@ -26,7 +26,7 @@ static void from_now(int64_t *t, int64_t now)
     *t = (int64_t)((uint64_t)*t + (uint64_t)now);
 }
 
-/* What the leader adds up over a full group (leader_total_sample, pressure_candidates,
+/* What the leader adds up over a full group (group_leader.c: leader_total_sample, pressure_candidates,
  * api_group_stats): GROUP_MAX_MEMBERS copies of an accepted report, each figure summed in
  * the leader's type; a sum that overflows is a check that let too much through. */
 static void sums(const struct mt_snapshot *s)

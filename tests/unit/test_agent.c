@@ -8,7 +8,7 @@
 
 #include "agent_int.h"
 #include "common.h"
-#include "group_policy.h"
+#include "decision.h"
 
 static struct agent_kind_info kind(const char *path)
 {

@@ -1,12 +1,14 @@
 /*
- * test_group.c - a worker group's pressure decision (core/pressure/group_policy.c) on
+ * test_group.c - a worker group's pressure decision (core/pressure/decision.c, zone.c, stagger.c) on
  * synthetic readings: which member trims next, and why; no threads, no
  * clock, no processes (tests/e2e/test_groups.py runs the real group).
  */
 #include <string.h>
 
 #include "coop.h"
-#include "group_policy.h"
+#include "decision.h"
+#include "stagger.h"
+#include "zone.h"
 #include "harness.h"
 
 #define MB(x) ((uint64_t)(x) << 20)

@@ -2,7 +2,7 @@
  * test_group_self.c - a group's leader that picks itself on a guess (its RSS
  * grew since its heap reading: what it grew by may be free) reads its heap
  * first and trims only when that reading shows something free
- * (group_pressure.c, self_holds_nothing). A named group's leader is a worker:
+ * (group_leader.c, self_holds_nothing). A named group's leader is a worker:
  * in the v2 named cell it was trimmed 11-14 times a run mid-study with nothing
  * free (issue 32 item 4).
  *

@@ -27,7 +27,7 @@ MB = 1 << 20
 LIMIT = 300 * MB
 PAUSE_MS = 0
 PLACEMENTS = ["own", "parent", "docker"]
-# What must wake memtrim in each placement (core/pressure/pressure.c, arm_v2): root may write a
+# What must wake memtrim in each placement (core/pressure/kernel.c, arm_v2): root may write a
 # PSI trigger into its own cgroup's memory.pressure (the limit read from the parent's
 # memory.max, or from memory.high, changes nothing there); uid nobody in the Docker-like
 # namespace opens memory.pressure on a read-only mount (EROFS) and is woken by the

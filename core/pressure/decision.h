@@ -1,17 +1,106 @@
 /*
- * group_policy.h - the pressure decision over a set of members (group_policy.c): the
- * set's zone (struct pressure_zone: its readings of the usage and the limit, whether it
- * is inside, what the members were last told), and which member trims next. A member is
- * a way to trim one process (a worker group's, through its channel; the leader itself).
- * No locks, no threads: the caller keeps the zone under its own lock (the group thread,
- * core/group/group_pressure.c, under g->lock) and hands it the readings.
+ * decision.h - the pressure engine's decisions, as pure functions (decision.c): a process's
+ * own on one reading (RSS, the limit, the cgroup's charge, memory.events, the last heap
+ * estimate, now) and a small state struct, and the decision over a set of members (which
+ * member trims next). No clock, no probe, no lock, so the unit tests drive them on
+ * synthetic readings (tests/unit/test_pressure.c, test_group.c). The pressure thread
+ * (engine.c) takes a process's readings, asks pressure_decide, runs the trim and reports
+ * its outcome to pressure_after_trim; a set's caller keeps its zone (zone.h).
  */
-#ifndef MEMTRIM_GROUP_POLICY_H
-#define MEMTRIM_GROUP_POLICY_H
+#ifndef MEMTRIM_DECISION_H
+#define MEMTRIM_DECISION_H
 
 #include <stdint.h>
 
-/* ---- the pressure decision (pure; group_policy.c; tests/unit/test_group.c) ---- */
+/* ---- a process's decision (decision.c; tests/unit/test_pressure.c) ---- */
+
+struct pressure_input {
+    int64_t now_ns;          /* monotonic */
+    uint64_t rss;            /* bytes, from statm */
+    int64_t limit;           /* effective memory limit, <= 0 none */
+    double ratio;            /* PressureRatio */
+    uint64_t min_releasable; /* TrimMinReleasableBytes */
+    uint64_t estimate;       /* releasable estimate of the last heap reading */
+    int estimate_known;      /* a heap reading exists */
+    int64_t estimate_ns;     /* monotonic time of that reading */
+    /* The cgroup, when its limit is the one in force (no MemoryLimitBytes): what
+     * the kernel charges it (memory.current, fresh) and of that the page cache
+     * (memory.stat file, shmem: the last reading); -1 unknown. */
+    int64_t cg_current;
+    int64_t cg_file;
+    int64_t cg_shmem;
+    int last_chance;         /* a new memory.events max/oom/oom_kill since the last reading */
+};
+
+enum pressure_rule {
+    PRESSURE_RULE_GROWTH = 0, /* RSS grew by a step inside the zone */
+    PRESSURE_RULE_LINE,       /* RSS at PressureRatio of the limit */
+    PRESSURE_RULE_ESTIMATE,   /* free-but-resident heap would take it there */
+    PRESSURE_RULE_LAST_CHANCE, /* the kernel hit the limit (memory.events): at once */
+};
+
+struct pressure_state {
+    uint64_t base_rss;    /* RSS low-water mark since the last pressure trim; 0 = unset */
+    int64_t last_trim_ns; /* monotonic start of the last pressure trim */
+    int futile;           /* growth trims in a row that released too little */
+    int futile_timed;     /* line and estimate trims in a row that released too little */
+    int rule;             /* with PRESSURE_TRIM: enum pressure_rule that fired */
+    int zone;             /* the last reading was inside the zone */
+    int64_t due_ns;       /* with PRESSURE_TRIM: since when the rule that fired held
+                           * by its timing (back-off ended, estimate read); 0 growth */
+    int trimmed;          /* a pressure trim ran (last_trim_ns is real) */
+    uint64_t line;        /* the line at the last reading inside the zone */
+    /* What the last pressure trim bought (pressure_judge_last): its release and the RSS it
+     * left, judged at the next trim's start; and the trims in a row whose release came
+     * back before the next one (the growth rule's back-off below the line). */
+    uint64_t last_released; /* 0: nothing to judge (none yet, or it found too little) */
+    uint64_t last_rss_after;
+    int returned;
+};
+
+enum pressure_verdict {
+    PRESSURE_OUTSIDE = 0, /* below the zone: the slow pace */
+    PRESSURE_WATCH,       /* inside the zone, no trim due */
+    PRESSURE_TRIM,        /* trim now */
+};
+
+/* The zone's floor: half the limit, or the pressure line if that is lower. */
+uint64_t pressure_zone_floor(int64_t limit, double ratio);
+
+/* What the limit sees that the kernel cannot take back by itself: RSS, or the
+ * cgroup's charge less its page cache when that is more (other processes,
+ * kernel memory); never memory.current alone, which counts cache the kernel
+ * reclaims on its own before any OOM. */
+uint64_t pressure_charge(const struct pressure_input *in);
+
+/* Whether a last-chance trim can find anything: never trimmed, grown since the
+ * last trim, or a heap reading since then that holds TrimMinReleasableBytes. */
+int pressure_heap_may_hold(const struct pressure_input *in, const struct pressure_state *st);
+
+/* Decide on one reading; updates st (zone, base_rss). */
+int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
+
+/* When a rule that waits on time (the line, the estimate) will next allow a trim, or INT64_MAX. */
+int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
+
+/* At a pressure trim's start (RSS rss_now): how much of the last trim's release came back
+ * since it ended (RSS regrown, at most what it released), or -1 when there is none to judge
+ * (none yet, or it released less than TrimMinReleasableBytes: the futile back-off's). A
+ * release that more than half came back bought no headroom: st->returned counts such trims
+ * in a row (the growth rule's gap below the line doubles with it); one that stayed out
+ * resets it. */
+int64_t pressure_judge_last(struct pressure_state *st, uint64_t rss_now);
+
+/* The growth rule's wait after a trim now: the futile back-off, and below the line the
+ * returned one (0: none). */
+int64_t pressure_growth_gap(const struct pressure_input *in, const struct pressure_state *st);
+
+/* Record a pressure trim's outcome in st (futile back-off, growth base). */
+void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
+                         int64_t released, uint64_t min_releasable);
+
+
+/* ---- the decision over a set of members (decision.c; tests/unit/test_group.c) ---- */
 
 struct group_candidate {
     uint64_t releasable;     /* the member's last releasable estimate (0 when unknown) */
@@ -109,7 +198,7 @@ int64_t group_growth_step(int64_t limit);
 
 /*
  * What a member must hold free to trim on its own now, without the leader's request (the
- * leader's grant, core/group/group_pressure.c); 0: no member may (below the zone and not
+ * leader's grant, core/group/group_leader.c); 0: no member may (below the zone and not
  * ahead of it). The rules of group_pressure_pick for one member alone: at the line or
  * ahead of the next climb, TrimMinReleasableBytes (in->min_releasable); inside the zone
  * below the line, the headroom to the line or burst_bytes, whichever is less (what one
@@ -146,79 +235,4 @@ uint64_t group_act_threshold(const struct group_pressure_in *in);
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
                         int n, int *rule);
 
-/* ---- the set's zone (group_policy.c; kept by its caller) ---- */
-
-#define PZ_USAGE_MOVED_BYTES (1LL << 20)
-#define PZ_ZONE_HOLD_NS (5LL * 1000 * 1000 * 1000) /* inside the zone this long after the usage left it */
-/* A grant to trim alone lasts its lease from its sending (core/group: ACT_LEASE_NS); it is
- * sent again every PZ_ACT_RENEW_NS while it stands, and when its threshold moved by
- * TrimMinReleasableBytes (PZ_ACT_RESEND_NS apart at least) or the members changed. */
-#define PZ_ACT_RENEW_NS (500LL * 1000 * 1000)
-#define PZ_ACT_RESEND_NS (50LL * 1000 * 1000)
-
-struct pressure_zone {
-    int64_t usage, limit, base_usage; /* base: the low-water mark since the last trim */
-    const char *usage_source;         /* "cgroup", "members" (their RSS summed), "none" */
-    int64_t zone_seen_ns;             /* the usage was last inside the zone then */
-    int64_t moved_usage;              /* the usage when it last moved by PZ_USAGE_MOVED_BYTES */
-    int64_t moving_until_ns;          /* the zone's tick until then (the usage climbs) */
-    struct group_rise rise;           /* the usage's recent climbs (group_ahead) */
-    int zone;                         /* inside (or ahead of, or holding) the zone */
-    int act;                          /* members may trim alone (the grant was sent) */
-    int act_line;                     /* ...at once, the set at its line */
-    uint64_t act_threshold;           /* ...holding this much free (the last grant's) */
-    int64_t act_sent_ns, act_width_ns; /* the last grant went out then, with this slot width */
-    uint64_t act_gen;                 /* the members' count of changes at the last grant */
-};
-
-/* The members' sums a look reads (RSS now, at their recent peaks, after their trims). */
-struct pressure_sums {
-    int64_t rss, peak, now;
-};
-
-void pressure_zone_init(struct pressure_zone *z);
-/* A look's readings into in (limit: the configured one, or the one found; usage: the
- * cgroup's, < 0 unknown: the members' RSS summed), and the usage's moves. */
-void pressure_zone_inputs(struct pressure_zone *z, int64_t now, int64_t limit, int64_t usage,
-                          const struct pressure_sums *sum, struct group_pressure_in *in);
-/* Whether the members keep the zone's pace now: inside the zone (PressureRatio), ahead of
- * it (group_ahead), or within PZ_ZONE_HOLD_NS of it. */
-int pressure_zone_inside(struct pressure_zone *z, int64_t now, double ratio,
-                         const struct group_pressure_in *in);
-/* Whether the members must hear of the zone again (it began or ended, the grant came or
- * went, the line was reached or left, or the grant is due again). */
-int pressure_zone_news(const struct pressure_zone *z, int zone, uint64_t threshold,
-                       int64_t width_ns, int at_line, int64_t now, uint64_t min,
-                       uint64_t members_gen);
-/* The members were told: the zone and the grant as sent. */
-void pressure_zone_told(struct pressure_zone *z, int zone, int act, int at_line,
-                        uint64_t threshold, int64_t width_ns, int64_t now, uint64_t members_gen);
-/* A member was picked to trim: growth counts again from the low after this trim. */
-void pressure_zone_trimmed(struct pressure_zone *z);
-
-/* ---- the stagger (group_policy.c) ---- */
-
-/*
- * The members' own trims inside the zone take turns: slots of width_ns from epoch_ns,
- * slot k of every `slots` for member k, granted until until_ns (the leader's grant).
- * A member's window around now: the slot it is in, or its next one; closed at the
- * grant's end. The caller checked the grant (slots >= 1, 0 <= slot < slots, width_ns > 0,
- * epoch_ns >= 0: core/group/group_member.c's grant_ok).
- */
-struct pressure_slots {
-    int64_t epoch_ns, width_ns, until_ns;
-    int slot, slots;
-};
-void pressure_slot_window(const struct pressure_slots *sl, int64_t now, int64_t *open,
-                          int64_t *close);
-/*
- * The window a member's own trim may start in: its slot (pressure_slot_window), or now
- * until the grant ends when the set is at its line (surviving the limit comes before not
- * stalling the node together) or when it missed the slot it waited for (waited_at, 0
- * none: only a whole slot's width after it was that slot surely missed; a new grant that
- * moved its slot meanwhile is no missed slot). moved_is_missed: a control's old rule.
- */
-void pressure_slot_take(const struct pressure_slots *sl, int64_t now, int at_line,
-                        int64_t waited_at, int moved_is_missed, int64_t *open, int64_t *close);
-
-#endif /* MEMTRIM_GROUP_POLICY_H */
+#endif /* MEMTRIM_DECISION_H */
