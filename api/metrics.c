@@ -478,6 +478,12 @@ static void api_metrics_group(struct api_text *t, struct memtrim *mt)
             "(GroupTrimSlotMs).", gi.own_trims);
     api_u64(t, "memtrim_group_own_released_bytes_total", "counter",
             "Bytes the members' own trims released.", gi.own_released_bytes);
+    api_u64(t, "memtrim_group_kernel_looks_total", "counter",
+            "Looks of the group's pressure decision run at once at a kernel wake-up of the "
+            "leader's pressure engine (a cgroup v1 threshold, PSI, memory.events).",
+            gi.kernel_looks);
+    api_u64(t, "memtrim_group_kernel_picks_total", "counter",
+            "Of those, looks that picked a member to trim.", gi.kernel_picks);
     static const struct {
         const char *name, *help;
     } gauges[] = {

@@ -381,6 +381,8 @@ struct mt_group_info {
     uint64_t pressure_released_bytes;
     uint64_t own_trims;         /* ...of which members ran on their own in the zone */
     uint64_t own_released_bytes;
+    uint64_t kernel_looks;      /* the decision's looks run at the engine's kernel wake-up */
+    uint64_t kernel_picks;      /* ...of which picked a member to trim */
     int64_t usage_bytes;        /* what the decision reads: the cgroup's usage, or the sum of RSS */
     int64_t limit_bytes;        /* -1 none */
     int zone;                   /* usage inside the pressure zone at the last reading */

@@ -19,6 +19,7 @@
 
 #include "mt_alloc.h"
 #include "group_int.h"
+#include "pressure.h"
 #include "snapshot.h"
 
 /* The registry's entry of pid, or NULL (under g->lock). */
@@ -116,6 +117,8 @@ void group_stop(struct group **slot)
     pthread_mutex_lock(&g->lock);
     g->stop = 1;
     pthread_mutex_unlock(&g->lock);
+    if (g->role == GROUP_LEADER && g->started)
+        pressure_kernel_listen(g->d.pressure, NULL, NULL); /* not called again from here on */
     group_wake(g);
     if (g->started)
         pthread_join(g->thread, NULL);

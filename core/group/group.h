@@ -25,6 +25,7 @@ struct group;
 struct snapshot_cache;
 struct trim_service;
 struct store;
+struct pressure;
 
 /* What a group uses, each part with its own lock (the instance fills it). */
 struct group_deps {
@@ -38,6 +39,8 @@ struct group_deps {
     atomic_int *record_pid;          /* stamped on the instance's own trims and samples:
                                       * getpid() while it leads, 0 otherwise */
     int pid;                         /* the process that started the instance */
+    struct pressure *pressure;       /* the instance's pressure engine: a leader's decision
+                                      * runs at its kernel wake-ups (NULL: ticks only) */
 };
 
 enum group_role { GROUP_NONE = 0, GROUP_LEADER, GROUP_MEMBER };

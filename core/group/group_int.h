@@ -222,6 +222,8 @@ struct group {
     uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_leader.c) */
     uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
     struct pressure_zone pz;          /* the group's zone (core/pressure/zone.h) */
+    atomic_int kernel_woke;           /* the engine's kernel woke the leader (not locked) */
+    uint64_t kernel_looks, kernel_picks; /* looks at a kernel wake-up; of those, that picked */
     uint64_t members_gen;             /* joins and leaves */
     int64_t slot_epoch_ns;            /* the members' slots count from here */
     uint64_t own_trims, own_released; /* members' trims of their own (in pressure_trims too) */

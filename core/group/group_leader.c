@@ -34,6 +34,7 @@
 #include "mt_alloc.h"
 #include "group_int.h"
 #include "named.h"
+#include "pressure.h"
 #include "probe.h"
 #include "proctree.h"
 #include "snapshot.h"
@@ -628,7 +629,8 @@ static void pressure_ask(struct group *g, struct group_member *m, int fd, uint64
 
 /* The group's pressure (the engine's look at the set, core/pressure/zone.h): one member at
  * a time, the largest estimate first; the zone and the grant told to the members. */
-static void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg)
+static void leader_pressure(struct group *g, int64_t now, const struct mt_config *cfg,
+                            int kernel)
 {
     struct group_candidate c[GROUP_MAX_MEMBERS];
     struct pressure_sums sum = {0, 0, 0};
@@ -651,6 +653,10 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         .width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS, .members_gen = g->members_gen};
     pressure_zone_look(&g->pz, &li, c, n, &sum, &lk);
     struct group_member *m = lk.pick >= 0 ? &g->m[idx[lk.pick]] : NULL;
+    if (kernel) {
+        sat_add(&g->kernel_looks, 1);
+        sat_add(&g->kernel_picks, m != NULL);
+    }
     int fd = -1;
     uint64_t id = 0;
     if (m) {
@@ -671,6 +677,14 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         pressure_ask(g, m, fd, id, now, cfg, lk.guess);
 }
 
+/* The engine's kernel woke (the pressure thread, under its p->lock): look at the set now. */
+static void leader_kernel_woke(void *arg)
+{
+    struct group *g = arg;
+    atomic_store(&g->kernel_woke, 1);
+    group_wake(g);
+}
+
 static void *leader_main(void *arg)
 {
     struct group *g = arg;
@@ -684,7 +698,8 @@ static void *leader_main(void *arg)
         config_feed_read(&g->d.config, &cfg, &generation, 0);
         int64_t now = mt_mono_ns();
         leader_self_refresh(g, now, cfg.sample_interval_seconds);
-        leader_pressure(g, now, &cfg);
+        /* Woken by the engine's kernel (pressure_kernel_listen), or at the tick. */
+        leader_pressure(g, now, &cfg, atomic_exchange(&g->kernel_woke, 0));
         job_step(g, now);
         leader_total_sample(g, now, cfg.sample_interval_seconds);
 
@@ -755,6 +770,7 @@ int group_lead(struct group **slot, const struct group_deps *d, int listen_fd, c
         return -rc;
     }
     g->started = 1;
+    pressure_kernel_listen(g->d.pressure, leader_kernel_woke, g); /* group_stop takes it off */
     if (g->name[0])
         mt_log(MT_LOG_INFO, "group", "pid %ld leads the worker group %s: processes started with "
                                      "GroupName %s join it (one port, one store)",

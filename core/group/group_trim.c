@@ -74,6 +74,8 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->pressure_released_bytes = g->pressure_released;
     info->own_trims = g->own_trims;
     info->own_released_bytes = g->own_released;
+    info->kernel_looks = g->kernel_looks;
+    info->kernel_picks = g->kernel_picks;
     info->usage_bytes = g->pz.usage;
     info->limit_bytes = g->pz.limit;
     info->zone = g->pz.zone;

@@ -324,6 +324,7 @@ struct group_deps mt_group_deps(struct memtrim *mt)
         .zone = &mt->group_zone,
         .record_pid = &mt->record_pid,
         .pid = (int)mt->pid,
+        .pressure = mt->pressure,
     };
 }
 

@@ -10,8 +10,14 @@
  * so at info level. The housekeeper wakes it when the limit changes or a new
  * heap reading arrives (the releasable estimate), and PATCH /config does.
  *
- * Locking: p->lock guards p->stop and p->stats (held only to copy or bump);
- * everything else belongs to the thread. Never held across a trim or a read.
+ * Locking: p->lock guards p->stop, p->stats and the kernel listener (held only to
+ * copy or bump them, and across the listener's call: a byte into the set's wake
+ * pipe); everything else belongs to the thread. Never held across a trim or a read.
+ *
+ * A worker group's leader listens (pressure_kernel_listen): each kernel wake-up
+ * also wakes its group thread, which looks at the set at once (the group's
+ * decision, core/pressure/zone.c), so the kernel's signal drives the group's
+ * decision as it drives this process's.
  *
  * Descriptors: see kernel.c; the wake eventfd is the one written by other
  * threads: its number and identity are set before the thread starts and never
@@ -29,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control.h"
 #include "engine_int.h"
 
 #define POLL_FAST_NS (2 * MT_MS)       /* RSS moving inside the zone */
@@ -344,6 +351,9 @@ static void *pressure_main(void *arg)
             wake_fd_ours(p);
         pthread_mutex_lock(&p->lock);
         int stop = p->stop;
+        /* The set's decision first: this process's own step may run a trim. */
+        if (kernel && p->woke && !stop && !mt_control("eng-group-tick-only"))
+            p->woke(p->woke_arg);
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
@@ -418,6 +428,16 @@ void pressure_wake(struct pressure *p)
     if (p && mt_fdid_is(p->wake_fd, &p->wake_id) && write(p->wake_fd, &one, sizeof(one)) < 0) {
         /* a full counter already wakes it */
     }
+}
+
+void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg), void *arg)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->woke = woke;
+    p->woke_arg = woke ? arg : NULL;
+    pthread_mutex_unlock(&p->lock);
 }
 
 void pressure_stop(struct pressure *p)

@@ -2,7 +2,8 @@
  * engine_int.h - private to core/pressure: the pressure engine's state (struct
  * pressure), shared by its thread (engine.c) and its kernel sources (kernel.c).
  * Threads: "memtrim-press" owns all of it but what p->lock guards.
- * Locks: p->lock guards p->stop and p->stats (held only to copy or bump; a leaf).
+ * Locks: p->lock guards p->stop, p->stats and the kernel listener (held only to copy or bump
+ * them, and across the listener's call, which takes no lock of ours: a leaf).
  */
 #ifndef MEMTRIM_ENGINE_INT_H
 #define MEMTRIM_ENGINE_INT_H
@@ -28,6 +29,8 @@ struct pressure {
     struct mt_fdid wake_id; /* its identity: written to only while it is still the eventfd */
     pthread_mutex_t lock;
     int stop;                    /* guarded by lock */
+    void (*woke)(void *arg);     /* guarded by lock: the set the kernel's wake-ups drive */
+    void *woke_arg;
     struct pressure_stats stats; /* guarded by lock */
 
     /* the thread's own */

@@ -46,6 +46,12 @@ int pressure_start(struct pressure *p, char **err);
 void pressure_stop(struct pressure *p); /* joins the thread; pressure_free() frees */
 /* Re-read the configuration now (PATCH /config, resume). */
 void pressure_wake(struct pressure *p);
+/* The set whose decision this engine's kernel wake-ups drive (a worker group's leader: its
+ * thread looks at the set at once, not at its next tick). woke(arg) runs on the pressure
+ * thread right after each kernel wake-up (v1 threshold, PSI trigger, memory.events),
+ * under p->lock: it takes no lock of ours and never blocks. woke NULL takes it off; once
+ * that returned it is not running and never runs again (the set may be freed). */
+void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg), void *arg);
 
 /* What /memory/stats and /metrics show (mt_counters_get copies it). */
 struct pressure_stats {
