@@ -95,6 +95,12 @@ def one(build, threads, arm, window):
         run.update(released=(before - after) / 2**20, gap=rep["max_gap_seconds"] * 1e3,
                    gap_at=(rep["max_gap_at_seconds"] - t0) * 1e3)
         run["stall"] = max(run["gap"], run.get("stop", 0.0))
+        if "life" in run:  # how much of the gap memtrim's threads were alive for (their life
+            # ends about when the tool does; they are cloned during the taken thread's stop)
+            wall_ms = run["wall"] * 1e3
+            first = wall_ms - run["life"]
+            both = min(run["gap_at"] + run["gap"], wall_ms) - max(run["gap_at"], first)
+            run["in_life"] = max(0.0, both) / run["gap"] if run["gap"] else 0.0
         return run
     finally:
         p.kill()
@@ -109,7 +115,8 @@ def show(threads, r):
          f"wall {r['wall']:.3f} s")
     if r["arm"] == "memtrim":
         s += (f"  taken thread ({r['syscall']}) stopped {r['stop']:.1f} ms, call "
-              f"{r['call']:.1f} ms, memtrim's threads at most {r['life']:.1f} ms")
+              f"{r['call']:.1f} ms, memtrim's threads at most {r['life']:.1f} ms (the gap "
+              f"{100 * r['in_life']:.0f} % inside their life)")
     return s
 
 
@@ -157,8 +164,10 @@ def main():
                     f"{m['released']:6.1f} MB  stall {m['stall']:7.1f} ms  wall {m['wall']:.3f} s  "
                     f"load {m['load']:.2f}")
             if a == "memtrim":
+                outside = sum(1 for r in ok if r["in_life"] == 0)
                 line += (f"  taken thread stopped {m['stop']:.1f} ms, memtrim's threads at most "
-                         f"{m['life']:.1f} ms")
+                         f"{m['life']:.1f} ms; the longest gap before or after their life in "
+                         f"{outside} of {len(ok)}")
             print(line + (f"  ({fails} failed)" if fails else ""))
         if "gdb" not in med or "memtrim" not in med:
             continue
