@@ -1,26 +1,73 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (as root), builds memtrim three
 # ways (plain, ASan+UBSan, TSan) and runs the unit tests (ctest) in each, the
-# unit tests under valgrind, the end-to-end tests against real hosts (pytest
-# with Debian's python3), and the browser tests (Debian's chromium driven by
-# playwright-core), and the controls (tests/controls.sh: each listed test must fail with its
-# switch on). Set MEMTRIM_QUICK=1 for the plain build, its unit tests, the controls, the
-# end-to-end files tests/e2e/slow.txt does not list and the browser tests (under 10 minutes).
+# unit tests under valgrind, the fuzzers, the soak, the end-to-end tests against real hosts
+# (pytest with Debian's python3), the cgroup v2 tests in a VM (tests/vm), the browser tests
+# (Debian's chromium driven by playwright-core), and the controls (tests/controls.sh: each
+# listed test must fail with its switch on).
+# After the plain build and its unit tests the stages run in four lanes side by side
+# (e2e then browser; the VM; controls then fuzz; the ASan build, its unit tests and the
+# soak, the TSan build and its unit tests, valgrind): each lane's output is printed whole
+# when it ends, each stage keeps its "=== NAME: passed/FAILED in N s" line, and the run
+# fails when any stage fails or does not run. About 25 min on a quiet 2-core machine
+# (docs/benchmarks.md, "The test suite").
+# MEMTRIM_QUICK=1: the plain build, its unit tests, the controls, the end-to-end files
+# tests/e2e/slow.txt does not list and the browser tests (under 10 minutes).
+# MEMTRIM_SURVIVAL=1: also the survival cells' measurement (bench/survival.sh, about 13 min,
+# reports each cell's pairs and verdict, fails only when it cannot run them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 jobs=$(nproc)
-passed=0
-failed=0
-failures=""
 
 # Each stage's wall time and the load average before and after it, for docs/benchmarks.md.
+# Its result also goes to build/lanes/results (one line a stage): stages run in lanes
+# (below), subshells whose counts the main shell does not see.
+lanes=$root/build/lanes
+rm -rf "$lanes" && mkdir -p "$lanes"
 stage() { # stage NAME COMMAND...
   local name=$1 t0=$SECONDS load0 result=passed; shift
   load0=$(cut -d' ' -f1 /proc/loadavg)
   echo "=== $name ($(date -u +%H:%M:%S) UTC)"
-  if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); failures="$failures $name"; result=FAILED; fi
+  if ! "$@"; then result=FAILED; fi
+  echo "$name $result" >>"$lanes/results"
   echo "=== $name: $result in $((SECONDS - t0)) s (load $load0 -> $(cut -d' ' -f1 /proc/loadavg))"
+  [ "$result" = passed ]
+}
+
+# A lane: stages one after another in the background, beside the other lanes, its output
+# kept in build/lanes/NAME.log and printed whole when the lane ends (so no two stages'
+# lines interleave). The stages of different lanes share nothing they could collide on:
+# each build has its own directory, the tests their own cgroups, ports (0, or the first
+# free one) and temporary directories, the VM its own kernel.
+lane_names=()
+lane() { # lane NAME FUNCTION: its exit code to build/lanes/NAME.rc as it ends
+  local name=$1; shift
+  echo "--- lane $name starts ($(date -u +%H:%M:%S) UTC): $*"
+  { "$@"; echo $? >"$lanes/$name.rc"; } >"$lanes/$name.log" 2>&1 </dev/null &
+  lane_names+=("$name")
+}
+join_lanes() { # prints each lane's output as it ends; a lane that died without its .rc fails
+  local left=("${lane_names[@]}") rest n
+  while [ "${#left[@]}" -gt 0 ]; do
+    wait -n 2>/dev/null # a lane ended (at once when none is left)
+    rest=()
+    for n in "${left[@]}"; do
+      if [ -f "$lanes/$n.rc" ]; then
+        echo "--- lane $n ended ($(date -u +%H:%M:%S) UTC), its output:"
+        cat "$lanes/$n.log"
+        echo "--- lane $n: end of its output"
+      else rest+=("$n"); fi
+    done
+    left=("${rest[@]}")
+    if [ "${#left[@]}" -gt 0 ] && [ -z "$(jobs -pr)" ]; then
+      for n in "${left[@]}"; do
+        echo "--- lane $n died without its result, its output:"; cat "$lanes/$n.log"
+        echo "$n-lane died" >>"$lanes/results"
+      done
+      left=()
+    fi
+  done
 }
 
 # The options the suite needs are forced whatever DIR's cache holds (examples/run-demo.sh,
@@ -165,7 +212,7 @@ $(grep -vxF -e test_cli_valgrind -e test_cli_bpfeval <<<"$want")"
 
 e2e() { # -rs: every skipped test is listed with its reason; conftest.py fails the session
   # on a skip tests/skips.txt does not list, and when no test passed. The survival cells'
-  # pairs (marker survival) are the survival stage's.
+  # pairs (marker survival) are bench/survival.sh's.
   # MEMTRIM_QUICK=1 leaves out the files tests/e2e/slow.txt lists (each with its time).
   [ -d tests/e2e ] || { echo "e2e: tests/e2e is missing"; return 1; }
   local f ignore=()
@@ -180,39 +227,17 @@ e2e() { # -rs: every skipped test is listed with its reason; conftest.py fails t
     -m "not survival" "${ignore[@]}" tests/e2e
 }
 
-# The cgroup v2 tests (tests/vm) on Debian's own kernel booted under qemu (TCG) with this
-# machine's / shared: each memtrim case beside its control, which must be OOM-killed.
+# The cgroup v2 tests (tests/vm) on Debian's own kernel booted under qemu (TCG: this
+# machine's KVM cannot boot it, tests/vm/run.sh) with this machine's / shared: each memtrim
+# case beside its control, which must be OOM-killed. The survival pairs are bench/survival.sh's.
 vm_cgroup2() {
   [ -x tests/vm/run.sh ] || { echo "vm-cgroup2: tests/vm/run.sh is missing"; return 1; }
   MEMTRIM_BUILD_DIR="$root/build" tests/vm/run.sh -- /usr/bin/python3 -m pytest -q -rs \
     -p no:cacheprovider -m "not survival" tests/vm
 }
 
-# The survival cells' counted pairs (marker survival: tests/e2e on this machine's cgroup v1,
-# tests/vm on the v2 kernel), with survival_util's floors: the reference finishes every
-# worker or its pair is void, the group every worker in each counted pair, no pair where
-# both lose all, the load beside each pair. A loaded machine cannot hold them (the group lost
-# a worker at load 11-13 where the reference finished all), so the stage is a measurement:
-# it prints each cell's pairs and verdict and fails only when its runner could not run them
-# (no cell collected, a usage error, the VM not booting), never on a cell's verdict.
-survival() {
-  local rc=0 code
-  echo "survival: load $(cut -d' ' -f1-3 /proc/loadavg) (measured, not gating)"
-  MEMTRIM_BUILD_DIR="$root/build" /usr/bin/python3 -m pytest -q -s -rs -p no:cacheprovider \
-    -m survival tests/e2e 2>&1 | grep -E 'pair [0-9]+:|counted pairs|void cell|passed|failed|Error'
-  code=${PIPESTATUS[0]}
-  case $code in 0) echo "survival (e2e): every cell held" ;;
-    1) echo "survival (e2e): NOT HELD (a cell failed or was void; not gating)" ;;
-    *) echo "survival (e2e): pytest could not run the cells ($code)"; rc=1 ;; esac
-  MEMTRIM_BUILD_DIR="$root/build" tests/vm/run.sh -- /usr/bin/python3 -m pytest -q -s -rs \
-    -p no:cacheprovider -m survival tests/vm 2>&1 | grep -E 'pair [0-9]+:|counted pairs|void cell|passed|failed|Error'
-  code=${PIPESTATUS[0]}
-  case $code in 0) echo "survival (vm): every cell held" ;;
-    1) echo "survival (vm): NOT HELD (a cell failed or was void; not gating)" ;;
-    *) echo "survival (vm): the VM or pytest could not run the cells ($code)"; rc=1 ;; esac
-  echo "survival: load $(cut -d' ' -f1-3 /proc/loadavg)"
-  return $rc
-}
+# The survival cells' counted pairs are a measurement, not a gate: bench/survival.sh (about
+# 13 min quiet), run last here only when MEMTRIM_SURVIVAL=1.
 
 # The browser stage knows its number of checks (EXPECTED_CHECKS in test_dashboard.mjs, which
 # fails a run that makes another number): all of them passed, none failed.
@@ -227,32 +252,55 @@ browser() {
   return $rc
 }
 
-tests/install-deps.sh all || exit 1
-stage build build build
-stage unit unit build plain
-# each test of tests/controls.txt against its switch (build-controls): it must fail
-stage controls tests/controls.sh
-if [ -z "${MEMTRIM_QUICK:-}" ]; then
+# Lanes, after the plain build and its unit tests (every other stage needs them or nothing):
+# on 2 cores the CPU-bound stages (builds, valgrind, fuzzers, controls) fill the time the
+# e2e tests and the VM spend waiting on their workloads. Each lane's stages run in order.
+lane_e2e() { stage e2e e2e; stage browser browser; }
+lane_vm() { stage vm-cgroup2 vm_cgroup2; }
+lane_controls() { # each test of tests/controls.txt against its switch (build-controls): it must fail
+  stage controls tests/controls.sh
+  [ -n "${MEMTRIM_QUICK:-}" ] || stage fuzz fuzz
+}
+lane_sanitizers() {
   # with allocation-failure injection: ctest runs fault_inject there (every allocation of
   # memtrim's start, stop, configuration and requests failed in turn, LeakSanitizer after)
-  stage build-asan build build-asan -DMEMTRIM_SANITIZE=address -DMEMTRIM_FAULT_INJECT=ON
-  stage unit-asan unit_asan
-  stage build-tsan build build-tsan -DMEMTRIM_SANITIZE=thread
-  stage unit-tsan unit_tsan
+  if stage build-asan build build-asan -DMEMTRIM_SANITIZE=address -DMEMTRIM_FAULT_INJECT=ON; then
+    stage unit-asan unit_asan
+    # 2 min: 64 pollers, trims and a slowloris client against the ASan demo host, with
+    # baseline windows around it for the host's throughput (tests/soak/soak.py)
+    stage soak tests/soak/run.sh "$root/build-asan"
+  fi
+  stage build-tsan build build-tsan -DMEMTRIM_SANITIZE=thread && stage unit-tsan unit_tsan
   stage valgrind valgrind_unit
-  stage fuzz fuzz
-  # 2 min: 64 pollers, trims and a slowloris client against the ASan demo host, with
-  # baseline windows around it for the host's throughput (tests/soak/soak.py)
-  stage soak tests/soak/run.sh "$root/build-asan"
-fi
-stage e2e e2e
-if [ -z "${MEMTRIM_QUICK:-}" ]; then
-  stage vm-cgroup2 vm_cgroup2
-  stage survival survival
-fi
-stage browser browser
+}
 
+tests/install-deps.sh all || exit 1
+if stage build build build; then
+  stage unit unit build plain
+  lane e2e lane_e2e
+  lane controls lane_controls
+  if [ -z "${MEMTRIM_QUICK:-}" ]; then
+    lane vm lane_vm
+    lane sanitizers lane_sanitizers
+  fi
+  join_lanes
+fi
+if [ -n "${MEMTRIM_SURVIVAL:-}" ]; then
+  stage survival bench/survival.sh "$root/build"
+fi
+
+# every stage of this mode reports once; one a failed stage before it left out (or a lane
+# that died) counts as failed
+want="build unit e2e browser controls"
+[ -n "${MEMTRIM_QUICK:-}" ] || want="$want fuzz vm-cgroup2 build-asan unit-asan soak build-tsan unit-tsan valgrind"
+[ -z "${MEMTRIM_SURVIVAL:-}" ] || want="$want survival"
+for n in $want; do
+  grep -q "^$n " "$lanes/results" || echo "$n not-run" >>"$lanes/results"
+done
+passed=$(grep -c ' passed$' "$lanes/results")
+failed=$(grep -vc ' passed$' "$lanes/results")
+failures=$(grep -v ' passed$' "$lanes/results" | tr '\n' ',' | sed 's/,$//; s/,/, /g')
 echo
-[ -n "$failures" ] && echo "failed stages:$failures"
+[ -n "$failures" ] && echo "failed stages: $failures"
 echo "stages: $passed passed, $failed failed, in $((SECONDS / 60)) min $((SECONDS % 60)) s (load now $(cut -d' ' -f1-3 /proc/loadavg))"
 [ "$failed" = 0 ]

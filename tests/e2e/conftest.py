@@ -262,7 +262,7 @@ def skip_reason(report):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "survival: a survival cell's counted pairs (survival_util): "
-                            "run by tests/run.sh's survival stage, measured and not gating")
+                            "run by bench/survival.sh, measured and not gating")
 
 
 def pytest_collectreport(report):

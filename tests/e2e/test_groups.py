@@ -451,7 +451,7 @@ def test_the_group_survives_the_shared_limit(procs, cgroup, tmp_path):
     (25 of 40 against 30, docs/groups.md), nor at load 6.5-7.5 (2026-12-07 09:36 UTC, with
     survival_util's floors: pair 3 counted, the group 3 of 4 where malloc_trim after each
     study finished 4) or 11-13 (09:39 UTC, pair 1 the same): a loaded machine
-    cannot hold it, so it runs in the survival stage (measured, not gating; survival_util's
+    cannot hold it, so it runs in bench/survival.sh (measured, not gating; survival_util's
     floors)."""
     pairs(prefork_runner(procs, tmp_path, cell_args(4, "absolute")), cgroup, 250 << 20, 4,
           PAIRS, "4 workers, 250 MB", check_group=group_trimmed(4))

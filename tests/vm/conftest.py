@@ -32,7 +32,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "vm_last: runs after every other case of the session "
                             "(it changes the kernel for good: Yama's ptrace_scope 3)")
     config.addinivalue_line("markers", "survival: a survival cell's counted pairs (survival_util): "
-                            "run by tests/run.sh's survival stage, measured and not gating")
+                            "run by bench/survival.sh, measured and not gating")
     _root.append(config.rootpath)
     why = pure_v2_host()
     if why:

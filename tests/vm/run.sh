@@ -13,8 +13,13 @@
 # MEMTRIM_VM_TIMEOUT or 3600 s, a hang guard; qemu is killed then), or 125 when the VM did not run it.
 #   MEMTRIM_VM_DIR   cache and run directories (default build/vm of the repository)
 #   MEMTRIM_VM_KEEP  set: keep RUNDIR after the run
-# KVM is not used: on the development machine it does not boot this kernel; TCG does (about
-# 12 s to the command). Single-threaded script; each run has its own RUNDIR.
+# KVM is not used. The development machine is itself a guest whose /dev/kvm is kvm_pvm
+# (/sys/module/kvm_pvm: PVM, nested guests without hardware virtualization), which runs
+# only kernels built as PVM guests: with -accel kvm qemu 7.2 aborts at once ("failed to set
+# MSR 0x10a", IA32_ARCH_CAPABILITIES, with -cpu host or max), and with that feature off
+# (-cpu host,-arch-capabilities) the guest stays in SeaBIOS's real mode (EIP 0xea667 after
+# 20 s, no kernel line in 60 s; -cpu EPYC and qemu64 the same). TCG boots Debian's kernel
+# (about 12 s to the command). Single-threaded script; each run has its own RUNDIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
