@@ -154,13 +154,25 @@ static int wait_event_stop(pid_t tid, double deadline, char *err, size_t errlen,
     }
 }
 
-/* Seizes and interrupts tid; 0 once it is in its interrupt stop. */
-static int seize_stop(pid_t tid, double deadline, char *err, size_t errlen)
+/* Seizes and interrupts tid; 0 once it is in its interrupt stop. Between the two, once it
+ * is seized (its tid cannot be reused from then on), it must still be a thread of pid, and
+ * pid the process read (its start time): otherwise it is released never interrupted (an
+ * interrupt alone makes an epoll_wait or sigtimedwait return EINTR): -5 reused, -6 gone. */
+static int seize_stop(pid_t pid, pid_t tid, unsigned long long start, double deadline,
+                      char *err, size_t errlen)
 {
     if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
         int e = errno;
         snprintf(err, errlen, "ptrace(PTRACE_SEIZE, %d): %s", (int)tid, strerror(e));
         return e == EPERM ? -4 : -1;
+    }
+    char task[64];
+    snprintf(task, sizeof task, "/proc/%d/task/%d", (int)pid, (int)tid);
+    if (!mt_control("cmd-reused-interrupt") &&
+        ((start && target_start_time(pid) != start) || access(task, F_OK) != 0)) {
+        int reused = start && target_start_time(pid) != start;
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        return reused ? -5 : -6;
     }
     if (ptrace(PTRACE_INTERRUPT, tid, 0, 0) != 0) {
         int e = errno;
@@ -393,19 +405,25 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
     s->restartable = 0;
-    int sr = seize_stop(tid, t0 + 1.0, a->reason, a->reasonlen);
+    int sr = seize_stop(pid, tid, a->t->start_time, t0 + 1.0, a->reason, a->reasonlen);
     if (sr == -2 || sr == -4)
         return sr;
-    if (sr != 0)
-        return 1;
-    char task[64];
-    snprintf(task, sizeof task, "/proc/%d/task/%d", (int)pid, (int)tid);
-    if (a->t->start_time && target_start_time(pid) != a->t->start_time) {
-        ptrace(PTRACE_DETACH, tid, 0, 0); /* seized, it cannot be reused from now on */
+    if (sr == -5 || (sr == 0 && a->t->start_time && /* the control: checked after the stop */
+                     target_start_time(pid) != a->t->start_time)) {
+        if (sr == 0)
+            ptrace(PTRACE_DETACH, tid, 0, 0);
         snprintf(a->reason, a->reasonlen, "process %d is not the one read (its start time "
                  "changed: it exited and the pid was reused): not touched", (int)pid);
         return -5;
     }
+    if (sr == -6) {
+        snprintf(a->reason, a->reasonlen, "thread %d is no longer the process's", (int)tid);
+        return 1;
+    }
+    if (sr != 0)
+        return 1;
+    char task[64];
+    snprintf(task, sizeof task, "/proc/%d/task/%d", (int)pid, (int)tid);
     unsigned char insn[2] = {0};
     int e = 0, sh = 0;
     unsigned char single = 0;

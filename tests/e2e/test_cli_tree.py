@@ -156,14 +156,8 @@ def test_tree_trims_apache_prefork_children(procs, tmp_path):  # noqa: F811
         shutil.rmtree(root, ignore_errors=True)
 
 
-# pid 1 of a pid namespace of its own: sh (in wait: rt_sigsuspend, never a safe thread: the
-# tool spends --thread-wait there) with two children in sleep; the tool's --tree on sh; when
-# asked, once the tool holds its lock on sh (the tree is read), the first sleep is killed and
-# a new sleep, not of the tree, is given its pid (ns_last_pid). Prints one JSON line.
-REUSE = r"""
-import glob, json, os, subprocess, sys, time
-tool, swap = sys.argv[1], sys.argv[2] == "1"
-
+# What both scripts below run with (in a pid namespace of their own).
+SCRIPT_HELPERS = r"""
 def wait_for(f):
     for _ in range(2000):
         v = f()
@@ -180,7 +174,15 @@ def syscall(pid):
 
 def start(pid):
     return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
-
+"""
+# pid 1 of a pid namespace of its own: sh (in wait: rt_sigsuspend, never a safe thread: the
+# tool spends --thread-wait there) with two children in sleep; the tool's --tree on sh; when
+# asked, once the tool holds its lock on sh (the tree is read), the first sleep is killed and
+# a new sleep, not of the tree, is given its pid (ns_last_pid). Prints one JSON line.
+REUSE = r"""
+import glob, json, os, subprocess, sys, time
+tool, swap = sys.argv[1], sys.argv[2] == "1"
+""" + SCRIPT_HELPERS + r"""
 sh = subprocess.Popen(["/bin/sh", "-c", "sleep 1000 & echo $!; sleep 1000 & wait"],
                       stdout=subprocess.PIPE, text=True)
 b = int(sh.stdout.readline())
@@ -229,3 +231,53 @@ def test_tree_never_acts_on_a_reused_pid():
     assert "the pid was reused" in at_b["error"]["message"], swapped
     assert swapped["newcomer_rwx"] == 0 and swapped["newcomer_tracer"] == "0", swapped
     assert [line for line in swapped["lines"] if "released_bytes" in line], swapped  # the other
+
+
+# pid 1 of a pid namespace of its own: a python3 whose only thread waits on a futex (never a
+# safe thread: the tool looks again every 2 ms); once the tool has read it and holds its lock,
+# it is killed and the hazard program (its main thread alone, in epoll_wait(-1), counting
+# EINTR) is given its pid: the tool's next look finds a thread it may take there, and seizes
+# it. Prints one JSON line.
+SEIZE_REUSED = r"""
+import glob, json, os, subprocess, sys, time
+tool, hazard = sys.argv[1], sys.argv[2]
+""" + SCRIPT_HELPERS + r"""
+old = subprocess.Popen([sys.executable, "-c", "import threading; threading.Event().wait()"])
+wait_for(lambda: open(f"/proc/{old.pid}/syscall").read().split()[0] == "202")  # futex
+b, b_start = old.pid, start(old.pid)
+t = subprocess.Popen([tool, "trim", str(b), "--json", "--thread-wait", "10"],
+                     stdout=subprocess.PIPE, text=True)
+wait_for(lambda: glob.glob(f"/run/memtrim-command/inject-{b}-*"))  # read, locked, looking
+old.kill()
+old.wait()
+ticks = lambda: float(open("/proc/uptime").read().split()[0]) * os.sysconf("SC_CLK_TCK")
+wait_for(lambda: ticks() > b_start + 1)  # a later start time than b's
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(b - 1))
+new = subprocess.Popen([hazard, "epollmain"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                       text=True)
+assert new.stdout.readline().startswith("ready")
+out, _ = t.communicate(timeout=60)
+new.stdin.write("report\n")
+new.stdin.flush()
+result = {"rc": t.returncode, "out": out, "b": b, "new": new.pid,
+          "eintr": json.loads(new.stdout.readline())["eintr_epoll"],
+          "rwx": sum(" rwxp " in m for m in open(f"/proc/{new.pid}/maps"))}
+new.kill()
+print(json.dumps(result), flush=True)
+"""
+
+
+def test_a_reused_pid_is_released_before_any_interrupt():
+    """The pid reused between the tool's reading and its seize: the thread is released as
+    soon as it is seized, never interrupted (a PTRACE_INTERRUPT alone makes an epoll_wait(-1)
+    return EINTR). Exit 6 'the pid was reused', no page, no EINTR in the newcomer. Control
+    cmd-reused-interrupt (checked after the interrupt stop, as before): one EINTR."""
+    r = subprocess.run(["/usr/bin/unshare", "--pid", "--fork", "--mount-proc", PYTHON, "-c",
+                        SEIZE_REUSED, str(TOOL), str(BUILD / "memtrim-cli-hazard")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["new"] == res["b"], res  # the pid was reused
+    assert res["rc"] == 6 and "the pid was reused" in res["out"], res
+    assert res["rwx"] == 0 and res["eintr"] == 0, res

@@ -23,6 +23,8 @@
  *             a time; a reader with a handler without SA_RESTART (wakeup's) and one with
  *             SA_RESTART, both signalled every 2 ms; a writer logs numbered lines through a
  *             pipe its logger thread reads and checks; a recv with a 50 ms receive timeout.
+ *   epollmain the main thread alone, in epoll_wait(-1) on stdin, counting EINTR (a process
+ *             that takes a pid the tool read: test_cli_tree.py).
  *   loop      the main thread in poll (an event loop: a request pipe and stdin); another
  *             thread in dlopen of libcli-hazard-ctor.so, whose constructor asks the
  *             loop for a reply (hazard_wait_loop) and waits for it on a semaphore, the loader
@@ -567,8 +569,11 @@ int main(int argc, char **argv)
         printf("ready %d\n", (int)getpid());
         fflush(stdout);
         event_loop();
+    } else if (!strcmp(mode, "epollmain")) {
+        reader_tid = gettid_(); /* the main thread alone, in epoll_wait(-1) below */
     } else {
-        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|loop LIB\n", argv[0]);
+        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|epollmain|loop LIB\n",
+                argv[0]);
         return 2;
     }
     while (!reader_tid)
@@ -586,8 +591,16 @@ int main(int argc, char **argv)
     struct epoll_event ev = {.events = EPOLLIN};
     epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
     /* the main thread waits in a timed epoll_wait, which memtrim never takes: only the mode's
-     * thread is there to take */
-    while (epoll_wait(ep, &ev, 1, 500) == 0 || fgets(line, sizeof line, stdin)) {
+     * thread is there to take (epollmain: an untimed one, each EINTR counted) */
+    int timeout = !strcmp(mode, "epollmain") ? -1 : 500;
+    for (;;) {
+        int n = epoll_wait(ep, &ev, 1, timeout);
+        if (n < 0 && errno == EINTR)
+            eintr_epoll++;
+        if (n <= 0)
+            continue;
+        if (!fgets(line, sizeof line, stdin))
+            break;
         if (!line[0])
             continue;
         if (!strncmp(line, "report", 6))
