@@ -226,27 +226,21 @@ static int resume_point(struct user_regs_struct *r, long nr, uint64_t *rip, uint
     }
 }
 
-/* The first call into a target maps our page: one mmap made on the stopped thread's own
- * syscall instruction, under ptrace (the one step that needs the tool alive: see
- * docs/command.md). At the mmap's syscall-exit stop the thread is set at its restart point at
- * once (resume: its system call made again, by hand, as nothing restarts it from that stop),
- * so that a tool killed from then on leaves it where it was. A signal that stops the thread
- * before the mmap is passed back in *sig (at that signal stop the caller's registers hold). */
-static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
-                         const struct user_regs_struct *resume, double deadline, int *sig,
-                         int *at_exit, char *err, size_t errlen)
+static uint64_t remote_syscall(pid_t tid, const struct user_regs_struct *orig,
+                               const struct user_regs_struct *resume, const uint64_t call[7],
+                               double deadline, int *sig, int *at_exit, char *err, size_t errlen)
 {
     *sig = 0;
     *at_exit = 0;
     struct user_regs_struct m = *orig;
-    m.rip = orig->rip - 2;
-    m.rax = 9; /* mmap */
-    m.rdi = 0;
-    m.rsi = TR_MAP_SIZE;
-    m.rdx = 7;    /* PROT_READ | PROT_WRITE | PROT_EXEC */
-    m.r10 = 0x22; /* MAP_PRIVATE | MAP_ANONYMOUS */
-    m.r8 = (uint64_t)-1;
-    m.r9 = 0;
+    m.rip = orig->rip - 2; /* the thread's own syscall instruction */
+    m.rax = call[0];
+    m.rdi = call[1];
+    m.rsi = call[2];
+    m.rdx = call[3];
+    m.r10 = call[4];
+    m.r8 = call[5];
+    m.r9 = call[6];
     m.orig_rax = (uint64_t)-1;
     if (ptrace(PTRACE_SETREGS, tid, 0, &m) != 0)
         goto fail;
@@ -277,8 +271,8 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
         if (WSTOPSIG(status) != (SIGTRAP | 0x80)) {
             if (step == 0 && status >> 16 == 0) /* a signal came first: it is the thread's */
                 *sig = WSTOPSIG(status);
-            snprintf(err, errlen, "thread %d took signal %d before the mmap: not mapped", (int)tid,
-                     WSTOPSIG(status));
+            snprintf(err, errlen, "thread %d took signal %d before system call %d: not made",
+                     (int)tid, WSTOPSIG(status), (int)call[0]);
             return 0;
         }
     }
@@ -287,13 +281,30 @@ static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
     if (ptrace(PTRACE_SETREGS, tid, 0, resume) != 0)
         goto fail;
     if (got != 0 || ((int64_t)m.rax < 0 && (int64_t)m.rax > -4096)) {
-        snprintf(err, errlen, "mmap in the target failed: %s", strerror((int)-(int64_t)m.rax));
+        snprintf(err, errlen, "system call %d in the target failed: %s", (int)call[0],
+                 strerror((int)-(int64_t)m.rax));
         return 0;
     }
-    return m.rax;
+    return m.rax ? m.rax : 1;
 fail:
-    snprintf(err, errlen, "could not map a page in thread %d: %s", (int)tid, strerror(errno));
+    snprintf(err, errlen, "could not make system call %d in thread %d: %s", (int)call[0],
+             (int)tid, strerror(errno));
     return 0;
+}
+
+/* The first call into a target maps our page: one mmap made on the stopped thread's own
+ * syscall instruction, under ptrace (the one step that needs the tracer alive: see
+ * docs/command.md). At the mmap's syscall-exit stop the thread is set at its restart point at
+ * once (resume: its system call made again, by hand, as nothing restarts it from that stop),
+ * so that a tracer killed from then on leaves it where it was. A signal that stops the thread
+ * before the mmap is passed back in *sig (at that signal stop the caller's registers hold). */
+static uint64_t map_page(pid_t tid, const struct user_regs_struct *orig,
+                         const struct user_regs_struct *resume, double deadline, int *sig,
+                         int *at_exit, char *err, size_t errlen)
+{
+    static const uint64_t mmap_call[7] = {9, 0, TR_MAP_SIZE, 7 /* PROT_READ|WRITE|EXEC */,
+                                          0x22 /* MAP_PRIVATE|MAP_ANONYMOUS */, (uint64_t)-1, 0};
+    return remote_syscall(tid, orig, resume, mmap_call, deadline, sig, at_exit, err, errlen);
 }
 
 struct saved {
@@ -312,6 +323,7 @@ struct attempt {
     const struct glibc_thread *g;
     int single;          /* __libc_single_threaded was set: the taken thread is the only one */
     uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
+    uint64_t fresh;      /* a page this attempt mapped and has not yet run: unmapped on failure */
     char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
     size_t errlen, reasonlen;
 };
@@ -375,6 +387,26 @@ static uint64_t usable_page(pid_t pid, uint64_t page, const struct glibc_thread 
     }
 }
 
+/* The page this attempt mapped, unmapped again on the thread, still at the mmap's exit stop
+ * (its registers at its restart point): the process's maps as before. A failed munmap leaves
+ * it, named by nothing (the failure is the call's). */
+static void unmap_fresh(struct attempt *a, const struct saved *s)
+{
+    pid_t tid = a->pick->tid;
+    struct user_regs_struct resume;
+    uint64_t all = ~0ull, call[7] = {11, a->fresh, TR_MAP_SIZE, 0, 0, 0, 0};
+    int sig, at_exit;
+    char why[160];
+    if (ptrace(PTRACE_GETREGS, tid, 0, &resume) != 0)
+        return;
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &all);
+    if (!remote_syscall(tid, &s->regs, &resume, call, now_s() + 1.0, &sig, &at_exit, why,
+                        sizeof why))
+        ptrace(PTRACE_SETREGS, tid, 0, &resume);
+    ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s->sigmask);
+    a->fresh = 0;
+}
+
 /* Releases a seized thread that is not to run the page's code. At its interrupt stop the
  * registers go back as read but with the restart code in rax (resume_point): a wait that our
  * interrupt ended with -EINTR (epoll_wait, sigtimedwait) is restarted by the kernel as the
@@ -382,6 +414,8 @@ static uint64_t usable_page(pid_t pid, uint64_t page, const struct glibc_thread 
  * a page just mapped (c->new_page) map_page has already set it at its restart point. */
 static void release_thread(struct attempt *a, const struct saved *s)
 {
+    if (a->fresh && !mt_control("cmd-fresh-page-kept"))
+        unmap_fresh(a, s);
     if (!a->c->new_page && s->restartable && !mt_control("cmd-release-eintr"))
         ptrace(PTRACE_SETREGS, a->pick->tid, 0, &s->regs);
     ptrace(PTRACE_DETACH, a->pick->tid, 0, 0);
@@ -488,6 +522,7 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     page = map_page(tid, &s->regs, &resume, t0 + 1.0, &sig, &at_exit, a->reason, a->reasonlen);
     ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &s->sigmask);
     a->c->new_page = 1;
+    a->fresh = page;
     if (!page) { /* the thread as it was, and the signal that came meanwhile */
         ptrace(PTRACE_SETREGS, tid, 0, at_exit ? &resume : &s->regs);
         ptrace(PTRACE_DETACH, tid, 0, (void *)(long)sig);
@@ -597,10 +632,10 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
     if (ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
         snprintf(a->err, a->errlen, "cannot start the call in process %d: %s", (int)pid,
                  strerror(errno));
-        ptrace(PTRACE_SETREGS, tid, 0, &s->regs);
-        ptrace(PTRACE_DETACH, tid, 0, 0);
+        release_thread(a, s); /* at its restart point, a page it mapped unmapped */
         return INJECT_FAILED;
     }
+    a->fresh = 0; /* the page is in use from here: a failure marks it free, never unmaps it */
     ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &none);
     double t1 = now_s(), deadline = t1 + (a->c->call_wait_s < 2 ? a->c->call_wait_s : 2);
     int old = mt_control("cmd-call-on-taken-thread");
@@ -724,6 +759,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     double t0 = now_s(), released = 0;
     a->pick = p;
     a->c->new_page = 0;
+    a->fresh = 0;
     watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
     watch_target(a->t->pid, p->tid, 0);
     int took = take_thread(a, &s, t0);

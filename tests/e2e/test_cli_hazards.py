@@ -560,3 +560,23 @@ def test_tool_killed_in_the_first_calls_mmap():
           f"{len(failures)} harmed")
     assert not failures, failures
     assert caught >= rounds // 2, f"the kill landed inside the mmap {caught} times"
+
+
+def test_a_failed_first_call_leaves_no_mapping():
+    """A process whose only thread memtrim may take cannot lend its thread block (its thread
+    pointer points at nothing): each attempt maps the page on it first, then gives up. The
+    page is unmapped again on the thread before it is released: after the tool gives up
+    (exit 4, 'nothing was changed'), the process's maps are exactly as before, the reader
+    untraced and back in its read. Control cmd-fresh-page-kept (the page left mapped, as
+    before): a 1 MiB rwx mapping per attempt, 47 MiB within a 1 s --thread-wait."""
+    t = Target("badfs")
+    try:
+        maps0 = open(f"/proc/{t.pid}/maps").read()
+        rc, out, err = tool("trim", t.pid, "--thread-wait", "1")
+        assert rc == 4 and "thread block" in err and "nothing was changed" in err, (rc, err)
+        maps1 = open(f"/proc/{t.pid}/maps").read()
+        assert maps1 == maps0, sorted(set(maps1.splitlines()) - set(maps0.splitlines()))
+        assert _task_field(t.pid, t.tid, "TracerPid") == "0"
+        assert syscall_of(t.pid, t.tid) == "0" and t.alive()
+    finally:
+        t.stop()

@@ -23,6 +23,8 @@
  *             a time; a reader with a handler without SA_RESTART (wakeup's) and one with
  *             SA_RESTART, both signalled every 2 ms; a writer logs numbered lines through a
  *             pipe its logger thread reads and checks; a recv with a 50 ms receive timeout.
+ *   badfs     a reader in a raw read whose thread pointer points at nothing (arch_prctl):
+ *             memtrim cannot copy its thread block once its first call has mapped a page.
  *   epollmain the main thread alone, in epoll_wait(-1) on stdin, counting EINTR (a process
  *             that takes a pid the tool read: test_cli_tree.py).
  *   loop      the main thread in poll (an event loop: a request pipe and stdin); another
@@ -284,6 +286,32 @@ static void *recv_waiter(void *arg)
     for (;;)
         if (recv(sv[0], &c, 1, 0) < 0 && errno == EINTR)
             eintr_recv++;
+    return NULL;
+}
+
+/* badfs: a thread whose thread pointer points at nothing (arch_prctl), blocked in a raw
+ * read: memtrim cannot copy its thread block, after its first call has mapped a page on it.
+ * From the arch_prctl on it touches no TLS: raw system calls only. */
+static void *badfs_reader(void *arg)
+{
+    (void)arg;
+    static char c;
+    long fd = pipe_fd[0];
+    reader_tid = gettid_();
+    __asm__ volatile("mov $158, %%eax\n\t" /* arch_prctl(ARCH_SET_FS, 0x10000) */
+                     "mov $0x1002, %%edi\n\t"
+                     "mov $0x10000, %%esi\n\t"
+                     "syscall\n\t"
+                     "1:\n\t"
+                     "xor %%eax, %%eax\n\t" /* read(fd, &c, 1), for ever */
+                     "mov %0, %%rdi\n\t"
+                     "lea %1, %%rsi\n\t"
+                     "mov $1, %%edx\n\t"
+                     "syscall\n\t"
+                     "jmp 1b"
+                     :
+                     : "r"(fd), "m"(c)
+                     : "rax", "rdi", "rsi", "rdx", "rcx", "r11", "memory");
     return NULL;
 }
 
@@ -569,10 +597,12 @@ int main(int argc, char **argv)
         printf("ready %d\n", (int)getpid());
         fflush(stdout);
         event_loop();
+    } else if (!strcmp(mode, "badfs")) {
+        start(badfs_reader, NULL);
     } else if (!strcmp(mode, "epollmain")) {
         reader_tid = gettid_(); /* the main thread alone, in epoll_wait(-1) below */
     } else {
-        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|epollmain|loop LIB\n",
+        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
                 argv[0]);
         return 2;
     }
