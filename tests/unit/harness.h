@@ -213,14 +213,13 @@ static inline void harness_host_works(void)
 }
 
 /* Whether a thread of this process named `name` (its comm, as mt_thread_start names it) is
- * waiting in futex(2) (/proc/self/task/<tid>/syscall): on a lock or a condition, parked.
- * A condition to wait on (WAIT_FOR) where a test needs that thread asleep, not a time. */
-static inline int harness_thread_waits(const char *name)
+ * in system call `nr` (/proc/self/task/<tid>/syscall), and that call's first argument. */
+static inline int harness_thread_in(const char *name, long nr, unsigned long *arg0)
 {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
-    int waits = 0;
-    while (d && !waits && (e = readdir(d)) != NULL) {
+    int in = 0;
+    while (d && !in && (e = readdir(d)) != NULL) {
         char path[320], comm[64];
         if (e->d_name[0] == '.')
             continue;
@@ -233,15 +232,23 @@ static inline int harness_thread_waits(const char *name)
         if (!named)
             continue;
         snprintf(path, sizeof(path), "/proc/self/task/%s/syscall", e->d_name);
-        long nr = -1;
+        long at = -1;
         f = fopen(path, "r");
-        waits = f && fscanf(f, "%ld", &nr) == 1 && nr == SYS_futex;
+        in = f && fscanf(f, "%ld %lx", &at, arg0) == 2 && at == nr;
         if (f)
             fclose(f);
     }
     if (d)
         closedir(d);
-    return waits;
+    return in;
+}
+
+/* Whether that thread is waiting in futex(2): on a lock or a condition, parked. A condition
+ * to wait on (WAIT_FOR) where a test needs that thread asleep, not a time. */
+static inline int harness_thread_waits(const char *name)
+{
+    unsigned long arg0 = 0;
+    return harness_thread_in(name, SYS_futex, &arg0);
 }
 
 /* A fresh directory /tmp/memtrim-<name>-XXXXXX into buf; 0 or -1. */
