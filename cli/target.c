@@ -6,6 +6,8 @@
  */
 #include "target.h"
 
+#include "../common/control.h"
+
 #include "elfsym.h"
 #include "tramp.h"
 
@@ -23,7 +25,7 @@
 
 const char *target_alloc_name(int alloc)
 {
-    static const char *const others[] = {"musl", "static", "unknown"};
+    static const char *const others[] = {"musl", "static", "sanitizer", "unknown"};
     if (alloc >= 0 && alloc < MT_ALLOC_COUNT)
         return mt_alloc_table[alloc].name;
     return alloc >= ALLOC_MUSL && alloc <= ALLOC_UNKNOWN ? others[alloc - ALLOC_MUSL] : "unknown";
@@ -292,7 +294,37 @@ static int lib_at(pid_t pid, const struct target_mapping *m, struct target_lib *
 struct alloc_maps {
     struct target_mapping lib[MT_ALLOC_COUNT];
     int musl, have[MT_ALLOC_COUNT];
+    char sanitizer[64]; /* a sanitizer runtime's library, as mapped */
 };
+
+/* The sanitizers whose runtime replaces malloc and intercepts pthread_create (AddressSanitizer,
+ * ThreadSanitizer, LeakSanitizer, HWASan, MemorySanitizer): gcc's shared runtimes, clang's
+ * shared ones, and the symbol each one's runtime exports from an executable it is linked into
+ * (clang links them statically). UBSan's alone replaces neither: not one of them. */
+static const char *const sanitizer_libs[] = {"libasan.", "libtsan.", "liblsan.", "libhwasan.",
+                                             "libclang_rt.asan", "libclang_rt.tsan",
+                                             "libclang_rt.lsan", "libclang_rt.hwasan",
+                                             "libclang_rt.msan"};
+static const char *const sanitizer_syms[] = {"__asan_init", "__tsan_init", "__lsan_init",
+                                             "__hwasan_init", "__msan_init"};
+
+/* The sanitizer runtime in pid (its library, or its symbol in the executable), or NULL. */
+static const char *sanitizer_of(pid_t pid, const struct alloc_maps *am)
+{
+    if (am->sanitizer[0])
+        return am->sanitizer;
+    char exe[64], e[256];
+    struct elf_file ef;
+    const char *found = NULL;
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)pid);
+    if (elf_open(exe, &ef, e, sizeof e) != 0)
+        return NULL;
+    for (size_t i = 0; i < sizeof sanitizer_syms / sizeof sanitizer_syms[0] && !found; i++)
+        if (elf_dynsym(&ef, sanitizer_syms[i]))
+            found = sanitizer_syms[i];
+    elf_close(&ef);
+    return found;
+}
 
 /* The libc row (glibc), whose libc the tool needs whichever malloc serves. */
 static int libc_row(void)
@@ -317,6 +349,9 @@ static int read_alloc_maps(pid_t pid, struct alloc_maps *am, char *err, size_t e
         if (target_parse_map_line(line, &m) != 0 || m.path[0] != '/' || m.offset != 0)
             continue;
         am->musl |= name_starts(m.path, "ld-musl-") || name_starts(m.path, "libc.musl-");
+        for (size_t i = 0; i < sizeof sanitizer_libs / sizeof sanitizer_libs[0]; i++)
+            if (name_starts(m.path, sanitizer_libs[i]) && !am->sanitizer[0])
+                snprintf(am->sanitizer, sizeof am->sanitizer, "%.60s", base_name(m.path));
         for (int i = 0; i < MT_ALLOC_COUNT; i++)
             if (name_starts(m.path, mt_alloc_table[i].maps_prefix) && !am->have[i]) {
                 am->lib[i] = m;
@@ -359,6 +394,14 @@ int target_find_alloc(struct target *t, char *err, size_t errlen)
         t->alloc = ALLOC_MUSL;
         snprintf(err, errlen, "process %d runs on musl libc, whose malloc has no trim call: nothing to "
                  "do", (int)t->pid);
+        return -1;
+    }
+    const char *san = mt_control("cmd-sanitizer") ? NULL : sanitizer_of(t->pid, &am);
+    if (san) {
+        t->alloc = ALLOC_SANITIZER;
+        snprintf(err, errlen, "process %d runs on a sanitizer allocator (%s): its runtime "
+                 "replaces malloc and keeps its own registry of threads, which memtrim's thread "
+                 "would bypass: nothing is called", (int)t->pid, san);
         return -1;
     }
     /* glibc's libc whichever malloc serves: its dlopen and signal restorer are the process's */

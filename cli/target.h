@@ -28,7 +28,7 @@ struct target_status {
 
 /* The allocator serving a target: a row of the allocator table (MT_ALLOC_glibc, ...; its
  * release call and statistics call there), or one of these, which the tool cannot act on. */
-enum { ALLOC_MUSL = MT_ALLOC_COUNT, ALLOC_STATIC, ALLOC_UNKNOWN };
+enum { ALLOC_MUSL = MT_ALLOC_COUNT, ALLOC_STATIC, ALLOC_SANITIZER, ALLOC_UNKNOWN };
 
 struct target_lib {
     char path[512];      /* as the target names it */

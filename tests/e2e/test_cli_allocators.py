@@ -111,3 +111,61 @@ def test_allocator_release_call(alloc, lib, call):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+SANITIZED = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+int main(void)
+{
+    char *keep = malloc(1 << 20);
+    memset(keep, 1, 1 << 20);
+    printf("ready\n");
+    fflush(stdout);
+    char line[64];
+    while (fgets(line, sizeof line, stdin))
+        printf("%s", line), fflush(stdout);
+    free(keep);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("compiler,sanitizer", [("gcc", "address"), ("clang", "address"),
+                                                ("gcc", "thread")])
+def test_a_sanitizer_allocator_is_refused(tmp_path, compiler, sanitizer):
+    """A program built with -fsanitize=address (gcc: libasan.so mapped; clang: its runtime
+    linked in, __asan_init exported by the executable) or -fsanitize=thread: its runtime
+    replaces malloc and keeps its own registry of threads, which a thread started with
+    glibc's own pthread_create bypasses. trim, stats and load are refused by name (exit 3,
+    'sanitizer allocator'), nothing mapped, nobody tracing, the program echoes on and exits
+    0. Control cmd-sanitizer (the check skipped): they ran, trim and stats exiting 0 and
+    load starting memtrim inside ASan's process."""
+    src, exe = tmp_path / "san.c", tmp_path / "san"
+    src.write_text(SANITIZED)
+    subprocess.run([compiler, f"-fsanitize={sanitizer}", "-g", "-o", str(exe), str(src)],
+                   check=True, capture_output=True)
+    p = subprocess.Popen([str(exe)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "ready\n"
+        for verb in ("trim", "stats", "load"):
+            args = ["--config", json.dumps({"HttpPort": free_port()})] if verb == "load" else []
+            r = subprocess.run([str(TOOL), verb, str(p.pid), "--json", *args],
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 3, (verb, r.returncode, r.stdout, r.stderr)
+            err = json.loads(r.stdout)["error"]
+            assert err["code"] == "unsupported" and "sanitizer allocator" in err["message"], err
+        maps = open(f"/proc/{p.pid}/maps").read()
+        assert " rwxp " not in maps and "libmemtrim" not in maps
+        assert "TracerPid:\t0\n" in open(f"/proc/{p.pid}/status").read()
+        p.stdin.write("still here\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "still here\n"
+        p.stdin.close()
+        assert p.wait(30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
