@@ -115,7 +115,10 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
     p->last_trim_ns = now;
     if (cJSON_IsNumber(rel)) {
-        int64_t r = rel->valuedouble > 0 ? (int64_t)rel->valuedouble : 0;
+        /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
+        int64_t r = rel->valuedouble > 0 && (rel->valuedouble < 9007199254740992.0 ||
+                                             mt_control("agent-api-answer-unchecked"))
+                        ? (int64_t)rel->valuedouble : 0;
         int64_t before = agent_expected(p);
         *released = r;
         p->last_released = r;
@@ -171,6 +174,8 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
     /* A process where memtrim is loaded is asked through its own API, never trimmed from
      * outside (ask.c); the same child, pipe and answer. */
     char *ask[] = {a->self_exe, "agent", "--ask", pid, "--start-time", start, "--timeout", cw, NULL};
+    if (!p->memtrim_loaded && !mt_control("agent-loaded-once")) /* the defect: first sight only */
+        p->memtrim_loaded = agent_memtrim_loaded(p->pid); /* loaded since (`memtrim load`)? */
     int asking = p->memtrim_loaded && !mt_control("agent-inject-loaded"); /* the defect: injected */
     t->ev_kind = AGENT_EV_TRIM;
     t->cg = cg;

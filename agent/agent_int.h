@@ -194,6 +194,9 @@ void agent_cgroup_read(struct agent_cgroup *cg, int full);
  * process sets with prctl(PR_SET_NAME), is not). */
 void agent_procs_refresh(struct agent *a, struct agent_cgroup *cg);
 void agent_cgroup_free(struct agent_cgroup *cg);
+/* libmemtrim.so or the Orthanc plugin in pid's maps: 1 (read at first sight, and again before
+ * each trim of a process it was not in: `memtrim load PID` puts it into a running one). */
+int agent_memtrim_loaded(pid_t pid);
 /* /proc/PID/file's text into buf[size] (cut, NUL-terminated): 0, or -1. */
 int agent_proc_read(pid_t pid, const char *file, char *buf, size_t size);
 

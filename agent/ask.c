@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "control.h"
 #include "target.h"
 
 #define ASK_INODES 256
@@ -573,7 +574,10 @@ int agent_ask(pid_t pid, unsigned long long start, double timeout_s)
     cJSON *r = st == 200 ? parse(body) : NULL;
     const cJSON *rel = cJSON_GetObjectItemCaseSensitive(r, "released_bytes");
     int rc = 0;
-    if (cJSON_IsNumber(rel)) {
+    /* its answer is the process's word: a byte count a process could hold (under 2^53, the
+     * exact integers of a JSON number), or none */
+    if (cJSON_IsNumber(rel) && ((rel->valuedouble >= 0 && rel->valuedouble <= 9007199254740992.0) ||
+                                mt_control("agent-api-answer-unchecked"))) { /* the defect */
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "pid", pid);
         cJSON_AddNumberToObject(o, "released_bytes", rel->valuedouble);

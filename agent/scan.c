@@ -103,6 +103,13 @@ static int64_t proc_anon(pid_t pid, char *name, size_t namelen)
 
 static void identify(const struct agent_config *cfg, struct agent_proc *p);
 
+int agent_memtrim_loaded(pid_t pid)
+{
+    struct target_lib lib;
+    return target_find_lib(pid, "libmemtrim.so", &lib) == 0 ||
+           target_find_lib(pid, "libOrthancMemTrim.so", &lib) == 0;
+}
+
 /* The file /proc/PID/exe names (the program it runs since its last execve): 0, or -1. */
 static int exe_identity(pid_t pid, dev_t *dev, ino_t *ino)
 {
@@ -198,9 +205,7 @@ static void identify(const struct agent_config *cfg, struct agent_proc *p)
         return;
     }
     snprintf(p->comm, sizeof p->comm, "%s", t.st.name);
-    struct target_lib lib;
-    p->memtrim_loaded = target_find_lib(p->pid, "libmemtrim.so", &lib) == 0 ||
-                        target_find_lib(p->pid, "libOrthancMemTrim.so", &lib) == 0;
+    p->memtrim_loaded = agent_memtrim_loaded(p->pid);
     int found = target_find_alloc(&t, err, sizeof err);
     snprintf(p->alloc, sizeof p->alloc, "%s", target_alloc_name(t.alloc));
     const char *why;

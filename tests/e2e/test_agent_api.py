@@ -136,3 +136,66 @@ def test_a_process_whose_api_cannot_be_reached_is_reported_and_left_alone(procs,
                      metrics, re.M), metrics
     assert host.running()
     agent.stop()
+
+
+IMPOSTOR = r"""
+import json, mmap, os, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+held = b"\x01" * (40 << 20)
+print("ready", flush=True)
+sys.stdin.readline()  # then, as `memtrim load` into a running process: memtrim in its maps
+f = open(sys.argv[2], "rb")  # libmemtrim.so's file in its maps, never run: 'memtrim loaded'
+m = mmap.mmap(f.fileno(), 4096, prot=mmap.PROT_READ)
+more = b"\x02" * (24 << 20)  # grown since its trim: worth another
+class H(BaseHTTPRequestHandler):
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        self.answer({"status": "ok", "version": "0", "pid": os.getpid()})
+    def do_POST(self):
+        self.answer({"released_bytes": float(sys.argv[1])})
+    def log_message(self, *a):
+        pass
+s = HTTPServer(("127.0.0.1", 0), H)
+print("serving", flush=True)
+s.serve_forever()
+"""
+
+
+def test_an_impostors_answer_is_checked(procs, cgroup, tmp_path):
+    """memtrim loaded into a running process (as `memtrim load` does) is seen at its next trim,
+    and its API's answer is checked. An impostor: trimmed from outside first, then it maps
+    libmemtrim.so's file (never running it) and answers as memtrim's API on its own port, each trim
+    'releasing' 1e300 bytes. The agent asks it (no longer trims it from outside), and the
+    answer, no byte count a process could hold, counts nothing (reason failed: an unexpected
+    answer): its released bytes stay those of its first trim. Controls agent-loaded-once
+    (memtrim looked for at first sight only: trimmed from outside again) and
+    agent-api-answer-unchecked (the answer taken as it is: 1e300 cast to a byte count)."""
+    cg = cgroup(LIMIT)
+    agent, path = agent_beside(procs, cg, tmp_path)
+    p = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", IMPOSTOR, "1e300",
+                                  build_file("libmemtrim.so")]),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        first = wait_for(lambda: (v := view_of(agent, path, p.pid)) and v["trims"] >= 1 and v, 30,
+                         "a trim from outside")
+        assert not first["memtrim_loaded"], first
+        p.stdin.write("load\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "serving"
+        v = wait_for(lambda: (v := view_of(agent, path, p.pid)) and v.get("reason") and v, 30,
+                     "the agent to ask the impostor")
+        print(f"\nthe impostor: first {first['trims']} trim from outside, {first['released_bytes']} "
+              f"bytes; then {v}")
+        assert v["memtrim_loaded"] and v["reason"] == "failed" and "unexpected" in v["why"], v
+        assert v["released_bytes"] == first["released_bytes"], (first, v)
+        assert agent.cgroups()[path]["released_bytes"] == first["released_bytes"]
+        agent.stop()
+    finally:
+        p.kill()
+        p.wait()
