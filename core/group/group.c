@@ -58,7 +58,7 @@ struct group *group_alloc(const struct group_deps *d, int role)
     g->fork_fds[0] = g->fork_fds[1] = -1;
     g->listen_fd = -1;
     mt_log_limit_init(&g->accept_log, 10 * MT_SEC, 5);
-    pressure_zone_init(&g->pz);
+    pressure_zone_forget(d->pressure); /* the set's zone anew (the engine's) */
     pthread_mutex_init(&g->lock, NULL);
     atomic_init(&g->send_dropped, 0);
     return g;
@@ -123,7 +123,7 @@ void group_stop(struct group **slot)
     if (g->started)
         pthread_join(g->thread, NULL);
     atomic_store(g->d.record_pid, 0);
-    atomic_store(g->d.zone, 0);
+    pressure_zone_forget(g->d.pressure);
     *slot = NULL;
     group_free(g); /* closes the channels: every member sees EOF */
 }

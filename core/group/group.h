@@ -34,13 +34,13 @@ struct group_deps {
     struct snapshot_cache *cache;    /* the instance's readings; its cgroup, found at start */
     struct trim_service *trims;      /* runs this process's trims */
     struct store *store;             /* the leader's: the members' samples, trims, re-faults */
-    atomic_int *zone;                /* the group's usage is in the pressure zone (the
-                                      * housekeeper probes the heap at the zone's pace) */
     atomic_int *record_pid;          /* stamped on the instance's own trims and samples:
                                       * getpid() while it leads, 0 otherwise */
     int pid;                         /* the process that started the instance */
-    struct pressure *pressure;       /* the instance's pressure engine: a leader's decision
-                                      * runs at its kernel wake-ups (NULL: ticks only) */
+    struct pressure *pressure;       /* the instance's pressure engine: its zone is the
+                                      * group's (a leader's looks, a member's word from its
+                                      * leader), and a leader's decision runs at its kernel
+                                      * wake-ups */
 };
 
 enum group_role { GROUP_NONE = 0, GROUP_LEADER, GROUP_MEMBER };

@@ -120,7 +120,7 @@ int group_adopt(struct group *g, int fd)
     int rc = g->stop ? -1 : member_add(g, fd, 0);
     if (rc == 0) { /* the first word on the channel: the waiting child starts its member */
         msg_init(&msg, MSG_ZONE);
-        msg.arg = g->pz.zone;
+        msg.arg = pressure_set_zone(g->d.pressure);
         msg_send(g, fd, &msg);
     }
     pthread_mutex_unlock(&g->lock);

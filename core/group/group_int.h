@@ -32,8 +32,8 @@
 #include "common.h"
 #include "group.h"
 #include "coop.h"
+#include "pressure.h" /* the engine: its zone is the group's */
 #include "stagger.h"
-#include "zone.h"
 
 #define GROUP_MAX_MEMBERS 64   /* the registry's size, the leader included */
 #define GROUP_PROGRAM_MAX 64
@@ -221,7 +221,6 @@ struct group {
     uint64_t joined, left, refused, pressure_trims, pressure_released;
     uint64_t self_verified;           /* its own guessed picks a heap reading refused (group_leader.c) */
     uint64_t rows_dropped, flooded;   /* members' rows not stored; members dropped for floods */
-    struct pressure_zone pz;          /* the group's zone (core/pressure/zone.h) */
     atomic_int kernel_woke;           /* the engine's kernel woke the leader (not locked) */
     uint64_t kernel_looks, kernel_picks; /* looks at a kernel wake-up; of those, that picked */
     uint64_t members_gen;             /* joins and leaves */

@@ -138,7 +138,7 @@ static void leader_own(struct group *g, struct group_member *m, const struct mt_
     m->last_trim_ms = mt_now_ms();
     m->rss_after = t->rss_after_bytes;
     note_peak(m, t->rss_before_bytes, now);
-    pressure_zone_trimmed(&g->pz); /* growth counts again from the low after this trim */
+    pressure_set_trimmed(g->d.pressure); /* growth counts again from the low after this trim */
     sat_add(&m->pressure_trims, 1);
     sat_add(&m->own_trims, 1);
     sat_add(&g->pressure_trims, 1);
@@ -221,7 +221,7 @@ static int leader_hello(struct group *g, struct group_member *m, const struct gr
     msg_init(&w, MSG_WELCOME);
     w.arg = (int32_t)g->joined;
     chan_send(g, m->fd, m->chan, &w);
-    if (g->pz.zone) {
+    if (pressure_set_zone(g->d.pressure)) {
         msg_init(&w, MSG_ZONE);
         w.arg = 1;
         chan_send(g, m->fd, m->chan, &w);
@@ -507,14 +507,13 @@ static void leader_zone(struct group *g, int zone, uint64_t threshold, int64_t w
     int act = zone && threshold > 0, slots = 0, slot = 0;
     at_line = act && at_line;
     msg.arg = zone ? ZONE_ON | (act ? ZONE_ACT : 0) | (at_line ? ZONE_LINE : 0) : 0;
-    atomic_store(g->d.zone, zone);
     pthread_mutex_lock(&g->lock);
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
         slots += g->m[i].used && g->m[i].pid > 0;
     msg.u.grant = (struct group_grant){.epoch_ns = g->slot_epoch_ns, .width_ns = width_ns,
                                        .until_ns = now + ACT_LEASE_NS, .threshold = threshold,
                                        .slots = slots, .line_bytes = act ? line_bytes : 0};
-    pressure_zone_told(&g->pz, zone, act, at_line, threshold, width_ns, now, g->members_gen);
+    pressure_told(g->d.pressure, zone, act, at_line, threshold, width_ns, now, g->members_gen);
     for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
         if (g->m[i].used && g->m[i].pid > 0) {
             msg.u.grant.slot = slot++;
@@ -651,7 +650,7 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
         .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes,
         .width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS, .members_gen = g->members_gen};
-    pressure_zone_look(&g->pz, &li, c, n, &sum, &lk);
+    pressure_look(g->d.pressure, &li, c, n, &sum, &lk); /* on the engine's zone */
     struct group_member *m = lk.pick >= 0 ? &g->m[idx[lk.pick]] : NULL;
     if (kernel) {
         sat_add(&g->kernel_looks, 1);
@@ -712,7 +711,9 @@ static void *leader_main(void *arg)
         leader_drop_silent(g, now);
         leader_drop_lost(g, now);
         pthread_mutex_lock(&g->lock);
-        int zone = g->pz.zone || mt_mono_ns() < g->pz.moving_until_ns || g->job.active,
+        struct pressure_zone_view zv;
+        pressure_zone_view(g->d.pressure, &zv);
+        int zone = zv.set || mt_mono_ns() < zv.moving_until_ns || g->job.active,
             stop = g->stop;
         for (int i = 1; i < GROUP_MAX_MEMBERS; i++)
             if (g->m[i].used && g->m[i].fd >= 0) {

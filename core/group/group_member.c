@@ -278,7 +278,7 @@ static void member_tick(struct group *g, int zone, int64_t period, int64_t now,
 static void member_zone(struct group *g, struct member_pace *pc, const struct group_msg *msg)
 {
     int zone = (msg->arg & (ZONE_ON | ZONE_ACT)) != 0;
-    if (atomic_exchange(g->d.zone, zone) != zone)
+    if (pressure_zone_heard(g->d.pressure, zone) != zone)
         pc->next_report = 0; /* report at the zone's pace from now */
     pc->act = (msg->arg & ZONE_ACT) && grant_ok(&msg->u.grant, mt_mono_ns());
     pc->act_line = pc->act && (msg->arg & ZONE_LINE);
@@ -338,7 +338,7 @@ static void *member_main(void *arg)
     proctree_self(exe, sizeof(exe), msg.u.program, sizeof(msg.u.program));
     member_send(g, &msg);
     while (!gone) {
-        int zone = atomic_load(g->d.zone);
+        int zone = pressure_set_zone(g->d.pressure);
         int64_t period = zone ? REPORT_ZONE_NS : group_tick_ns(REPORT_NS), now = mt_mono_ns();
         member_tick(g, zone, period, now, &pc);
         int64_t until = zone && pc.next_watch < pc.next_report ? pc.next_watch : pc.next_report;

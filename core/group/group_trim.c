@@ -76,10 +76,12 @@ int group_info(struct group *g, struct mt_group_info *info, struct mt_member *ou
     info->own_released_bytes = g->own_released;
     info->kernel_looks = g->kernel_looks;
     info->kernel_picks = g->kernel_picks;
-    info->usage_bytes = g->pz.usage;
-    info->limit_bytes = g->pz.limit;
-    info->zone = g->pz.zone;
-    info->usage_source = g->pz.usage_source;
+    struct pressure_zone_view zv;
+    pressure_zone_view(g->d.pressure, &zv); /* the engine's zone: the set's */
+    info->usage_bytes = zv.usage;
+    info->limit_bytes = zv.limit;
+    info->zone = zv.set;
+    info->usage_source = zv.usage_source;
     info->trim_running = g->job.active;
     info->rows_dropped = g->rows_dropped;
     info->flooded = g->flooded;

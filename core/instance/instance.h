@@ -60,8 +60,6 @@ struct memtrim {
 
     /* Worker groups (core/group/): set before the group's thread starts, cleared after it stopped. */
     struct group *group;
-    atomic_int group_zone;  /* the group's usage is in the pressure zone (the housekeeper
-                             * probes the heap at the zone's pace) */
     atomic_int record_pid;  /* stamped on own trims and samples: 0 alone, getpid() leading */
     const struct role *role; /* what kind of process (memtrim.c): alone, or a group's member */
 };

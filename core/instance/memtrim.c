@@ -295,7 +295,6 @@ static int trims_init(struct memtrim *mt, const struct start_ctx *ctx, char **er
     mt->trims.pinned = mt_arenas_pinned_peek;
     mt->trims.suspend_depth = &mt->suspend_depth;
     mt->store.trims = &mt->trims;
-    atomic_init(&mt->group_zone, 0);
     atomic_init(&mt->record_pid, 0);
     return 0;
 }
@@ -321,7 +320,6 @@ struct group_deps mt_group_deps(struct memtrim *mt)
         .cache = &mt->cache,
         .trims = &mt->trims,
         .store = &mt->store,
-        .zone = &mt->group_zone,
         .record_pid = &mt->record_pid,
         .pid = (int)mt->pid,
         .pressure = mt->pressure,
@@ -454,7 +452,6 @@ static int hk_run(struct memtrim *mt, const struct start_ctx *ctx, char **err)
         .store = &mt->store,
         .wake_pressure = wake_pressure,
         .pressure = mt->pressure,
-        .group_zone = &mt->group_zone,
         .record_pid = &mt->record_pid,
     };
     return housekeeper_start(&mt->hk, &deps, err);

@@ -10,9 +10,14 @@
  * so at info level. The housekeeper wakes it when the limit changes or a new
  * heap reading arrives (the releasable estimate), and PATCH /config does.
  *
- * Locking: p->lock guards p->stop, p->stats and the kernel listener (held only to
- * copy or bump them, and across the listener's call: a byte into the set's wake
- * pipe); everything else belongs to the thread. Never held across a trim or a read.
+ * Locking: p->lock guards p->stop, p->stats, the zone and the kernel listener (held
+ * only to copy or bump them, across a look at the set, and across the listener's
+ * call: a byte into the set's wake pipe); everything else belongs to the thread.
+ * Never held across a trim or a read.
+ *
+ * The zone (pressure.h): the instance's one, this engine's: its thread's reading of
+ * this process (own) and the set's (a leader's look at its members, or what a
+ * member's leader told it), read by the housekeeper and the group thread.
  *
  * A worker group's leader listens (pressure_kernel_listen): each kernel wake-up
  * also wakes its group thread, which looks at the set at once (the group's
@@ -269,7 +274,7 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
     int verdict = pressure_decide(&in, &l->st);
 
     pthread_mutex_lock(&p->lock);
-    p->stats.zone = l->st.zone;
+    p->zone.own = l->st.zone;
     p->stats.backoff_seconds = l->st.zone ? (double)pressure_growth_gap(&in, &l->st) / 1e9 : 0;
     if (l->st.zone)
         p->stats.checks_inside++;
@@ -373,6 +378,7 @@ struct pressure *pressure_create(const struct pressure_deps *deps)
     struct mt_kept none = MT_KEPT_NONE(NULL);
     p->kfd[0] = p->kfd[1] = p->usage = p->control = p->current = p->statm = none;
     p->stats.reaction_last_seconds = -1;
+    pressure_zone_init(&p->zone);
     mt_log_limit_init(&p->trim_log, TRIM_LOG_WINDOW_NS, TRIM_LOG_BURST);
     p->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (p->wake_fd >= 0 && mt_fdid_take(p->wake_fd, &p->wake_id) != 0) {
@@ -468,9 +474,89 @@ void pressure_stats_get(struct pressure *p, struct pressure_stats *out)
         return;
     pthread_mutex_lock(&p->lock);
     *out = p->stats;
+    out->zone = p->zone.own;
     /* The thread's CPU clock, read from outside: the thread pays nothing for it. */
     if (p->started && !p->stop && pthread_getcpuclockid(p->thread, &cid) == 0 &&
         clock_gettime(cid, &ts) == 0)
         out->cpu_seconds = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- the zone --------------------------------------------------------------------- */
+
+void pressure_zone_view(struct pressure *p, struct pressure_zone_view *v)
+{
+    *v = (struct pressure_zone_view){.usage = -1, .limit = -1, .usage_source = "none"};
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    v->own = p->zone.own;
+    v->set = p->zone.zone;
+    v->usage = p->zone.usage;
+    v->limit = p->zone.limit;
+    v->usage_source = p->zone.usage_source;
+    v->moving_until_ns = p->zone.moving_until_ns;
+    pthread_mutex_unlock(&p->lock);
+}
+
+int pressure_set_zone(struct pressure *p)
+{
+    if (!p)
+        return 0;
+    pthread_mutex_lock(&p->lock);
+    int set = p->zone.zone;
+    pthread_mutex_unlock(&p->lock);
+    return set;
+}
+
+void pressure_look(struct pressure *p, const struct pressure_look_in *li,
+                   const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                   struct pressure_look *out)
+{
+    if (!p) {
+        *out = (struct pressure_look){.pick = -1};
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    pressure_zone_look(&p->zone, li, c, n, sum, out);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pressure_told(struct pressure *p, int zone, int act, int at_line, uint64_t threshold,
+                   int64_t width_ns, int64_t now, uint64_t members_gen)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    pressure_zone_told(&p->zone, zone, act, at_line, threshold, width_ns, now, members_gen);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pressure_set_trimmed(struct pressure *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    pressure_zone_trimmed(&p->zone);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int pressure_zone_heard(struct pressure *p, int zone)
+{
+    if (!p)
+        return zone;
+    pthread_mutex_lock(&p->lock);
+    int was = p->zone.zone;
+    p->zone.zone = zone;
+    pthread_mutex_unlock(&p->lock);
+    return was;
+}
+
+void pressure_zone_forget(struct pressure *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->lock);
+    pressure_zone_init(&p->zone);
     pthread_mutex_unlock(&p->lock);
 }

@@ -2,8 +2,9 @@
  * engine_int.h - private to core/pressure: the pressure engine's state (struct
  * pressure), shared by its thread (engine.c) and its kernel sources (kernel.c).
  * Threads: "memtrim-press" owns all of it but what p->lock guards.
- * Locks: p->lock guards p->stop, p->stats and the kernel listener (held only to copy or bump
- * them, and across the listener's call, which takes no lock of ours: a leaf).
+ * Locks: p->lock guards p->stop, p->stats, the zone and the kernel listener (held only to
+ * copy or bump them, across a look at the set (pure) and across the listener's call, which
+ * takes no lock of ours: a leaf; the group thread takes it under g->lock).
  */
 #ifndef MEMTRIM_ENGINE_INT_H
 #define MEMTRIM_ENGINE_INT_H
@@ -31,6 +32,7 @@ struct pressure {
     int stop;                    /* guarded by lock */
     void (*woke)(void *arg);     /* guarded by lock: the set the kernel's wake-ups drive */
     void *woke_arg;
+    struct pressure_zone zone;   /* guarded by lock: the instance's one zone (pressure.h) */
     struct pressure_stats stats; /* guarded by lock */
 
     /* the thread's own */

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "config.h"
 #include "decision.h"
+#include "zone.h"
 #include "types.h"
 
 struct pressure;
@@ -53,10 +54,39 @@ void pressure_wake(struct pressure *p);
  * that returned it is not running and never runs again (the set may be freed). */
 void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg), void *arg);
 
+/* ---- the zone: one per instance, the engine's ----------------------------
+ * What the engine's thread last read of this process (its charge inside its zone), and the
+ * set's: a worker group leader's look at its members (pressure_look), or, in a member,
+ * what its leader told it (pressure_zone_heard). The housekeeper paces its heap probes by
+ * it, the group thread its looks and reports. Guarded by p->lock (a leaf); any thread.
+ * Each takes NULL as "no pressure path" (outside the zone, nothing known). */
+struct pressure_zone_view {
+    int own;                  /* this process's charge in its zone (the engine thread's reading) */
+    int set;                  /* the set inside (or ahead of, or holding) its zone */
+    int64_t usage, limit;     /* the set's, as the leader's last look read them; -1 none */
+    const char *usage_source; /* "cgroup", "members" or "none" (static) */
+    int64_t moving_until_ns;  /* the set's usage climbs: looks at the zone's pace until then */
+};
+void pressure_zone_view(struct pressure *p, struct pressure_zone_view *v);
+int pressure_set_zone(struct pressure *p); /* the view's set alone */
+/* A leader's look at its set (zone.h's pressure_zone_look on the engine's zone). */
+void pressure_look(struct pressure *p, const struct pressure_look_in *li,
+                   const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                   struct pressure_look *out);
+/* The leader told its members the zone and the grant (pressure_zone_told). */
+void pressure_told(struct pressure *p, int zone, int act, int at_line, uint64_t threshold,
+                   int64_t width_ns, int64_t now, uint64_t members_gen);
+/* A member trimmed on its own: the set's growth counts from the low after it. */
+void pressure_set_trimmed(struct pressure *p);
+/* A member's leader said whether the set is in its zone; returns what it was before. */
+int pressure_zone_heard(struct pressure *p, int zone);
+/* The set's zone anew (a group starts or stops); this process's reading stays. */
+void pressure_zone_forget(struct pressure *p);
+
 /* What /memory/stats and /metrics show (mt_counters_get copies it). */
 struct pressure_stats {
     int source;              /* enum pressure_source */
-    int zone;                /* inside the zone at the last reading */
+    int zone;                /* inside the zone at the last reading (the zone's own) */
     uint64_t checks_inside;  /* readings inside the zone */
     uint64_t checks_outside; /* readings outside it */
     uint64_t kernel_wakeups; /* wakes by a kernel notification */

@@ -10,7 +10,9 @@
 
 void pressure_zone_init(struct pressure_zone *z)
 {
+    int own = z->own;
     memset(z, 0, sizeof(*z));
+    z->own = own;
     z->usage = -1;
     z->limit = -1;
     z->base_usage = -1;

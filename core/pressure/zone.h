@@ -20,6 +20,8 @@
 #define PZ_ACT_RESEND_NS (50LL * 1000 * 1000)
 
 struct pressure_zone {
+    int own;                          /* this process's charge in its zone (the engine's
+                                       * thread's last reading; pressure_zone_init keeps it) */
     int64_t usage, limit, base_usage; /* base: the low-water mark since the last trim */
     const char *usage_source;         /* "cgroup", "members" (their RSS summed), "none" */
     int64_t zone_seen_ns;             /* the usage was last inside the zone then */
@@ -39,7 +41,7 @@ struct pressure_sums {
     int64_t rss, peak, now;
 };
 
-void pressure_zone_init(struct pressure_zone *z);
+void pressure_zone_init(struct pressure_zone *z); /* the set's part anew (own stays) */
 /* A look's readings into in (limit: the configured one, or the one found; usage: the
  * cgroup's, < 0 unknown: the members' RSS summed), and the usage's moves. */
 void pressure_zone_inputs(struct pressure_zone *z, int64_t now, int64_t limit, int64_t usage,

@@ -23,7 +23,7 @@
 #include "cost_hk.h"
 #include "housekeeper.h"
 #include "policy.h"
-#include "decision.h"
+#include "pressure.h"
 #include "snapshot.h"
 #include "store.h"
 #include "trim.h"
@@ -144,7 +144,7 @@ static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now
     int64_t limit = c->memory_limit_bytes > 0 ? c->memory_limit_bytes : st->limit;
     int zone = (limit > 0 && c->pressure_ratio > 0 &&
                 rss >= pressure_zone_floor(limit, c->pressure_ratio)) ||
-               (hk->deps.group_zone && atomic_load(hk->deps.group_zone)); /* a group's usage */
+               pressure_set_zone(hk->deps.pressure); /* a group's usage (the engine's zone) */
     struct policy_readings r = {
         .suspended = atomic_load(hk->deps.suspend_depth) > 0,
         /* Gaps lengthen while what trims release comes straight back (cost_hk.c). */
@@ -166,7 +166,7 @@ static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now
      * budget, a busy host) and TrimMinGapSeconds assume nobody else could use the
      * memory: they do not hold a burst trim back then. */
     struct mt_config group_cfg;
-    int group_zone = hk->deps.group_zone && atomic_load(hk->deps.group_zone);
+    int group_zone = pressure_set_zone(hk->deps.pressure);
     if (group_zone) {
         group_cfg = *c;
         group_cfg.trim_min_gap_seconds = 0;

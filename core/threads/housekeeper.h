@@ -29,8 +29,8 @@ struct housekeeper_deps {
     struct arenas_cache *arenas;      /* the per-arena view, refreshed now and then */
     struct store *store;              /* takes the samples */
     void (*wake_pressure)(void *arg); /* a new limit, or a new estimate inside the zone */
-    void *pressure;                   /* its argument */
-    const atomic_int *group_zone;     /* worker groups: the group's usage is in the zone (NULL: no) */
+    void *pressure;                   /* its argument: the engine (struct pressure), whose
+                                       * zone holds a worker group's (pressure_set_zone) */
     const atomic_int *record_pid;     /* the pid stamped on samples (a leader's), NULL = 0 */
 };
 
