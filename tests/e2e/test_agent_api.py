@@ -6,8 +6,8 @@ engine): one with libmemtrim.so preloaded (its API on a loopback port inside a n
 namespace of its own, as a container's, or on a unix socket), one plain. `memtrim agent`
 beside them with idle trims every second (so that the test does not wait for pressure): the
 plain one is trimmed from outside (the command), the preloaded one is asked through its API
-(`memtrim agent --ask`, agent/ask.c): its own /metrics count the agent's trims as its manual
-ones, one for each trim the agent counts of it. A preloaded process whose API cannot be
+(`memtrim agent --ask`, agent/ask.c): each of the agent's trims of it went through its API, and
+its own /metrics count them as its manual trims. A preloaded process whose API cannot be
 reached (HttpEnabled false) is reported ("api_unreachable") and never trimmed from outside,
 while the plain one beside it is.
 
@@ -111,9 +111,14 @@ def test_a_process_with_memtrim_is_asked_through_its_api(procs, cgroup, tmp_path
           f"memtrim, {h['released_bytes'] >> 20} MiB; the plain one: {p['trims']} trims, "
           f"{p['released_bytes'] >> 20} MiB, load {open('/proc/loadavg').read().split()[0]}")
     assert h["memtrim_loaded"] and not p["memtrim_loaded"], (h, p)
-    # every trim the agent counts of the host was its own memtrim's, through its API (the
-    # count read after the view: the agent may have asked once more since)
-    assert asked >= h["trims"], (asked, h, log[-3000:])
+    # every trim the agent made of the host went through its API (the agent's line for each
+    # says so; the command never ran on it), and its own memtrim counts them as its manual
+    # trims (at least one: a request that meets a trim under way is coalesced onto it, its
+    # result shared (core/measure/trim.c), so the two counts may differ under load)
+    lines = re.findall(rf"process {host.pid} \([^)]*\): released .*", agent.output())
+    assert len(lines) >= h["trims"] and all("asked through its memtrim's API" in x for x in lines), \
+        (h, lines, log[-3000:])
+    assert asked >= 1, (asked, h, log[-3000:])
     assert host.running() and plain.running()
     agent.stop()
 
