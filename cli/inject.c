@@ -324,6 +324,7 @@ struct attempt {
     int single;          /* __libc_single_threaded was set: the taken thread is the only one */
     uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
     uint64_t fresh;      /* a page this attempt mapped and has not yet run: unmapped on failure */
+    int filters;         /* the taken thread's seccomp filters when they were judged */
     char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
     size_t errlen, reasonlen;
 };
@@ -495,6 +496,23 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
     return 1;
 }
 
+/* Whether the taken thread still has the seccomp filters seccomp_check judged: another
+ * thread's SECCOMP_FILTER_FLAG_TSYNC may have added one since. Read right before each batch
+ * of system calls memtrim makes there (the page's mmap, the jump); 0, or -1 with the thread
+ * released untouched (a page this attempt mapped stays: its munmap is not judged either). */
+static int filters_unchanged(struct attempt *a, const struct saved *s)
+{
+    int now = seccomp_count(a->t->pid, a->pick->tid);
+    if (now == a->filters || mt_control("cmd-seccomp-recheck"))
+        return 0;
+    a->fresh = 0;
+    release_thread(a, s);
+    snprintf(a->err, a->errlen, "thread %d of process %d: a seccomp filter was added since its "
+             "filters were judged (%d, now %d): refused, nothing more was done",
+             (int)a->pick->tid, (int)a->t->pid, a->filters, now);
+    return -1;
+}
+
 /* Our page for this call: the one known if no call uses it, else one mapped now on the
  * stopped thread. 0 with err set (the thread restored and released: the caller only returns
  * rc). */
@@ -517,6 +535,10 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     resume.rax = s->resume_rax;
     resume.orig_rax = (uint64_t)-1;
     int at_exit;
+    if (filters_unchanged(a, s) != 0) {
+        *rc = INJECT_REFUSED;
+        return 0;
+    }
     uint64_t all = ~0ull; /* no signal stops the mmap: they wait, as they do for the call */
     ptrace(PTRACE_SETSIGMASK, tid, (void *)8, &all);
     page = map_page(tid, &s->regs, &resume, t0 + 1.0, &sig, &at_exit, a->reason, a->reasonlen);
@@ -629,6 +651,8 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
     jump.rax = 0;
     jump.orig_rax = (uint64_t)-1; /* nothing is restarted now */
     uint64_t none = ~0ull;
+    if (filters_unchanged(a, s) != 0)
+        return INJECT_REFUSED;
     if (ptrace(PTRACE_SETREGS, tid, 0, &jump) != 0) {
         snprintf(a->err, a->errlen, "cannot start the call in process %d: %s", (int)pid,
                  strerror(errno));
@@ -774,6 +798,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     }
     struct seccomp_calls sc = {inject_syscalls, a->c->syscalls, inject_syscalls_n,
                                a->c->n_syscalls, a->c->any_syscall};
+    a->filters = seccomp_count(a->t->pid, p->tid); /* read first: a later one is seen */
     if (!mt_control("cmd-seccomp") && seccomp_check(a->t->pid, p->tid, &sc, a->err, a->errlen)) {
         release_thread(a, &s); /* untouched: its filters were only read */
         watch_hold(0);

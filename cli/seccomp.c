@@ -36,6 +36,22 @@ static int thread_seccomp(pid_t pid, pid_t tid, int *filters)
     return st.seccomp;
 }
 
+int seccomp_count(pid_t pid, pid_t tid)
+{
+    int count, mode = thread_seccomp(pid, tid, &count);
+    if (mode <= 0)
+        return mode;
+    if (mode != 2)
+        return -1;
+    if (count >= 0)
+        return count;
+    for (count = 0;; count++) { /* before Linux 5.9: the chain walked (the tool traces tid) */
+        long n = ptrace(PTRACE_SECCOMP_GET_FILTER, tid, (void *)(long)count, NULL);
+        if (n < 0)
+            return errno == ENOENT && count > 0 ? count : -1;
+    }
+}
+
 static void call_words(const struct inject_syscall *s, long nr, struct bpf_call *c)
 {
     memset(c, 0, sizeof *c);

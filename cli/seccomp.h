@@ -39,4 +39,9 @@ struct seccomp_calls {
 int seccomp_check(pid_t pid, pid_t tid, const struct seccomp_calls *calls, char *err,
                   size_t errlen);
 
+/* How many seccomp filters thread tid of pid has (0 none; -1 unreadable): filters are only
+ * ever added (another thread's SECCOMP_FILTER_FLAG_TSYNC adds one to every thread), so a
+ * count that changed since seccomp_check means a filter it did not judge. */
+int seccomp_count(pid_t pid, pid_t tid);
+
 #endif

@@ -4,6 +4,7 @@ tests/controls.txt that brings the old behaviour back (docs/command.md's table).
 Each target is tests/unit/cli_hazard.c in one mode: exactly one thread in a system call memtrim
 may take (plus its main thread, taken last), the hazard built around it.
 """
+import contextlib
 import json
 import os
 import signal
@@ -496,6 +497,31 @@ def _hold_in_map_window(call, t):
         os.close(status)
 
 
+@contextlib.contextmanager
+def _starved_tracer():
+    """The stimulus of the cases that catch the first call's mmap: a busy loop on CPU 0,
+    where the tool runs (and its tracer, under SCHED_IDLE once it has seized: see
+    _hold_in_map_window), this process polling from CPU 1."""
+    spin = subprocess.Popen(["taskset", "-c", "0", "/usr/bin/python3", "-c", "while 1: pass"])
+    affinity = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {1})
+        yield
+    finally:
+        os.sched_setaffinity(0, affinity)
+        spin.kill()
+        spin.wait()
+
+
+def _unstarve(kids):
+    for k in kids:  # the stimulus over: they finish at the usual pace
+        try:
+            os.sched_setscheduler(k, os.SCHED_OTHER, os.sched_param(0))
+            os.sched_setaffinity(k, range(os.cpu_count()))
+        except OSError:
+            pass  # gone
+
+
 def _first_call_killed(i, failures):
     """One fresh process: its first call's tool killed inside the mmap; whether it was."""
     t = Target("errno")
@@ -506,12 +532,7 @@ def _first_call_killed(i, failures):
         held, kids = _hold_in_map_window(call, t)
         call.kill()
         call.wait(30)
-        for k in kids:  # the stimulus over: they finish at the usual pace
-            try:
-                os.sched_setscheduler(k, os.SCHED_OTHER, os.sched_param(0))
-                os.sched_setaffinity(k, range(os.cpu_count()))
-            except OSError:
-                pass  # gone
+        _unstarve(kids)
         _signal_all(kids, signal.SIGCONT)
         wait_for(lambda: _task_field(t.pid, t.tid, "TracerPid") == "0", what="no tracer")
         wait_for(lambda: all(_states([k])[k] in ("Z", None) for k in kids),
@@ -546,16 +567,9 @@ def test_tool_killed_in_the_first_calls_mmap():
     of 100 random kills in docs/benchmarks.md). Counted: the tool must be killed inside the
     window in at least 8 of the 16."""
     rounds, caught, failures = 16, 0, []
-    spin = subprocess.Popen(["taskset", "-c", "0", "/usr/bin/python3", "-c", "while 1: pass"])
-    affinity = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, {1})
+    with _starved_tracer():
         for i in range(rounds):
             caught += _first_call_killed(i, failures)
-    finally:
-        os.sched_setaffinity(0, affinity)
-        spin.kill()
-        spin.wait()
     print(f"{rounds} first calls, the tool killed inside the mmap in {caught}: "
           f"{len(failures)} harmed")
     assert not failures, failures
@@ -580,3 +594,45 @@ def test_a_failed_first_call_leaves_no_mapping():
         assert syscall_of(t.pid, t.tid) == "0" and t.alive()
     finally:
         t.stop()
+
+
+def test_a_filter_added_during_the_first_call_is_seen():
+    """Another thread adds a seccomp filter to every thread (SECCOMP_FILTER_FLAG_TSYNC) after
+    memtrim judged the taken thread's filters: it kills the process on prctl(PR_SET_VMA), the
+    page's code's first call after its mask. 8 fresh processes; in each the tool and its
+    tracer are stopped inside the first call's mmap (the stimulus of
+    test_tool_killed_in_the_first_calls_mmap), the program's main thread adds the filter, and
+    they go on. The filter count is read again before each batch of system calls made in the
+    process: exit 2 'a seccomp filter was added', the process alive, untraced, its reader
+    reading on. Control cmd-seccomp-recheck (not read again): the process dies of SIGSYS.
+    Counted: the filter must land inside the window in at least 4 of the 8."""
+    rounds, caught, failures = 8, 0, []
+    with _starved_tracer():
+        for i in range(rounds):
+            t = Target("errno")
+            try:
+                call = subprocess.Popen(["taskset", "-c", "0", str(TOOL), "trim", str(t.pid),
+                                         "--json"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+                held, kids = _hold_in_map_window(call, t)
+                if held:
+                    t.ask("filter")
+                    assert t.p.stdout.readline() == "filtered 0\n"
+                _unstarve(kids)
+                _signal_all(kids + [call.pid], signal.SIGCONT)
+                out, err = call.communicate(timeout=60)
+                caught += held
+                if held and (call.returncode != 2 or "seccomp filter was added" not in err):
+                    failures.append(f"process {i}: exit {call.returncode} {err.strip()}")
+                if not t.alive():
+                    failures.append(f"process {i}: dead ({t.p.returncode})")
+                    continue
+                wait_for(lambda: _task_field(t.pid, t.tid, "TracerPid") == "0", what="no tracer")
+                t.ask("feed")
+                wait_for(lambda: t.report()["reads"] == 1, what="the reader reads on")
+            finally:
+                t.stop()
+    print(f"{rounds} first calls, the filter added inside the mmap in {caught}: "
+          f"{len(failures)} failed")
+    assert not failures, failures
+    assert caught >= rounds // 2, f"the filter landed inside the mmap {caught} times"

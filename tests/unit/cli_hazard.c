@@ -31,6 +31,8 @@
  *             thread in dlopen of libcli-hazard-ctor.so, whose constructor asks the
  *             loop for a reply (hazard_wait_loop) and waits for it on a semaphore, the loader
  *             lock held; the loop replies once stdin says "go".
+ * The main thread's "filter" adds a seccomp filter to every thread at once (TSYNC) that kills
+ * the process on prctl(PR_SET_VMA), as another thread of a process may at any moment.
  * Threads: as said per mode; the main thread reads stdin (or loops, for "loop").
  */
 
@@ -48,7 +50,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -517,6 +523,26 @@ static void start(void *(*fn)(void *), void *arg)
     pthread_create(&t, NULL, fn, arg);
 }
 
+/* "filter": a seccomp filter on every thread at once (SECCOMP_FILTER_FLAG_TSYNC) that kills
+ * the process on prctl(PR_SET_VMA, ...), the first system call memtrim's page code makes after
+ * its mask; the process itself never makes it. 0, or -errno. */
+static int add_filter(void)
+{
+    struct sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_prctl, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0x53564d41, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof code / sizeof code[0], code};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog) != 0)
+        return -errno;
+    return 0;
+}
+
 static void report(void)
 {
     printf("{\"corrupt\": %ld, \"iterations\": %ld, \"early_sleeps\": %ld, "
@@ -641,6 +667,8 @@ int main(int argc, char **argv)
             (void)!write(pipe_fd[1], "x", 1);
         else if (!strncmp(line, "quit", 4))
             return 0;
+        else if (!strncmp(line, "filter", 6))
+            printf("filtered %d\n", add_filter()), fflush(stdout);
         line[0] = 0;
     }
     return 0;
