@@ -1,6 +1,7 @@
 /*
- * load.c - `memtrim load PID`: the target's own dlopen on libmemtrim.so (a copy in its /tmp
- * when it does not share the tool's mount namespace and uid), then memtrim_attach
+ * load.c - `memtrim load PID`: the target's own dlopen on libmemtrim.so (its own path, or a
+ * helper's memfd when the target does not share the tool's mount namespace and uid; never a
+ * file written for it), then memtrim_attach
  * (include/memtrim.h) in the library now mapped, each on memtrim's own glibc thread, which
  * waits for the loader lock like any thread (docs/command.md). The tool's one thread.
  */
@@ -203,10 +204,11 @@ static int target_tmp(pid_t pid)
 /* The path the target opens: the library itself when the target shares our mount namespace
  * and uid; else, for a tool running as root in the target's user namespace, a memfd a helper
  * of the target's credentials holds (libhold.c: no file anywhere, so a killed load leaves
- * none); otherwise a copy in the target's own /tmp, under a random name, created there
- * exclusively through a directory resolved inside the target's root (its mount namespace:
- * a container's) and never by a path that could follow a link of the container's, mode
- * 0644 set on the descriptor, removed once loaded (docs/architecture.md). */
+ * none); otherwise refused (-3). The control cmd-load-file brings back the old copy in the
+ * target's own /tmp (a file a killed load left): under a random name, created there
+ * exclusively through a directory resolved inside the target's root and never by a path
+ * that could follow a link of the container's, mode 0644 set on the descriptor, removed once
+ * loaded. 0, -1 a failure, -3 refused, with err set. */
 static int target_path(const struct target *t, const char *lib, char *out, size_t len, char *copy,
                        size_t copylen, char *err, size_t errlen)
 {
@@ -218,14 +220,26 @@ static int target_path(const struct target *t, const char *lib, char *out, size_
         snprintf(out, len, "%s", lib);
         return 0;
     }
-    if (!mt_control("cmd-load-file") && lib_hold_possible(t)) {
+    if (!mt_control("cmd-load-file")) { /* the copy below is the control's only */
+        if (!lib_hold_possible(t)) {
+            snprintf(err, errlen, "process %d shares neither memtrim's mount namespace and uid "
+                     "(the library's own path) nor, with memtrim root in its user namespace and "
+                     "a procfs in its root, a helper's memfd: the library would have to be "
+                     "copied into its /tmp, where a killed memtrim would leave it; refused, "
+                     "nothing was changed", (int)t->pid);
+            return -3;
+        }
         int h = lib_hold_start(t, lib, &hold, err, errlen);
         if (h == 0) {
             snprintf(out, len, "%s", hold.path);
             return 0;
         }
-        if (h != -2) /* -2: its /proc is another pid namespace's: the copy */
-            return -1;
+        if (h == -2)
+            snprintf(err, errlen, "process %d's /proc is another pid namespace's: a helper's "
+                     "memfd cannot be named there, and a copy of the library in its /tmp "
+                     "would be left by a killed memtrim; refused, nothing was changed",
+                     (int)t->pid);
+        return h == -2 ? -3 : -1;
     }
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
         snprintf((char *)rnd, sizeof rnd, "%07x", (unsigned)getpid() & 0xfffffff);
@@ -357,9 +371,10 @@ int load_run(const struct opts *o, struct target *t)
         free(json);
         return cli_fail(o, EXIT_REFUSED, why);
     }
-    if (target_path(t, lib, path, sizeof path, copy, sizeof copy, err, sizeof err) != 0) {
+    int tp = target_path(t, lib, path, sizeof path, copy, sizeof copy, err, sizeof err);
+    if (tp != 0) {
         free(json);
-        return cli_fail(o, EXIT_FAILED, err);
+        return cli_fail(o, tp == -3 ? EXIT_UNSUPPORTED : EXIT_FAILED, err);
     }
     struct inject_call c = {.func = dl, .args = {TR_PATH, 2 /* RTLD_NOW */}, .page_args = 1,
                             .in = path, .any_syscall = 1, .syscalls = load_calls,

@@ -42,6 +42,7 @@ COVERED_ELSEWHERE = [
     (3, "stats on jemalloc", "test_cli_allocators.py"),
     (3, "its release call collects the calling thread's heap only", "test_cli_allocators.py"),
     (3, "a sanitizer allocator", "test_cli_allocators.py test_a_sanitizer_allocator_is_refused"),
+    (3, "neither the library's own path nor a helper's memfd", "test_cli_load.py"),
     (4, "a timed wait that fails with EINTR", "test_cli_hazards.py test_no_spurious_eintr"),
     (5, "did not return within --timeout", "test_cli_load.py"),
     (6, "a pid reused", "test_cli_tree.py"),

@@ -255,9 +255,11 @@ def test_setuid_in_another_thread_does_not_wait_for_memtrims_thread(hold_lib):
 def test_load_where_its_proc_is_another_pid_namespaces():
     """A python3 in its own pid namespace whose /proc is still the host's (unshare --pid
     without --mount-proc): the memfd's path, /proc/<helper's pid there>/fd/<n>, would name
-    another process of the host's there, so the tool sees that it does not lead to its memfd
-    and copies the library into the target's /tmp instead (removed once loaded). Control
-    cmd-load-proc-check (the path not checked): its dlopen fails (exit 6)."""
+    another process of the host's there, so the tool sees that it does not lead to its memfd;
+    and a copy of the library in its /tmp is what a killed load would leave. Refused by name
+    (exit 3), nothing mapped, its /tmp empty. Controls: cmd-load-proc-check (the path not
+    checked): its dlopen fails (exit 6); cmd-load-file (the copy, as before): loaded from a
+    file written into its /tmp (exit 0)."""
     argv = ["/usr/bin/unshare", "--pid", "--fork", "--mount", "--propagation", "private",
             "/bin/sh", "-c", f"mount -t tmpfs none '{BUILD}' && mount -t tmpfs none /tmp && "
             "exec \"$0\" \"$@\"", "/usr/bin/python3", "-c", PY_THREAD]  # a /tmp of its own
@@ -266,10 +268,30 @@ def test_load_where_its_proc_is_another_pid_namespaces():
         assert p.stdout.readline().strip() == "ready"
         pid = int(open(f"/proc/{p.pid}/task/{p.pid}/children").read().split()[0])
         rc, out, err = load(pid, "--config", json.dumps({"HttpPort": free_port()}))
-        assert rc == 0, (rc, out, err)
-        assert out["library"].startswith("/tmp/libmemtrim-load-"), out
-        assert not os.path.exists(f"/proc/{pid}/root{out['library']}")  # removed once mapped
-        assert maps_memtrim(pid)
+        assert rc == 3 and "another pid namespace's" in err, (rc, out, err)
+        assert os.listdir(f"/proc/{pid}/root/tmp") == []
+        assert not maps_memtrim(pid)
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_load_into_another_user_namespace_is_refused():
+    """A python3 in a user namespace of its own (unshare --user --map-root-user --mount): the
+    helper's memfd needs a root memtrim in the target's user namespace, so the library could
+    only reach it as a copy written into its /tmp, which a killed load left behind (12 of 17
+    in the issue). Refused by name (exit 3), nothing mapped, no copy made. Control
+    cmd-load-file (the copy, as before): it loads from the copy (exit 0)."""
+    p = subprocess.Popen(["/usr/bin/unshare", "--user", "--map-root-user", "--mount",
+                          "/usr/bin/python3", "-c", PY_THREAD], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        before = {f for f in os.listdir(f"/proc/{p.pid}/root/tmp") if "libmemtrim" in f}
+        rc, out, err = load(p.pid, "--config", json.dumps({"HttpPort": free_port()}))
+        assert rc == 3 and "neither memtrim's mount namespace" in err, (rc, out, err)
+        assert not maps_memtrim(p.pid)
+        assert {f for f in os.listdir(f"/proc/{p.pid}/root/tmp") if "libmemtrim" in f} == before
     finally:
         p.kill()
         p.wait()
