@@ -28,22 +28,6 @@
 
 extern char **environ;
 
-static const char *const reason_names[AR_COUNT] = {
-    "none", "musl", "static", "runtime_allocator", "seccomp", "kernel_refused", "no_safe_thread",
-    "timeout", "failed", "gives_nothing", "denied", "memtrim_loaded", "api_unreachable",
-    "api_refused"};
-
-const char *agent_reason_name(enum agent_reason r)
-{
-    return r >= 0 && r < AR_COUNT ? reason_names[r] : "none";
-}
-
-int agent_reason_unreleasable(enum agent_reason r)
-{
-    return r == AR_MUSL || r == AR_STATIC || r == AR_RUNTIME || r == AR_SECCOMP ||
-           r == AR_GIVES_NOTHING;
-}
-
 enum agent_reason agent_reason_of(const char *code, const char *message)
 {
     if (!code)

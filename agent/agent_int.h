@@ -1,6 +1,7 @@
 /*
  * agent_int.h - the node agent's inside (docs/agent.md): its configuration, the cgroups it
- * watches and the processes in them, and the calls its files make of each other. Private to
+ * watches and the processes in them, and the calls its files make of each other, one way
+ * only (no circle: test_rooms; words.c and kind.c call none of the others). Private to
  * agent/. Threads: the agent's loop thread owns every cgroup and process record and changes
  * them under agent.lock; the HTTP workers take agent.lock to read (render) them. Nothing here
  * is held across a trim (a trim runs the command in a child, with the lock released).
@@ -35,7 +36,7 @@ struct agent_kind_info {
 int agent_kind_parse(const char *path, struct agent_kind_info *out);
 const char *agent_kind_name(enum agent_kind k);
 
-/* ---- why a process is not trimmed (refusals by reason) -------------------------------- */
+/* ---- why a process is not trimmed (refusals by reason; words.c: pure) ----------------- */
 enum agent_reason { AR_NONE, AR_MUSL, AR_STATIC, AR_RUNTIME, AR_SECCOMP, AR_KERNEL, AR_NO_THREAD,
                     AR_TIMEOUT, AR_FAILED, AR_GIVES_NOTHING, AR_DENIED, AR_MEMTRIM_LOADED,
                     AR_API_UNREACHABLE, AR_API_REFUSED, AR_COUNT };
@@ -252,7 +253,7 @@ struct server_request;
 struct server_reply;
 int agent_history_get(const struct server_request *req, struct server_reply *rep);
 
-/* api.c: a byte count, or null when unknown (< 0). */
+/* words.c: a byte count, or null when unknown (< 0). */
 struct cJSON;
 void agent_json_bytes(struct cJSON *o, const char *k, int64_t v);
 

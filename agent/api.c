@@ -212,14 +212,6 @@ static int get_metrics(const struct server_request *req, struct server_reply *re
     return server_reply_text(rep, 200, "text/plain; version=0.0.4; charset=utf-8", buf, len);
 }
 
-void agent_json_bytes(cJSON *o, const char *k, int64_t v)
-{
-    if (v < 0)
-        cJSON_AddNullToObject(o, k);
-    else
-        cJSON_AddNumberToObject(o, k, (double)v);
-}
-
 /* Called with a->lock held. */
 static cJSON *cgroups_json(struct agent *a)
 {
