@@ -243,6 +243,26 @@ static inline int harness_thread_in(const char *name, long nr, unsigned long *ar
     return in;
 }
 
+/* Whether this process has a thread named `name` (its comm). */
+static inline int harness_thread_named(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int found = 0;
+    while (d && !found && (e = readdir(d)) != NULL) {
+        char path[320], comm[64];
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
+        found = f && fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0 &&
+                comm[strlen(name)] == '\n';
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* Whether that thread is waiting in futex(2): on a lock or a condition, parked. A condition
  * to wait on (WAIT_FOR) where a test needs that thread asleep, not a time. */
 static inline int harness_thread_waits(const char *name)

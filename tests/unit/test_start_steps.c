@@ -26,9 +26,21 @@ static const char *const config = "{\"HttpPort\": 0, \"HttpBind\": \"127.0.0.1\"
 static int fds_now(void)
 {
     DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
     int n = 0;
-    while (d && readdir(d))
+    while (d && (e = readdir(d)) != NULL) {
+        /* not the process-wide descriptor canary: a stop that left a part running keeps it
+         * for that part (core/instance/memtrim.c), the next clean stop closes it */
+        char path[320], link[256];
+        snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+        ssize_t len = readlink(path, link, sizeof(link) - 1);
+        if (len > 0) {
+            link[len] = '\0';
+            if (strstr(link, "memtrim-canary"))
+                continue;
+        }
         n++;
+    }
     if (d)
         closedir(d);
     return n;
@@ -53,6 +65,10 @@ static void test_every_step_unwinds(void)
     int nsteps = mt_test_fail_start_step(-1);
     /* A first start opens what the process keeps once for all (the probe's files). */
     mt_destroy(start(config));
+    /* A stop may leave the store behind (its thread not done within 2 s: valgrind at load
+     * 23, 2026-12-07): it ends when its disk answers, with its descriptors. */
+    WAIT_FOR(!harness_thread_named("memtrim-store"), 120);
+    CHECK_MSG(!harness_thread_named("memtrim-store"), "the first stop's store never ended");
     int threads0 = threads_now(), fds0 = fds_now();
     CHECK(nsteps > 8);
     for (int i = 0; i < nsteps; i++) {

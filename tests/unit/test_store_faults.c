@@ -222,26 +222,6 @@ static void test_disk_full_then_freed(void)
     umount(mnt);
 }
 
-/* Whether this process has a thread named `name` (its comm). */
-static int thread_named(const char *name)
-{
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    int found = 0;
-    while (d && !found && (e = readdir(d)) != NULL) {
-        char path[320], comm[64];
-        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = e->d_name[0] == '.' ? NULL : fopen(path, "r");
-        found = f && fgets(comm, sizeof(comm), f) && strncmp(comm, name, strlen(name)) == 0 &&
-                comm[strlen(name)] == '\n';
-        if (f)
-            fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
-
 /* This process's descriptors whose /proc/self/fd link contains `part`, into fds (at most n);
  * their count. */
 static int fds_to(const char *part, int *fds, int n)
@@ -302,7 +282,7 @@ static void test_a_store_left_behind_keeps_the_canary(void)
     int64_t retry;
     CHECK_EQ_INT(mt_trim_manual(mt, -1, &r, &retry), 0); /* a row the store must write */
     mt_destroy(mt);                                      /* the store is left behind */
-    CHECK_MSG(thread_named("memtrim-store"), "the store was not left behind: void");
+    CHECK_MSG(harness_thread_named("memtrim-store"), "the store was not left behind: void");
     /* The host's closefrom, then its own files at those numbers. */
     int host = open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int i = 0; i < nstore; i++)
@@ -310,8 +290,8 @@ static void test_a_store_left_behind_keeps_the_canary(void)
     CHECK(dup3(host, canary[0], O_CLOEXEC) == canary[0]);
     sqlite3_exec(other, "COMMIT", NULL, NULL, NULL);
     sqlite3_close(other);
-    WAIT_FOR(!thread_named("memtrim-store"), 30);       /* its last words said */
-    CHECK_MSG(!thread_named("memtrim-store"), "the store's thread never ended");
+    WAIT_FOR(!harness_thread_named("memtrim-store"), 30);       /* its last words said */
+    CHECK_MSG(!harness_thread_named("memtrim-store"), "the store's thread never ended");
     for (int i = 0; i < nstore; i++)
         CHECK_MSG(fcntl(store_fds[i], F_GETFD) >= 0,
                   "the store left behind closed the host's descriptor %d", store_fds[i]);
