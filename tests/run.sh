@@ -5,12 +5,13 @@
 # (pytest with Debian's python3), the cgroup v2 tests in a VM (tests/vm), the browser tests
 # (Debian's chromium driven by playwright-core), and the controls (tests/controls.sh: each
 # listed test must fail with its switch on).
-# After the plain build and its unit tests the stages run in four lanes side by side
-# (e2e then browser; the VM; controls then fuzz; the ASan build, its unit tests and the
-# soak, the TSan build and its unit tests, valgrind): each lane's output is printed whole
-# when it ends, each stage keeps its "=== NAME: passed/FAILED in N s" line, and the run
-# fails when any stage fails or does not run. About 25 min on a quiet 2-core machine
-# (docs/benchmarks.md, "The test suite").
+# After the plain build and its unit tests the stages run in four lanes (e2e then browser;
+# controls then fuzz; the VM; the ASan build, its unit tests and the soak, the TSan build and
+# its unit tests, valgrind), one lane after another; each stage keeps its "=== NAME:
+# passed/FAILED in N s" line, and the run fails when any stage fails or does not run.
+# MEMTRIM_LANES=all runs the four lanes side by side instead (each lane's output printed
+# whole when it ends): 40 min at load 8-10 beside two busy loops, where cells that depend
+# on the load failed (docs/benchmarks.md, "The test suite"), so it is not the default.
 # MEMTRIM_QUICK=1: the plain build, its unit tests, the controls, the end-to-end files
 # tests/e2e/slow.txt does not list and the browser tests (under 10 minutes).
 # MEMTRIM_SURVIVAL=1: also the survival cells' measurement (bench/survival.sh, about 13 min,
@@ -44,6 +45,11 @@ lane_names=()
 lane() { # lane NAME FUNCTION: its exit code to build/lanes/NAME.rc as it ends
   local name=$1; shift
   echo "--- lane $name starts ($(date -u +%H:%M:%S) UTC): $*"
+  if [ "${MEMTRIM_LANES:-}" != all ]; then # one after another, its output as it comes
+    { "$@"; echo $? >"$lanes/$name.rc"; } </dev/null 2>&1 | tee "$lanes/$name.log"
+    echo "--- lane $name ended ($(date -u +%H:%M:%S) UTC)"
+    return
+  fi
   { "$@"; echo $? >"$lanes/$name.rc"; } >"$lanes/$name.log" 2>&1 </dev/null &
   lane_names+=("$name")
 }
