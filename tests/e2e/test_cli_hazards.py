@@ -596,6 +596,7 @@ def test_a_failed_first_call_leaves_no_mapping():
         t.stop()
 
 
+@pytest.mark.xfail("MEMTRIM_CONTROL" not in os.environ, strict=False, reason="issue 37 (open): its stimulus (the tool stopped inside the first call's mmap) landed 0 of 8 times in the quiet rehearsal of 5540ba2: the case then proves nothing")
 def test_a_filter_added_during_the_first_call_is_seen():
     """Another thread adds a seccomp filter to every thread (SECCOMP_FILTER_FLAG_TSYNC) after
     memtrim judged the taken thread's filters: it kills the process on prctl(PR_SET_VMA), the
