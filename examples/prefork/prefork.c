@@ -11,8 +11,8 @@
  *                   [--pause-ms 400] [--stagger-ms 100] [--trim-after]
  *                   [--schedule relative|absolute] [--trace FILE]
  *                   [--cycles N] [--hold] [--pid-dir DIR] [--shared-mb 0]
- *                   [--closefrom FILES] [--closefrom-delay-ms 0] [--closefrom-master]
- *                   [--closefrom-same]
+ *                   [--closefrom FILES] [--closefrom-delay-ms 0] [--closefrom-when FILE]
+ *                   [--closefrom-master] [--closefrom-same]
  *
  * --trim-after: malloc_trim(0) after every study (the comparison).
  * --schedule: relative (the default): each study starts pause-ms after the
@@ -47,7 +47,10 @@
  *   each number is still its file and holds exactly what it wrote. A worker whose
  *   file was closed, replaced or written by someone else (memtrim, by number)
  *   says which on stderr and exits 5. --closefrom-delay-ms: the worker does that
- *   this long after its fork (once memtrim has joined it to the group).
+ *   this long after its fork. --closefrom-when FILE: it does that once FILE exists
+ *   (looked for every 10 ms, after the delay; a worker whose master is gone exits 4): a
+ *   test creates it once it has seen memtrim join every worker to the group (a fixed delay
+ *   cannot promise that on a loaded machine).
  *   --closefrom-master: the master does it instead (memtrim's serving process),
  *   once its workers are forked, and checks its files every 50 ms until they end.
  *   --closefrom-same: first, at each number where memtrim held one of this
@@ -82,6 +85,7 @@ static int workers = 4, studies = 20, study_mb = 80, block = 1024, pause_ms = 40
 static const char *pid_dir;
 static int own_files;                   /* --closefrom: how many */
 static int own_delay_ms;                /* --closefrom-delay-ms */
+static const char *own_when;            /* --closefrom-when: the file that says "now" */
 static int own_in_master;               /* --closefrom-master */
 static int own_fd[256];                 /* the worker's own files, after its closefrom */
 static unsigned long long own_ino[256]; /* ...their inodes */
@@ -297,6 +301,11 @@ static void own_open(void)
     int fds[64], n = 0;
     if (own_delay_ms)
         sleep_ms(own_delay_ms);
+    for (pid_t master = getppid(); own_when && access(own_when, F_OK) != 0; sleep_ms(10))
+        if (!own_in_master && getppid() != master) { /* nobody will say "now" */
+            fprintf(stderr, "memtrim-prefork: --closefrom-when: the master is gone\n");
+            _exit(4);
+        }
     if (same_files)
         n = same_list(paths, fds, 64);
     closefrom(3);
@@ -402,6 +411,7 @@ int main(int argc, char **argv)
             }
         }
         else if (!strcmp(argv[i], "--pid-dir") && i + 1 < argc) pid_dir = argv[++i];
+        else if (!strcmp(argv[i], "--closefrom-when") && i + 1 < argc) own_when = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(argv[i], "--schedule") && i + 1 < argc) {
             const char *v = argv[++i];
