@@ -157,10 +157,15 @@ static int wait_event_stop(pid_t tid, double deadline, char *err, size_t errlen,
 /* Seizes and interrupts tid; 0 once it is in its interrupt stop. Between the two, once it
  * is seized (its tid cannot be reused from then on), it must still be a thread of pid, and
  * pid the process read (its start time): otherwise it is released never interrupted (an
- * interrupt alone makes an epoll_wait or sigtimedwait return EINTR): -5 reused, -6 gone. */
-static int seize_stop(pid_t pid, pid_t tid, unsigned long long start, double deadline,
+ * interrupt alone makes an epoll_wait or sigtimedwait return EINTR): -5 reused, -6 gone.
+ * The thread has wait_s from the interrupt to stop: a tracer late between the seize and the
+ * interrupt (stopped, starved) counts none of that against the thread (control
+ * cmd-seize-deadline: the deadline ran from before the seize, and a tracer stopped there
+ * found it past on its first look, leaving the thread seized for good). */
+static int seize_stop(pid_t pid, pid_t tid, unsigned long long start, double wait_s,
                       char *err, size_t errlen)
 {
+    double t0 = now_s();
     if (ptrace(PTRACE_SEIZE, tid, 0, (void *)(long)PTRACE_O_TRACESYSGOOD) != 0) {
         int e = errno;
         snprintf(err, errlen, "ptrace(PTRACE_SEIZE, %d): %s", (int)tid, strerror(e));
@@ -183,6 +188,7 @@ static int seize_stop(pid_t pid, pid_t tid, unsigned long long start, double dea
                  "stays seized until memtrim exits; nothing more is done", (int)tid, strerror(e));
         return -2;
     }
+    double deadline = (mt_control("cmd-seize-deadline") ? t0 : now_s()) + wait_s;
     int group, r = wait_event_stop(tid, deadline, err, errlen, &group);
     if (r == 0 && group) {
         snprintf(err, errlen, "process is being stopped: not touched");
@@ -440,7 +446,7 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
 {
     pid_t tid = a->pick->tid, pid = a->t->pid;
     s->restartable = 0;
-    int sr = seize_stop(pid, tid, a->t->start_time, t0 + 1.0, a->reason, a->reasonlen);
+    int sr = seize_stop(pid, tid, a->t->start_time, 1.0, a->reason, a->reasonlen);
     if (sr == -2 || sr == -4)
         return sr;
     if (sr == -5 || (sr == 0 && a->t->start_time && /* the control: checked after the stop */

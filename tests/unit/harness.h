@@ -136,7 +136,7 @@ static inline int harness_skip_listed(const char *build, const char *id)
     while (!found && fgets(line, sizeof(line), f)) {
         if (line[0] == '#' || sscanf(line, "%255s %511s", builds, glob) != 2)
             continue;
-        if (!fnmatch(glob, id, 0))
+        if (!strcmp(glob, id) || !fnmatch(glob, id, 0))
             for (char *save = NULL, *b = strtok_r(builds, ",", &save); b && !found;
                  b = strtok_r(NULL, ",", &save))
                 found = strcmp(b, build) == 0;

@@ -62,7 +62,7 @@ def listed(nodeid):
     repo = Path(__file__).resolve().parents[2]
     rel = os.path.relpath(_root[0], repo) if _root else "."
     full = nodeid if rel == "." else f"{rel}/{nodeid}"
-    return any(fnmatch.fnmatchcase(full, g) for g in listed_skips("vm"))
+    return any(full == g or fnmatch.fnmatchcase(full, g) for g in listed_skips("vm"))
 
 
 def pytest_collectreport(report):
