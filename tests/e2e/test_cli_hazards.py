@@ -413,6 +413,20 @@ def _stop_once_seized(call, t, seconds):
         os.close(status)
 
 
+def _reader_after_call(t, mask, rc, err, label):
+    """Once the call is over: the reader untraced, alive, reading on what is written, with
+    its errno and signal mask as before; what was wrong (None when nothing)."""
+    wait_for(lambda: _task_field(t.pid, t.tid, "TracerPid") == "0", what="no tracer")
+    assert t.alive()
+    t.ask("feed")
+    wait_for(lambda: t.report()["reads"] == 1, what="the reader reads on")
+    rep = t.report()
+    now = _task_field(t.pid, t.tid, "SigBlk")
+    if rc != 0 or rep["changed"] or rep.get("bad_results") or now != mask:
+        return f"{label}: exit {rc} {err.strip()}; mask {now}, was {mask}; {rep}"
+    return None
+
+
 def test_tool_and_watchdog_stopped_at_the_first_call():
     """The tool and its watchdog stopped for 1.5 s (longer than the tool's deadlines) as soon
     as it has seized the reader of a process it never entered (the first call maps the page):
@@ -433,15 +447,10 @@ def test_tool_and_watchdog_stopped_at_the_first_call():
             held = _stop_once_seized(call, t, 1.5)
             out, err = call.communicate(timeout=60)
             caught += held
-            wait_for(lambda: _task_field(t.pid, t.tid, "TracerPid") == "0", what="no tracer")
-            assert t.alive()
-            t.ask("feed")
-            wait_for(lambda: t.report()["reads"] == 1, what="the reader reads on")
-            rep = t.report()
-            now = _task_field(t.pid, t.tid, "SigBlk")
-            if call.returncode != 0 or rep["changed"] or rep.get("bad_results") or now != mask:
-                failures.append(f"process {i} (stopped: {held}): exit {call.returncode} "
-                                f"{err.strip()}; mask {now}, was {mask}; {rep}")
+            bad = _reader_after_call(t, mask, call.returncode, err,
+                                     f"process {i} (stopped: {held})")
+            if bad:
+                failures.append(bad)
         finally:
             t.stop()
     assert not failures, failures
@@ -466,15 +475,9 @@ def test_tracer_late_between_seize_and_interrupt():
             mask = _task_field(t.pid, t.tid, "SigBlk")
             call = subprocess.run([str(TOOL), "trim", str(t.pid), "--json"], env=env,
                                   capture_output=True, text=True, timeout=60)
-            wait_for(lambda: _task_field(t.pid, t.tid, "TracerPid") == "0", what="no tracer")
-            assert t.alive()
-            t.ask("feed")
-            wait_for(lambda: t.report()["reads"] == 1, what="the reader reads on")
-            rep = t.report()
-            now = _task_field(t.pid, t.tid, "SigBlk")
-            if call.returncode != 0 or rep["changed"] or rep.get("bad_results") or now != mask:
-                failures.append(f"process {i}: exit {call.returncode} {call.stderr.strip()}; "
-                                f"mask {now}, was {mask}; {rep}")
+            bad = _reader_after_call(t, mask, call.returncode, call.stderr, f"process {i}")
+            if bad:
+                failures.append(bad)
         finally:
             t.stop()
     assert not failures, failures
