@@ -25,6 +25,7 @@
 
 #include "common.h"
 #include "control.h"
+#include "target.h"
 
 extern char **environ;
 
@@ -35,6 +36,12 @@ enum agent_reason agent_reason_of(const char *code, const char *message)
     if (!strcmp(code, "unsupported"))
         return strstr(message, "musl") ? AR_MUSL : strstr(message, "static") ? AR_STATIC
                                                                             : AR_RUNTIME;
+    /* the command's refusal for want of room in the process's memory cgroup (cli/output.c:
+     * a call could charge it past its limit) passes with the usage: it stays a member. Taken
+     * for the kernel's refusal, it left puma alone for good at its first one. */
+    if (!strcmp(code, "refused") && strstr(message, TARGET_NO_ROOM_WORDS) &&
+        !mt_control("agent-room-refusal-final"))
+        return AR_NO_ROOM;
     if (!strcmp(code, "refused"))
         return strstr(message, "seccomp") ? AR_SECCOMP : AR_KERNEL;
     if (!strcmp(code, "no_safe_thread"))
@@ -90,14 +97,15 @@ static int64_t proc_anon_now(pid_t pid)
     return one.anon;
 }
 
-/* Learn from one answer: what the process gave back, or why it is left alone. */
-static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *answer, int64_t now,
-                  int64_t *released)
+/* Learn from one answer (the trim started at started, its answer read at now): what the
+ * process gave back, or why it is left alone. */
+static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *answer,
+                  int64_t started, int64_t now, int64_t *released)
 {
     cJSON *j = cJSON_Parse(answer);
     const cJSON *rel = cJSON_GetObjectItemCaseSensitive(j, "released_bytes");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    p->last_trim_ns = now;
+    agent_trimmed(p, started, now);
     if (cJSON_IsNumber(rel)) {
         /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
         int64_t r = rel->valuedouble > 0 && (rel->valuedouble < 9007199254740992.0 ||
@@ -181,7 +189,7 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
         snprintf(t->buf, sizeof t->buf, "{\"error\":{\"code\":\"failed\",\"message\":\"cannot run "
                  "%s: %s\"}}", a->self_exe, strerror(e));
         int64_t released;
-        learn(cg, p, t->buf, mt_mono_ns(), &released);
+        learn(cg, p, t->buf, t->t0, mt_mono_ns(), &released);
         free(t);
         return -e;
     }
@@ -212,7 +220,7 @@ static void finish(struct agent *a, struct agent_trim *t)
     if (!p)
         p = &gone;
     p->in_flight = 0;
-    learn(cg, p, t->buf, now, &released);
+    learn(cg, p, t->buf, t->t0, now, &released);
     a->stats.trims_cpu_ns += cpu;
     a->budget_ns -= (double)cpu;
     if (!p->reason) {

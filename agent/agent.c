@@ -3,7 +3,8 @@
  * thread: the loop thread (this file: the one that runs agent_main) owns every cgroup and
  * process record, and HTTP workers (server/, api.c) that read them. The loop sleeps in
  * epoll_wait on the kernel's wake-ups (watch.c), SIGTERM/SIGINT (a signalfd) and a timer:
- * the scan (scan.c) every ScanIntervalMs, and a cgroup in its zone every ZonePollMs. On a
+ * the scan (scan.c) every ScanIntervalMs, and a cgroup in its zone every ZonePollMs or as soon
+ * as a member's retrim gap ends (decide.c's agent_next_due), whichever comes first. On a
  * wake or a due check it reads the cgroup; in its zone it trims its members one at a time
  * (act.c: the command runs beside the loop, its answer on a pipe in the epoll), the most
  * expected release first (decide.c), within the CPU budget, until the cgroup is out of its
@@ -59,15 +60,10 @@ static void bookkeep(struct agent_cgroup *cg)
     }
 }
 
-/* The trims' CPU budget: a token bucket of CpuBudgetPercent of one core, holding 1 s at most. */
+/* The trims' CPU budget (decide.c's token bucket); a wait counted. */
 static int budget_take(struct agent *a, int64_t now)
 {
-    double rate = a->cfg.cpu_budget_percent / 100.0;
-    a->budget_ns += (double)(now - a->budget_at_ns) * rate;
-    a->budget_at_ns = now;
-    if (a->budget_ns > 1e9 * rate * 10)
-        a->budget_ns = 1e9 * rate * 10;
-    if (a->budget_ns > 0)
+    if (agent_budget_take(&a->budget_ns, &a->budget_at_ns, now, a->cfg.cpu_budget_percent))
         return 1;
     a->stats.budget_waits++;
     return 0;
@@ -165,9 +161,14 @@ static int64_t next_sleep_ms(const struct agent *a, int64_t now, int64_t next_sc
         until = a->next_sample_ns;
     for (size_t i = 0; i < a->ncgroups; i++) {
         const struct agent_cgroup *cg = a->cgroups[i];
-        if (cg->in_zone && cg->allowed)
+        if (cg->in_zone && cg->allowed) {
             until = now + (int64_t)a->cfg.zone_poll_ms * MT_MS < until
                         ? now + (int64_t)a->cfg.zone_poll_ms * MT_MS : until;
+            /* and the moment a member trimmed lately may be picked again, not the next poll
+             * after it: a member growing 1.5 MB a millisecond grows 30 MB more in 20 ms */
+            int64_t due = cg->busy ? INT64_MAX : agent_next_due(cg, now);
+            until = due < until ? due : until;
+        }
         else if (polled_near(cg))
             until = now + V2_NEAR_POLL_NS < until ? now + V2_NEAR_POLL_NS : until;
     }
@@ -301,6 +302,7 @@ int agent_main(int argc, char **argv)
     pthread_mutex_init(&a->lock, NULL);
     a->started_ms = mt_now_ms();
     a->budget_at_ns = mt_mono_ns();
+    a->budget_ns = agent_budget_start(a->cfg.cpu_budget_percent);
     a->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (a->epfd < 0) {
         fprintf(stderr, "memtrim agent: epoll: %s\n", strerror(errno));

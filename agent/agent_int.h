@@ -39,7 +39,7 @@ const char *agent_kind_name(enum agent_kind k);
 /* ---- why a process is not trimmed (refusals by reason; words.c: pure) ----------------- */
 enum agent_reason { AR_NONE, AR_MUSL, AR_STATIC, AR_RUNTIME, AR_SECCOMP, AR_KERNEL, AR_NO_THREAD,
                     AR_TIMEOUT, AR_FAILED, AR_GIVES_NOTHING, AR_DENIED, AR_MEMTRIM_LOADED,
-                    AR_API_UNREACHABLE, AR_API_REFUSED, AR_COUNT };
+                    AR_API_UNREACHABLE, AR_API_REFUSED, AR_NO_ROOM, AR_COUNT };
 const char *agent_reason_name(enum agent_reason r);
 /* 1 for the reasons that make a process "unreleasable" (the agent leaves it alone). */
 int agent_reason_unreleasable(enum agent_reason r);
@@ -236,6 +236,18 @@ int64_t agent_expected(const struct agent_proc *p);
  * outside members, outside.h): an index into cg->procs or -1; *rule says why (group_rule). */
 long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
                   uint64_t min_releasable, int *rule);
+/* A trim of p that started at started_ns was answered at answered_ns: its time, as the
+ * decision reads it (the start: its retrim gap runs from there). */
+void agent_trimmed(struct agent_proc *p, int64_t started_ns, int64_t answered_ns);
+/* When a member trimmed lately may be picked again (the decision's retrim gap from its
+ * last trim's start ends): the earliest such time after now_ns, INT64_MAX none. The loop
+ * wakes then in the zone, not at its next poll. */
+int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns);
+/* The trims' CPU budget, a token bucket of percent of one core holding what 10 s earn: its
+ * content at the agent's start (full), and a take at now_ns (refilled since *at_ns): 1 when
+ * a trim may start (its CPU is taken off afterwards), else 0. */
+double agent_budget_start(double percent);
+int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double percent);
 /* IdleTrims, outside the zone (the agent's own opt-in): the member whose anonymous memory
  * grew most since its last trim, by min_bytes at least, not trimmed within gap; -1 none. */
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,

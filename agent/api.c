@@ -155,7 +155,8 @@ static void metrics(struct agent *a, FILE *f)
                 n += a->cgroups[i]->procs[j].reason == (enum agent_reason)r &&
                      a->cgroups[i]->procs[j].trims == 0 && r != AR_NO_THREAD && r != AR_TIMEOUT &&
                      r != AR_FAILED && r != AR_GIVES_NOTHING && r != AR_API_UNREACHABLE &&
-                     r != AR_API_REFUSED; /* those are learnt from an answer: counted then */
+                     r != AR_API_REFUSED && r != AR_NO_ROOM; /* learnt from an answer: counted
+                                                              * then */
             if (!n)
                 continue;
             fputs("memtrim_agent_refusals_total", f);

@@ -3,13 +3,15 @@
  * reached from outside (docs/agent.md, "Under pressure"). The decision itself is the one
  * pressure engine's (core/pressure/: group_pressure_pick over outside members, outside.h):
  * here are the aim it is handed (the lower of the limit and memory.high, so that the kernel
- * never throttles), the readings of each member, and the opt-in idle pick outside the zone.
- * Pure functions of their arguments (no clock, no file); any thread.
+ * never throttles), the readings of each member, a trim's time as the decision reads it (its
+ * start) and when a member trimmed lately may be picked again, and the opt-in idle pick
+ * outside the zone. Pure functions of their arguments (no clock, no file); any thread.
  */
 #include "agent_int.h"
 
 #include <stdlib.h>
 
+#include "control.h"
 #include "outside.h"
 
 int64_t agent_aim(const struct agent_cgroup *cg)
@@ -34,11 +36,12 @@ int64_t agent_expected(const struct agent_proc *p)
 }
 
 /* Left alone for good: unreleasable, denied, its own memtrim, refused by the kernel's rules
- * (a passing refusal, no safe thread or a timeout, keeps it a member). */
+ * (a passing refusal, no safe thread, a timeout or no room in its cgroup for the call, keeps
+ * it a member). */
 static int left_alone(const struct agent_proc *p)
 {
     return p->reason != AR_NONE && p->reason != AR_NO_THREAD && p->reason != AR_TIMEOUT &&
-           p->reason != AR_FAILED;
+           p->reason != AR_FAILED && p->reason != AR_NO_ROOM;
 }
 
 long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
@@ -68,6 +71,55 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
     int pick = group_pressure_pick(&in, c, (int)cg->nprocs, rule);
     free(c);
     return pick;
+}
+
+void agent_trimmed(struct agent_proc *p, int64_t started_ns, int64_t answered_ns)
+{
+    /* The decision's retrim gap runs from a trim's start (outside.h). From its answer, the
+     * gap came after the command's own 10-50 ms, and the next look at the zone's 20 ms
+     * poll: puma growing 1.5 MB a millisecond in its burst was trimmed every 60-160 ms, and
+     * reached its limit between two trims (its next trim refused for want of room). */
+    p->last_trim_ns = mt_control("agent-retrim-from-end") ? answered_ns : started_ns;
+}
+
+int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
+{
+    int64_t due = INT64_MAX;
+    if (mt_control("agent-retrim-from-end")) /* the defect: the next poll, whenever it comes */
+        return due;
+    for (size_t i = 0; i < cg->nprocs; i++) {
+        const struct agent_proc *p = &cg->procs[i];
+        if (p->in_flight || left_alone(p) || !p->last_trim_ns)
+            continue;
+        int64_t at = p->last_trim_ns + GROUP_RETRIM_STALE_NS;
+        if (at > now_ns && at < due)
+            due = at;
+    }
+    return due;
+}
+
+/* What 10 s of CpuBudgetPercent earn: the bucket's size (1 s of CPU at the default 10 %). */
+static double budget_cap(double percent)
+{
+    return 1e9 * (percent / 100.0) * 10;
+}
+
+double agent_budget_start(double percent)
+{
+    /* Full, as a token bucket starts: it bounds the trims' CPU over time, and an agent
+     * (re)started on a node under pressure may spend its burst at once. Empty, the agent
+     * started beside puma's burst had earned 0.1-0.2 s of CPU by then: after 15-25 trims of
+     * 7-9 ms it trimmed every 90 ms, the budget's pace, and puma outgrew it. */
+    return mt_control("agent-budget-starts-empty") ? 0 : budget_cap(percent);
+}
+
+int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double percent)
+{
+    *budget_ns += (double)(now_ns - *at_ns) * (percent / 100.0);
+    *at_ns = now_ns;
+    if (*budget_ns > budget_cap(percent))
+        *budget_ns = budget_cap(percent);
+    return *budget_ns > 0;
 }
 
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,

@@ -13,7 +13,7 @@
 static const char *const reason_names[AR_COUNT] = {
     "none", "musl", "static", "runtime_allocator", "seccomp", "kernel_refused", "no_safe_thread",
     "timeout", "failed", "gives_nothing", "denied", "memtrim_loaded", "api_unreachable",
-    "api_refused"};
+    "api_refused", "no_room"};
 
 const char *agent_reason_name(enum agent_reason r)
 {

@@ -100,7 +100,7 @@ const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char 
     int64_t room = target_cgroup_room(t->pid, where, sizeof where);
     if (room < 0 || room >= need || mt_control("cmd-cgroup-room"))
         return NULL;
-    snprintf(buf, len, "process %d's memory cgroup has %lld KiB left (%s) and %s may charge it up "
+    snprintf(buf, len, "process %d" TARGET_NO_ROOM_WORDS "%lld KiB left (%s) and %s may charge it up "
              "to %lld KiB: it could be OOM-killed; refused, nothing was changed", (int)t->pid,
              (long long)(room >> 10), where, what, (long long)(need >> 10));
     return buf;

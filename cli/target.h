@@ -94,6 +94,9 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
  * to the root (v1: limit_in_bytes and memsw's; v2: memory.max and memory.high) in bytes,
  * with the file that binds in where; -1 when no limit is set. */
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len);
+/* The words of the refusal when that room is short of what a call may charge (cli/output.c:
+ * "process PID" then these): the node agent reads them as a refusal that passes. */
+#define TARGET_NO_ROOM_WORDS "'s memory cgroup has "
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);

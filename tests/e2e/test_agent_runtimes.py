@@ -51,7 +51,7 @@ def in_container(cg):
     return lambda cmd: cg.wrap(["/usr/bin/unshare", "--mount", "--propagation", "private", *cmd])
 
 
-@pytest.mark.xfail("MEMTRIM_CONTROL" not in os.environ, strict=False, reason='issue 39 (open): beside the agent alone puma in 300 MiB lost its connections in the quiet rehearsal of 5540ba2 (a trim refused for 384 KiB of room); 3 of 3 held at load 6-8')
+@pytest.mark.xfail("MEMTRIM_CONTROL" not in os.environ, strict=False, reason='issue 39 (open): puma in 300 MiB beside the agent alone, trimmed every 50 ms from outside (the decision\'s retrim gap), held 15 of 16 runs at load 1-6 (peaks 232-298 MiB; memtrim preloaded 264-274): once at load 1.8 its in-flight requests rose past the limit between two trims (the next refused: no room for its call)')
 @pytest.mark.parametrize("name,limit_mb", CELLS)
 def test_the_agent_keeps_alive_what_glibc_loses(procs, cgroup, tmp_path, bodies, name, limit_mb):
     why = ru.available(name)

@@ -204,8 +204,71 @@ static void test_decide(void)
     CHECK_EQ_INT(agent_reason_of("refused", "runs in seccomp strict mode"), AR_SECCOMP);
     CHECK_EQ_INT(agent_reason_of("refused", "runs as uid 5"), AR_KERNEL);
     CHECK_EQ_INT(agent_reason_of("no_safe_thread", "x"), AR_NO_THREAD);
+    /* the command's refusal for want of room in the cgroup (cli/output.c's words) passes */
+    CHECK_EQ_INT(agent_reason_of("refused", "process 9's memory cgroup has 0 KiB left (/sys/fs/"
+                                 "cgroup/memory/x/memory.limit_in_bytes) and trim may charge it "
+                                 "up to 384 KiB: it could be OOM-killed; refused, nothing was "
+                                 "changed"), AR_NO_ROOM);
     CHECK_EQ_INT(agent_reason_of(NULL, "x"), AR_FAILED);
     CHECK(agent_reason_unreleasable(AR_STATIC) && !agent_reason_unreleasable(AR_NO_THREAD));
+    CHECK(!agent_reason_unreleasable(AR_NO_ROOM));
+    CHECK(!strcmp(agent_reason_name(AR_NO_ROOM), "no_room"));
+}
+
+/* Puma's burst in 300 MiB (tests/e2e/test_agent_runtimes.py) grows 1.5 MB a millisecond: the
+ * agent keeps it alive only by trimming it again as soon as the decision allows, its retrim
+ * gap counted from the last trim's start (outside.h), and the loop awake at that moment. A
+ * refusal for want of room in the cgroup passes: it is trimmed again once there is room. */
+static void test_retrim(void)
+{
+    int64_t mib = 1 << 20, t0 = 20 * MT_SEC, answered = t0 + 30 * MT_MS;
+    int rule;
+    struct agent_proc q[1] = {{.pid = 7, .anon = 200 * mib, .anon_after_trim = -1}};
+    struct agent_cgroup z = {.limit = 300 * mib, .high = -1, .procs = q, .nprocs = 1,
+                             .usage = 230 * mib, .base_usage = 150 * mib};
+    q[0].in_flight = 1;
+    CHECK_EQ_INT(agent_next_due(&z, t0), INT64_MAX); /* its trim runs: its answer wakes */
+    q[0].in_flight = 0;
+    agent_trimmed(&q[0], t0, answered);
+    q[0].anon_after_trim = 120 * mib; /* grew 80 MiB since, the cgroup 80 MiB since its low */
+    CHECK_EQ_INT(q[0].last_trim_ns, t0);
+    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + GROUP_RETRIM_STALE_NS);
+    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS - 1, 0.8, 6 * mib, &rule), -1);
+    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_GROWTH);
+    CHECK_EQ_INT(agent_next_due(&z, t0 + GROUP_RETRIM_STALE_NS), INT64_MAX); /* due: no wait */
+    q[0].reason = AR_NO_ROOM; /* its last trim refused for want of room: still a member */
+    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), 0);
+    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + GROUP_RETRIM_STALE_NS);
+    q[0].reason = AR_KERNEL; /* the kernel's rules: left alone, no wake for it */
+    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), -1);
+    CHECK_EQ_INT(agent_next_due(&z, answered), INT64_MAX);
+
+    /* The trims' budget starts full (a token bucket): an agent started beside a burst trims
+     * it at its pace at once, 20 trims of 8 ms of CPU in one second at the default 10 %... */
+    double budget = agent_budget_start(10);
+    int64_t at = t0;
+    int made = 0;
+    for (int i = 0; i < 20; i++) {
+        if (agent_budget_take(&budget, &at, t0 + i * 50 * MT_MS, 10)) {
+            made++;
+            budget -= 8e6;
+        }
+    }
+    CHECK_EQ_INT(made, 20);
+    /* ...and over time it holds them to their share: trims of 40 ms of CPU asked every 50
+     * ms for 13 s (10.4 s of CPU) spend 2.3 s at most: the 1 s it held, the 0.1 s a second it
+     * earns, and one trim's overdraft */
+    budget = agent_budget_start(10);
+    double spent = 0;
+    for (int i = 0; i < 260; i++) {
+        if (agent_budget_take(&budget, &at, t0 + 2 * MT_SEC + i * 50 * MT_MS, 10)) {
+            spent += 40e6;
+            budget -= 40e6;
+        }
+    }
+    CHECK(spent <= 1e9 + 0.1 * 13 * 1e9 + 40e6);
+    CHECK(spent >= 2e9);
 }
 
 /* AuthTokenFile / ReadTokenFile (the DaemonSet's Secret): the token read from a file its user
@@ -254,5 +317,6 @@ int main(void)
     RUN(test_config);
     RUN(test_token_files);
     RUN(test_decide);
+    RUN(test_retrim);
     return harness_end();
 }
