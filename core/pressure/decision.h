@@ -55,6 +55,9 @@ struct pressure_state {
      * back before the next one (the growth rule's back-off below the line). */
     uint64_t last_released; /* 0: nothing to judge (none yet, or it found too little) */
     uint64_t last_rss_after;
+    uint64_t regrown;       /* the largest climb a reading saw since then (from the lowest
+                             * reading before it): what came back, even if a trim of
+                             * another trigger took it again before the next judgement */
     int returned;
 };
 
@@ -84,7 +87,9 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
 int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
 
 /* At a pressure trim's start (RSS rss_now): how much of the last trim's release came back
- * since it ended (RSS regrown, at most what it released), or -1 when there is none to judge
+ * since it ended (RSS regrown from the lowest reading before it, now or at any reading
+ * pressure_decide saw since: a burst or periodic trim that took it again does not undo
+ * that it came back; at most what it released), or -1 when there is none to judge
  * (none yet, or it released less than TrimMinReleasableBytes: the futile back-off's). A
  * release that more than half came back bought no headroom: st->returned counts such trims
  * in a row (the growth rule's gap below the line doubles with it); one that stayed out

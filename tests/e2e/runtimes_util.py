@@ -35,6 +35,7 @@ PRESSURE_METRICS = ('memtrim_trims_total{trigger="pressure"}',
                     "memtrim_pressure_judged_released_bytes_total",
                     "memtrim_pressure_returned_bytes_total",
                     "memtrim_pressure_returned_trims_total",
+                    "memtrim_pressure_last_chance_trims_total",
                     "memtrim_pressure_backoff_seconds")
 
 

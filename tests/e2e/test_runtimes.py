@@ -15,7 +15,6 @@ requests that fragments the heap (tests/e2e/runtimes_util.py, bench/runtimes/), 
   bench/runtimes and docs/benchmarks.md, not here.
 Counted runs, no retries; each prints the load beside its figures."""
 import json
-import os
 import time
 
 import pytest
@@ -170,13 +169,16 @@ def test_memtrim_keeps_alive_what_glibc_loses(server, cgroup, bodies, name, limi
 PAYBACK_LIMIT, PAYBACK_REQUESTS, PAYBACK_MB = 560, 1200, 16
 
 
-@pytest.mark.xfail("MEMTRIM_CONTROL" not in os.environ, strict=False, reason="issue 38 (open): the back-off does not bound node's pressure trims at the line: 23 in 3.1 s (5540ba2, quiet), 31 in 7.5 s (395aa17, busy), 22 in 5.5 s on 702ebec alone; bound 10 + one a second")
 def test_pressure_trims_that_buy_nothing_back_off(server, cgroup):
     """node under a limit it survives alone: what each pressure trim released comes back
     before the next (V8 re-uses the pages). memtrim keeps it alive and its pressure trims
     back off: at most 10 and one a second of the burst. Measured at load 13-15: 10-16 in
     4.2-14.7 s (0.35-1.5 s trimming); the control rt-no-backoff (the old rule) 51-67 in
-    5.2-7.2 s (1.3-1.9 s trimming), 37-52 of them whose release came back."""
+    5.2-7.2 s (1.3-1.9 s trimming), 37-52 of them whose release came back. Issue 38: node's
+    RSS crosses the line with its cgroup's charge under it, and there growth trimmed every
+    130-510 ms (22-31 in 3-7.5 s in rehearsals); now the returned wait holds until the
+    cgroup's own charge reaches the line (controls eng-line-growth, eng-returned-reset):
+    7-10 in 3.1-3.8 s at load 4.7-8.2 (10 of 10)."""
     cg = cgroup(PAYBACK_LIMIT * MB)
     s = server("node", "memtrim", wrap=cg.wrap)
     t0 = time.monotonic()
@@ -190,9 +192,11 @@ def test_pressure_trims_that_buy_nothing_back_off(server, cgroup):
           f"{m['memtrim_trim_seconds_total']:.2f} s, released "
           f"{m['memtrim_released_bytes_total'] / MB:.0f} MiB, of the judged "
           f"{m['memtrim_pressure_judged_released_bytes_total'] / MB:.0f} MiB "
-          f"{m['memtrim_pressure_returned_bytes_total'] / MB:.0f} came back; load {load()}")
+          f"{m['memtrim_pressure_returned_bytes_total'] / MB:.0f} came back, "
+          f"{m['memtrim_pressure_last_chance_trims_total']:.0f} last-chance; load {load()}")
     assert cg.oom_kills() == 0
     assert trims >= 1, "no pressure trim: the limit no longer presses"
     # The returned wait doubles from 50 ms: 8 trims span 12.75 s; at the line (504 MiB, which
-    # node's peaks cross) at most one a second by the line rule: 10 + one a second bounds it.
+    # node's RSS crosses, its cgroup's charge under it) at most one a second by the line rule:
+    # 10 + one a second bounds it.
     assert trims <= 10 + wall, f"{trims:.0f} pressure trims in {wall:.1f} s"

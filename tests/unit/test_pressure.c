@@ -29,7 +29,8 @@ static struct pressure_input input(int64_t now_ms, uint64_t rss_mb, int64_t limi
                                 .rss = rss_mb * MB,
                                 .limit = limit_mb * (int64_t)MB,
                                 .ratio = 0.9,
-                                .min_releasable = 8 * MB};
+                                .min_releasable = 8 * MB,
+                                .cg_current = -1}; /* no cgroup reading: RSS is the charge */
     return in;
 }
 
@@ -501,25 +502,42 @@ static void test_storm_below_working_set(void)
  * trim doubles the wait (50 ms up to 6.4 s). The control rt-no-backoff (the old rule) fails
  * the bound.
  */
-static int returning_host(int64_t ms, uint64_t floor_mb, double climb_mb_per_ms, int *returned)
+/* The host of one run: from floor_mb, RSS climbs to peak_mb, each pressure trim takes it back
+ * to floor_mb (everything above it free); the cgroup, when file_mb >= 0, charges RSS less
+ * file_mb (file pages it maps that are charged elsewhere). *highest: the highest charge a
+ * reading saw. */
+struct host {
+    int64_t ms, limit_mb, file_mb;
+    uint64_t floor_mb;
+    double climb_mb_per_ms, peak_mb;
+};
+
+static int returning_host(const struct host *h, int *returned, uint64_t *highest)
 {
     struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
-    double rss = (double)floor_mb;
+    double rss = (double)h->floor_mb;
     int trims = 0;
     *returned = 0;
-    for (int64_t t = 0; t < ms; t++) {
-        rss += climb_mb_per_ms;
-        if (rss > 470)
-            rss = 470;
-        struct pressure_input in = input(t, (uint64_t)rss, 560);
+    *highest = 0;
+    for (int64_t t = 0; t < h->ms; t++) {
+        rss += h->climb_mb_per_ms;
+        if (rss > h->peak_mb)
+            rss = h->peak_mb;
+        struct pressure_input in = input(t, (uint64_t)rss, h->limit_mb);
+        if (h->file_mb >= 0)
+            in.cg_current = (int64_t)in.rss - h->file_mb * (int64_t)MB, in.cg_file = 0,
+            in.cg_shmem = 0;
+        if (h->file_mb < 0 || (uint64_t)in.cg_current > *highest)
+            *highest = h->file_mb < 0 ? (in.rss > *highest ? in.rss : *highest)
+                                      : (uint64_t)in.cg_current;
         if (pressure_decide(&in, &st) != PRESSURE_TRIM)
             continue;
         trims++;
         int64_t back = pressure_judge_last(&st, in.rss);
         *returned += back >= 0 && st.returned > 0;
-        int64_t released = (int64_t)(in.rss - floor_mb * MB);
-        pressure_after_trim(&st, in.now_ns, floor_mb * MB, released, 8 * MB);
-        rss = (double)floor_mb;
+        int64_t released = (int64_t)(in.rss - h->floor_mb * MB);
+        pressure_after_trim(&st, in.now_ns, h->floor_mb * MB, released, 8 * MB);
+        rss = (double)h->floor_mb;
     }
     return trims;
 }
@@ -527,7 +545,10 @@ static int returning_host(int64_t ms, uint64_t floor_mb, double climb_mb_per_ms,
 static void test_returned_release_backs_off(void)
 {
     int returned;
-    int trims = returning_host(5000, 420, 0.3, &returned);
+    uint64_t highest;
+    struct host node = {.ms = 5000, .limit_mb = 560, .file_mb = -1, .floor_mb = 420,
+                        .climb_mb_per_ms = 0.3, .peak_mb = 470};
+    int trims = returning_host(&node, &returned, &highest);
     printf("a host that re-uses each release: %d pressure trims in 5 s (%d judged returned)\n",
            trims, returned);
     CHECK_MSG(trims <= 12, "%d pressure trims in 5 s whose releases all came back", trims);
@@ -551,12 +572,22 @@ static void test_returned_release_backs_off(void)
     pressure_decide(&in, &st);
     CHECK_EQ_INT((int)(pressure_judge_last(&st, 290 * MB) / (int64_t)MB), 40);
 
-    /* At the line survival comes first: the returned wait does not hold. */
+    /* At the line by what the limit counts survival comes first: the returned wait does
+     * not hold (no cgroup reading: RSS is what MemoryLimitBytes counts). */
     struct pressure_state line = {.last_trim_ns = 0, .returned = 8, .base_rss = 470 * MB,
                                   .trimmed = 1};
     in = input(10, 510, 560); /* line 504 MB, 40 MB grown: a step */
     CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_TRIM);
     CHECK_EQ_INT(line.rule, PRESSURE_RULE_GROWTH);
+    /* RSS at the line, its cgroup's charge 40 MB under it (file pages charged elsewhere):
+     * the returned wait holds, and the line rule trims once a second. */
+    in.cg_current = 470 * (int64_t)MB, in.cg_file = 0, in.cg_shmem = 0;
+    CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_WATCH);
+    CHECK_MSG(pressure_next_due(&in, &line) == 1000 * MSN, "due %lld ns",
+              (long long)pressure_next_due(&in, &line));
+    in.now_ns = 1000 * MSN;
+    CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_TRIM);
+    CHECK_EQ_INT(line.rule, PRESSURE_RULE_LINE);
     line.base_rss = 400 * MB;
     in = input(10, 450, 560); /* below it: 10 ms after the trim, it waits */
     CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_WATCH);
@@ -570,6 +601,70 @@ static void test_returned_release_backs_off(void)
     CHECK_EQ_INT(pressure_decide(&in, &line), PRESSURE_TRIM);
 }
 
+/*
+ * A host that re-uses each release whose RSS peaks above the line (node under 560 MiB: 504
+ * MiB line, RSS peaks at 530-535 MB, its cgroup's charge 40 MB less: file pages it maps are
+ * charged elsewhere; each trim back to ~420 MB, regrown in ~400 ms): at the line by RSS the
+ * growth rule fired as soon as a step had come back, whatever the returned count: 22-31
+ * pressure trims in 3-7.5 s of node's burst. Now the returned wait holds until what the
+ * limit counts reaches the line, and the line rule trims once a second: at most 8 (the
+ * doubling returned wait) and one a second. The control eng-line-growth (the exception
+ * judged on RSS) fails the bound. And one whose charge does reach the line (ruby/puma in
+ * 300 MiB, climbing 1 MB a ms from 150 MB and further than the limit untrimmed) is trimmed
+ * there at once, each time: its charge never reaches the limit.
+ */
+static void test_returned_release_at_the_line(void)
+{
+    int returned;
+    uint64_t highest;
+    struct host node = {.ms = 10000, .limit_mb = 560, .file_mb = 40, .floor_mb = 420,
+                        .climb_mb_per_ms = 0.3, .peak_mb = 535};
+    int trims = returning_host(&node, &returned, &highest);
+    printf("a host that re-uses each release, its RSS above the line: %d pressure trims in "
+           "10 s (%d judged returned)\n", trims, returned);
+    CHECK_MSG(trims <= 8 + 10, "%d pressure trims in 10 s whose releases all came back", trims);
+    CHECK_MSG(trims >= 10, "%d: at the line it still trims once a second", trims);
+    CHECK_MSG(returned >= trims - 2, "%d of %d judged returned", returned, trims);
+
+    struct host ruby = {.ms = 10000, .limit_mb = 300, .file_mb = 10, .floor_mb = 150,
+                        .climb_mb_per_ms = 1, .peak_mb = 400};
+    trims = returning_host(&ruby, &returned, &highest);
+    printf("one whose charge climbs past the line: %d pressure trims in 10 s (%d judged "
+           "returned), its charge at most %llu MB of 300\n", trims, returned,
+           (unsigned long long)(highest / MB));
+    CHECK_MSG(highest <= 270 * MB, "its charge reached %llu MB (line 270 MB)",
+              (unsigned long long)(highest / MB));
+    CHECK_MSG(returned >= trims - 2, "%d of %d judged returned", returned, trims);
+}
+
+/*
+ * A release that came back is judged so even when a trim of another trigger took it again
+ * before the next pressure trim (node: the housekeeper's burst trim, 133-163 MB, between
+ * two pressure trims; judged from the low it left, the release "stayed out", the returned
+ * count went back to 0, and the waits started again at 50 ms: 5 more trims in 0.4 s). The
+ * control eng-returned-reset (judged at the next trim's start alone) resets it.
+ */
+static void test_returned_release_taken_again(void)
+{
+    struct pressure_state st = {.last_trim_ns = 0, .returned = 5, .trimmed = 1,
+                                .line = 504 * MB};
+    pressure_after_trim(&st, 0, 430 * MB, 70 * (int64_t)MB, 8 * MB);
+    uint64_t seen[] = {450, 500, 550, 410, 420}; /* back, then a burst trim's 140 MB */
+    for (int i = 0; i < 5; i++) {
+        struct pressure_input in = input(100 + 100 * i, seen[i], 560);
+        pressure_decide(&in, &st);
+    }
+    int64_t back = pressure_judge_last(&st, 425 * MB);
+    CHECK_MSG(back == 70 * (int64_t)MB, "judged %lld MB back of 70", (long long)(back / (int64_t)MB));
+    CHECK_EQ_INT(st.returned, 6);
+    /* What a reading saw is the last trim's alone: judged once, forgotten at the next. */
+    pressure_after_trim(&st, 600 * MSN, 400 * MB, 20 * (int64_t)MB, 8 * MB);
+    struct pressure_input in = input(700, 405, 560);
+    pressure_decide(&in, &st);
+    CHECK_EQ_INT((int)(pressure_judge_last(&st, 405 * MB) / (int64_t)MB), 5);
+    CHECK_EQ_INT(st.returned, 0);
+}
+
 int main(void)
 {
     RUN(test_decide);
@@ -577,6 +672,8 @@ int main(void)
     RUN(test_last_chance);
     RUN(test_storm_below_working_set);
     RUN(test_returned_release_backs_off);
+    RUN(test_returned_release_at_the_line);
+    RUN(test_returned_release_taken_again);
     RUN(test_poll_fallback_and_zone);
     RUN(test_not_cgroupfs);
     RUN(test_climb_is_trimmed);
