@@ -43,10 +43,6 @@
 
 extern const unsigned char mt_tramp_start[], mt_tramp_end[];
 
-#define ERESTARTSYS 512
-#define ERESTARTNOINTR 513
-#define ERESTARTNOHAND 514
-#define ERESTART_RESTARTBLOCK 516
 #define NR_RESTART_SYSCALL 219
 #define SIGSETXID 33 /* glibc's SIGRTMIN + 1, which its setxid sends every thread it started */
 #define CLONE_RAW (0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x100000 | \
@@ -56,8 +52,9 @@ extern const unsigned char mt_tramp_start[], mt_tramp_end[];
                                 itself (the tool is gone, or stopped) */
 
 /* The system calls memtrim makes in a target (inject.h): map_page's mmap; tramp.S's
- * rt_sigprocmask, prctl naming the page, clone and ppoll on the taken thread, rt_sigreturn
- * for a handler its self-restore lets in; the raw thread's mprotect (guards) and exit; the
+ * rt_sigprocmask, prctl naming the page, clone and ppoll on the taken thread, and its
+ * self-restore's rt_sigpending, rt_sigaction (reading), sigaltstack (reading) and
+ * rt_sigreturn; the raw thread's mprotect (guards) and exit; the
  * glibc thread's rt_sigprocmask (SIGSETXID) and gettid; and glibc's pthread_create and a
  * thread's start and exit (clone3, or clone on ENOSYS; rt_sigaction for its first thread's
  * handlers; rseq, set_robust_list; futex; madvise and munmap of nothing on a stack of ours,
@@ -72,6 +69,9 @@ const struct inject_syscall inject_syscalls[] = {
     {"clone(CLONE_VM|CLONE_THREAD|..., stack, &tid, &tid, tls)", SYS_clone, {CLONE_RAW}, 0x1},
     {"ppoll(NULL, 0, &timeout, NULL, 8)", SYS_ppoll, {0, 0, 0, 0, 8, 0}, 0x1b},
     {"rt_sigreturn()", SYS_rt_sigreturn, {0}, 0},
+    {"rt_sigpending(set, 8)", SYS_rt_sigpending, {0, 8}, 0x2},
+    {"rt_sigaction(sig, NULL, old, 8)", SYS_rt_sigaction, {0, 0, 0, 8}, 0xa},
+    {"sigaltstack(NULL, old)", SYS_sigaltstack, {0}, 0x1},
     {"mprotect(guard, 4096, PROT_NONE)", SYS_mprotect, {0, 4096, 0}, 0x6},
     {"exit(0)", SYS_exit, {0}, 0x1},
     {"rt_sigprocmask(SIG_UNBLOCK, {SIGSETXID}, NULL, 8)", SYS_rt_sigprocmask, {1, 0, 0, 8, 0, 0},
@@ -560,6 +560,30 @@ static uint64_t page_for_call(struct attempt *a, const struct saved *s, double t
     return page;
 }
 
+/* The xsave features and area size of the self-restore's signal frame, as the kernel's own
+ * frames have them for a thread that never asked for AMX's tile data (a dynamic feature:
+ * its frames are larger, and a larger size would make the kernel restore x87/SSE only):
+ * XCR0 less tile data, standard format. 0 and 0 without XSAVE (the old restore is used). */
+static void xsave_layout(uint64_t *mask, uint64_t *size)
+{
+    unsigned a, b, c, d;
+    *mask = *size = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE))
+        return;
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    uint64_t xcr0 = ((uint64_t)hi << 32 | lo) & ~(1ull << 18), end = 576;
+    for (unsigned i = 2; i < 63; i++) {
+        if (!(xcr0 >> i & 1))
+            continue;
+        __cpuid_count(0xd, i, a, b, c, d);
+        if ((uint64_t)a + b > end)
+            end = (uint64_t)a + b; /* eax: its size, ebx: its offset */
+    }
+    *mask = xcr0;
+    *size = end;
+}
+
 /* Fills the page for one call and the thread's stack slot (flags, resume address). */
 static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, uint64_t tp)
 {
@@ -606,6 +630,24 @@ static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, ui
                          r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15};
     memcpy(AT(TR_REGS), regs, sizeof regs);
     memcpy(AT(TR_KREGS), &s->regs, sizeof s->regs);
+    /* the self-restore's ucontext: the thread at its restart point (tramp.S patches rip and
+     * rax for EINTR), its flags, stack and mask; the altstack and fpstate filled there */
+    uint64_t uc[TR_UC_SIZE / 8] = {
+        7, /* UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS, as the kernel's frames */
+        0, 0, 3 /* an invalid altstack (changes nothing) if sigaltstack cannot read it */, 0,
+        r->r8, r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rdi, r->rsi, r->rbp,
+        r->rbx, r->rdx, s->resume_rax, r->rcx, r->rsp, s->resume_rip, r->eflags,
+        (r->cs & 0xffff) | (r->ss & 0xffff) << 48};
+    uc[TR_UC_SIZE / 8 - 1] = s->sigmask;
+    memcpy(AT(TR_UC), uc, sizeof uc);
+    PUT(TR_EINTR_RIP, r->rip);
+    uint64_t xs_mask, xs_size;
+    xsave_layout(&xs_mask, &xs_size);
+    PUT(TR_XS_MASK, xs_mask);
+    PUT(TR_XS_SIZE, xs_size);
+    /* the old restore, alone or with the old design (which had only that one) */
+    PUT(TR_OLD_RESTORE,
+        (uint64_t)(mt_control("cmd-restore-pending") || mt_control("cmd-self-restore")));
 #undef PUT
 #undef AT
     uint64_t slot[2] = {r->eflags, s->resume_rip};

@@ -4,8 +4,13 @@
  *   mt_tramp_start   the taken thread, every signal blocked: raw system calls only. It clones
  *                    the raw thread, then waits in ppoll for the tool, which restores it from a
  *                    ptrace stop (the kernel then restarts its system call itself). Without the
- *                    tool (killed, stopped past the wait), it restores itself: its mask on its
- *                    own stack, its registers, and back to its restart point.
+ *                    tool (killed, stopped past the wait), it restores itself as the kernel
+ *                    would have: a signal pending for a handler (rt_sigpending, rt_sigaction)
+ *                    makes its call return EINTR, or restarts it (SA_RESTART with
+ *                    -ERESTARTSYS); rt_sigreturn, from a frame on its own stack, then sets its
+ *                    registers, stack, x87/SSE/AVX state and mask at once, so the signal is
+ *                    delivered at its own instruction (control cmd-restore-pending: the mask
+ *                    restored in the page, the handler run there, the call restarted).
  *   raw_thread       memtrim's raw thread (clone, every signal blocked, its own thread pointer:
  *                    a copy of the taken thread's thread block on the page): ABI state reset,
  *                    the guard pages, then glibc's pthread_create for the glibc thread, on a
@@ -72,9 +77,122 @@ wait_tool:
     syscall
     test %rax, %rax
     jnz 2b
-    /* no tool: restore ourselves. The stack first (the thread's own, below its red zone, where
-     * its flags and resume address are), so that a handler the mask lets in runs there */
+    /* no tool: restore ourselves, on the thread's own stack below its red zone (where its
+     * flags and resume address are), as the kernel would have: a signal that came meanwhile
+     * for a handler makes the call return EINTR (or restarts it: -ERESTARTSYS with
+     * SA_RESTART, -ERESTARTNOINTR), delivered at the thread's own instruction. All signals
+     * stay blocked until rt_sigreturn sets the thread's registers, stack and mask at once */
     mov D(TR_LOW_RSP), %rsp
+    cmpq $0, D(TR_OLD_RESTORE)
+    jne old_restore
+    cmpq $0, D(TR_XS_MASK)
+    je old_restore
+    mov D(TR_KREGS + KR_RAX), %r12 /* the restart code the call was interrupted with */
+    xor %r13d, %r13d /* 0: restarted, 1: EINTR */
+    cmp $-ERESTARTNOINTR, %r12
+    je decided
+    /* rt_sigpending(&set, 8): those the thread's own mask lets in, lowest first (the kernel
+     * takes the thread's own queue before the process's: the same unless their handlers
+     * differ in SA_RESTART) */
+    mov $127, %eax
+    lea D(TR_PENDING), %rdi
+    mov $8, %esi
+    syscall
+    test %rax, %rax
+    jnz decided
+    mov D(TR_ORIG_MASK), %rbx
+    not %rbx
+    and D(TR_PENDING), %rbx
+scan:
+    test %rbx, %rbx
+    jz decided
+    bsf %rbx, %r14
+    btr %r14, %rbx
+    /* rt_sigaction(sig, NULL, &act, 8): a handler, or nothing the call would see (SIG_DFL,
+     * SIG_IGN: ignored, or a stop after which the kernel restarts it; a fatal one ends all) */
+    mov $13, %eax
+    lea 1(%r14), %rdi
+    xor %esi, %esi
+    lea D(TR_ACT), %rdx
+    mov $8, %r10d
+    syscall
+    test %rax, %rax
+    jnz scan
+    cmpq $1, D(TR_ACT)
+    jbe scan
+    mov $1, %r13d
+    cmp $-ERESTARTSYS, %r12
+    jne decided
+    testl $TR_SA_RESTART, D(TR_ACT + 8)
+    jz decided
+    xor %r13d, %r13d
+decided:
+    /* a restart through the kernel's restart block: rt_sigreturn would reset the block */
+    test %r13, %r13
+    jnz 3f
+    cmp $-ERESTART_RESTARTBLOCK, %r12
+    je old_restore
+3:
+    /* the xsave area (64-aligned) under the stack slot, the frame under it: rt_sigreturn
+     * reads the frame from rsp - 8, the ucontext at rsp */
+    mov %rsp, %rbx
+    sub D(TR_XS_SIZE), %rbx
+    sub $68, %rbx
+    and $-64, %rbx
+    lea -440(%rbx), %rsp
+    lea D(TR_UC), %rsi
+    xor %ecx, %ecx
+4:
+    mov (%rsi,%rcx,8), %rax
+    mov %rax, (%rsp,%rcx,8)
+    inc %ecx
+    cmp $(TR_UC_SIZE / 8), %ecx
+    jb 4b
+    test %r13, %r13
+    jz 5f
+    mov D(TR_EINTR_RIP), %rax
+    mov %rax, UC_RIP(%rsp)
+    movq $-4, UC_RAX(%rsp) /* -EINTR */
+5:
+    mov %rbx, UC_FPSTATE(%rsp)
+    /* sigaltstack(NULL, &uc_stack): the thread's alternate stack set again as it is */
+    mov $131, %eax
+    xor %edi, %edi
+    lea UC_STACK(%rsp), %rsi
+    syscall
+    /* the thread's own x87/SSE/AVX state (the page's code uses none), as the kernel writes it
+     * in a signal frame: its software bytes, a clean header, the closing magic */
+    mov D(TR_XS_SIZE), %rax
+    movl $0x46505853, 464(%rbx)
+    lea 4(%rax), %ecx
+    movl %ecx, 468(%rbx)
+    mov D(TR_XS_MASK), %rdx
+    mov %rdx, 472(%rbx)
+    movl %eax, 480(%rbx)
+    movl $0x46505845, (%rbx,%rax)
+    movl $0, 484(%rbx)
+    lea 488(%rbx), %rdi
+    xor %ecx, %ecx
+6:
+    movq $0, (%rdi,%rcx,8)
+    inc %ecx
+    cmp $11, %ecx
+    jb 6b
+    mov D(TR_XS_MASK), %rax
+    mov %rax, %rdx
+    shr $32, %rdx
+    xsave (%rbx)
+    /* from here on only the thread's stack is read: the page may be reused */
+    movq $1, D(TR_T_DONE)
+    mov $15, %eax
+    syscall
+7:
+    jmp 7b /* never: rt_sigreturn does not return here (a bad frame is a SIGSEGV) */
+
+    /* the restore without a frame (the control cmd-restore-pending; a restart through the
+     * restart block; no xsave): a signal that comes meanwhile runs its handler here, once
+     * the mask is restored, and the call is restarted */
+old_restore:
     mov $14, %eax
     mov $2, %edi
     lea D(TR_ORIG_MASK), %rsi

@@ -52,6 +52,15 @@
 #define TR_REGS 0xa00      /* rax rbx rcx rdx rsi rdi rbp r8 .. r15 */
 #define TR_KREGS 0xb00     /* the thread's user_regs_struct as the kernel is to see it again
                               (216 bytes): the watchdog gives it back if the tool dies */
+#define TR_UC 0xc00       /* the ucontext the self-restore's rt_sigreturn takes (304 bytes):
+                              the thread at its restart point, its mask; patched for EINTR */
+#define TR_UC_SIZE 304
+#define TR_EINTR_RIP 0xd30 /* where the call returns EINTR: right after its syscall */
+#define TR_XS_MASK 0xd38   /* xsave's features for the frame (0: no xsave, the old restore) */
+#define TR_XS_SIZE 0xd40   /* the xsave area's size, as the frame tells the kernel */
+#define TR_OLD_RESTORE 0xd48 /* controls only (cmd-restore-pending): 1 skips the check */
+#define TR_PENDING 0xd50   /* rt_sigpending's answer */
+#define TR_ACT 0xd58       /* rt_sigaction's answer (32 bytes) */
 #define TR_OUT 0x1000      /* the call's output buffer (mallinfo2's struct), 1 KiB */
 #define TR_PATH 0x1400     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */
 #define TR_PATH_MAX 0x600
@@ -68,5 +77,17 @@
 #define TR_MAP_SIZE 0x100000
 #define TR_RED_ZONE 128
 #define TR_MAGIC "MTINJ002"
+/* in the ucontext (the kernel's, x86_64): the altstack, and the sigcontext's rax, rip and
+ * fpstate; in user_regs_struct (TR_KREGS): rax */
+#define UC_STACK 16
+#define UC_RAX (40 + 104)
+#define UC_RIP (40 + 128)
+#define UC_FPSTATE (40 + 184)
+#define KR_RAX 80
+#define ERESTARTSYS 512
+#define ERESTARTNOINTR 513
+#define ERESTARTNOHAND 514
+#define ERESTART_RESTARTBLOCK 516
+#define TR_SA_RESTART 0x10000000
 
 #endif

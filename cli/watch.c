@@ -93,7 +93,7 @@ static void rescue(pid_t pid, pid_t tid, uint64_t page)
         } else if (now.orig_rax == regs.orig_rax && (int64_t)now.rax == -EINTR) {
             /* already back in its wait (it restored itself): our interrupt's EINTR becomes
              * the restart the kernel gives a wait no handler interrupted, as inject.c does */
-            now.rax = (uint64_t)-514; /* -ERESTARTNOHAND */
+            now.rax = (uint64_t)-ERESTARTNOHAND;
             ptrace(PTRACE_SETREGS, tid, 0, &now);
         }
     }

@@ -9,6 +9,9 @@
  *             thread signals it every 200 us. The handler classes each delivery by the
  *             interrupted context: in the read's syscall (-EINTR: an EINTR must follow), or
  *             elsewhere while the read is under way (a wake-up lost: the read restarts).
+ *   wakeone   wakeup's reader and handler (with SA_RESTART if the next argument is
+ *             "restart"), no signaller: stdin's "signal" sends it one SIGUSR1. With AVX its
+ *             read checks ymm8-15 and MXCSR come back as they were (vec_bad).
  *   logger    malloc_stats() in a loop, the lines it writes holding an arena lock going
  *             through a 4 KiB pipe that a logger thread drains (in read: the thread taken).
  *   restorer  malloc_stats() raising SIGUSR1 while it holds the arena lock; its handler,
@@ -74,10 +77,37 @@ static pid_t gettid_(void)
 
 extern char hz_read_before[], hz_read_after[];
 
+static int check_vec;        /* wakeone with AVX: ymm8-15 and MXCSR hold a pattern across reads */
+static atomic_long vec_bad; /* reads after which they did not */
+
 /* read(2) made here, so that the handler knows where the syscall is: in_read is 1 from just
- * before it until just after. */
+ * before it until just after. With check_vec, ymm8-15 (whole: their upper halves too) and
+ * MXCSR (rounding down) are set before and compared after: the thread's vector state must
+ * come back as it was, whatever restored the thread. Nothing between the asm blocks uses
+ * vector registers. */
 static long raw_read(int fd, void *buf, size_t n)
 {
+    static const uint64_t pat[32] = {
+        0x0101010101010101, 0x0202020202020202, 0x0303030303030303, 0x0404040404040404,
+        0x0505050505050505, 0x0606060606060606, 0x0707070707070707, 0x0808080808080808,
+        0x0909090909090909, 0x0a0a0a0a0a0a0a0a, 0x0b0b0b0b0b0b0b0b, 0x0c0c0c0c0c0c0c0c,
+        0x0d0d0d0d0d0d0d0d, 0x0e0e0e0e0e0e0e0e, 0x0f0f0f0f0f0f0f0f, 0x1010101010101010,
+        0x1111111111111111, 0x1212121212121212, 0x1313131313131313, 0x1414141414141414,
+        0x1515151515151515, 0x1616161616161616, 0x1717171717171717, 0x1818181818181818,
+        0x1919191919191919, 0x1a1a1a1a1a1a1a1a, 0x1b1b1b1b1b1b1b1b, 0x1c1c1c1c1c1c1c1c,
+        0x1d1d1d1d1d1d1d1d, 0x1e1e1e1e1e1e1e1e, 0x1f1f1f1f1f1f1f1f, 0x2020202020202020};
+    uint64_t got[32];
+    uint32_t down = 0x3f80, mx = 0, dflt = 0x1f80;
+    if (check_vec)
+        __asm__ volatile("vmovdqu 0(%0), %%ymm8\n\tvmovdqu 32(%0), %%ymm9\n\t"
+                         "vmovdqu 64(%0), %%ymm10\n\tvmovdqu 96(%0), %%ymm11\n\t"
+                         "vmovdqu 128(%0), %%ymm12\n\tvmovdqu 160(%0), %%ymm13\n\t"
+                         "vmovdqu 192(%0), %%ymm14\n\tvmovdqu 224(%0), %%ymm15\n\t"
+                         "ldmxcsr %1"
+                         :
+                         : "r"(pat), "m"(down)
+                         : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
+                           "xmm15", "memory");
     long ret;
     __asm__ volatile(".globl hz_read_before\nhz_read_before:\n\t"
                      "movl $1, %[flag]\n\t"
@@ -87,6 +117,17 @@ static long raw_read(int fd, void *buf, size_t n)
                      : "=a"(ret), [flag] "+m"(in_read)
                      : "a"(0L), "D"((long)fd), "S"(buf), "d"(n)
                      : "rcx", "r11", "memory");
+    if (check_vec) {
+        __asm__ volatile("vmovdqu %%ymm8, 0(%1)\n\tvmovdqu %%ymm9, 32(%1)\n\t"
+                         "vmovdqu %%ymm10, 64(%1)\n\tvmovdqu %%ymm11, 96(%1)\n\t"
+                         "vmovdqu %%ymm12, 128(%1)\n\tvmovdqu %%ymm13, 160(%1)\n\t"
+                         "vmovdqu %%ymm14, 192(%1)\n\tvmovdqu %%ymm15, 224(%1)\n\t"
+                         "stmxcsr %0\n\tldmxcsr %2\n\tvzeroupper"
+                         : "=m"(mx)
+                         : "r"(got), "m"(dflt)
+                         : "memory");
+        vec_bad += memcmp(got, pat, sizeof pat) != 0 || mx != down;
+    }
     return ret;
 }
 
@@ -551,10 +592,11 @@ static void report(void)
            (long)log_gaps, (long)logged);
     printf("\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
            "\"reads\": %ld, \"changed\": %ld, \"stats_loops\": %ld, \"eintr_epoll\": %ld, "
-           "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d, \"bad_results\": %ld}\n",
+           "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d, \"bad_results\": %ld, "
+           "\"vec_checked\": %d, \"vec_bad\": %ld}\n",
            (long)expect_eintr, (long)eintr, (long)lost, (long)handled, (long)reads,
            (long)changed, (long)stats_loops, (long)eintr_epoll, (long)eintr_sigwait,
-           (long)eintr_recv, (int)reader_tid, (long)bad_results);
+           (long)eintr_recv, (int)reader_tid, (long)bad_results, check_vec, (long)vec_bad);
     fflush(stdout);
 }
 
@@ -575,6 +617,13 @@ int main(int argc, char **argv)
         sigaction(SIGUSR1, &sa, NULL);
         start(wakeup_reader, NULL);
         start(signaller, NULL);
+    } else if (!strcmp(mode, "wakeone")) {
+        int restart = argc > 2 && !strcmp(argv[2], "restart");
+        struct sigaction sa = {.sa_sigaction = wakeup_handler,
+                               .sa_flags = SA_SIGINFO | (restart ? SA_RESTART : 0)};
+        sigaction(SIGUSR1, &sa, NULL);
+        check_vec = __builtin_cpu_supports("avx");
+        start(wakeup_reader, NULL);
     } else if (!strcmp(mode, "logger") || !strcmp(mode, "restorer")) {
         fcntl(pipe_fd[1], F_SETPIPE_SZ, 4096);
         for (int i = 0; i < 4; i++)
@@ -628,7 +677,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "epollmain")) {
         reader_tid = gettid_(); /* the main thread alone, in epoll_wait(-1) below */
     } else {
-        fprintf(stderr, "usage: %s wakeup|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
+        fprintf(stderr, "usage: %s wakeup|wakeone [restart]|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
                 argv[0]);
         return 2;
     }
@@ -667,6 +716,8 @@ int main(int argc, char **argv)
             (void)!write(pipe_fd[1], "x", 1);
         else if (!strncmp(line, "quit", 4))
             return 0;
+        else if (!strncmp(line, "signal", 6)) /* wakeone: one SIGUSR1 for the reader */
+            syscall(SYS_tgkill, getpid(), (int)reader_tid, SIGUSR1);
         else if (!strncmp(line, "filter", 6))
             printf("filtered %d\n", add_filter()), fflush(stdout);
         line[0] = 0;
