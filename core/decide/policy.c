@@ -4,6 +4,7 @@
  */
 #include "policy.h"
 #include "common.h"
+#include "control.h"
 #include "cost.h"
 
 /* TrimIntervalSeconds, lengthened by the cost gap factor, in ns. */
@@ -113,6 +114,13 @@ void policy_update(const struct mt_config *c, struct policy_state *s,
         return;
     }
     /* A busy host keeps the periodic trim due: it is asked again next tick. */
-    if (gate != COST_GATE_WAIT)
-        reschedule(c, s, r, now);
+    if (gate == COST_GATE_WAIT)
+        return;
+    reschedule(c, s, r, now);
+    /* Skipped for the budget: the trim was due, only the budget's pause held it. It is asked
+     * again when the pause ends, not a whole interval on (up to TrimGapMaxFactor of them:
+     * 960 s at the defaults while releases came back). */
+    if (gate == COST_GATE_SKIP && out && out->budget_ns > now &&
+        out->budget_ns < s->next_periodic && !mt_control("eng-budget-whole-interval"))
+        s->next_periodic = out->budget_ns;
 }

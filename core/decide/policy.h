@@ -55,6 +55,7 @@ struct policy_decision {
 struct policy_outcome {
     int gate; /* enum cost_gate: COST_GATE_RUN, _WAIT (host busy), _SKIP (budget) */
     int ran;  /* the trim ran (not refused as busy: another trim was running) */
+    int64_t budget_ns; /* with COST_GATE_SKIP: when the budget allows the next trim */
 };
 
 /* The schedule at start, or after TrimIntervalSeconds changed (the first decision one

@@ -185,6 +185,7 @@ static void policy_tick(struct housekeeper *hk, struct hk_state *st, int64_t now
                   : (out.gate = cost_hk_gate(hk, &st->cost, c, d.trigger, d.mostly_free, now))) ==
                  COST_GATE_RUN)
         out.ran = do_trim(hk, st, d.trigger);
+    out.budget_ns = st->cost.budget.next_ns;
     policy_update(c, &st->policy, &d, &out, &r, now);
 }
 

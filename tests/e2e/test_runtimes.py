@@ -114,9 +114,9 @@ def test_memtrim_gives_the_idle_heap_back(server, bodies, name):
     # the burst still ran, whose release came back at once, set both gaps to
     # TrimGapMaxFactor; a heap not mostly free then gets the periodic trim 30 s after it only
     # if the trim's budget pause (its duration x 100 / TrimBudgetPercent: 30 s for a 150 ms
-    # trim) is over by then: otherwise that periodic trim is skipped for the budget and
-    # rescheduled at the lengthened interval, and the next is the burst trigger,
-    # TrimMinGapSeconds x TrimGapMaxFactor (160 s at the defaults) after the first. Ruby
+    # trim) is over by then: otherwise that periodic trim is skipped for the budget and asked
+    # again when the pause ends (it was rescheduled at the lengthened interval, and the next
+    # was the burst trigger, TrimMinGapSeconds x TrimGapMaxFactor: 160 s at the defaults). Ruby
     # frees the strings it dropped only at its next GC, which an idle puma does not run: its
     # heap ends the burst on either side of half free; and a loaded machine slows the trim
     # (153 ms at load 12: no own trim within 120 s). The bound is that longest wait, one

@@ -51,7 +51,8 @@ static const struct step script[] = {
     {122, 0, 1, MB(10), MB(200), 1, WAIT, 0, TRIM, PERIODIC, 0, 122, 2, 0},
     /* the next tick it runs: rescheduled from now */
     {122.25, 0, 1, MB(10), MB(200), 1, RUN, 1, TRIM, PERIODIC, 0, 152.25, 2, 0},
-    /* the budget is spent: skipped (the gate counts it); the gap factor doubles the interval */
+    /* the budget is spent, its pause's end not given: skipped (the gate counts it); the gap
+     * factor doubles the interval (test_budget_skip_is_retried: the pause's end) */
     {152.25, 0, 1, MB(10), MB(200), 2, BUDGET, 0, TRIM, PERIODIC, 0, 212.25, 2, 0},
     /* a burst that found another trim running: the schedule moves, its gap does not start */
     {200, 0, 1, MB(100), MB(200), 2, RUN, 0, TRIM, BURST, 0, 260, 2, 0},
@@ -96,7 +97,7 @@ static void test_script(void)
                                     .gap_factor = t->gap, .back_at_once = t->at_once};
         int64_t now = S(t->now);
         struct policy_decision d = policy_decide(&c, &s, &r, now);
-        struct policy_outcome out = {.gate = t->gate, .ran = t->ran};
+        struct policy_outcome out = {.gate = t->gate, .ran = t->ran, .budget_ns = 0};
         policy_update(&c, &s, &d, d.want == POLICY_TRIM ? &out : NULL, &r, now);
         CHECK_MSG(d.want == t->want, "step %zu (t=%.2f s): want %d, expected %d", i, t->now,
                   d.want, t->want);
@@ -110,6 +111,31 @@ static void test_script(void)
                   "expected %.3f s", i, s.next_periodic / 1e9, t->next_periodic);
         CHECK_MSG(s.last_burst == S(t->last_burst), "step %zu: last burst %.3f s, expected %.3f s",
                   i, s.last_burst / 1e9, t->last_burst);
+    }
+}
+
+/* A periodic trim the budget skipped is asked again when the budget's pause ends (a
+ * 150 ms trim at TrimBudgetPercent 0.5: 30 s), not the lengthened interval on: up to
+ * TrimGapMaxFactor intervals, 960 s at the defaults. A pause that ends after that interval
+ * leaves the interval as it was. The control eng-budget-whole-interval (the old rule) fails. */
+static void test_budget_skip_is_retried(void)
+{
+    struct mt_config c = config();
+    struct policy_readings r = {.heap_known = 1, .releasable = MB(10), .rss = MB(200),
+                                .gap_factor = 32};
+    const struct {
+        double budget, next; /* s: the pause's end; the next periodic decision expected */
+    } cases[] = {{60, 60}, {1000, 990}, {0, 990}, {20, 990}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct policy_state s = {.last_burst = S(-3600)};
+        policy_reset(&c, &s, 0);
+        struct policy_decision d = policy_decide(&c, &s, &r, S(30));
+        CHECK_EQ_INT(d.want, TRIM);
+        CHECK_EQ_INT(d.trigger, PERIODIC);
+        struct policy_outcome out = {.gate = BUDGET, .budget_ns = S(cases[i].budget)};
+        policy_update(&c, &s, &d, &out, &r, S(30));
+        CHECK_MSG(s.next_periodic == S(cases[i].next), "pause to %.0f s: next periodic %.3f s, "
+                  "expected %.0f s", cases[i].budget, s.next_periodic / 1e9, cases[i].next);
     }
 }
 
@@ -215,6 +241,7 @@ static void test_mostly_free_does_not_wait_for_the_gap(void)
 int main(void)
 {
     RUN(test_script);
+    RUN(test_budget_skip_is_retried);
     RUN(test_mostly_free);
     RUN(test_off);
     RUN(test_due_edge);
