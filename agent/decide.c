@@ -91,7 +91,7 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
         const struct agent_proc *p = &cg->procs[i];
         if (p->in_flight || left_alone(p) || !p->last_trim_ns)
             continue;
-        int64_t at = p->last_trim_ns + GROUP_RETRIM_STALE_NS;
+        int64_t at = p->last_trim_ns + outside_retrim_ns();
         if (at > now_ns && at < due)
             due = at;
     }

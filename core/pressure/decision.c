@@ -299,11 +299,12 @@ static int candidate(const struct group_pressure_in *in, const struct group_cand
     if (!urgent)
         return 0;
     int64_t since = c->last_trim_ns ? in->now_ns - c->last_trim_ns : INT64_MAX;
+    int64_t gap = in->retrim_ns > 0 ? in->retrim_ns : GROUP_RETRIM_STALE_NS;
     /* ...little, but its RSS grew since that reading: what it grew by may be free now */
     if (c->estimate_fresh)
-        return since >= GROUP_RETRIM_STALE_NS && c->rss_since_estimate >= in->min_releasable;
+        return since >= gap && c->rss_since_estimate >= in->min_releasable;
     /* Said nothing lately: it may hold what it grew by since its last trim. */
-    return since >= GROUP_RETRIM_STALE_NS &&
+    return since >= gap &&
            (c->rss_after_trim == 0 || c->rss >= c->rss_after_trim + in->min_releasable);
 }
 

@@ -133,6 +133,8 @@ struct group_pressure_in {
     uint64_t rise;           /* the usage's largest recent climb (group_rise), 0 none */
     uint64_t kept;           /* the usage were every member at its recent peak RSS (what it
                               * would hold had nobody trimmed it since), 0 unknown */
+    int64_t retrim_ns;       /* between asks of a member that said nothing: 0 for
+                              * GROUP_RETRIM_STALE_NS (outside members: outside.h) */
 };
 
 #define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */

@@ -5,6 +5,8 @@
  */
 #include "outside.h"
 
+#include "control.h"
+
 #include <string.h>
 
 void outside_candidate(struct group_candidate *c, const struct outside_reading *r)
@@ -26,7 +28,14 @@ void outside_input(struct group_pressure_in *in, int64_t now_ns, int64_t usage, 
     in->limit = aim;
     in->ratio = ratio;
     in->min_releasable = min_releasable;
+    in->retrim_ns = outside_retrim_ns();
     /* no burst, rise or kept: those read heap estimates an outside member never gives */
+}
+
+int64_t outside_retrim_ns(void)
+{
+    /* the control: the group's gap, 50 ms, as for a worker that said nothing */
+    return mt_control("agent-retrim-gap-50") ? GROUP_RETRIM_STALE_NS : 25LL * 1000 * 1000;
 }
 
 int outside_in_zone(int64_t usage, int64_t aim, double ratio)

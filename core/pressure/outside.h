@@ -24,6 +24,15 @@ struct outside_reading {
 /* c as group_pressure_pick reads a process reached from outside. */
 void outside_candidate(struct group_candidate *c, const struct outside_reading *r);
 
+/* How long after a trim's start the decision may ask the same outside member again (the
+ * group's retrim gap for a member that said nothing). An outside member never says what it
+ * holds, so this gap alone paces its trims; each is bounded by the agent's CPU budget and
+ * runs one at a time in its cgroup. 25 ms, about one trim's own length from outside (10-30
+ * ms): the next may start as the last answers. At the group's 50 ms, puma in its burst in 300
+ * MiB (1.5 MB more each millisecond) peaked at 222-300 MiB and was OOM-killed in 3 runs of 30;
+ * at 25 ms, 228-271 MiB. */
+int64_t outside_retrim_ns(void);
+
 /* The cgroup's decision input: its usage against its aim (the lower of its limit and
  * memory.high), its low-water mark since its last trim, PressureRatio and the least a trim
  * must be expected to give back. */

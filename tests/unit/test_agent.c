@@ -9,6 +9,7 @@
 #include "agent_int.h"
 #include "common.h"
 #include "decision.h"
+#include "outside.h"
 
 static struct agent_kind_info kind(const char *path)
 {
@@ -221,7 +222,9 @@ static void test_decide(void)
  * refusal for want of room in the cgroup passes: it is trimmed again once there is room. */
 static void test_retrim(void)
 {
-    int64_t mib = 1 << 20, t0 = 20 * MT_SEC, answered = t0 + 30 * MT_MS;
+    int64_t mib = 1 << 20, t0 = 20 * MT_SEC, answered = t0 + 20 * MT_MS;
+    int64_t gap = 25 * MT_MS; /* about one trim's length from outside: the next as it answers */
+    CHECK_EQ_INT(outside_retrim_ns(), gap);
     int rule;
     struct agent_proc q[1] = {{.pid = 7, .anon = 200 * mib, .anon_after_trim = -1}};
     struct agent_cgroup z = {.limit = 300 * mib, .high = -1, .procs = q, .nprocs = 1,
@@ -232,16 +235,16 @@ static void test_retrim(void)
     agent_trimmed(&q[0], t0, answered);
     q[0].anon_after_trim = 120 * mib; /* grew 80 MiB since, the cgroup 80 MiB since its low */
     CHECK_EQ_INT(q[0].last_trim_ns, t0);
-    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + GROUP_RETRIM_STALE_NS);
-    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS - 1, 0.8, 6 * mib, &rule), -1);
-    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), 0);
+    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + gap);
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap - 1, 0.8, 6 * mib, &rule), -1);
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
     CHECK_EQ_INT(rule, GROUP_RULE_GROWTH);
-    CHECK_EQ_INT(agent_next_due(&z, t0 + GROUP_RETRIM_STALE_NS), INT64_MAX); /* due: no wait */
+    CHECK_EQ_INT(agent_next_due(&z, t0 + gap), INT64_MAX); /* due: no wait */
     q[0].reason = AR_NO_ROOM; /* its last trim refused for want of room: still a member */
-    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), 0);
-    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + GROUP_RETRIM_STALE_NS);
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
+    CHECK_EQ_INT(agent_next_due(&z, answered), t0 + gap);
     q[0].reason = AR_KERNEL; /* the kernel's rules: left alone, no wake for it */
-    CHECK_EQ_INT(agent_decide(&z, t0 + GROUP_RETRIM_STALE_NS, 0.8, 6 * mib, &rule), -1);
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), -1);
     CHECK_EQ_INT(agent_next_due(&z, answered), INT64_MAX);
 
     /* The trims' budget starts full (a token bucket): an agent started beside a burst trims
