@@ -634,12 +634,13 @@ static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, ui
      * rax for EINTR), its flags, stack and mask; the altstack and fpstate filled there */
     uint64_t uc[TR_UC_SIZE / 8] = {
         7, /* UC_FP_XSTATE | UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS, as the kernel's frames */
-        0, 0, 3 /* an invalid altstack (changes nothing) if sigaltstack cannot read it */, 0,
+        0, 0, 0, 0, /* the altstack: tramp.S copies TR_SS */
         r->r8, r->r9, r->r10, r->r11, r->r12, r->r13, r->r14, r->r15, r->rdi, r->rsi, r->rbp,
         r->rbx, r->rdx, s->resume_rax, r->rcx, r->rsp, s->resume_rip, r->eflags,
         (r->cs & 0xffff) | (r->ss & 0xffff) << 48};
     uc[TR_UC_SIZE / 8 - 1] = s->sigmask;
     memcpy(AT(TR_UC), uc, sizeof uc);
+    PUT(TR_SS + 8, 3); /* sigaltstack's answer until it writes one: invalid, changes nothing */
     PUT(TR_EINTR_RIP, r->rip);
     uint64_t xs_mask, xs_size;
     xsave_layout(&xs_mask, &xs_size);

@@ -78,19 +78,21 @@ wait_tool:
     test %rax, %rax
     jnz 2b
     /* no tool: restore ourselves, on the thread's own stack below its red zone (where its
-     * flags and resume address are), as the kernel would have: a signal that came meanwhile
+     * flags and resume address are), as the kernel would have. A signal that came meanwhile
      * for a handler makes the call return EINTR (or restarts it: -ERESTARTSYS with
-     * SA_RESTART, -ERESTARTNOINTR), delivered at the thread's own instruction. All signals
-     * stay blocked until rt_sigreturn sets the thread's registers, stack and mask at once */
+     * SA_RESTART), the handler run at the thread's own instruction: every signal stays
+     * blocked until rt_sigreturn sets the thread's registers, stack and mask at once, from a
+     * signal frame below the red zone (no larger than the one the kernel then builds there
+     * for that handler). None: the call is restarted, the mask restored here (old_restore:
+     * 16 bytes of the thread's stack, as a thread that takes no signal may have no more) */
     mov D(TR_LOW_RSP), %rsp
     cmpq $0, D(TR_OLD_RESTORE)
     jne old_restore
     cmpq $0, D(TR_XS_MASK)
     je old_restore
     mov D(TR_KREGS + KR_RAX), %r12 /* the restart code the call was interrupted with */
-    xor %r13d, %r13d /* 0: restarted, 1: EINTR */
-    cmp $-ERESTARTNOINTR, %r12
-    je decided
+    cmp $-ERESTARTNOINTR, %r12 /* restarted whatever comes */
+    je old_restore
     /* rt_sigpending(&set, 8): those the thread's own mask lets in, lowest first (the kernel
      * takes the thread's own queue before the process's: the same unless their handlers
      * differ in SA_RESTART) */
@@ -99,13 +101,13 @@ wait_tool:
     mov $8, %esi
     syscall
     test %rax, %rax
-    jnz decided
+    jnz old_restore
     mov D(TR_ORIG_MASK), %rbx
     not %rbx
     and D(TR_PENDING), %rbx
 scan:
     test %rbx, %rbx
-    jz decided
+    jz old_restore /* no handler to run: the call is restarted, as the kernel does */
     bsf %rbx, %r14
     btr %r14, %rbx
     /* rt_sigaction(sig, NULL, &act, 8): a handler, or nothing the call would see (SIG_DFL,
@@ -120,46 +122,57 @@ scan:
     jnz scan
     cmpq $1, D(TR_ACT)
     jbe scan
-    mov $1, %r13d
+    mov $1, %r13d /* 1: EINTR (-ERESTARTNOHAND, -ERESTART_RESTARTBLOCK, -ERESTARTSYS) */
     cmp $-ERESTARTSYS, %r12
-    jne decided
+    jne 3f
     testl $TR_SA_RESTART, D(TR_ACT + 8)
-    jz decided
-    xor %r13d, %r13d
-decided:
-    /* a restart through the kernel's restart block: rt_sigreturn would reset the block */
-    test %r13, %r13
-    jnz 3f
-    cmp $-ERESTART_RESTARTBLOCK, %r12
-    je old_restore
+    jz 3f
+    xor %r13d, %r13d /* 0: restarted (SA_RESTART): rip and rax as in the ucontext */
 3:
     /* the xsave area (64-aligned) under the stack slot, the frame under it: rt_sigreturn
-     * reads the frame from rsp - 8, the ucontext at rsp */
+     * reads the frame from rsp - 8, the ucontext at rsp. sigaltstack(NULL, &ss): the
+     * thread's alternate stack, set again as it is; on it, the frame must fit above its base
+     * (else the old restore) */
+    mov $131, %eax
+    xor %edi, %edi
+    lea D(TR_SS), %rsi
+    syscall
     mov %rsp, %rbx
     sub D(TR_XS_SIZE), %rbx
     sub $68, %rbx
     and $-64, %rbx
+    test %rax, %rax
+    jnz 4f
+    testl $1, D(TR_SS + 8) /* SS_ONSTACK */
+    jz 4f
+    lea -448(%rbx), %rax
+    cmp D(TR_SS), %rax
+    jb old_restore
+4:
     lea -440(%rbx), %rsp
     lea D(TR_UC), %rsi
     xor %ecx, %ecx
-4:
+5:
     mov (%rsi,%rcx,8), %rax
     mov %rax, (%rsp,%rcx,8)
     inc %ecx
     cmp $(TR_UC_SIZE / 8), %ecx
-    jb 4b
+    jb 5b
     test %r13, %r13
-    jz 5f
+    jz 6f
     mov D(TR_EINTR_RIP), %rax
     mov %rax, UC_RIP(%rsp)
     movq $-4, UC_RAX(%rsp) /* -EINTR */
-5:
+6:
     mov %rbx, UC_FPSTATE(%rsp)
-    /* sigaltstack(NULL, &uc_stack): the thread's alternate stack set again as it is */
-    mov $131, %eax
-    xor %edi, %edi
-    lea UC_STACK(%rsp), %rsi
-    syscall
+    lea D(TR_SS), %rsi /* what sigaltstack read, or (it failed) the image's invalid one */
+    xor %ecx, %ecx
+7:
+    mov (%rsi,%rcx,8), %rax
+    mov %rax, UC_STACK(%rsp,%rcx,8)
+    inc %ecx
+    cmp $3, %ecx
+    jb 7b
     /* the thread's own x87/SSE/AVX state (the page's code uses none), as the kernel writes it
      * in a signal frame: its software bytes, a clean header, the closing magic */
     mov D(TR_XS_SIZE), %rax
@@ -173,11 +186,11 @@ decided:
     movl $0, 484(%rbx)
     lea 488(%rbx), %rdi
     xor %ecx, %ecx
-6:
+8:
     movq $0, (%rdi,%rcx,8)
     inc %ecx
     cmp $11, %ecx
-    jb 6b
+    jb 8b
     mov D(TR_XS_MASK), %rax
     mov %rax, %rdx
     shr $32, %rdx
@@ -186,12 +199,13 @@ decided:
     movq $1, D(TR_T_DONE)
     mov $15, %eax
     syscall
-7:
-    jmp 7b /* never: rt_sigreturn does not return here (a bad frame is a SIGSEGV) */
+9:
+    jmp 9b /* never: rt_sigreturn does not return here (a bad frame is a SIGSEGV) */
 
-    /* the restore without a frame (the control cmd-restore-pending; a restart through the
-     * restart block; no xsave): a signal that comes meanwhile runs its handler here, once
-     * the mask is restored, and the call is restarted */
+    /* the restore without a frame: no handler to run (the call restarted), no xsave, no room
+     * on the alternate stack, or the control cmd-restore-pending. A signal that comes once
+     * the mask is restored (here: after the check, a few instructions) runs its handler in
+     * the page, and the call is restarted */
 old_restore:
     mov $14, %eax
     mov $2, %edi

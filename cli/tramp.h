@@ -61,6 +61,8 @@
 #define TR_OLD_RESTORE 0xd48 /* controls only (cmd-restore-pending): 1 skips the check */
 #define TR_PENDING 0xd50   /* rt_sigpending's answer */
 #define TR_ACT 0xd58       /* rt_sigaction's answer (32 bytes) */
+#define TR_SS 0xd78        /* sigaltstack's answer (24 bytes; the tool writes an invalid one:
+                              flags 3, which the kernel's restore of it refuses) */
 #define TR_OUT 0x1000      /* the call's output buffer (mallinfo2's struct), 1 KiB */
 #define TR_PATH 0x1400     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */
 #define TR_PATH_MAX 0x600

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The window left when the command and its tracer are both killed (docs/command.md): the
-taken thread, in the page's code, restores itself after its 250 ms wait, and a signal that
-comes during that wait runs its handler in the page's code, then the call is restarted even
-without SA_RESTART: a lost wake-up. tests/unit/cli_hazard.c's wakeup target (a reader with a
+taken thread, in the page's code, restores itself after its 250 ms wait. A signal that comes
+during that wait makes its read return EINTR, the handler run at the read's return, as the
+kernel would; the old restore (MEMTRIM_CONTROL=cmd-restore-pending with build-controls) ran
+the handler in the page's code, then restarted the call even without SA_RESTART: a lost
+wake-up. tests/unit/cli_hazard.c's wakeup target (a reader with a
 handler without SA_RESTART, signalled every 200 us); after one trim (the page exists), RUNS
 trims in each of which the tracer is stopped, the command SIGKILLed, then the tracer, as soon as the reader is
 seen in the page's ppoll. Counts the runs so caught, the wake-ups lost, and how long the

@@ -95,8 +95,8 @@ def _pending(pid, tid):
     return int(_task_field(pid, tid, "SigPnd"), 16)
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["eintr", "sa_restart"])
-def test_self_restore_keeps_a_signal_that_came(restart, tmp_path):
+@pytest.mark.parametrize("how", ["eintr", "restart", "altstack"])
+def test_self_restore_keeps_a_signal_that_came(how, tmp_path):
     """The command and its tracer both killed while the taken thread is held just before its
     jump into the page (tests/e2e/tracer_late.c holds the tracer before its first PTRACE_CONT,
     the thread's registers and mask already ours), with one SIGUSR1 for the reader sent there
@@ -104,14 +104,16 @@ def test_self_restore_keeps_a_signal_that_came(restart, tmp_path):
     that never comes, and restores itself. As the kernel would have: a handler without
     SA_RESTART sees the read interrupted (its context at the read's return, -EINTR) and the
     read returns EINTR; with SA_RESTART the handler runs at the read's restart and the read
-    goes on (no EINTR). Either way no wake-up lost, the mask as before, its ymm8-15 and MXCSR
+    goes on (no EINTR); with an alternate stack (SA_ONSTACK, EINTR) the handler runs on it and
+    it is left as it was. Each way no wake-up lost, the mask as before, its ymm8-15 and MXCSR
     as before (with AVX: the frame's xsave area restored whole), the reader reading on, the
     page free for the next call. 8 fresh processes, each must pass. Control
     cmd-restore-pending: the mask restored in the page, the handler run there, the read
     restarted: the read never returns (the handler's context is the page's: counted lost)."""
     failures = []
     for i in range(8):
-        t = Target("wakeone", *(["restart"] if restart else []))
+        restart = how == "restart"
+        t = Target("wakeone", *([how] if how != "eintr" else []))
         hold = tmp_path / f"hold{i}"
         hold.touch()
         env = dict(os.environ, LD_PRELOAD=str(LATE), MEMTRIM_TEST_TRACER_LATE=f"cont:{hold}")
@@ -137,7 +139,8 @@ def test_self_restore_keeps_a_signal_that_came(restart, tmp_path):
             r = t.report()
             want = {"handled": r0["handled"] + 1, "lost": r0["lost"],
                     "eintr": r0["eintr"] + (not restart),
-                    "expect_eintr": r0["expect_eintr"] + (not restart), "vec_bad": 0}
+                    "expect_eintr": r0["expect_eintr"] + (not restart), "vec_bad": 0,
+                    "on_alt": r0["on_alt"] + (how == "altstack"), "alt_changed": 0}
             got = {k: r[k] for k in want}
             now = _task_field(t.pid, t.tid, "SigBlk")
             if got != want or now != mask or not t.alive():

@@ -10,8 +10,9 @@
  *             interrupted context: in the read's syscall (-EINTR: an EINTR must follow), or
  *             elsewhere while the read is under way (a wake-up lost: the read restarts).
  *   wakeone   wakeup's reader and handler (with SA_RESTART if the next argument is
- *             "restart"), no signaller: stdin's "signal" sends it one SIGUSR1. With AVX its
- *             read checks ymm8-15 and MXCSR come back as they were (vec_bad).
+ *             "restart"; on an alternate stack of its own, SA_ONSTACK, with "altstack"), no
+ *             signaller: stdin's "signal" sends it one SIGUSR1. With AVX its read checks
+ *             ymm8-15 and MXCSR come back as they were (vec_bad).
  *   logger    malloc_stats() in a loop, the lines it writes holding an arena lock going
  *             through a 4 KiB pipe that a logger thread drains (in read: the thread taken).
  *   restorer  malloc_stats() raising SIGUSR1 while it holds the arena lock; its handler,
@@ -131,6 +132,10 @@ static long raw_read(int fd, void *buf, size_t n)
     return ret;
 }
 
+static char *alt;                   /* wakeone altstack: the reader's alternate stack */
+static atomic_long on_alt, alt_changed; /* handlers run on it; reads after which it changed */
+enum { ALT_SIZE = 1 << 16 };
+
 static void wakeup_handler(int sig, siginfo_t *si, void *ctx)
 {
     (void)sig;
@@ -138,6 +143,8 @@ static void wakeup_handler(int sig, siginfo_t *si, void *ctx)
     ucontext_t *uc = ctx;
     uintptr_t rip = (uintptr_t)uc->uc_mcontext.gregs[REG_RIP];
     long rax = (long)uc->uc_mcontext.gregs[REG_RAX];
+    char here;
+    on_alt += alt && &here >= alt && &here < alt + ALT_SIZE;
     handled++;
     if (!in_read)
         return;
@@ -152,6 +159,10 @@ static void wakeup_handler(int sig, siginfo_t *si, void *ctx)
 static void *wakeup_reader(void *arg)
 {
     (void)arg;
+    if (alt) {
+        stack_t ss = {.ss_sp = alt, .ss_size = ALT_SIZE};
+        sigaltstack(&ss, NULL);
+    }
     reader_tid = gettid_();
     char c;
     for (;;) {
@@ -160,6 +171,10 @@ static void *wakeup_reader(void *arg)
             eintr++;
         else if (n >= 0)
             reads++;
+        stack_t now;
+        if (alt && (sigaltstack(NULL, &now) != 0 || now.ss_sp != alt ||
+                    now.ss_size != ALT_SIZE || now.ss_flags != 0))
+            alt_changed++;
     }
     return NULL;
 }
@@ -593,10 +608,11 @@ static void report(void)
     printf("\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
            "\"reads\": %ld, \"changed\": %ld, \"stats_loops\": %ld, \"eintr_epoll\": %ld, "
            "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d, \"bad_results\": %ld, "
-           "\"vec_checked\": %d, \"vec_bad\": %ld}\n",
+           "\"vec_checked\": %d, \"vec_bad\": %ld, \"on_alt\": %ld, \"alt_changed\": %ld}\n",
            (long)expect_eintr, (long)eintr, (long)lost, (long)handled, (long)reads,
            (long)changed, (long)stats_loops, (long)eintr_epoll, (long)eintr_sigwait,
-           (long)eintr_recv, (int)reader_tid, (long)bad_results, check_vec, (long)vec_bad);
+           (long)eintr_recv, (int)reader_tid, (long)bad_results, check_vec, (long)vec_bad,
+           (long)on_alt, (long)alt_changed);
     fflush(stdout);
 }
 
@@ -619,8 +635,11 @@ int main(int argc, char **argv)
         start(signaller, NULL);
     } else if (!strcmp(mode, "wakeone")) {
         int restart = argc > 2 && !strcmp(argv[2], "restart");
+        if (argc > 2 && !strcmp(argv[2], "altstack"))
+            alt = malloc(ALT_SIZE);
         struct sigaction sa = {.sa_sigaction = wakeup_handler,
-                               .sa_flags = SA_SIGINFO | (restart ? SA_RESTART : 0)};
+                               .sa_flags = SA_SIGINFO | (restart ? SA_RESTART : 0) |
+                                           (alt ? SA_ONSTACK : 0)};
         sigaction(SIGUSR1, &sa, NULL);
         check_vec = __builtin_cpu_supports("avx");
         start(wakeup_reader, NULL);
@@ -677,7 +696,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "epollmain")) {
         reader_tid = gettid_(); /* the main thread alone, in epoll_wait(-1) below */
     } else {
-        fprintf(stderr, "usage: %s wakeup|wakeone [restart]|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
+        fprintf(stderr, "usage: %s wakeup|wakeone [restart|altstack]|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
                 argv[0]);
         return 2;
     }
