@@ -78,6 +78,7 @@ def test_trim_and_load_from_outside_and_glibc_keeps_the_burst(server, bodies, na
     s = server(name)
     b = ru.burst(s, bodies=bodies)
     assert not b.errors, b.errors[:3]
+    assert not s.lost_folders(), f"Orthanc removed storage folders {s.lost_folders()[:8]}"
     held = s.rss()
     rc, out = ru.cli("trim", s.pid)
     assert rc == 0 and isinstance(out, dict), (rc, out)
@@ -102,6 +103,7 @@ def test_memtrim_gives_the_idle_heap_back(server, bodies, name):
     s = server(name, "memtrim")
     b = ru.burst(s, bodies=bodies)
     assert not b.errors, b.errors[:3]
+    assert not s.lost_folders(), f"Orthanc removed storage folders {s.lost_folders()[:8]}"
     own = ('memtrim_trims_total{trigger="periodic"}', 'memtrim_trims_total{trigger="burst"}')
 
     def own_trims():
@@ -162,6 +164,7 @@ def test_memtrim_keeps_alive_what_glibc_loses(server, cgroup, bodies, name, limi
     print(f"{name} in {limit_mb} MiB, memtrim: {len(b.latencies)} requests, "
           f"{len(b.errors)} errors, oom_kill {cg2.oom_kills()}, {m}, load {load()}")
     assert not b.errors and cg2.oom_kills() == 0 and s.proc.poll() is None, b.errors[:3]
+    assert not s.lost_folders(), f"Orthanc removed storage folders {s.lost_folders()[:8]}"
 
 
 # Node under 560 MiB: its burst of 1200 requests of 16 MB peaks at 480-530 MiB with glibc
