@@ -652,6 +652,7 @@ static int fill_page(struct attempt *a, uint64_t page, const struct saved *s, ui
     /* the old restore, alone or with the old design (which had only that one) */
     PUT(TR_OLD_RESTORE,
         (uint64_t)(mt_control("cmd-restore-pending") || mt_control("cmd-self-restore")));
+    PUT(TR_FRAME_HERE, (uint64_t)mt_control("cmd-frame-on-own-stack"));
 #undef PUT
 #undef AT
     uint64_t slot[2] = {r->eflags, s->resume_rip};

@@ -132,23 +132,39 @@ scan:
     /* the xsave area (64-aligned) under the stack slot, the frame under it: rt_sigreturn
      * reads the frame from rsp - 8, the ucontext at rsp. sigaltstack(NULL, &ss): the
      * thread's alternate stack, set again as it is; on it, the frame must fit above its base
-     * (else the old restore) */
+     * (else the old restore). Off it, a handler with SA_ONSTACK gets the frame where the
+     * kernel puts its own: from the alternate stack's top (above its base, else the old
+     * restore), nothing on the thread's stack, which may have no room for it (control
+     * cmd-frame-on-own-stack: below the red zone whatever the handler) */
     mov $131, %eax
     xor %edi, %edi
     lea D(TR_SS), %rsi
     syscall
-    mov %rsp, %rbx
+    mov %rsp, %rdi /* the frame's top */
+    xor %r8d, %r8d /* the base it must fit above: none */
+    test %rax, %rax
+    jnz 4f
+    mov D(TR_SS), %r8
+    testl $1, D(TR_SS + 8) /* SS_ONSTACK: on it, below the red zone */
+    jnz 4f
+    xor %r8d, %r8d
+    cmpq $0, D(TR_FRAME_HERE)
+    jne 4f
+    testl $2, D(TR_SS + 8) /* SS_DISABLE: none */
+    jnz 4f
+    testl $TR_SA_ONSTACK, D(TR_ACT + 8)
+    jz 4f
+    mov D(TR_SS), %r8
+    mov %r8, %rdi
+    add D(TR_SS + 16), %rdi
+4:
+    mov %rdi, %rbx
     sub D(TR_XS_SIZE), %rbx
     sub $68, %rbx
     and $-64, %rbx
-    test %rax, %rax
-    jnz 4f
-    testl $1, D(TR_SS + 8) /* SS_ONSTACK */
-    jz 4f
     lea -448(%rbx), %rax
-    cmp D(TR_SS), %rax
+    cmp %r8, %rax
     jb old_restore
-4:
     lea -440(%rbx), %rsp
     lea D(TR_UC), %rsi
     xor %ecx, %ecx

@@ -63,6 +63,8 @@
 #define TR_ACT 0xd58       /* rt_sigaction's answer (32 bytes) */
 #define TR_SS 0xd78        /* sigaltstack's answer (24 bytes; the tool writes an invalid one:
                               flags 3, which the kernel's restore of it refuses) */
+#define TR_FRAME_HERE 0xd90 /* controls only (cmd-frame-on-own-stack): 1 builds the frame
+                               below the red zone whatever the handler's SA_ONSTACK */
 #define TR_OUT 0x1000      /* the call's output buffer (mallinfo2's struct), 1 KiB */
 #define TR_PATH 0x1400     /* a string argument (dlopen's path, load's JSON), 1.5 KiB */
 #define TR_PATH_MAX 0x600
@@ -91,5 +93,6 @@
 #define ERESTARTNOHAND 514
 #define ERESTART_RESTARTBLOCK 516
 #define TR_SA_RESTART 0x10000000
+#define TR_SA_ONSTACK 0x08000000
 
 #endif

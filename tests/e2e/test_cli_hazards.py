@@ -105,9 +105,12 @@ def test_self_restore_keeps_a_signal_that_came(how, tmp_path):
     SA_RESTART sees the read interrupted (its context at the read's return, -EINTR) and the
     read returns EINTR; with SA_RESTART the handler runs at the read's restart and the read
     goes on (no EINTR); with an alternate stack (SA_ONSTACK, EINTR) the handler runs on it and
-    it is left as it was. Each way no wake-up lost, the mask as before, its ymm8-15 and MXCSR
-    as before (with AVX: the frame's xsave area restored whole), the reader reading on, the
-    page free for the next call. 8 fresh processes, each must pass. Control
+    it is left as it was, and the self-restore's frame goes there too, as the kernel's: the
+    reader's stack below its red zone and memtrim's slot is not written (a thread whose
+    handlers run on an alternate stack may have no room on its own; control
+    cmd-frame-on-own-stack: the frame below the red zone, 8 KiB probed written). Each way no
+    wake-up lost, the mask as before, its ymm8-15 and MXCSR as before (with AVX: the frame's
+    xsave area restored whole), the reader reading on, the page free for the next call. 8 fresh processes, each must pass. Control
     cmd-restore-pending: the mask restored in the page, the handler run there, the read
     restarted: the read never returns (the handler's context is the page's: counted lost)."""
     failures = []
@@ -140,7 +143,8 @@ def test_self_restore_keeps_a_signal_that_came(how, tmp_path):
             want = {"handled": r0["handled"] + 1, "lost": r0["lost"],
                     "eintr": r0["eintr"] + (not restart),
                     "expect_eintr": r0["expect_eintr"] + (not restart), "vec_bad": 0,
-                    "on_alt": r0["on_alt"] + (how == "altstack"), "alt_changed": 0}
+                    "on_alt": r0["on_alt"] + (how == "altstack"), "alt_changed": 0,
+                    "below_written": 0}
             got = {k: r[k] for k in want}
             now = _task_field(t.pid, t.tid, "SigBlk")
             if got != want or now != mask or not t.alive():

@@ -12,7 +12,10 @@
  *   wakeone   wakeup's reader and handler (with SA_RESTART if the next argument is
  *             "restart"; on an alternate stack of its own, SA_ONSTACK, with "altstack"), no
  *             signaller: stdin's "signal" sends it one SIGUSR1. With AVX its read checks
- *             ymm8-15 and MXCSR come back as they were (vec_bad).
+ *             ymm8-15 and MXCSR come back as they were (vec_bad); with "altstack", that
+ *             nothing wrote the 8 KiB of its stack below its red zone and memtrim's slot
+ *             (below_written: with SA_ONSTACK the kernel writes its frame on the alternate
+ *             stack only).
  *   logger    malloc_stats() in a loop, the lines it writes holding an arena lock going
  *             through a 4 KiB pipe that a logger thread drains (in read: the thread taken).
  *   restorer  malloc_stats() raising SIGUSR1 while it holds the arena lock; its handler,
@@ -80,6 +83,11 @@ extern char hz_read_before[], hz_read_after[];
 
 static int check_vec;        /* wakeone with AVX: ymm8-15 and MXCSR hold a pattern across reads */
 static atomic_long vec_bad; /* reads after which they did not */
+/* wakeone altstack: the reader's stack below its red zone and memtrim's 16-byte slot, BELOW
+ * bytes, holds a pattern across reads; with SA_ONSTACK the kernel writes nothing there */
+enum { BELOW = 8192, BELOW_FROM = 128 + 16 };
+static int probe_below;
+static atomic_long below_written; /* reads after which it did not */
 
 /* read(2) made here, so that the handler knows where the syscall is: in_read is 1 from just
  * before it until just after. With check_vec, ymm8-15 (whole: their upper halves too) and
@@ -109,6 +117,13 @@ static long raw_read(int fd, void *buf, size_t n)
                          : "r"(pat), "m"(down)
                          : "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",
                            "xmm15", "memory");
+    if (probe_below) {
+        unsigned long cnt = BELOW / 8, dst;
+        __asm__ volatile("lea %c[off](%%rsp), %%rdi\n\trep stosq"
+                         : "+c"(cnt), "=&D"(dst)
+                         : [off] "i"(-(BELOW_FROM + BELOW)), "a"(0x5a5a5a5a5a5a5a5aUL)
+                         : "memory");
+    }
     long ret;
     __asm__ volatile(".globl hz_read_before\nhz_read_before:\n\t"
                      "movl $1, %[flag]\n\t"
@@ -118,6 +133,16 @@ static long raw_read(int fd, void *buf, size_t n)
                      : "=a"(ret), [flag] "+m"(in_read)
                      : "a"(0L), "D"((long)fd), "S"(buf), "d"(n)
                      : "rcx", "r11", "memory");
+    if (probe_below) { /* read in place: no call puts a frame there first */
+        uintptr_t sp;
+        __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
+        const volatile uint64_t *b = (const volatile uint64_t *)(sp - BELOW_FROM - BELOW);
+        for (size_t i = 0; i < BELOW / 8; i++)
+            if (b[i] != 0x5a5a5a5a5a5a5a5aUL) {
+                below_written++;
+                break;
+            }
+    }
     if (check_vec) {
         __asm__ volatile("vmovdqu %%ymm8, 0(%1)\n\tvmovdqu %%ymm9, 32(%1)\n\t"
                          "vmovdqu %%ymm10, 64(%1)\n\tvmovdqu %%ymm11, 96(%1)\n\t"
@@ -608,11 +633,12 @@ static void report(void)
     printf("\"expect_eintr\": %ld, \"eintr\": %ld, \"lost\": %ld, \"handled\": %ld, "
            "\"reads\": %ld, \"changed\": %ld, \"stats_loops\": %ld, \"eintr_epoll\": %ld, "
            "\"eintr_sigwait\": %ld, \"eintr_recv\": %ld, \"recv_tid\": %d, \"bad_results\": %ld, "
-           "\"vec_checked\": %d, \"vec_bad\": %ld, \"on_alt\": %ld, \"alt_changed\": %ld}\n",
+           "\"vec_checked\": %d, \"vec_bad\": %ld, \"on_alt\": %ld, \"alt_changed\": %ld, "
+           "\"below_written\": %ld}\n",
            (long)expect_eintr, (long)eintr, (long)lost, (long)handled, (long)reads,
            (long)changed, (long)stats_loops, (long)eintr_epoll, (long)eintr_sigwait,
            (long)eintr_recv, (int)reader_tid, (long)bad_results, check_vec, (long)vec_bad,
-           (long)on_alt, (long)alt_changed);
+           (long)on_alt, (long)alt_changed, (long)below_written);
     fflush(stdout);
 }
 
@@ -637,6 +663,7 @@ int main(int argc, char **argv)
         int restart = argc > 2 && !strcmp(argv[2], "restart");
         if (argc > 2 && !strcmp(argv[2], "altstack"))
             alt = malloc(ALT_SIZE);
+        probe_below = alt != NULL;
         struct sigaction sa = {.sa_sigaction = wakeup_handler,
                                .sa_flags = SA_SIGINFO | (restart ? SA_RESTART : 0) |
                                            (alt ? SA_ONSTACK : 0)};
