@@ -91,7 +91,8 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
         uint64_t args[7], start, end;
         long nr = target_thread_syscall(pid, tids[i], args);
         int timed = nr >= 0 && on_socket(nr) && socket_timeout(pid, (int)args[0]) != 0;
-        if (!timed && nr >= 0 && target_syscall_safe(nr, args) &&
+        int shstk = nr >= 0 && target_thread_shstk(pid, tids[i]);
+        if (!timed && !shstk && nr >= 0 && target_syscall_safe(nr, args) &&
             target_mapping(pid, args[6], &start, &end) == 0) {
             out[k].tid = tids[i];
             out[k].sp = args[6];
@@ -103,7 +104,8 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
             snprintf(num, sizeof num, "syscall %ld", nr);
             w += (size_t)snprintf(why + w, whylen - w, "%s%d %s%s", w ? ", " : "", (int)tids[i],
                                   nr == -2 ? "running" : nr == -1 ? "in user code" : name ? name : num,
-                                  timed ? " with a receive timeout" : "");
+                                  timed ? " with a receive timeout"
+                                  : shstk ? " with a shadow stack (CET): never taken" : "");
         }
     }
     return k;

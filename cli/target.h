@@ -102,6 +102,13 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len);
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);
 /* The text of a syscall file: as target_thread_syscall. */
 long target_parse_syscall(const char *buf, uint64_t args[7]);
+/* 1 when a /proc/PID/task/TID/status text's "x86_Thread_features:" line lists "shstk": the
+ * thread runs with the x86 user shadow stack (CET, Linux 6.6+), where both of the page's
+ * self-restores fault (rt_sigreturn finds no restore token; the old restore's ret does not
+ * match the shadow stack's top): such a thread is never taken. 0 otherwise. */
+int target_parse_shstk(const char *status);
+/* target_parse_shstk of the thread's status file; 0 when it cannot be read. */
+int target_thread_shstk(pid_t pid, pid_t tid);
 /* A /proc/PID/stat text's ppid and start time (after the name's last ')'): 0, or -1. */
 int target_parse_stat(const char *buf, pid_t *ppid, unsigned long long *start);
 /* pid and its descendants (children's children too, from each /proc/N/stat's ppid), pid
