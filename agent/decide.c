@@ -4,13 +4,16 @@
  * pressure engine's (core/pressure/: group_pressure_pick over outside members, outside.h):
  * here are the aim it is handed (the lower of the limit and memory.high, so that the kernel
  * never throttles), the readings of each member, a trim's time as the decision reads it (its
- * start) and when a member trimmed lately may be picked again, and the opt-in idle pick
- * outside the zone. Pure functions of their arguments (no clock, no file); any thread.
+ * start) and when a member trimmed lately may be picked again (a refusal for want of room
+ * held until the cgroup has room), the trims' budget and what a trim costs it, and the
+ * opt-in idle pick outside the zone. Pure functions of their arguments (no clock, no file);
+ * any thread.
  */
 #include "agent_int.h"
 
 #include <stdlib.h>
 
+#include "cli.h"
 #include "control.h"
 #include "outside.h"
 
@@ -44,6 +47,19 @@ static int left_alone(const struct agent_proc *p)
            p->reason != AR_FAILED && p->reason != AR_NO_ROOM;
 }
 
+int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p)
+{
+    /* Refused for want of room, it is asked again once its cgroup (one of the levels the
+     * command reads) has room for a call as the agent reads it: asked every retrim gap at
+     * its limit, each ask forked and ran the command for one more refusal, 40 a second. */
+    if (p->reason != AR_NO_ROOM || mt_control("agent-no-room-asked-again"))
+        return 0;
+    int64_t aim = agent_aim(cg);
+    if (aim < 0 || cg->usage < 0)
+        return 0; /* unknown: the retrim gap alone */
+    return aim - cg->usage < (int64_t)CLI_CALL_CHARGE;
+}
+
 long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
                   uint64_t min_releasable, int *rule)
 {
@@ -61,7 +77,7 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
             .last_trim_ns = p->last_trim_ns,
             /* one that cannot give the least worth a trim is no candidate: never trimmed, the
              * decision would count all its memory (a container's pid 1 shell, its unshare) */
-            .busy = p->in_flight || left_alone(p) || p->anon < 0 ||
+            .busy = p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || p->anon < 0 ||
                     agent_expected(p) < (int64_t)min_releasable,
         };
         outside_candidate(&c[i], &r);
@@ -89,8 +105,8 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
         return due;
     for (size_t i = 0; i < cg->nprocs; i++) {
         const struct agent_proc *p = &cg->procs[i];
-        if (p->in_flight || left_alone(p) || !p->last_trim_ns)
-            continue;
+        if (p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || !p->last_trim_ns)
+            continue; /* (held for room: the zone's poll reads the room again) */
         int64_t at = p->last_trim_ns + outside_retrim_ns();
         if (at > now_ns && at < due)
             due = at;
@@ -120,6 +136,27 @@ int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double 
     if (*budget_ns > budget_cap(percent))
         *budget_ns = budget_cap(percent);
     return *budget_ns > 0;
+}
+
+/* A trim's seconds in the target, read from the command's answer, checked: a NaN, a
+ * negative or one past an hour (no call lasts that: the command's deadlines) counts 0. */
+static double in_target_ns(double s)
+{
+    return s > 0 && s < 3600 ? s * 1e9 : 0;
+}
+
+int64_t agent_trim_cost(int64_t child_cpu_ns, double stopped_s, double threads_s)
+{
+    /* The trim's cost is the command's CPU and its time in the target: the taken thread's
+     * stop and memtrim's threads' life there (malloc_trim's walk, the arenas' locks held,
+     * the target's threads waiting on them). The child's CPU alone let a member that
+     * grows min_releasable per retrim gap be trimmed every 25 ms for ~120 trims, then
+     * ~12 a second, its time in the target uncounted. */
+    if (child_cpu_ns < 0)
+        child_cpu_ns = 0;
+    if (mt_control("agent-budget-child-cpu-only"))
+        return child_cpu_ns;
+    return child_cpu_ns + (int64_t)(in_target_ns(stopped_s) + in_target_ns(threads_s));
 }
 
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,

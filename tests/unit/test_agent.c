@@ -243,6 +243,16 @@ static void test_retrim(void)
     q[0].reason = AR_NO_ROOM; /* its last trim refused for want of room: still a member */
     CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
     CHECK_EQ_INT(agent_next_due(&z, answered), t0 + gap);
+    /* ...but not while its cgroup has less room than a call's charge: each ask forked the
+     * command for one more refusal, every retrim gap (40 a second) */
+    z.usage = z.limit - 100 * 1024;
+    CHECK(agent_held_no_room(&z, &q[0]));
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), -1);
+    CHECK_EQ_INT(agent_next_due(&z, answered), INT64_MAX); /* the zone's poll reads it again */
+    z.usage = z.limit - 384 * 1024; /* room for the call again (cli.h's CLI_CALL_CHARGE) */
+    CHECK(!agent_held_no_room(&z, &q[0]));
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
+    z.usage = 230 * mib;
     q[0].reason = AR_KERNEL; /* the kernel's rules: left alone, no wake for it */
     CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), -1);
     CHECK_EQ_INT(agent_next_due(&z, answered), INT64_MAX);
@@ -272,6 +282,27 @@ static void test_retrim(void)
     }
     CHECK(spent <= 1e9 + 0.1 * 13 * 1e9 + 40e6);
     CHECK(spent >= 2e9);
+
+    /* A trim's cost is its CPU and its time in the target (the answer's taken thread's stop
+     * and memtrim's threads' life there), an answer's garbage counted as none */
+    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, 0.002, 0.010), 20 * MT_MS);
+    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, 0, 0), 8 * MT_MS); /* asked through its API */
+    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, -1, 1e300), 8 * MT_MS);
+    CHECK_EQ_INT(agent_trim_cost(-5, 0.001, 0), MT_MS);
+    /* A member asked every 25 ms for 20 s, each trim 8 ms of the command's CPU and 12 ms in
+     * its process: at the default 10 % the full bucket (1 s) and 20 s of earning (2 s) pay
+     * 150 such trims. Counted by the child's CPU alone it had 375 of 800 asks. */
+    budget = agent_budget_start(10);
+    at = t0;
+    int trims = 0;
+    for (int i = 0; i < 800; i++) {
+        if (agent_budget_take(&budget, &at, t0 + i * 25 * MT_MS, 10)) {
+            trims++;
+            budget -= (double)agent_trim_cost(8 * MT_MS, 0.004, 0.008);
+        }
+    }
+    CHECK(trims <= 150 + 1);
+    CHECK(trims >= 140);
 }
 
 /* AuthTokenFile / ReadTokenFile (the DaemonSet's Secret): the token read from a file its user
