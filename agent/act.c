@@ -4,9 +4,8 @@
  * is (its refusals, its injector, its identity check of the process read), a fault or a hang
  * of a call stays in a child, and the agent killed mid-trim is the command's own case (the
  * child runs on to its end; nothing is left to the agent). The child's JSON answer says what
- * was released or, with the command's error code, why not; its CPU (wait4's rusage) and its
- * time in the target (the answer's thread stop and memtrim's threads' life) are charged to
- * the trims' budget. The loop thread; a->lock is released while the child runs (the records
+ * was released or, with the command's error code, why not; its CPU (wait4's rusage) is charged
+ * to the trims' budget. The loop thread; a->lock is released while the child runs (the records
  * it fills afterwards are freed only by this same thread's scan).
  */
 #include "agent_int.h"
@@ -101,15 +100,11 @@ static int64_t proc_anon_now(pid_t pid)
 /* Learn from one answer (the trim started at started, its answer read at now): what the
  * process gave back, or why it is left alone. */
 static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *answer,
-                  int64_t started, int64_t now, int64_t *released, double in_target_s[2])
+                  int64_t started, int64_t now, int64_t *released)
 {
     cJSON *j = cJSON_Parse(answer);
     const cJSON *rel = cJSON_GetObjectItemCaseSensitive(j, "released_bytes");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
-    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "thread_stopped_seconds");
-    const cJSON *life = cJSON_GetObjectItemCaseSensitive(j, "call_threads_seconds");
-    in_target_s[0] = cJSON_IsNumber(stop) ? stop->valuedouble : 0; /* checked by the budget's */
-    in_target_s[1] = cJSON_IsNumber(life) ? life->valuedouble : 0; /* agent_trim_cost */
     agent_trimmed(p, started, now);
     if (cJSON_IsNumber(rel)) {
         /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
@@ -194,8 +189,7 @@ int agent_trim_start(struct agent *a, struct agent_cgroup *cg, struct agent_proc
         snprintf(t->buf, sizeof t->buf, "{\"error\":{\"code\":\"failed\",\"message\":\"cannot run "
                  "%s: %s\"}}", a->self_exe, strerror(e));
         int64_t released;
-        double in_target[2];
-        learn(cg, p, t->buf, t->t0, mt_mono_ns(), &released, in_target);
+        learn(cg, p, t->buf, t->t0, mt_mono_ns(), &released);
         free(t);
         return -e;
     }
@@ -226,20 +220,18 @@ static void finish(struct agent *a, struct agent_trim *t)
     if (!p)
         p = &gone;
     p->in_flight = 0;
-    double in_target[2];
-    learn(cg, p, t->buf, t->t0, now, &released, in_target);
+    learn(cg, p, t->buf, t->t0, now, &released);
     a->stats.trims_cpu_ns += cpu;
-    int64_t cost = agent_trim_cost(cpu, in_target[0], in_target[1]);
-    a->budget_ns -= (double)cost;
+    a->budget_ns -= (double)cpu;
     if (!p->reason) {
         a->stats.trims++;
         a->stats.released += (uint64_t)released;
     }
     agent_history_trim(a, cg, p, released, now - t->t0, cpu);
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
-           "CPU, %.1f ms charged)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
+           "CPU)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
            p->reason ? "not trimmed," : "released", (long long)released,
-           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, (double)cost / 1e6,
+           (double)(now - t->t0) / 1e6, (double)cpu / 1e6,
            strstr(t->buf, "\"via\":\"api\"") ? ", asked through its memtrim's API" : "",
            p->reason ? ": " : "", p->reason ? p->why : "");
     cg->busy = NULL;

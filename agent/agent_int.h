@@ -248,10 +248,6 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns);
  * a trim may start (its CPU is taken off afterwards), else 0. */
 double agent_budget_start(double percent);
 int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double percent);
-/* What one trim costs that budget: the command's CPU (child_cpu_ns, wait4's) and its time
- * in the target as its answer reports it (thread_stopped_seconds, call_threads_seconds;
- * 0 when absent: an ask through a memtrim's API). */
-int64_t agent_trim_cost(int64_t child_cpu_ns, double stopped_s, double threads_s);
 /* 1 while p's last trim was refused for want of room (AR_NO_ROOM) and its cgroup, as last
  * read, still has less than a call's charge (cli.h's CLI_CALL_CHARGE) below its aim: not
  * asked again until then. */

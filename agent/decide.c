@@ -5,8 +5,8 @@
  * here are the aim it is handed (the lower of the limit and memory.high, so that the kernel
  * never throttles), the readings of each member, a trim's time as the decision reads it (its
  * start) and when a member trimmed lately may be picked again (a refusal for want of room
- * held until the cgroup has room), the trims' budget and what a trim costs it, and the
- * opt-in idle pick outside the zone. Pure functions of their arguments (no clock, no file);
+ * held until the cgroup has room), the trims' budget, and the opt-in idle pick outside the
+ * zone. Pure functions of their arguments (no clock, no file);
  * any thread.
  */
 #include "agent_int.h"
@@ -136,27 +136,6 @@ int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double 
     if (*budget_ns > budget_cap(percent))
         *budget_ns = budget_cap(percent);
     return *budget_ns > 0;
-}
-
-/* A trim's seconds in the target, read from the command's answer, checked: a NaN, a
- * negative or one past an hour (no call lasts that: the command's deadlines) counts 0. */
-static double in_target_ns(double s)
-{
-    return s > 0 && s < 3600 ? s * 1e9 : 0;
-}
-
-int64_t agent_trim_cost(int64_t child_cpu_ns, double stopped_s, double threads_s)
-{
-    /* The trim's cost is the command's CPU and its time in the target: the taken thread's
-     * stop and memtrim's threads' life there (malloc_trim's walk, the arenas' locks held,
-     * the target's threads waiting on them). The child's CPU alone let a member that
-     * grows min_releasable per retrim gap be trimmed every 25 ms for ~120 trims, then
-     * ~12 a second, its time in the target uncounted. */
-    if (child_cpu_ns < 0)
-        child_cpu_ns = 0;
-    if (mt_control("agent-budget-child-cpu-only"))
-        return child_cpu_ns;
-    return child_cpu_ns + (int64_t)(in_target_ns(stopped_s) + in_target_ns(threads_s));
 }
 
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,

@@ -282,27 +282,6 @@ static void test_retrim(void)
     }
     CHECK(spent <= 1e9 + 0.1 * 13 * 1e9 + 40e6);
     CHECK(spent >= 2e9);
-
-    /* A trim's cost is its CPU and its time in the target (the answer's taken thread's stop
-     * and memtrim's threads' life there), an answer's garbage counted as none */
-    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, 0.002, 0.010), 20 * MT_MS);
-    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, 0, 0), 8 * MT_MS); /* asked through its API */
-    CHECK_EQ_INT(agent_trim_cost(8 * MT_MS, -1, 1e300), 8 * MT_MS);
-    CHECK_EQ_INT(agent_trim_cost(-5, 0.001, 0), MT_MS);
-    /* A member asked every 25 ms for 20 s, each trim 8 ms of the command's CPU and 12 ms in
-     * its process: at the default 10 % the full bucket (1 s) and 20 s of earning (2 s) pay
-     * 150 such trims. Counted by the child's CPU alone it had 375 of 800 asks. */
-    budget = agent_budget_start(10);
-    at = t0;
-    int trims = 0;
-    for (int i = 0; i < 800; i++) {
-        if (agent_budget_take(&budget, &at, t0 + i * 25 * MT_MS, 10)) {
-            trims++;
-            budget -= (double)agent_trim_cost(8 * MT_MS, 0.004, 0.008);
-        }
-    }
-    CHECK(trims <= 150 + 1);
-    CHECK(trims >= 140);
 }
 
 /* AuthTokenFile / ReadTokenFile (the DaemonSet's Secret): the token read from a file its user
