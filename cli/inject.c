@@ -481,6 +481,8 @@ static int take_thread(struct attempt *a, struct saved *s, double t0)
         why = left;
     else if (mem_read(pid, s->regs.rip - 2, insn, 2) != 0 || insn[0] != 0x0f || insn[1] != 0x05)
         why = "thread %d: the instruction before rip is not syscall";
+    else if (target_thread_shstk(pid, tid)) /* read in its stop: the pick reads the process's */
+        why = "thread %d runs with a shadow stack (CET): the page's restore would fault there";
     else if (mem_read(pid, a->g->single_threaded, &single, 1) != 0 ||
              (single && target_thread_count(pid) != 1))
         why = "thread %d: its process has threads glibc did not start (__libc_single_threaded "
