@@ -89,6 +89,10 @@ void target_parse_status(const char *text, struct target_status *st)
             st->state = *p;
         } else if (strncmp(line, "Name:", 5) == 0) {
             sscanf(line + 5, " %63[^\n]", st->name);
+        } else if (strncmp(line, "x86_Thread_features:", 20) == 0) {
+            char w[16];
+            for (const char *p = line + 20; sscanf(p, "%15s", w) == 1; p = strstr(p, w) + strlen(w))
+                st->shstk |= strcmp(w, "shstk") == 0;
         }
     }
 }

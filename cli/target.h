@@ -22,6 +22,7 @@ struct target_status {
     int seccomp_filters; /* Seccomp_filters: the process's main thread's, -1 if absent */
     int no_new_privs;
     int threads;
+    int shstk;      /* x86_Thread_features lists shstk: the x86 user shadow stack (CET) */
     char state;     /* R, S, T, t, Z, ... */
     char name[64];
 };

@@ -363,21 +363,9 @@ const char *target_syscall_name(long nr)
 
 int target_parse_shstk(const char *status)
 {
-    static const char key[] = "x86_Thread_features:";
-    if (mt_control("cmd-shstk-taken"))
-        return 0;
-    for (const char *l = status; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        if (strncmp(l, key, sizeof key - 1) != 0)
-            continue;
-        const char *end = strchr(l, '\n');
-        size_t n = end ? (size_t)(end - l) : strlen(l);
-        for (const char *w = l + sizeof key - 1; w + 5 <= l + n; w++)
-            if (strncmp(w, "shstk", 5) == 0 && (w[-1] == ' ' || w[-1] == '\t' || w[-1] == ':') &&
-                (w + 5 == l + n || w[5] == ' ' || w[5] == '\t'))
-                return 1;
-        return 0;
-    }
-    return 0;
+    struct target_status st;
+    target_parse_status(status, &st);
+    return st.shstk && !mt_control("cmd-shstk-taken");
 }
 
 int target_thread_shstk(pid_t pid, pid_t tid)
