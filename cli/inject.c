@@ -23,6 +23,7 @@
 #include "lock.h"
 #include "mem.h"
 #include "pick.h"
+#include "prio.h"
 #include "thread.h"
 #include "tramp.h"
 #include "watch.h"
@@ -35,6 +36,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ptrace.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/wait.h>
@@ -334,6 +336,8 @@ struct attempt {
     uint64_t known_page; /* our page as the maps showed it before any stop, or 0 */
     uint64_t fresh;      /* a page this attempt mapped and has not yet run: unmapped on failure */
     int filters;         /* the taken thread's seccomp filters when they were judged */
+    unsigned long long since; /* /proc's clock before the seize: memtrim's threads are younger */
+    int raise;           /* the call asks for its thread raised, and the base nice is known */
     char *err, *reason;  /* err: the call's failure; reason: why a thread was passed over */
     size_t errlen, reasonlen;
 };
@@ -775,6 +779,20 @@ static int run_taken(struct attempt *a, uint64_t page, const struct saved *s, do
     return INJECT_OK;
 }
 
+/* memtrim's glibc thread, once it has said its tid, raised for its call (prio.c: the tid is
+ * checked, as the page is the target's to write). Control cmd-call-unraised: left at the
+ * weight it inherited, as before. */
+static void raise_call_thread(struct attempt *a, pid_t tid, int returned)
+{
+    struct prio *p = &a->c->prio;
+    if (returned)
+        snprintf(p->why, sizeof p->why, "its call had returned when memtrim saw it");
+    else if (mt_control("cmd-call-unraised"))
+        snprintf(p->why, sizeof p->why, "control cmd-call-unraised");
+    else
+        prio_raise(p, a->t->pid, a->pick->tid, tid, a->since);
+}
+
 /* The calling threads are on their own: waits for the result under the call's deadline,
  * then for both threads' exits (the page is free once they are gone). */
 static int wait_call(struct attempt *a, uint64_t page, double released)
@@ -785,6 +803,7 @@ static int wait_call(struct attempt *a, uint64_t page, double released)
     uint64_t d[(TR_P_TID + 8 - TR_MAGIC_OFF) / 8];
 #define F(off) d[((off) - TR_MAGIC_OFF) / 8]
     uint64_t ctid = 0;
+    int asked = !a->raise; /* the raise is asked once, when the glibc thread says its tid */
     mem_read(pid, page + TR_R_CTID, &ctid, 8);
     for (;;) {
         uint32_t rtid = 1; /* read before the flags: a thread seen gone had set them before */
@@ -792,6 +811,10 @@ static int wait_call(struct attempt *a, uint64_t page, double released)
         if (mem_read(pid, page + TR_MAGIC_OFF, d, sizeof d) != 0) {
             snprintf(a->err, a->errlen, "process %d is gone", (int)pid);
             return INJECT_FAILED;
+        }
+        if (!asked && F(TR_P_TID)) {
+            asked = 1;
+            raise_call_thread(a, (pid_t)F(TR_P_TID), F(TR_DONE_CALL) == 1);
         }
         if (F(TR_DONE_CALL) == 1)
             break;
@@ -839,6 +862,7 @@ static int try_thread(struct attempt *a, const struct pick *p)
     a->pick = p;
     a->c->new_page = 0;
     a->fresh = 0;
+    a->since = prio_ticks_now();
     watch_hold(1); /* from the seize to the release: the tool's stop is undone (watch.c) */
     watch_target(a->t->pid, p->tid, 0);
     int took = take_thread(a, &s, t0);
@@ -860,6 +884,14 @@ static int try_thread(struct attempt *a, const struct pick *p)
         return INJECT_REFUSED;
     }
     int rc = INJECT_OK;
+    errno = 0; /* the base of the call thread's weight: the nice it will inherit (prio.h) */
+    int nice = getpriority(PRIO_PROCESS, (id_t)p->tid);
+    a->c->prio = (struct prio){.taken_nice = nice, .nice = nice};
+    a->raise = a->c->raise && !(nice == -1 && errno);
+    if (!a->raise)
+        snprintf(a->c->prio.why, sizeof a->c->prio.why, "%s%s", a->c->raise ?
+                 "the taken thread's nice cannot be read: " : "not asked by this verb",
+                 a->c->raise ? strerror(errno) : "");
     uint64_t tp = 0, page = page_for_call(a, &s, t0, &rc);
     if (page && thread_block(a->t->pid, s.regs.fs_base, page, a->g, &tp, a->reason,
                              a->reasonlen) != 0) {
@@ -883,7 +915,12 @@ static int try_thread(struct attempt *a, const struct pick *p)
     a->c->tid = p->tid;
     a->c->stopped_s = released - t0; /* from before its seize: the whole stop, page made */
     snprintf(a->c->syscall, sizeof a->c->syscall, "%s", target_syscall_name(p->nr));
-    return wait_call(a, page, released);
+    rc = wait_call(a, page, released);
+    prio_lower(&a->c->prio, a->t->pid); /* it outlived the wait (a timeout, a failure) */
+    if (!a->c->prio.raised && !a->c->prio.why[0])
+        snprintf(a->c->prio.why, sizeof a->c->prio.why, "memtrim's glibc thread never said "
+                 "its tid");
+    return rc;
 }
 
 static int run_here(struct target *t, struct inject_call *c, char *err, size_t errlen)

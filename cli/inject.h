@@ -7,6 +7,7 @@
 #ifndef MEMTRIM_CLI_INJECT_H
 #define MEMTRIM_CLI_INJECT_H
 
+#include "prio.h"
 #include "seccomp.h"
 #include "target.h"
 
@@ -35,6 +36,7 @@ struct inject_call {
     int any_syscall;
     double thread_wait_s; /* how long to look for a safe thread */
     double call_wait_s;   /* how long the call may take */
+    int raise;            /* memtrim's glibc thread raised for its call (prio.h): trim, stats */
     /* results */
     uint64_t result;
     unsigned char out[1024];
@@ -48,6 +50,7 @@ struct inject_call {
     int threads_ended;    /* 1: both exited, the page free again */
     int new_page;         /* the page was mapped by this call */
     int self_restored;    /* the taken thread restored itself (the tool came too late) */
+    struct prio prio;     /* the glibc thread's weight: taken_nice, nice, raised or why not */
 };
 
 /* The system calls memtrim itself makes in a target, on the taken thread (the page's mmap,

@@ -322,6 +322,8 @@ static int attach(const struct opts *o, struct target *t, const struct target_li
                  (int)t->pid, out[0] ? out : strerror(-r));
         return cli_fail(o, r == 1 ? EXIT_REFUSED : EXIT_FAILED, msg);
     }
+    snprintf(c.prio.why, sizeof c.prio.why, "load: the threads memtrim_attach starts would "
+             "inherit it"); /* never asked (prio.h) */
     cJSON *j = cJSON_CreateObject();
     cli_add_common(j, t, &c);
     cJSON_AddStringToObject(j, "listen", out);

@@ -201,6 +201,7 @@ static int trim(const struct opts *o, struct target *t)
                                  .page_args = 1};
     else if (row->release_arg == MT_ALLOC_ARG_INT)
         c.args[0] = (uint64_t)row->release_int;
+    c.raise = 1; /* the call thread raised for its call (prio.h) */
     int glibc = row->libc;
     c.syscalls = glibc ? glibc_trim_calls : other_trim_calls;
     c.n_syscalls = glibc ? sizeof glibc_trim_calls / sizeof glibc_trim_calls[0]
@@ -221,13 +222,14 @@ static int trim(const struct opts *o, struct target *t)
     cJSON_AddStringToObject(j, "release_call", row->release_call);
     if (row->release_result[0])
         cJSON_AddNumberToObject(j, row->release_result, (double)(int)c.result);
-    char human[512], b[32], a[32], r[32];
+    char human[768], b[32], a[32], r[32];
     mib(b, sizeof b, before);
     mib(a, sizeof a, after);
     mib(r, sizeof r, before > after ? before - after : 0);
     snprintf(human, sizeof human, "memtrim: process %d (%s, %s): RSS %s -> %s, released %s in %.3f s "
-             "(thread %d, stopped %.1f ms in %s)", (int)t->pid, t->st.name, target_alloc_name(t->alloc),
-             b, a, r, dur, (int)c.tid, c.stopped_s * 1e3, c.syscall);
+             "(thread %d, stopped %.1f ms in %s; the call at nice %d%s%s)", (int)t->pid, t->st.name,
+             target_alloc_name(t->alloc), b, a, r, dur, (int)c.tid, c.stopped_s * 1e3, c.syscall,
+             c.prio.nice, c.prio.raised ? "" : ", not raised: ", c.prio.raised ? "" : c.prio.why);
     cli_emit(o, j, human);
     return EXIT_OK;
 }
@@ -264,7 +266,8 @@ static int stats(const struct opts *o, struct target *t)
     if (!fn)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's libc exports neither mallinfo2 nor mallinfo");
     struct inject_call c = {.func = fn, .arg0_is_out = 1, .out_len = 80, .syscalls = stats_calls,
-                            .n_syscalls = sizeof stats_calls / sizeof stats_calls[0]};
+                            .n_syscalls = sizeof stats_calls / sizeof stats_calls[0],
+                            .raise = 1};
     double t0 = cli_now();
     int rc = cli_call(o, t, &c);
     if (rc)

@@ -89,6 +89,14 @@ void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *
     cJSON_AddNumberToObject(j, "call_thread", c->call_tid);
     cJSON_AddNumberToObject(j, "call_threads_seconds", c->threads_s);
     cJSON_AddBoolToObject(j, "call_threads_ended", c->threads_ended);
+    /* the glibc thread's weight for its call (prio.h): the nice it ran at, from which */
+    cJSON_AddNumberToObject(j, "taken_thread_nice", c->prio.taken_nice);
+    cJSON_AddNumberToObject(j, "call_thread_nice", c->prio.nice);
+    cJSON_AddBoolToObject(j, "call_thread_raised", c->prio.raised);
+    if (!c->prio.raised)
+        cJSON_AddStringToObject(j, "call_thread_not_raised", c->prio.why);
+    if (c->prio.lowered) /* it outlived the tool's wait: set back */
+        cJSON_AddBoolToObject(j, "call_thread_lowered", 1);
     if (c->self_restored) /* the tool was late (stopped, descheduled): docs/command.md */
         cJSON_AddBoolToObject(j, "thread_restored_itself", 1);
 }

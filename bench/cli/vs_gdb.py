@@ -12,11 +12,16 @@ call: thread_stopped_seconds) and its own threads' life: at most the stop plus
 call_threads_seconds (from that release until both of memtrim's threads have exited; the raw
 thread is cloned during the stop).
 
+memtrim raises its glibc thread for its call (docs/command.md, "The call's weight"); the arm
+"unraised" is the same command with that undone (control cmd-call-unraised: BUILD must be a
+-DMEMTRIM_CONTROLS=ON build, such as build-controls), for an A/B in turn in one run:
+--arms memtrim,unraised,gdb,none. Each memtrim run shows the nice its call ran at.
+
 The stall a tool causes: for gdb, the churners' longest gap (gdb stops every thread from its
 attach to its detach, and the churners run during the call itself); for memtrim, the larger
 of the churners' longest gap and the taken thread's stop (the one thread it stops).
 
-usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64] [--arms memtrim,gdb,none]
+usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64] [--arms memtrim,unraised,gdb,none]
                            [--check-ratio R]
 --check-ratio R: exit 1 when, at any thread count, memtrim's median stall is above R times
 gdb's or it released less than 0.95 of what gdb released; 77 when gdb never called at a thread
@@ -36,6 +41,7 @@ import time
 import traceback
 
 FREED_MB = 370
+MEMTRIM_ARMS = ("memtrim", "unraised")  # the same command, its thread raised or not
 
 
 def start(build, threads):
@@ -70,15 +76,22 @@ def one(build, threads, arm, window):
         before = rss(p.pid)
         run = {"arm": arm, "load": load1()}
         t0 = time.monotonic()
-        if arm == "memtrim":
+        if arm in MEMTRIM_ARMS:
+            env = dict(os.environ)
+            env.pop("MEMTRIM_CONTROL", None)
+            if arm == "unraised":
+                env["MEMTRIM_CONTROL"] = "cmd-call-unraised"
             r = subprocess.run([f"{build}/memtrim", "trim", str(p.pid), "--json", "--timeout",
-                                "900"], capture_output=True, text=True)
+                                "900"], capture_output=True, text=True, env=env)
             assert r.returncode == 0, r.stderr
             out = json.loads(r.stdout)
+            assert arm == "memtrim" or not out["call_thread_raised"], \
+                "the unraised arm was raised: BUILD is not a -DMEMTRIM_CONTROLS=ON build"
             stop = out["thread_stopped_seconds"]
             run.update(stop=stop * 1e3, call=out["call_seconds"] * 1e3,
                        life=(out["call_threads_seconds"] + stop) * 1e3,
-                       syscall=out["thread_syscall"])
+                       syscall=out["thread_syscall"], nice=out["call_thread_nice"],
+                       raised=out["call_thread_raised"])
         elif arm == "gdb":
             r = subprocess.run(["gdb", "-batch", "-nx", "-p", str(p.pid), "-ex",
                                 "call (int) malloc_trim(0)"], capture_output=True, text=True)
@@ -113,10 +126,10 @@ def show(threads, r):
     s = (f"{threads} {r['arm']:7s} load {r['load']:5.2f}  released {r['released']:6.1f} MB  "
          f"stall {r['stall']:7.1f} ms (gap {r['gap']:.1f} ms from +{r['gap_at']:.0f} ms)  "
          f"wall {r['wall']:.3f} s")
-    if r["arm"] == "memtrim":
+    if r["arm"] in MEMTRIM_ARMS:
         s += (f"  taken thread ({r['syscall']}) stopped {r['stop']:.1f} ms, call "
-              f"{r['call']:.1f} ms, memtrim's threads at most {r['life']:.1f} ms (the gap "
-              f"{100 * r['in_life']:.0f} % inside their life)")
+              f"{r['call']:.1f} ms at nice {r['nice']}, memtrim's threads at most "
+              f"{r['life']:.1f} ms (the gap {100 * r['in_life']:.0f} % inside their life)")
     return s
 
 
@@ -146,14 +159,14 @@ def main():
             window = 0.3
             for arm in arms:
                 res[arm].append(one(build, threads, arm, window))
-                if arm == "memtrim":
+                if arm == "memtrim" or (arm == "unraised" and "memtrim" not in arms):
                     window = res[arm][-1]["wall"]
                 print("  " + show(threads, res[arm][-1]), flush=True)
         med = {}
         for a, rs in res.items():
             ok = [r for r in rs if "failed" not in r]
             keys = ("released", "stall", "gap", "wall", "load") + (
-                ("stop", "call", "life") if a == "memtrim" else ())
+                ("stop", "call", "life") if a in MEMTRIM_ARMS else ())
             med[a] = {k: statistics.median(r[k] for r in ok) for k in keys} if ok else None
             fails = len(rs) - len(ok)
             if not ok:
@@ -163,12 +176,19 @@ def main():
             line = (f"{threads} threads {a:8s} median of {len(ok)}: released "
                     f"{m['released']:6.1f} MB  stall {m['stall']:7.1f} ms  wall {m['wall']:.3f} s  "
                     f"load {m['load']:.2f}")
-            if a == "memtrim":
+            if a in MEMTRIM_ARMS:
                 outside = sum(1 for r in ok if r["in_life"] == 0)
                 line += (f"  taken thread stopped {m['stop']:.1f} ms, memtrim's threads at most "
                          f"{m['life']:.1f} ms; the longest gap before or after their life in "
                          f"{outside} of {len(ok)}")
             print(line + (f"  ({fails} failed)" if fails else ""))
+        if "unraised" in med and "memtrim" in med and med["unraised"] and med["memtrim"]:
+            m, u = med["memtrim"], med["unraised"]
+            print(f"{threads} threads: memtrim/unraised: stall {m['stall'] / u['stall']:.3f}, "
+                  f"call {m['call'] / u['call']:.3f}")
+            if "gdb" in med and med["gdb"]:
+                print(f"{threads} threads: stall unraised/gdb "
+                      f"{u['stall'] / med['gdb']['stall']:.3f}")
         if "gdb" not in med or "memtrim" not in med:
             continue
         m, g = med["memtrim"], med["gdb"]

@@ -34,6 +34,11 @@
  *             memtrim cannot copy its thread block once its first call has mapped a page.
  *   epollmain the main thread alone, in epoll_wait(-1) on stdin, counting EINTR (a process
  *             that takes a pid the tool read: test_cli_tree.py).
+ *   held      a holder thread inside malloc_stats() with main_arena's lock held, waiting on a
+ *             semaphore (a futex: never taken) until stdin says "release"; errno's reader,
+ *             which allocated first (an arena of its own: memtrim's raw thread allocates
+ *             there) in read: the thread taken. memtrim's glibc thread then waits for that
+ *             lock in malloc_trim for as long as the test holds it.
  *   loop      the main thread in poll (an event loop: a request pipe and stdin); another
  *             thread in dlopen of libcli-hazard-ctor.so, whose constructor asks the
  *             loop for a reply (hazard_wait_loop) and waits for it on a semaphore, the loader
@@ -420,6 +425,40 @@ static void *errno_reader(void *arg)
     return NULL;
 }
 
+/* held mode: main_arena's lock held by malloc_stats' first line until "release". */
+static sem_t hold_sem;
+static atomic_int holding;
+
+static ssize_t held_write(void *cookie, const char *buf, size_t n)
+{
+    (void)cookie;
+    (void)buf;
+    if (!holding) {
+        holding = 1;
+        while (sem_wait(&hold_sem) != 0)
+            ;
+        holding = 2;
+    }
+    return (ssize_t)n;
+}
+
+static void *arena_holder(void *arg)
+{
+    (void)arg;
+    malloc_stats();
+    int word = 0;
+    for (;;) /* a futex: never taken */
+        syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, NULL, NULL, 0);
+    return NULL;
+}
+
+static void *held_reader(void *arg)
+{
+    static void *volatile keep; /* kept: a malloc never used may be left out */
+    keep = malloc(1000);        /* its own arena, before the holder holds the main one */
+    return keep ? errno_reader(arg) : NULL;
+}
+
 /* busy mode: the counted loop's target (test_cli_hazards.py test_counted_loop). */
 static atomic_long corrupt, iterations, early_sleeps, eintr_restart, log_gaps, logged;
 static int log_pipe[2], restart_pipe[2];
@@ -690,6 +729,20 @@ int main(int argc, char **argv)
         start(recv_waiter, NULL);
     } else if (!strcmp(mode, "errno")) {
         start(errno_reader, NULL);
+    } else if (!strcmp(mode, "held")) {
+        sem_init(&hold_sem, 0, 0);
+        start(held_reader, NULL);
+        while (!reader_tid)
+            sched_yield();
+        cookie_io_functions_t io = {.write = held_write};
+        FILE *f = fopencookie(NULL, "w", io);
+        if (!f)
+            return 1;
+        setvbuf(f, NULL, _IONBF, 0);
+        stderr = f;
+        start(arena_holder, NULL);
+        while (holding != 1)
+            sched_yield();
     } else if (!strcmp(mode, "busy")) {
         if (pipe2(log_pipe, O_CLOEXEC) != 0 || pipe2(restart_pipe, O_CLOEXEC) != 0)
             return 1;
@@ -723,7 +776,7 @@ int main(int argc, char **argv)
     } else if (!strcmp(mode, "epollmain")) {
         reader_tid = gettid_(); /* the main thread alone, in epoll_wait(-1) below */
     } else {
-        fprintf(stderr, "usage: %s wakeup|wakeone [restart|altstack]|logger|restorer|df|eintr|errno|badfs|epollmain|loop LIB\n",
+        fprintf(stderr, "usage: %s wakeup|wakeone [restart|altstack]|logger|restorer|held|df|eintr|errno|badfs|epollmain|loop LIB\n",
                 argv[0]);
         return 2;
     }
@@ -764,6 +817,8 @@ int main(int argc, char **argv)
             return 0;
         else if (!strncmp(line, "signal", 6)) /* wakeone: one SIGUSR1 for the reader */
             syscall(SYS_tgkill, getpid(), (int)reader_tid, SIGUSR1);
+        else if (!strncmp(line, "release", 7)) /* held: main_arena's lock let go */
+            sem_post(&hold_sem);
         else if (!strncmp(line, "filter", 6))
             printf("filtered %d\n", add_filter()), fflush(stdout);
         line[0] = 0;
