@@ -69,12 +69,18 @@ static uint64_t limit_fill(const struct pressure_input *in)
  * (node's worker_threads: 37-55 pressure trims in 4 s under a 560 MiB limit it survives
  * alone, 1-1.3 s of trimming, 86 % of each release back before the next). The growth and
  * estimate rules then wait 50 ms after such a trim, doubling per one in a row, up to 6.4 s.
- * Once the limit is full to the line by its own count survival comes first: no such wait
+ * Once the limit is full to the line by its own count survival comes first: no doubling
  * (ruby/puma in 300 MiB needs a trim each 70-150 ms there, each release back before the
- * next; with a second's wait it is OOM-killed). RSS alone at the line is not that: node's
- * RSS crosses it with its cgroup's charge 35 MB under it, and the growth rule trimmed it
- * every 130-510 ms; there the line rule's own repeat (once a second) holds. None where
- * other processes hold most of the limit's charge.
+ * next; with a second's wait it is OOM-killed), and no wait at all once what the kernel
+ * cannot take back by itself (pressure_charge: RSS, or the charge less its page cache)
+ * reaches the line. Full to the line by page cache alone (file I/O keeps the cgroup at its
+ * limit, the kernel reclaims that cache as the host grows) the wait stays at its 50 ms
+ * base: without it the growth rule trimmed at each step, every release back before the
+ * next; with the doubling wait (judged on the charge less page cache) Orthanc in 340 MiB,
+ * its cgroup held there by its storage's page cache, was OOM-killed 1 of 7. RSS alone at
+ * the line is not full either: node's RSS crosses it with its cgroup's charge 35 MB under
+ * it, and the growth rule trimmed it every 130-510 ms; there the line rule's own repeat
+ * (once a second) holds. None where other processes hold most of the limit's charge.
  */
 static int64_t returned_gap(const struct pressure_input *in, const struct pressure_state *st)
 {
@@ -86,9 +92,10 @@ static int64_t returned_gap(const struct pressure_input *in, const struct pressu
      * came back to it still bought them room. No returned wait. */
     if (charge > 2 * in->rss)
         return 0;
+    uint64_t line = (uint64_t)((double)in->limit * in->ratio);
     uint64_t at = mt_control("eng-line-growth") ? charge : limit_fill(in);
-    if (at >= (uint64_t)((double)in->limit * in->ratio))
-        return 0;
+    if (at >= line) /* full to the line: by page cache alone, the base wait */
+        return charge < line && !mt_control("eng-cache-line-nowait") ? RETURNED_GAP_NS : 0;
     return backoff(RETURNED_GAP_NS, st->returned - 1, RETURNED_MAX - 1);
 }
 

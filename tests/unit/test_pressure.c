@@ -504,10 +504,11 @@ static void test_storm_below_working_set(void)
  */
 /* The host of one run: from floor_mb, RSS climbs to peak_mb, each pressure trim takes it back
  * to floor_mb (everything above it free); the cgroup, when file_mb >= 0, charges RSS less
- * file_mb (file pages it maps that are charged elsewhere). *highest: the highest charge a
- * reading saw. */
+ * file_mb (file pages it maps that are charged elsewhere), and page cache fills it up to
+ * cache_mb when that is more (file I/O holding it at its limit). *highest: the highest
+ * charge a reading saw, page cache left out. */
 struct host {
-    int64_t ms, limit_mb, file_mb;
+    int64_t ms, limit_mb, file_mb, cache_mb;
     uint64_t floor_mb;
     double climb_mb_per_ms, peak_mb;
 };
@@ -524,12 +525,15 @@ static int returning_host(const struct host *h, int *returned, uint64_t *highest
         if (rss > h->peak_mb)
             rss = h->peak_mb;
         struct pressure_input in = input(t, (uint64_t)rss, h->limit_mb);
-        if (h->file_mb >= 0)
-            in.cg_current = (int64_t)in.rss - h->file_mb * (int64_t)MB, in.cg_file = 0,
-            in.cg_shmem = 0;
-        if (h->file_mb < 0 || (uint64_t)in.cg_current > *highest)
-            *highest = h->file_mb < 0 ? (in.rss > *highest ? in.rss : *highest)
-                                      : (uint64_t)in.cg_current;
+        if (h->file_mb >= 0) {
+            int64_t hard = (int64_t)in.rss - h->file_mb * (int64_t)MB;
+            int64_t cache = h->cache_mb * (int64_t)MB - hard;
+            in.cg_file = cache > 0 ? cache : 0;
+            in.cg_current = hard + in.cg_file, in.cg_shmem = 0;
+        }
+        uint64_t charged = h->file_mb < 0 ? in.rss : (uint64_t)(in.cg_current - in.cg_file);
+        if (charged > *highest)
+            *highest = charged;
         if (pressure_decide(&in, &st) != PRESSURE_TRIM)
             continue;
         trims++;
@@ -638,6 +642,41 @@ static void test_returned_release_at_the_line(void)
 }
 
 /*
+ * A cgroup that file I/O holds at its limit with page cache (Orthanc's storage under 340 MiB;
+ * the kernel reclaims that cache as the host grows), its host far under the line by what
+ * the kernel cannot take back, re-using each release (1 MB a ms back from 150 MB): the limit
+ * is full to the line by its own count, so before no returned wait held and the growth rule
+ * trimmed at each step, every 17-18 ms (the control eng-cache-line-nowait). Now the wait
+ * stays at its 50 ms base there: at most one trim each 50 ms, and it never doubles away
+ * from a cgroup that is one step from its limit. And one whose own charge climbs to the
+ * line under the same cache (from 280 MB) is trimmed there at once, each time.
+ */
+static void test_returned_release_held_by_page_cache(void)
+{
+    int returned;
+    uint64_t highest;
+    struct host h = {.ms = 10000, .limit_mb = 340, .file_mb = 0, .cache_mb = 336,
+                     .floor_mb = 150, .climb_mb_per_ms = 1, .peak_mb = 220};
+    int trims = returning_host(&h, &returned, &highest);
+    printf("a cgroup held at its limit by page cache, its host re-using each release: %d "
+           "pressure trims in 10 s (%d judged returned), its charge less the cache at most "
+           "%llu MB\n", trims, returned, (unsigned long long)(highest / MB));
+    CHECK_MSG(trims <= 10000 / 50 + 2, "%d pressure trims in 10 s: more than one each 50 ms",
+              trims);
+    CHECK_MSG(trims >= 150, "%d pressure trims in 10 s: the wait grew past its 50 ms base",
+              trims);
+    CHECK_MSG(returned >= trims - 2, "%d of %d judged returned", returned, trims);
+
+    struct host up = {.ms = 10000, .limit_mb = 340, .file_mb = 0, .cache_mb = 336,
+                      .floor_mb = 280, .climb_mb_per_ms = 1, .peak_mb = 400};
+    trims = returning_host(&up, &returned, &highest);
+    printf("its charge less the cache climbing to the line: %d pressure trims in 10 s, that "
+           "charge at most %llu MB (line 306 MB)\n", trims, (unsigned long long)(highest / MB));
+    CHECK_MSG(highest <= 306 * MB, "its charge less the cache reached %llu MB (line 306 MB)",
+              (unsigned long long)(highest / MB));
+}
+
+/*
  * A release that came back is judged so even when a trim of another trigger took it again
  * before the next pressure trim (node: the housekeeper's burst trim, 133-163 MB, between
  * two pressure trims; judged from the low it left, the release "stayed out", the returned
@@ -674,6 +713,7 @@ int main(void)
     RUN(test_returned_release_backs_off);
     RUN(test_returned_release_at_the_line);
     RUN(test_returned_release_taken_again);
+    RUN(test_returned_release_held_by_page_cache);
     RUN(test_poll_fallback_and_zone);
     RUN(test_not_cgroupfs);
     RUN(test_climb_is_trimmed);
