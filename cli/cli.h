@@ -31,6 +31,7 @@ struct opts {
     int tree;  /* --tree: pid and its descendants, one line each */
     double thread_wait_s, call_wait_s;
     long pad;
+    int raise; /* --raise: nice levels for the call's thread (trim, stats; prio.h) */
     const char *config, *library; /* load */
 };
 

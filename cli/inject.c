@@ -790,7 +790,7 @@ static void raise_call_thread(struct attempt *a, pid_t tid, int returned)
     else if (mt_control("cmd-call-unraised"))
         snprintf(p->why, sizeof p->why, "control cmd-call-unraised");
     else
-        prio_raise(p, a->t->pid, a->pick->tid, tid, a->since);
+        prio_raise(p, a->t->pid, a->pick->tid, tid, a->since, a->c->raise);
 }
 
 /* The calling threads are on their own: waits for the result under the call's deadline,
@@ -887,11 +887,11 @@ static int try_thread(struct attempt *a, const struct pick *p)
     errno = 0; /* the base of the call thread's weight: the nice it will inherit (prio.h) */
     int nice = getpriority(PRIO_PROCESS, (id_t)p->tid);
     a->c->prio = (struct prio){.taken_nice = nice, .nice = nice};
-    a->raise = a->c->raise && !(nice == -1 && errno);
+    a->raise = a->c->raise > 0 && !(nice == -1 && errno);
     if (!a->raise)
-        snprintf(a->c->prio.why, sizeof a->c->prio.why, "%s%s", a->c->raise ?
-                 "the taken thread's nice cannot be read: " : "not asked by this verb",
-                 a->c->raise ? strerror(errno) : "");
+        snprintf(a->c->prio.why, sizeof a->c->prio.why, "%s%s", a->c->raise > 0 ?
+                 "the taken thread's nice cannot be read: " : "not asked (--raise 0, or load)",
+                 a->c->raise > 0 ? strerror(errno) : "");
     uint64_t tp = 0, page = page_for_call(a, &s, t0, &rc);
     if (page && thread_block(a->t->pid, s.regs.fs_base, page, a->g, &tp, a->reason,
                              a->reasonlen) != 0) {

@@ -36,7 +36,8 @@ struct inject_call {
     int any_syscall;
     double thread_wait_s; /* how long to look for a safe thread */
     double call_wait_s;   /* how long the call may take */
-    int raise;            /* memtrim's glibc thread raised for its call (prio.h): trim, stats */
+    int raise;            /* nice levels memtrim's glibc thread is raised by for its call
+                             (prio.h): trim and stats (--raise); 0 none */
     /* results */
     uint64_t result;
     unsigned char out[1024];

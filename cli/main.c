@@ -29,7 +29,9 @@ static void usage(FILE *f)
           "       memtrim agent [--config JSON|FILE] [--dry-run] (the node daemon)\n"
           "options: --json (JSON even on a terminal), --tree (PID and its descendants, a line\n"
           "         each), --thread-wait SECONDS (default 5),\n"
-          "         --timeout SECONDS (the call's deadline, default 30)\n"
+          "         --timeout SECONDS (the call's deadline, default 30),\n"
+          "         --raise LEVELS (trim, stats: nice levels above the taken thread for the\n"
+          "         call's thread, 0-20, default 10; 0: as it inherits)\n"
           "See memtrim(1).\n", f);
 }
 
@@ -87,6 +89,13 @@ static int parse_option(int argc, char **argv, int *i, struct opts *o)
         }
         o->start_time = t;
         (*i)++;
+    } else if (!strcmp(a, "--raise") && v) {
+        if (parse_long(v, 0, 20, &n) != 0) {
+            fprintf(stderr, "memtrim: --raise wants nice levels from 0 to 20, not '%s'\n", v);
+            return -1;
+        }
+        o->raise = (int)n;
+        (*i)++;
     } else if (!strcmp(a, "--pad") && v) {
         if (parse_long(v, 0, LONG_MAX, &n) != 0) {
             fprintf(stderr, "memtrim: --pad wants a byte count, not '%s'\n", v);
@@ -106,6 +115,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     memset(o, 0, sizeof *o);
     o->thread_wait_s = 5;
     o->call_wait_s = 30;
+    o->raise = PRIO_RAISE;
     o->json = !isatty(STDOUT_FILENO);
     int pos = 0;
     for (int i = 1; i < argc; i++) {
@@ -201,7 +211,7 @@ static int trim(const struct opts *o, struct target *t)
                                  .page_args = 1};
     else if (row->release_arg == MT_ALLOC_ARG_INT)
         c.args[0] = (uint64_t)row->release_int;
-    c.raise = 1; /* the call thread raised for its call (prio.h) */
+    c.raise = o->raise; /* the call thread raised for its call (prio.h) */
     int glibc = row->libc;
     c.syscalls = glibc ? glibc_trim_calls : other_trim_calls;
     c.n_syscalls = glibc ? sizeof glibc_trim_calls / sizeof glibc_trim_calls[0]
@@ -267,7 +277,7 @@ static int stats(const struct opts *o, struct target *t)
         return cli_fail(o, EXIT_UNSUPPORTED, "the target's libc exports neither mallinfo2 nor mallinfo");
     struct inject_call c = {.func = fn, .arg0_is_out = 1, .out_len = 80, .syscalls = stats_calls,
                             .n_syscalls = sizeof stats_calls / sizeof stats_calls[0],
-                            .raise = 1};
+                            .raise = o->raise};
     double t0 = cli_now();
     int rc = cli_call(o, t, &c);
     if (rc)

@@ -31,9 +31,9 @@ struct sched_attr_v0 {
     uint64_t runtime, deadline, period;
 };
 
-int prio_target_nice(int taken_nice)
+int prio_target_nice(int taken_nice, int levels)
 {
-    return taken_nice - PRIO_RAISE < -20 ? -20 : taken_nice - PRIO_RAISE;
+    return taken_nice - levels < -20 ? -20 : taken_nice - levels;
 }
 
 int prio_parse_stat(const char *buf, int *nice, unsigned long long *start, unsigned *policy)
@@ -99,7 +99,8 @@ static int set_nice(pid_t tid, unsigned policy, int nice)
     return (int)syscall(SYS_sched_setattr, tid, &a, 0);
 }
 
-int prio_raise(struct prio *p, pid_t pid, pid_t taken, pid_t tid, unsigned long long since)
+int prio_raise(struct prio *p, pid_t pid, pid_t taken, pid_t tid, unsigned long long since,
+               int levels)
 {
     int nice = 0;
     unsigned long long start = 0;
@@ -131,7 +132,7 @@ int prio_raise(struct prio *p, pid_t pid, pid_t taken, pid_t tid, unsigned long 
                  "a fair one: left as it is", policy);
         return 0;
     }
-    int to = prio_target_nice(nice);
+    int to = prio_target_nice(nice, levels);
     if (to >= nice) {
         snprintf(p->why, sizeof p->why, "the taken thread is at nice %d already", nice);
         return 0;

@@ -13,15 +13,16 @@ call_threads_seconds (from that release until both of memtrim's threads have exi
 thread is cloned during the stop).
 
 memtrim raises its glibc thread for its call (docs/command.md, "The call's weight"); the arm
-"unraised" is the same command with that undone (control cmd-call-unraised: BUILD must be a
--DMEMTRIM_CONTROLS=ON build, such as build-controls), for an A/B in turn in one run:
---arms memtrim,unraised,gdb,none. Each memtrim run shows the nice its call ran at.
+"unraised" is the same command with --raise 0 (the thread at the nice it inherits, as
+before), for an A/B in turn in one run: --arms memtrim,unraised,gdb,none. --raise N sets the
+memtrim arm's levels (default: the command's own). Each run shows the nice its call ran at.
 
 The stall a tool causes: for gdb, the churners' longest gap (gdb stops every thread from its
 attach to its detach, and the churners run during the call itself); for memtrim, the larger
 of the churners' longest gap and the taken thread's stop (the one thread it stops).
 
 usage: bench/cli/vs_gdb.py BUILD_DIR [--runs N] [--threads 8,64] [--arms memtrim,unraised,gdb,none]
+                           [--raise N]
                            [--check-ratio R]
 --check-ratio R: exit 1 when, at any thread count, memtrim's median stall is above R times
 gdb's or it released less than 0.95 of what gdb released; 77 when gdb never called at a thread
@@ -42,6 +43,7 @@ import traceback
 
 FREED_MB = 370
 MEMTRIM_ARMS = ("memtrim", "unraised")  # the same command, its thread raised or not
+RAISE = []  # --raise N for the memtrim arm (main)
 
 
 def start(build, threads):
@@ -77,16 +79,11 @@ def one(build, threads, arm, window):
         run = {"arm": arm, "load": load1()}
         t0 = time.monotonic()
         if arm in MEMTRIM_ARMS:
-            env = dict(os.environ)
-            env.pop("MEMTRIM_CONTROL", None)
-            if arm == "unraised":
-                env["MEMTRIM_CONTROL"] = "cmd-call-unraised"
+            raise_ = ["--raise", "0"] if arm == "unraised" else RAISE
             r = subprocess.run([f"{build}/memtrim", "trim", str(p.pid), "--json", "--timeout",
-                                "900"], capture_output=True, text=True, env=env)
+                                "900", *raise_], capture_output=True, text=True)
             assert r.returncode == 0, r.stderr
             out = json.loads(r.stdout)
-            assert arm == "memtrim" or not out["call_thread_raised"], \
-                "the unraised arm was raised: BUILD is not a -DMEMTRIM_CONTROLS=ON build"
             stop = out["thread_stopped_seconds"]
             run.update(stop=stop * 1e3, call=out["call_seconds"] * 1e3,
                        life=(out["call_threads_seconds"] + stop) * 1e3,
@@ -147,6 +144,8 @@ def main():
     tlist = [int(x) for x in arg("--threads", "8,64").split(",")]
     arms = tuple(arg("--arms", "memtrim,gdb,none").split(","))
     check = float(arg("--check-ratio", "0")) or None
+    if "--raise" in sys.argv:
+        RAISE.extend(["--raise", arg("--raise", "10")])
     if "gdb" in arms and not shutil.which("gdb"):
         print("no gdb (Debian's gdb package: tests/install-deps.sh all)", file=sys.stderr)
         return 127

@@ -301,6 +301,8 @@ ROWS = {  # id: (how, exit code, a word of its message, the man page's words for
                     "the command line"),
     "bad-pad": (lambda e: tool("trim", "1", "--pad", "-1"), 1, "wants a byte count",
                 "the command line"),
+    "bad-raise": (lambda e: tool("trim", "1", "--raise", "21"), 1, "wants nice levels",
+                  "the command line"),
     "tree-with-load": (lambda e: tool("load", "1", "--tree"), 1, "--tree is for trim and stats",
                        "the command line"),
     "itself": (itself, 1, "cannot act on itself", "memtrim's own pid"),

@@ -227,23 +227,28 @@ def nice_of(pid, tid):
         return None
 
 
-@pytest.mark.parametrize("nice,raised", [(0, -10), (19, 9), (-15, -20), (-20, None)])
-def test_call_thread_raised_for_its_call(nice, raised):
+@pytest.mark.parametrize("nice,levels,raised,why", [
+    (0, None, -10, None), (19, None, 9, None), (-15, None, -20, None), (5, 3, 2, None),
+    (-20, None, None, "at nice -20 already"), (0, 0, None, "--raise 0")])
+def test_call_thread_raised_for_its_call(nice, levels, raised, why):
     """malloc_trim holds each arena's lock while it trims it: memtrim's glibc thread, holding
     it at the weight it inherited, waits for a CPU behind the threads that wait for it (at 64
     threads its call took 620-730 ms where gdb's whole stop took 170-210 ms; docs/benchmarks.md).
-    The tracer raises that thread alone 10 nice levels above the taken thread's (at most to
-    -20) for its call. A process at nice N whose main_arena lock a thread holds (inside
-    malloc_stats, until the test lets go): memtrim's thread waits there in malloc_trim, and
-    while it waits it runs at N - 10 (-20 at most; none from -20), every thread of the
-    process's own still at N; the report says so; then it ends with the call. Control
-    cmd-call-unraised (the thread left as it inherited: never at N - 10)."""
+    The tracer raises that thread alone 10 nice levels (--raise) above the taken thread's (at
+    most to -20) for its call. A process at nice N whose main_arena lock a thread holds
+    (inside malloc_stats, until the test lets go): memtrim's thread waits there in
+    malloc_trim, and while it waits it runs at N - 10 (-20 at most; none from -20; N - 3
+    with --raise 3, N with --raise 0), every thread of the process's own still at N; the
+    report says so; then it ends with the call. Control cmd-call-unraised (the thread left
+    as it inherited: never raised)."""
     t = Target("held", nice=nice)
     try:
         own = {int(x) for x in os.listdir(f"/proc/{t.pid}/task")}
         assert {nice_of(t.pid, x) for x in own} == {nice}
-        call = subprocess.Popen([str(TOOL), "trim", str(t.pid), "--json", "--timeout", "60"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        extra = [] if levels is None else ["--raise", str(levels)]
+        call = subprocess.Popen([str(TOOL), "trim", str(t.pid), "--json", "--timeout", "60",
+                                 *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
         try:
             def ours():  # memtrim's glibc thread in the held malloc_trim (futex), and its nice
                 for x in os.listdir(f"/proc/{t.pid}/task"):
@@ -264,7 +269,7 @@ def test_call_thread_raised_for_its_call(nice, raised):
         assert r["taken_thread_nice"] == nice and r["call_thread_nice"] == want, r
         assert r["call_thread_raised"] == (raised is not None), r
         if raised is None:
-            assert "already" in r["call_thread_not_raised"], r
+            assert why in r["call_thread_not_raised"], r
         assert r["call_threads_ended"], r
         wait_for(lambda: nice_of(t.pid, tid) is None, what="memtrim's thread gone")
         assert {nice_of(t.pid, x) for x in own} == {nice} and t.alive()

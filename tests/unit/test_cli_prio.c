@@ -25,10 +25,12 @@ static pid_t tid_self(void)
 
 static void test_target_nice(void)
 {
-    CHECK_EQ_INT(prio_target_nice(0), -10);
-    CHECK_EQ_INT(prio_target_nice(19), 9);
-    CHECK_EQ_INT(prio_target_nice(-15), -20);
-    CHECK_EQ_INT(prio_target_nice(-20), -20);
+    CHECK_EQ_INT(prio_target_nice(0, PRIO_RAISE), -10);
+    CHECK_EQ_INT(prio_target_nice(19, PRIO_RAISE), 9);
+    CHECK_EQ_INT(prio_target_nice(-15, PRIO_RAISE), -20);
+    CHECK_EQ_INT(prio_target_nice(-20, PRIO_RAISE), -20);
+    CHECK_EQ_INT(prio_target_nice(5, 3), 2);
+    CHECK_EQ_INT(prio_target_nice(0, 20), -20);
 }
 
 static void test_parse_stat(void)
@@ -114,19 +116,20 @@ static void test_raise_and_lower(void)
     struct prio p = {.taken_nice = base};
 
     /* not memtrim's: this process's own (its main thread), born before, at another nice */
-    CHECK_EQ_INT(prio_raise(&p, pid, 0, pid, since), 0);
+    CHECK_EQ_INT(prio_raise(&p, pid, 0, pid, since, PRIO_RAISE), 0);
     CHECK_CONTAINS(p.why, "the process's own");
-    CHECK_EQ_INT(prio_raise(&p, pid, 0, tid, since + 100000), 0);
+    CHECK_EQ_INT(prio_raise(&p, pid, 0, tid, since + 100000, PRIO_RAISE), 0);
     CHECK_CONTAINS(p.why, "born before");
     p.taken_nice = base + 1;
-    CHECK_EQ_INT(prio_raise(&p, pid, 0, tid, since), 0);
+    CHECK_EQ_INT(prio_raise(&p, pid, 0, tid, since, PRIO_RAISE), 0);
     CHECK_CONTAINS(p.why, "not the");
     p.taken_nice = base;
-    CHECK_EQ_INT(prio_raise(&p, pid, tid, tid, since), 0); /* the taken thread itself */
+    /* the taken thread itself */
+    CHECK_EQ_INT(prio_raise(&p, pid, tid, tid, since, PRIO_RAISE), 0);
     CHECK_CONTAINS(p.why, "the process's own");
     CHECK_EQ_INT(getpriority(PRIO_PROCESS, (id_t)tid), base);
 
-    int r = prio_raise(&p, pid, main_tid, tid, since);
+    int r = prio_raise(&p, pid, main_tid, tid, since, PRIO_RAISE);
     if (geteuid() != 0) { /* without CAP_SYS_NICE: refused, nothing changed */
         CHECK_EQ_INT(r, 0);
         CHECK_CONTAINS(p.why, "CAP_SYS_NICE");
@@ -150,7 +153,7 @@ static void test_raise_and_lower(void)
     pthread_join(w, NULL);
     /* gone: neither raised nor lowered (its tid is nobody's now) */
     struct prio q = {.taken_nice = base};
-    CHECK_EQ_INT(prio_raise(&q, pid, main_tid, tid, since), 0);
+    CHECK_EQ_INT(prio_raise(&q, pid, main_tid, tid, since, PRIO_RAISE), 0);
     CHECK_CONTAINS(q.why, "not one of");
     q = (struct prio){.taken_nice = base, .raised = 1, .tid = tid, .nice = base - PRIO_RAISE};
     prio_lower(&q, pid);
