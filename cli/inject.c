@@ -789,8 +789,10 @@ static void raise_call_thread(struct attempt *a, pid_t tid, int returned)
         snprintf(p->why, sizeof p->why, "its call had returned when memtrim saw it");
     else if (mt_control("cmd-call-unraised"))
         snprintf(p->why, sizeof p->why, "control cmd-call-unraised");
-    else
-        prio_raise(p, a->t->pid, a->pick->tid, tid, a->since, a->c->raise);
+    else /* its gettid: the number of the target's pid namespace (control cmd-raise-ns-tid:
+          * taken as the tool's; from the host into a container no thread had it) */
+        prio_raise(p, a->t->pid, a->pick->tid, mt_control("cmd-raise-ns-tid") ? tid :
+                   prio_our_tid(a->t->pid, tid), a->since, a->c->raise);
 }
 
 /* The calling threads are on their own: waits for the result under the call's deadline,

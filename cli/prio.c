@@ -72,6 +72,51 @@ int prio_parse_stat(const char *buf, int *nice, unsigned long long *start, unsig
     return got == 3 ? 0 : -1;
 }
 
+pid_t prio_parse_nspid(const char *status)
+{
+    const char *p = !strncmp(status, "NSpid:", 6) ? status : strstr(status, "\nNSpid:");
+    if (!p)
+        return 0;
+    long last = -1;
+    for (p = strchr(p, ':') + 1; *p && *p != '\n';) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (!*p || *p == '\n')
+            break;
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v <= 0 || v > 0x3fffffff)
+            return -1;
+        last = v;
+        p = end;
+    }
+    return last > 0 ? (pid_t)last : -1;
+}
+
+static int same_pid_ns(pid_t pid)
+{
+    char a[64], b[64], path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
+    ssize_t n = readlink("/proc/self/ns/pid", a, sizeof a - 1), m = readlink(path, b, sizeof b - 1);
+    return n > 0 && n == m && !memcmp(a, b, (size_t)n);
+}
+
+pid_t prio_our_tid(pid_t pid, pid_t tid)
+{
+    static pid_t tids[4096];
+    if (same_pid_ns(pid))
+        return tid;
+    int n = target_threads(pid, tids, 4096);
+    for (int i = n - 1; i >= 0; i--) { /* the newest last in /proc: ours among them */
+        char path[64], buf[2048];
+        snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tids[i]);
+        if (target_read_file(path, buf, sizeof buf) > 0 && prio_parse_nspid(buf) == tid)
+            return tids[i];
+    }
+    return 0;
+}
+
 unsigned long long prio_ticks_now(void)
 {
     struct timespec ts;

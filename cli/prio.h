@@ -31,6 +31,13 @@ int prio_target_nice(int taken_nice, int levels);
 /* A /proc/PID/task/TID/stat text's nice (field 19), start time (22) and scheduling policy
  * (41), after the name's last ')': 0, or -1. */
 int prio_parse_stat(const char *buf, int *nice, unsigned long long *start, unsigned *policy);
+/* The last field of a /proc/PID/task/TID/status text's NSpid line: the thread's id in its own
+ * (innermost) pid namespace; 0 without the line, -1 if malformed. */
+pid_t prio_parse_nspid(const char *status);
+/* tid, as the target's own pid namespace names it (what its gettid returned), as this process
+ * names it: itself when both share one pid namespace, else the thread of pid whose NSpid ends
+ * with it. 0 if none. */
+pid_t prio_our_tid(pid_t pid, pid_t tid);
 /* The start time (in /proc's clock ticks) of a thread created from now on: its lower bound. */
 unsigned long long prio_ticks_now(void);
 /* Raises thread tid of process pid, which claims to be memtrim's glibc thread, if it is: a

@@ -56,6 +56,18 @@ static void test_parse_stat(void)
     CHECK_EQ_INT(prio_parse_stat("no name here", &nice, &start, &policy), -1);
 }
 
+static void test_nspid(void)
+{
+    CHECK_EQ_INT((int)prio_parse_nspid("Name:\tx\nTgid:\t9\nNSpid:\t12345\t7\nNSpgid:\t1\n"), 7);
+    CHECK_EQ_INT((int)prio_parse_nspid("NSpid:\t42"), 42); /* first line, no newline */
+    CHECK_EQ_INT((int)prio_parse_nspid("Name:\tNSpid:\t5\n"), 0); /* a name, not the line */
+    CHECK_EQ_INT((int)prio_parse_nspid("Name:\tx\nNSpid:\t12\tabc\n"), -1);
+    CHECK_EQ_INT((int)prio_parse_nspid("Name:\tx\nNSpid:\n"), -1);
+    /* this process's own namespace: its numbers as they are */
+    pid_t self = tid_self();
+    CHECK_EQ_INT((int)prio_our_tid(getpid(), self), (int)self);
+}
+
 /* A thread that waits to be told to start one more thread, and reports that one's nice. */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -164,6 +176,7 @@ int main(void)
 {
     RUN(test_target_nice);
     RUN(test_parse_stat);
+    RUN(test_nspid);
     RUN(test_raise_and_lower);
     return harness_end();
 }
