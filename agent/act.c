@@ -4,7 +4,8 @@
  * is (its refusals, its injector, its identity check of the process read), a fault or a hang
  * of a call stays in a child, and the agent killed mid-trim is the command's own case (the
  * child runs on to its end; nothing is left to the agent). The child's JSON answer says what
- * was released or, with the command's error code, why not; its CPU (wait4's rusage) is charged
+ * was released or, with the command's error code, why not, and its time inside the process
+ * (charged to that member's own budget of it: decide.c); its CPU (wait4's rusage) is charged
  * to the trims' budget. The loop thread; a->lock is released while the child runs (the records
  * it fills afterwards are freed only by this same thread's scan).
  */
@@ -105,7 +106,13 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
     cJSON *j = cJSON_Parse(answer);
     const cJSON *rel = cJSON_GetObjectItemCaseSensitive(j, "released_bytes");
     const cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    const cJSON *stop = cJSON_GetObjectItemCaseSensitive(j, "thread_stopped_seconds");
+    const cJSON *life = cJSON_GetObjectItemCaseSensitive(j, "call_threads_seconds");
     agent_trimmed(p, started, now);
+    /* its time inside the process, charged to its own budget of it (decide.c; none in a
+     * refusal, or in an ask through its memtrim's API) */
+    agent_inside_charge(p, now, agent_in_target_ns(cJSON_IsNumber(stop) ? stop->valuedouble : 0,
+                                                   cJSON_IsNumber(life) ? life->valuedouble : 0));
     if (cJSON_IsNumber(rel)) {
         /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
         int64_t r = rel->valuedouble > 0 && (rel->valuedouble < 9007199254740992.0 ||
@@ -229,9 +236,9 @@ static void finish(struct agent *a, struct agent_trim *t)
     }
     agent_history_trim(a, cg, p, released, now - t->t0, cpu);
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
-           "CPU)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
+           "CPU, %.1f ms in the process)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
            p->reason ? "not trimmed," : "released", (long long)released,
-           (double)(now - t->t0) / 1e6, (double)cpu / 1e6,
+           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, (double)p->last_in_target_ns / 1e6,
            strstr(t->buf, "\"via\":\"api\"") ? ", asked through its memtrim's API" : "",
            p->reason ? ": " : "", p->reason ? p->why : "");
     cg->busy = NULL;

@@ -100,6 +100,9 @@ struct agent_proc {
     int64_t anon_after_trim;   /* RssAnon right after its last trim (-1 never trimmed) */
     int64_t last_released;     /* what its last trim gave back */
     int64_t last_trim_ns;      /* monotonic */
+    int64_t last_in_target_ns; /* its last trim's time inside it, as the command answered */
+    double inside_ns;          /* its own budget of trims' time inside it (decide.c's bucket): */
+    int64_t inside_at_ns;      /* what is left at inside_at_ns; inside_at_ns 0: full */
     int zero_trims;            /* trims in a row that gave back under 1 MiB */
     int in_flight;             /* a trim of it runs now */
     uint64_t trims, released;
@@ -239,9 +242,21 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
 /* A trim of p that started at started_ns was answered at answered_ns: its time, as the
  * decision reads it (the start: its retrim gap runs from there). */
 void agent_trimmed(struct agent_proc *p, int64_t started_ns, int64_t answered_ns);
+/* A trim's time inside its process from the command's answer (thread_stopped_seconds and
+ * call_threads_seconds): each a NaN, a negative or one past an hour (no call lasts that: the
+ * command's deadlines) counts 0. */
+int64_t agent_in_target_ns(double stopped_s, double threads_s);
+/* Each member's own budget of trims' time inside it (a token bucket: AGENT_INSIDE_SHARE of
+ * its time, holding AGENT_INSIDE_CAP_NS, full at first sight): what is left at now_ns (a
+ * member with nothing left is no candidate), and a trim's time inside it charged at now_ns. */
+#define AGENT_INSIDE_SHARE 0.25
+#define AGENT_INSIDE_CAP_NS (2.0 * 1e9)
+double agent_inside_left(const struct agent_proc *p, int64_t now_ns);
+void agent_inside_charge(struct agent_proc *p, int64_t now_ns, int64_t in_target_ns);
 /* When a member trimmed lately may be picked again (the decision's retrim gap from its
- * last trim's start ends): the earliest such time after now_ns, INT64_MAX none. The loop
- * wakes then in the zone, not at its next poll. */
+ * last trim's start ends, and its budget of time inside it is no longer spent): the earliest
+ * such time after now_ns, INT64_MAX none. The loop wakes then in the zone, not at its next
+ * poll. */
 int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns);
 /* The trims' CPU budget, a token bucket of percent of one core holding what 10 s earn: its
  * content at the agent's start (full), and a take at now_ns (refilled since *at_ns): 1 when

@@ -5,8 +5,8 @@
  * here are the aim it is handed (the lower of the limit and memory.high, so that the kernel
  * never throttles), the readings of each member, a trim's time as the decision reads it (its
  * start) and when a member trimmed lately may be picked again (a refusal for want of room
- * held until the cgroup has room), the trims' budget, and the opt-in idle pick outside the
- * zone. Pure functions of their arguments (no clock, no file);
+ * held until the cgroup has room), each member's own budget of trims' time inside it, the
+ * trims' CPU budget, and the opt-in idle pick outside the zone. Pure functions of their arguments (no clock, no file);
  * any thread.
  */
 #include "agent_int.h"
@@ -78,6 +78,7 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
             /* one that cannot give the least worth a trim is no candidate: never trimmed, the
              * decision would count all its memory (a container's pid 1 shell, its unshare) */
             .busy = p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || p->anon < 0 ||
+                    agent_inside_left(p, now_ns) <= 0 ||
                     agent_expected(p) < (int64_t)min_releasable,
         };
         outside_candidate(&c[i], &r);
@@ -98,6 +99,35 @@ void agent_trimmed(struct agent_proc *p, int64_t started_ns, int64_t answered_ns
     p->last_trim_ns = mt_control("agent-retrim-from-end") ? answered_ns : started_ns;
 }
 
+static double seconds_ns(double s)
+{
+    return s > 0 && s < 3600 ? s * 1e9 : 0; /* (a NaN compares false) */
+}
+
+int64_t agent_in_target_ns(double stopped_s, double threads_s)
+{
+    return (int64_t)(seconds_ns(stopped_s) + seconds_ns(threads_s) + 0.5); /* (nearest ns) */
+}
+
+double agent_inside_left(const struct agent_proc *p, int64_t now_ns)
+{
+    /* the control: no bound, each member asked at the retrim gap however long its trims
+     * stay inside it (back to back on one whose trims outlast the gap) */
+    if (!p->inside_at_ns || mt_control("agent-stall-unbounded"))
+        return AGENT_INSIDE_CAP_NS;
+    double left = p->inside_ns;
+    if (now_ns > p->inside_at_ns)
+        left += (double)(now_ns - p->inside_at_ns) * AGENT_INSIDE_SHARE;
+    return left < AGENT_INSIDE_CAP_NS ? left : AGENT_INSIDE_CAP_NS;
+}
+
+void agent_inside_charge(struct agent_proc *p, int64_t now_ns, int64_t in_target_ns)
+{
+    p->last_in_target_ns = in_target_ns;
+    p->inside_ns = agent_inside_left(p, now_ns) - (double)in_target_ns;
+    p->inside_at_ns = now_ns > 0 ? now_ns : 1;
+}
+
 int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
 {
     int64_t due = INT64_MAX;
@@ -108,6 +138,11 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
         if (p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || !p->last_trim_ns)
             continue; /* (held for room: the zone's poll reads the room again) */
         int64_t at = p->last_trim_ns + outside_retrim_ns();
+        double left = agent_inside_left(p, now_ns);
+        if (left <= 0) { /* its budget inside it refills past 0 then */
+            int64_t refill = now_ns + (int64_t)(-left / AGENT_INSIDE_SHARE) + 1;
+            at = refill > at ? refill : at;
+        }
         if (at > now_ns && at < due)
             due = at;
     }

@@ -106,9 +106,14 @@ def test_with_only_the_agent_beside_them_every_limited_container_finishes(procs,
           f"{open('/proc/loadavg').read().split()[0]}")
     walls = sorted(float(w) for w in re.findall(r"released \d+ bytes in ([0-9.]+) ms", log))
     cpus = sorted(float(c) for c in re.findall(r"released \d+ bytes in [0-9.]+ ms \(([0-9.]+) ms CPU", log))
+    inside = sorted(float(t) for t in re.findall(r"released \d+ bytes in [0-9.]+ ms \([0-9.]+ ms CPU, "
+                                                  r"([0-9.]+) ms in the process", log))
     if walls:
         print(f"run {run + 1}: {len(walls)} trims: the command's wall median {walls[len(walls) // 2]:.1f} "
               f"ms, max {walls[-1]:.1f} ms; its CPU median {cpus[len(cpus) // 2]:.1f} ms, max {cpus[-1]:.1f} ms")
+    if inside:
+        print(f"run {run + 1}: time in the process median {inside[len(inside) // 2]:.1f} ms, max "
+              f"{inside[-1]:.1f} ms, {sum(inside) / 1e3:.2f} s in all")
     for cg, _, rc, out in ended[:3]:
         path = "/" + cg.path.name
         released = agent.metric("memtrim_agent_released_bytes_total", path)
