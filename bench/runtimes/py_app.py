@@ -2,10 +2,12 @@
 standard library's ThreadingHTTPServer (a thread per connection). GET /work?mb=N builds N MB of
 bytes objects of 1-64 KB (above pymalloc's 512 bytes: each one glibc's malloc, written so it
 is resident), keeps 1 in 50 in a ring of RING entries shared by every thread (what a cache
-keeps: it pins pages all over the arenas) and frees the rest; GET /big?mb=N builds one object of
-N MB (mmap'd by glibc, outside the arenas: what a report or an upload takes at once), written
-whole, and frees it; GET /ping answers at once.
+keeps: it pins pages all over the arenas) and frees the rest; GET /big?mb=N fills one buffer of
+N MB outside the arenas (an anonymous mapping: what an upload takes at once), 64 KB at a time
+with a running checksum, and frees it; GET /ping answers at once.
 Usage: python3 py_app.py PORT_FILE"""
+import hashlib
+import mmap
 import random
 import sys
 import threading
@@ -34,6 +36,23 @@ def work(mb):
     return len(blocks)
 
 
+def big(size):
+    """One buffer of size bytes outside glibc's arenas (an anonymous mapping, as glibc's malloc
+    gives a block that large), written 64 KB at a time and checksummed as it is (an upload
+    checked as it arrives: about 200 MB/s on 2 cores at load 9, with SHA-NI), then freed."""
+    buf = mmap.mmap(-1, size)
+    view = memoryview(buf)
+    digest = hashlib.sha256()
+    chunk = b"x" * 65536
+    for off in range(0, size, 65536):
+        n = min(65536, size - off)
+        view[off:off + n] = chunk[:n]
+        digest.update(view[off:off + n])
+    view.release()
+    buf.close()
+    return digest.hexdigest().encode()
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         url = urlparse(self.path)
@@ -42,9 +61,7 @@ class Handler(BaseHTTPRequestHandler):
             body = str(work(max(1, min(mb, 256)))).encode()
         elif url.path == "/big":
             mb = int(parse_qs(url.query).get("mb", ["16"])[0])
-            big = b"x" * (max(1, min(mb, 1024)) << 20)
-            body = str(len(big)).encode()
-            del big
+            body = big(max(1, min(mb, 1024)) << 20)
         elif url.path == "/ping":
             body = b"pong"
         else:

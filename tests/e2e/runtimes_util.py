@@ -320,3 +320,18 @@ def burst(server, count=None, concurrency=None, mb=None, bodies=None, timeout=12
         for t in ts:
             t.join()
     return Burst(lat, errors, time.monotonic() - t0)
+
+
+def big(server, mb, timeout=120):
+    """python: one request that builds mb MB at once (py_app.py's GET /big: one object, mmap'd
+    by glibc outside its arenas, written whole, then freed), as a report or an upload takes a
+    server's memory at once; the error as burst() words it, None when it answered 200."""
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+        c.request("GET", f"/big?mb={mb}")
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return None if r.status == 200 else f"big: status {r.status}"
+    except (OSError, http.client.HTTPException) as e:
+        return f"big: {type(e).__name__}: {e}"
