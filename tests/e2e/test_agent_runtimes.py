@@ -23,8 +23,10 @@ MB = 1 << 20
 # anonymization of its studies (241 requests served, 4 anonymizations lost in both), the agent's
 # 4 trims giving back 0 MiB, the last refused by the command (232 KiB left in the cgroup, 384 KiB
 # a trim may charge), at load 8.8 (12:36 UTC; 5 trims and 0.8 MiB in 7d36d1b's run): its requests
-# free and climb again within the command's 70-700 ms (docs/agent.md, "What the agent cannot
-# do").
+# free and climb again within the command's 70-700 ms. Measured since (4 runs, load 23-26): its
+# storage's page cache holds the cgroup at its limit, so in the anonymization the command's
+# room check refuses and the agent waits for room the cache never leaves (docs/agent.md, "What
+# the agent cannot do").
 # python3's ThreadingHTTPServer (py_app.py): test_runtimes.py's burst (240 requests of 36 MB from
 # 16 clients, 1-64 KB objects, 1 in 50 kept in a shared ring), then one upload-sized request
 # (GET /big: BIG_MB in one anonymous mapping outside glibc's arenas, written 64 KB at a time
