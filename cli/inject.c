@@ -918,7 +918,16 @@ static int try_thread(struct attempt *a, const struct pick *p)
     a->c->stopped_s = released - t0; /* from before its seize: the whole stop, page made */
     snprintf(a->c->syscall, sizeof a->c->syscall, "%s", target_syscall_name(p->nr));
     rc = wait_call(a, page, released);
-    prio_lower(&a->c->prio, a->t->pid); /* it outlived the wait (a timeout, a failure) */
+    /* it outlived the wait (a timeout, a failure): set back, and said so in the error.
+     * Control cmd-raise-not-lowered: left raised for the rest of its call. */
+    if (!mt_control("cmd-raise-not-lowered"))
+        prio_lower(&a->c->prio, a->t->pid);
+    if (rc != INJECT_OK && a->c->prio.lowered) {
+        size_t n = strlen(a->err);
+        if (n < a->errlen)
+            snprintf(a->err + n, a->errlen - n, "; memtrim's thread %d, raised for its "
+                     "call, set back to nice %d", (int)a->c->prio.tid, a->c->prio.taken_nice);
+    }
     if (!a->c->prio.raised && !a->c->prio.why[0])
         snprintf(a->c->prio.why, sizeof a->c->prio.why, "memtrim's glibc thread never said "
                  "its tid");

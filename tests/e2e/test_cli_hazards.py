@@ -23,10 +23,12 @@ CTOR = BUILD / "libcli-hazard-ctor.so"
 
 
 class Target:
-    def __init__(self, *args, stderr=subprocess.DEVNULL, nice=0):
+    def __init__(self, *args, stderr=subprocess.DEVNULL, nice=None):
+        # nice: the target's own, whatever the test runs at (a suite run under `nice`)
         self.p = subprocess.Popen([str(HAZARD), *args], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                  preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                                  preexec_fn=None if nice is None else
+                                  (lambda: os.setpriority(os.PRIO_PROCESS, 0, nice)))
         line = self.p.stdout.readline()
         assert line.startswith("ready"), line
         self.pid = self.p.pid
@@ -273,6 +275,34 @@ def test_call_thread_raised_for_its_call(nice, levels, raised, why):
         assert r["call_threads_ended"], r
         wait_for(lambda: nice_of(t.pid, tid) is None, what="memtrim's thread gone")
         assert {nice_of(t.pid, x) for x in own} == {nice} and t.alive()
+    finally:
+        t.stop()
+
+
+def test_call_thread_set_back_past_its_deadline():
+    """A raise never outlives the tracer's wait: a process whose main_arena lock a thread holds
+    (cli_hazard.c's "held") and a trim with --timeout 3. memtrim's glibc thread, raised to -10
+    once it said its tid, still waits for that lock in malloc_trim when the deadline passes:
+    the command exits 5 (timeout) and says the thread was set back, and from then on, while
+    the call goes on, that thread runs at the process's nice 0 again, every thread of the
+    process's own too; let go, the call ends and the thread with it. Control
+    cmd-raise-not-lowered (the tracer leaves it raised: it stays at -10 for the rest of its
+    call)."""
+    t = Target("held", nice=0)
+    try:
+        own = {int(x) for x in os.listdir(f"/proc/{t.pid}/task")}
+        rc, out, err = tool("trim", t.pid, "--timeout", "3")
+        assert rc == 5 and out["error"]["code"] == "timeout", (rc, out, err)
+        ours = [int(x) for x in os.listdir(f"/proc/{t.pid}/task") if int(x) not in own]
+        held = [x for x in ours if syscall_of(t.pid, x) == "202"]
+        assert len(held) == 1, (ours, [syscall_of(t.pid, x) for x in ours])
+        assert nice_of(t.pid, held[0]) == 0, (nice_of(t.pid, held[0]), out)  # not left raised
+        assert f"thread {held[0]}, raised for its call, set back to nice 0" in \
+            out["error"]["message"], out
+        assert {nice_of(t.pid, x) for x in own} == {0}
+        t.ask("release")
+        wait_for(lambda: nice_of(t.pid, held[0]) is None, what="memtrim's thread gone")
+        assert t.alive()
     finally:
         t.stop()
 
