@@ -12,6 +12,7 @@
 #include "agent_int.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
 #include "control.h"
@@ -107,6 +108,18 @@ static double seconds_ns(double s)
 int64_t agent_in_target_ns(double stopped_s, double threads_s)
 {
     return (int64_t)(seconds_ns(stopped_s) + seconds_ns(threads_s) + 0.5); /* (nearest ns) */
+}
+
+int64_t agent_answer_inside_ns(const char *code, int answered, double stopped_s,
+                               double threads_s, int64_t started_ns, int64_t ended_ns)
+{
+    /* the control: a call past its deadline counted as the answer's figures (none: 0), so
+     * the longest calls were free and the member asked again at the retrim gap */
+    int whole = (!answered || (code && !strcmp(code, "timeout"))) &&
+                !mt_control("agent-timeout-uncharged");
+    if (!whole)
+        return agent_in_target_ns(stopped_s, threads_s);
+    return ended_ns > started_ns ? ended_ns - started_ns : 0;
 }
 
 double agent_inside_left(const struct agent_proc *p, int64_t now_ns)

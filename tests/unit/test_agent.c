@@ -289,6 +289,17 @@ static void test_retrim(void)
     CHECK_EQ_INT(agent_in_target_ns(0.0009, 0.057), 57900 * 1000);
     CHECK_EQ_INT(agent_in_target_ns(NAN, -1), 0); /* the answer's figures checked */
     CHECK_EQ_INT(agent_in_target_ns(1e300, 0.5), 500 * MT_MS);
+    /* A call past the command's deadline answers an error object, no figures, and goes on
+     * inside the process: the whole trim's time is charged (control agent-timeout-uncharged:
+     * 0, the longest calls free, the member asked again at the retrim gap); so is a child
+     * that never answered. A refusal's and a success's are their figures. */
+    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, t0, t0 + 10500 * MT_MS),
+                 10500 * MT_MS);
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 0, 0, 0, t0, t0 + 20 * MT_SEC), 20 * MT_SEC);
+    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, t0, t0 - 1), 0);
+    CHECK_EQ_INT(agent_answer_inside_ns("refused", 1, 0, 0, t0, t0 + 30 * MT_MS), 0);
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 1, 0.0009, 0.057, t0, t0 + 90 * MT_MS),
+                 57900 * 1000);
     CHECK(agent_inside_left(&q[0], t0) == AGENT_INSIDE_CAP_NS);
     agent_inside_charge(&q[0], answered, 1900 * MT_MS);
     CHECK(agent_inside_left(&q[0], answered) == 100 * MT_MS);
