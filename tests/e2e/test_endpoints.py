@@ -23,7 +23,12 @@ def test_stats(demo, validate):
 
 def test_trim_post_and_get(demo, validate):
     body = validate("/memory/trim", "POST", demo.request("POST", "/memory/trim"))
-    assert body["trigger"] == "manual"
+    # A request that arrives while another trim runs (the shared demo's bursts) gets that
+    # trim's result with coalesced: true (openapi.yaml); its own trim is a manual one.
+    if body["coalesced"]:
+        assert body["trigger"] in ("periodic", "pressure", "burst", "manual"), body
+    else:
+        assert body["trigger"] == "manual", body
     body = validate("/memory/trim", "GET", demo.get("/memory/trim", params={"pad": 0}))
     assert body["pad_bytes"] == 0
 

@@ -88,13 +88,18 @@ def test_head_on_every_get_route(demo, spec):
     assert len(gets) >= 8, gets
     for path in gets:
         params = {"metric": "rss_bytes"} if path == "/memory/series" else {}
+        if path == "/memory/arenas":
+            # malloc_info runs on a budget: a GET refused for it (503 probe_budget) and a HEAD
+            # served a moment later when the budget's pause ended differ for the budget, not the
+            # method (r12, load 20). The pair reads the cached reading, which stays within
+            # max_age once one exists: wait for one (a readiness wait; the pair is checked once).
+            params = {"max_age": "5m"}
+            wait_for(lambda: demo.get(path, params=params).status_code == 200, 30,
+                     "a cached malloc_info reading")
         g = demo.get(path, params=params)
         h = demo.request("HEAD", path, params=params)
         assert h.status_code == g.status_code, (path, h.status_code, g.status_code)
-        # 503 probe_budget: /memory/arenas inside the budget of malloc_info (a trim just ran)
-        assert h.status_code in (200, 429, 503), (path, h.status_code, g.text[:300])
-        if h.status_code == 503:
-            assert path == "/memory/arenas" and "probe_budget" in g.text, (path, g.text[:300])
+        assert h.status_code in (200, 429), (path, h.status_code, g.text[:300])
         assert h.content == b"", path
         for name in ("Content-Type", "Cache-Control"):
             assert h.headers.get(name) == g.headers.get(name), (path, name, h.headers)
