@@ -3,10 +3,12 @@
  * may be raised (its tid comes from our page, which the target can write: it must be a thread
  * of the target born during this call, at the nice it inherited), the raise itself
  * (sched_setattr: the nice and SCHED_RESET_ON_FORK, the policy kept) and its undoing. The
- * tracer's main thread; no state but the caller's struct prio.
+ * tracer's main thread; no state but the caller's struct prio (and prio_our_tid's buffer of
+ * tids, that thread's alone), no locks.
  */
 #include "prio.h"
 
+#include "../common/control.h"
 #include "target.h"
 
 #include <errno.h>
@@ -182,7 +184,8 @@ int prio_raise(struct prio *p, pid_t pid, pid_t taken, pid_t tid, unsigned long 
         snprintf(p->why, sizeof p->why, "the taken thread is at nice %d already", nice);
         return 0;
     }
-    if (set_nice(tid, policy, to) != 0) {
+    /* control cmd-raise-eperm-unseen: the kernel's refusal taken for a raise */
+    if (set_nice(tid, policy, to) != 0 && !mt_control("cmd-raise-eperm-unseen")) {
         int e = errno;
         snprintf(p->why, sizeof p->why, "sched_setattr: %s%s", strerror(e),
                  e == EPERM ? " (raising a thread needs CAP_SYS_NICE in the initial user "

@@ -279,6 +279,40 @@ def test_call_thread_raised_for_its_call(nice, levels, raised, why):
         t.stop()
 
 
+def test_call_thread_not_raised_without_cap_sys_nice():
+    """Raising a thread needs CAP_SYS_NICE: the command run without it (util-linux's setpriv
+    drops it from the bounding set, so root's exec leaves it out) makes its call unraised, at
+    the nice its thread inherited, and says why; nothing of the process changes. A "held"
+    process at nice 0 (main_arena held inside malloc_stats until the test lets go), so the
+    tracer sees memtrim's thread's tid long before its call returns. Control
+    cmd-raise-eperm-unseen (the kernel's EPERM taken for a raise: the report says raised)."""
+    t = Target("held", nice=0)
+    try:
+        own = {int(x) for x in os.listdir(f"/proc/{t.pid}/task")}
+        call = subprocess.Popen(["/usr/bin/setpriv", "--bounding-set", "-sys_nice", str(TOOL),
+                                 "trim", str(t.pid), "--json", "--timeout", "60"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            tid = wait_for(lambda: next((int(x) for x in os.listdir(f"/proc/{t.pid}/task")
+                                         if int(x) not in own and
+                                         syscall_of(t.pid, x) == "202"), None),
+                           what="memtrim's thread waiting in malloc_trim")
+            assert {nice_of(t.pid, x) for x in own} == {0}
+        finally:
+            t.ask("release")
+            out, err = call.communicate(timeout=60)
+        assert call.returncode == 0, err
+        r = json.loads(out)
+        assert r["call_thread"] == tid, r
+        assert r["call_thread_raised"] is False and r["call_thread_nice"] == 0, r
+        assert "Operation not permitted" in r["call_thread_not_raised"], r
+        assert "CAP_SYS_NICE" in r["call_thread_not_raised"], r
+        wait_for(lambda: nice_of(t.pid, tid) is None, what="memtrim's thread gone")
+        assert {nice_of(t.pid, x) for x in own} == {0} and t.alive()
+    finally:
+        t.stop()
+
+
 def test_call_thread_set_back_past_its_deadline():
     """A raise never outlives the tracer's wait: a process whose main_arena lock a thread holds
     (cli_hazard.c's "held") and a trim with --timeout 3. memtrim's glibc thread, raised to -10
