@@ -193,8 +193,9 @@ long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, i
     int64_t best_bytes = 0;
     for (size_t i = 0; i < n; i++) {
         const struct agent_proc *p = &procs[i];
-        if (left_alone(p) || p->in_flight || (p->last_trim_ns && now_ns - p->last_trim_ns < gap_ns))
-            continue;
+        if (left_alone(p) || p->in_flight || agent_inside_left(p, now_ns) <= 0 ||
+            (p->last_trim_ns && now_ns - p->last_trim_ns < gap_ns))
+            continue; /* (its budget inside it binds idle trims too: IdleIntervalSeconds may be 1) */
         int64_t e = agent_expected(p);
         if (e < min_bytes || (best >= 0 && e <= best_bytes))
             continue;

@@ -200,6 +200,10 @@ static void test_decide(void)
     CHECK_EQ_INT(agent_pick_idle(p, 4, now, MT_SEC, 8 * mib), 0);
     p[0].last_trim_ns = now - MT_SEC / 2;
     CHECK_EQ_INT(agent_pick_idle(p, 4, now, MT_SEC, 8 * mib), -1);
+    p[0].last_trim_ns = now - 2 * MT_SEC; /* past the gap, but its trims' time inside it spent */
+    agent_inside_charge(&p[0], now - MT_SEC, 3 * MT_SEC);
+    CHECK_EQ_INT(agent_pick_idle(p, 4, now, MT_SEC, 8 * mib), -1);
+    CHECK_EQ_INT(agent_pick_idle(p, 4, now + 4 * MT_SEC + 1, MT_SEC, 8 * mib), 0);
 
     CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 runs on musl libc"), AR_MUSL);
     CHECK_EQ_INT(agent_reason_of("unsupported", "process 5 is a static binary"), AR_STATIC);
