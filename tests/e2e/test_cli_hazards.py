@@ -229,6 +229,39 @@ def nice_of(pid, tid):
         return None
 
 
+def memtrim_page(pid):
+    """memtrim's page in the process (its magic at 0x800 of an rwx mapping), or None."""
+    with open(f"/proc/{pid}/mem", "rb") as mem:
+        for f in (line.split() for line in open(f"/proc/{pid}/maps")):
+            start = int(f[0].split("-")[0], 16)
+            if f[1] == "rwxp" and len(f) == 5:
+                mem.seek(start + 0x800)
+                if mem.read(8) == b"MTINJ002":
+                    return start
+    return None
+
+
+def held_call_thread(t, own, want=None):
+    """memtrim's glibc thread in the held malloc_trim (once at nice `want`, if given): a new
+    thread in futex whose stack is the glibc thread's on memtrim's page (from 0x41000 of it).
+    Not any new thread in futex: the raw thread may wait in one too, at the inherited nice
+    (taken for the call thread in 1 of 8 cases at the inherited nice)."""
+    def ours():
+        at = memtrim_page(t.pid)
+        for x in os.listdir(f"/proc/{t.pid}/task"):
+            try:
+                f = open(f"/proc/{t.pid}/task/{x}/syscall").read().split()
+            except OSError:
+                continue
+            if (at and int(x) not in own and f[0] == "202" and len(f) > 7 and
+                    at + 0x41000 <= int(f[7], 16) < at + 0x100000 and
+                    (want is None or nice_of(t.pid, x) == want)):
+                return int(x)
+        return None
+    return wait_for(ours, timeout=20, what=f"memtrim's thread waiting in malloc_trim"
+                    f"{'' if want is None else f' at nice {want}'}")
+
+
 @pytest.mark.parametrize("nice,levels,raised,why", [
     (0, None, -10, None), (19, None, 9, None), (-15, None, -20, None), (5, 3, 2, None),
     (-20, None, None, "at nice -20 already"), (0, 0, None, "--raise 0")])
@@ -252,14 +285,8 @@ def test_call_thread_raised_for_its_call(nice, levels, raised, why):
                                  *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
         try:
-            def ours():  # memtrim's glibc thread in the held malloc_trim (futex), and its nice
-                for x in os.listdir(f"/proc/{t.pid}/task"):
-                    if int(x) not in own and syscall_of(t.pid, x) == "202":
-                        return int(x), nice_of(t.pid, x)
-                return None
             want = nice if raised is None else raised
-            tid, seen = wait_for(lambda: (lambda o: o if o and o[1] == want else None)(ours()),
-                                 timeout=20, what=f"memtrim's thread at nice {want}")
+            tid = held_call_thread(t, own, want)
             assert call.poll() is None, call.communicate()
             assert {nice_of(t.pid, x) for x in own} == {nice}, "a thread of the process's own changed"
         finally:
@@ -293,10 +320,7 @@ def test_call_thread_not_raised_without_cap_sys_nice():
                                  "trim", str(t.pid), "--json", "--timeout", "60"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            tid = wait_for(lambda: next((int(x) for x in os.listdir(f"/proc/{t.pid}/task")
-                                         if int(x) not in own and
-                                         syscall_of(t.pid, x) == "202"), None),
-                           what="memtrim's thread waiting in malloc_trim")
+            tid = held_call_thread(t, own)
             assert {nice_of(t.pid, x) for x in own} == {0}
         finally:
             t.ask("release")
@@ -367,17 +391,10 @@ def test_guard_pages():
     try:
         rc, out, err = tool("trim", t.pid)
         assert rc == 0, err
-        page = None
-        maps = [line.split() for line in open(f"/proc/{t.pid}/maps")]
-        with open(f"/proc/{t.pid}/mem", "rb") as mem:
-            for f in maps:
-                start = int(f[0].split("-")[0], 16)
-                if f[1] == "rwxp" and len(f) == 5:
-                    mem.seek(start + 0x800)
-                    if mem.read(8) == b"MTINJ002":
-                        page = start
+        page = memtrim_page(t.pid)
         assert page, "no page"
-        perms = {int(f[0].split("-")[0], 16): f[1] for f in maps}
+        perms = {int(f[0].split("-")[0], 16): f[1]
+                 for f in (line.split() for line in open(f"/proc/{t.pid}/maps"))}
         assert perms.get(page + 0x7000) == "---p" and perms.get(page + 0x40000) == "---p", \
             [(hex(a), p) for a, p in perms.items() if page <= a < page + 0x100000]
     finally:
