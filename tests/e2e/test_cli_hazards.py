@@ -351,15 +351,13 @@ def test_call_thread_set_back_past_its_deadline():
         own = {int(x) for x in os.listdir(f"/proc/{t.pid}/task")}
         rc, out, err = tool("trim", t.pid, "--timeout", "3")
         assert rc == 5 and out["error"]["code"] == "timeout", (rc, out, err)
-        ours = [int(x) for x in os.listdir(f"/proc/{t.pid}/task") if int(x) not in own]
-        held = [x for x in ours if syscall_of(t.pid, x) == "202"]
-        assert len(held) == 1, (ours, [syscall_of(t.pid, x) for x in ours])
-        assert nice_of(t.pid, held[0]) == 0, (nice_of(t.pid, held[0]), out)  # not left raised
-        assert f"thread {held[0]}, raised for its call, set back to nice 0" in \
+        tid = held_call_thread(t, own)  # there since before the deadline: its stack on the page
+        assert nice_of(t.pid, tid) == 0, (nice_of(t.pid, tid), out)  # not left raised
+        assert f"thread {tid}, raised for its call, set back to nice 0" in \
             out["error"]["message"], out
         assert {nice_of(t.pid, x) for x in own} == {0}
         t.ask("release")
-        wait_for(lambda: nice_of(t.pid, held[0]) is None, what="memtrim's thread gone")
+        wait_for(lambda: nice_of(t.pid, tid) is None, what="memtrim's thread gone")
         assert t.alive()
     finally:
         t.stop()
