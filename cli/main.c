@@ -31,7 +31,7 @@ static void usage(FILE *f)
           "         each), --thread-wait SECONDS (default 5),\n"
           "         --timeout SECONDS (the call's deadline, default 30),\n"
           "         --raise LEVELS (trim, stats: nice levels above the taken thread for the\n"
-          "         call's thread, 0-20, default 10; 0: as it inherits)\n"
+          "         call's thread, 0-20; default 0: as it inherits)\n"
           "See memtrim(1).\n", f);
 }
 
@@ -115,7 +115,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
     memset(o, 0, sizeof *o);
     o->thread_wait_s = 5;
     o->call_wait_s = 30;
-    o->raise = PRIO_RAISE;
+    o->raise = 0; /* not raised unless asked: no gain measured quiet (docs/benchmarks.md) */
     o->json = !isatty(STDOUT_FILENO);
     int pos = 0;
     for (int i = 1; i < argc; i++) {

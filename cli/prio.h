@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define PRIO_RAISE 10 /* the default (--raise) */
+#define PRIO_RAISE 10 /* the tests' --raise; the command's default is 0 (docs/benchmarks.md) */
 
 struct prio {
     int taken_nice;           /* the taken thread's, read in its stop (the base) */

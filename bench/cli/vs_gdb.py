@@ -12,10 +12,10 @@ call: thread_stopped_seconds) and its own threads' life: at most the stop plus
 call_threads_seconds (from that release until both of memtrim's threads have exited; the raw
 thread is cloned during the stop).
 
-memtrim raises its glibc thread for its call (docs/command.md, "The call's weight"); the arm
-"unraised" is the same command with --raise 0 (the thread at the nice it inherits, as
-before), for an A/B in turn in one run: --arms memtrim,unraised,gdb,none. --raise N sets the
-memtrim arm's levels (default: the command's own). Each run shows the nice its call ran at.
+With --raise N the memtrim arm raises its glibc thread N nice levels for its call
+(docs/command.md, "The call's weight"; the command's default is 0); the arm "unraised" is the
+same command with --raise 0, for an A/B in turn in one run: --arms memtrim,unraised,gdb,none
+--raise 10. Each run shows the nice its call ran at.
 
 The stall a tool causes: for gdb, the churners' longest gap (gdb stops every thread from its
 attach to its detach, and the churners run during the call itself); for memtrim, the larger
