@@ -32,6 +32,7 @@ struct opts {
     double thread_wait_s, call_wait_s;
     long pad;
     int raise; /* --raise: nice levels for the call's thread (trim, stats; prio.h) */
+    int raise_given; /* --raise was on the command line (load refuses it) */
     const char *config, *library; /* load */
 };
 

@@ -95,6 +95,7 @@ static int parse_option(int argc, char **argv, int *i, struct opts *o)
             return -1;
         }
         o->raise = (int)n;
+        o->raise_given = 1;
         (*i)++;
     } else if (!strcmp(a, "--pad") && v) {
         if (parse_long(v, 0, LONG_MAX, &n) != 0) {
@@ -149,6 +150,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
     }
     if (o->tree && !strcmp(o->verb, "load")) {
         fprintf(stderr, "memtrim: --tree is for trim and stats; load acts on one process\n");
+        return -1;
+    }
+    if (o->raise_given && !strcmp(o->verb, "load")) { /* memtrim_attach's threads would inherit it */
+        fprintf(stderr, "memtrim: --raise is for trim and stats; load's thread is never raised\n");
         return -1;
     }
     return 0;

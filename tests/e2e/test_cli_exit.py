@@ -305,6 +305,8 @@ ROWS = {  # id: (how, exit code, a word of its message, the man page's words for
                   "the command line"),
     "tree-with-load": (lambda e: tool("load", "1", "--tree"), 1, "--tree is for trim and stats",
                        "the command line"),
+    "raise-with-load": (lambda e: tool("load", "1", "--raise", "3"), 1, "--raise is for trim and stats",
+                        "the command line"),
     "itself": (itself, 1, "cannot act on itself", "memtrim's own pid"),
     "config-not-json": (lambda e: tool("load", e.python(), "--config", "{x"), 1,
                         "not a JSON object", "not a JSON object"),
