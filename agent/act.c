@@ -110,13 +110,15 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
     const cJSON *life = cJSON_GetObjectItemCaseSensitive(j, "call_threads_seconds");
     agent_trimmed(p, started, now);
     /* its time inside the process, charged to its own budget of it (decide.c; none in a
-     * refusal, or in an ask through its memtrim's API; a call past the command's deadline,
-     * or no answer: the whole trim's time) */
+     * refusal, in an ask through its memtrim's API, or in a trim that gave back a MiB or more;
+     * a call past the command's deadline, or no answer: the whole trim's time) */
     const cJSON *ecode = cJSON_GetObjectItemCaseSensitive(err, "code");
+    int64_t gave = cJSON_IsNumber(rel) && rel->valuedouble >= 0 &&
+                   rel->valuedouble < 9007199254740992.0 ? (int64_t)rel->valuedouble : -1;
     agent_inside_charge(p, now, agent_answer_inside_ns(
         cJSON_IsString(ecode) ? ecode->valuestring : NULL, cJSON_IsObject(j),
         cJSON_IsNumber(stop) ? stop->valuedouble : 0, cJSON_IsNumber(life) ? life->valuedouble : 0,
-        started, now));
+        gave, started, now));
     if (cJSON_IsNumber(rel)) {
         /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
         int64_t r = rel->valuedouble > 0 && (rel->valuedouble < 9007199254740992.0 ||

@@ -247,12 +247,18 @@ void agent_trimmed(struct agent_proc *p, int64_t started_ns, int64_t answered_ns
  * command's deadlines) counts 0. */
 int64_t agent_in_target_ns(double stopped_s, double threads_s);
 /* A trim's time inside its process as the command's answer tells it (code: its error code,
- * NULL with none; answered true when the child answered at all): its figures
+ * NULL with none; answered true when the child answered at all; released: what it gave back,
+ * -1 none said): 0 for one that gave back AGENT_INSIDE_PAID_BYTES or more, else its figures
  * (agent_in_target_ns), or, for a call that ran past the command's deadline (code "timeout":
  * an error object, no figures, and the call goes on there) or a child that never answered
  * (ended at the agent's deadline), the whole time from the trim's start to its end. */
 int64_t agent_answer_inside_ns(const char *code, int answered, double stopped_s,
-                               double threads_s, int64_t started_ns, int64_t ended_ns);
+                               double threads_s, int64_t released, int64_t started_ns,
+                               int64_t ended_ns);
+/* A trim that gave back at least this is not charged (paid by what it gave back; the line
+ * under which act.c counts a trim as giving nothing): the budget binds trims that buy nothing,
+ * and calls past their deadline. */
+#define AGENT_INSIDE_PAID_BYTES ((int64_t)1 << 20)
 /* Each member's own budget of trims' time inside it (a token bucket: AGENT_INSIDE_SHARE of
  * its time, holding AGENT_INSIDE_CAP_NS, full at first sight): what is left at now_ns (a
  * member with nothing left is no candidate), and a trim's time inside it charged at now_ns. */

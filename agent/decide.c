@@ -111,8 +111,16 @@ int64_t agent_in_target_ns(double stopped_s, double threads_s)
 }
 
 int64_t agent_answer_inside_ns(const char *code, int answered, double stopped_s,
-                               double threads_s, int64_t started_ns, int64_t ended_ns)
+                               double threads_s, int64_t released, int64_t started_ns,
+                               int64_t ended_ns)
 {
+    /* A trim that gave back at least AGENT_INSIDE_PAID_BYTES paid for its time with what it
+     * gave (the zone: the kernel's OOM kill costs the process more than any stall); the
+     * control charges it too, and puma in 300 MiB, whose first trim from outside spent
+     * 863 ms inside it on a loaded machine, was held after 7 trims and OOM-killed */
+    if (answered && !code && released >= AGENT_INSIDE_PAID_BYTES &&
+        !mt_control("agent-inside-charged-when-paid"))
+        return 0;
     /* the control: a call past its deadline counted as the answer's figures (none: 0), so
      * the longest calls were free and the member asked again at the retrim gap */
     int whole = (!answered || (code && !strcmp(code, "timeout"))) &&

@@ -40,7 +40,16 @@ MB = 1 << 20
 # surviving (207 MiB, 2 runs of 12) and survived 1 in 9 earlier; no trim from outside lands
 # within a memset, so the upload is filled at an upload's pace (about 200 MB/s here).
 BIG_MB = 300
-CELLS = [pytest.param("ruby", 300, 0, id="ruby-300"),
+# puma's cell is measured, not gating (marker survival: bench/survival.sh, as test_runtimes'
+# survival cells): its burst grows the cgroup 1.5 MB a millisecond, so from outside it holds
+# only while each trim answers in about 30 ms, and the CPU a loaded machine leaves the trim's
+# thread inside puma decides it. The suite's lanes side by side load it so: lost in the
+# rehearsal beside two busy loops (1698f0c, load 9.5; 23 trims, one of 1,068 ms) and in the
+# quiet one (78a7d06, the lanes at load 5-6; 7 trims, its budget of time inside spent), then 3
+# of 5 beside that quiet rehearsal's lanes with trims that give back a MiB uncharged (load 6.6-
+# 7.4; the two lost after 4 and 12 trims of 34-685 ms, the budget not binding). One lane after
+# another (the r9 rehearsal, load 1-2) it held, and 29 of 30 at load 2.7-6.5 (f50ae8d).
+CELLS = [pytest.param("ruby", 300, 0, id="ruby-300", marks=pytest.mark.survival),
          pytest.param("python", 450, BIG_MB, id="python-450")]
 
 

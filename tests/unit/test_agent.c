@@ -297,13 +297,22 @@ static void test_retrim(void)
      * inside the process: the whole trim's time is charged (control agent-timeout-uncharged:
      * 0, the longest calls free, the member asked again at the retrim gap); so is a child
      * that never answered. A refusal's and a success's are their figures. */
-    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, t0, t0 + 10500 * MT_MS),
+    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, -1, t0, t0 + 10500 * MT_MS),
                  10500 * MT_MS);
-    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 0, 0, 0, t0, t0 + 20 * MT_SEC), 20 * MT_SEC);
-    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, t0, t0 - 1), 0);
-    CHECK_EQ_INT(agent_answer_inside_ns("refused", 1, 0, 0, t0, t0 + 30 * MT_MS), 0);
-    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 1, 0.0009, 0.057, t0, t0 + 90 * MT_MS),
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 0, 0, 0, -1, t0, t0 + 20 * MT_SEC), 20 * MT_SEC);
+    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, -1, t0, t0 - 1), 0);
+    CHECK_EQ_INT(agent_answer_inside_ns("refused", 1, 0, 0, -1, t0, t0 + 30 * MT_MS), 0);
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 1, 0.0009, 0.057, 0, t0, t0 + 90 * MT_MS),
                  57900 * 1000);
+    /* ...but a trim that gave back a MiB or more paid for its time with it (control
+     * agent-inside-charged-when-paid: charged, puma in 300 MiB held after 7 trims whose
+     * first spent 863 ms inside it, OOM-killed: the quiet rehearsal of 78a7d06) */
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 1, 0.0009, 0.862, 97165312, t0, t0 + 871 * MT_MS),
+                 0);
+    CHECK_EQ_INT(agent_answer_inside_ns(NULL, 1, 0.0009, 0.057, (1 << 20) - 1, t0,
+                                        t0 + 90 * MT_MS), 57900 * 1000);
+    CHECK_EQ_INT(agent_answer_inside_ns("timeout", 1, 0, 0, 97165312, t0, t0 + 10500 * MT_MS),
+                 10500 * MT_MS);
     CHECK(agent_inside_left(&q[0], t0) == AGENT_INSIDE_CAP_NS);
     agent_inside_charge(&q[0], answered, 1900 * MT_MS);
     CHECK(agent_inside_left(&q[0], answered) == 100 * MT_MS);
