@@ -9,14 +9,11 @@
 # browser; controls then fuzz; the VM; the ASan build, its unit tests and the soak, the TSan
 # build and its unit tests, valgrind), each lane's output printed whole when it ends; each
 # stage keeps its "=== NAME: passed/FAILED in N s" line, and the run fails when any stage fails
-# or does not run. The lanes whose tests time the product against the machine (e2e with the
-# browser, the VM) run at the suite's own priority; the batch lanes (controls and fuzz, the
-# sanitizer builds and their tests) run 10 nice levels below, so that they take the CPU the
-# timed lanes leave and never stand between a cell and the CPU more than the machine's own load
-# does (a full run beside two busy loops then loads those cells as one lane after another
-# would, docs/benchmarks.md, "The test suite").
-# MEMTRIM_LANES=one runs the lanes one after another instead, each at the suite's priority,
-# their output as it comes.
+# or does not run. All four at the suite's own priority: the batch lanes 10 nice levels below
+# the timed ones were tried (83bcdfe) and, beside two busy loops at nice 0, starved once the
+# timed lanes ended (build-asan 806 s against 142 quiet: the run passed its 40 minutes), and
+# the e2e cells that lost under load lost there too (docs/benchmarks.md, "The test suite").
+# MEMTRIM_LANES=one runs the lanes one after another instead, their output as it comes.
 # MEMTRIM_QUICK=1: the plain build, its unit tests, the controls, the end-to-end files
 # tests/e2e/slow.txt does not list and the browser tests (under 10 minutes).
 # MEMTRIM_SURVIVAL=1: also the survival cells' measurement (bench/survival.sh, about 13 min,
@@ -47,17 +44,15 @@ stage() { # stage NAME COMMAND...
 # each build has its own directory, the tests their own cgroups, ports (0, or the first
 # free one) and temporary directories, the VM its own kernel.
 lane_names=()
-lane() { # lane NAME NICE FUNCTION: its exit code to build/lanes/NAME.rc as it ends
-  local name=$1 nice=$2; shift 2
+lane() { # lane NAME FUNCTION: its exit code to build/lanes/NAME.rc as it ends
+  local name=$1; shift
+  echo "--- lane $name starts ($(date -u +%H:%M:%S) UTC): $*"
   if [ "${MEMTRIM_LANES:-all}" = one ]; then # one after another, its output as it comes
-    echo "--- lane $name starts ($(date -u +%H:%M:%S) UTC): $*"
     { "$@"; echo $? >"$lanes/$name.rc"; } </dev/null 2>&1 | tee "$lanes/$name.log"
     echo "--- lane $name ended ($(date -u +%H:%M:%S) UTC)"
     return
   fi
-  echo "--- lane $name starts ($(date -u +%H:%M:%S) UTC), nice +$nice: $*"
-  { renice -n "$nice" -p "$BASHPID" >/dev/null || exit
-    "$@"; echo $? >"$lanes/$name.rc"; } >"$lanes/$name.log" 2>&1 </dev/null &
+  { "$@"; echo $? >"$lanes/$name.rc"; } >"$lanes/$name.log" 2>&1 </dev/null &
   lane_names+=("$name")
 }
 join_lanes() { # prints each lane's output as it ends; a lane that died without its .rc fails
@@ -290,11 +285,11 @@ lane_sanitizers() {
 tests/install-deps.sh all || exit 1
 if stage build build build; then
   stage unit unit build plain
-  lane e2e 0 lane_e2e
-  lane controls 10 lane_controls
+  lane e2e lane_e2e
+  lane controls lane_controls
   if [ -z "${MEMTRIM_QUICK:-}" ]; then
-    lane vm 0 lane_vm
-    lane sanitizers 10 lane_sanitizers
+    lane vm lane_vm
+    lane sanitizers lane_sanitizers
   fi
   join_lanes
 fi

@@ -138,7 +138,12 @@ def test_memtrim_gives_the_idle_heap_back(server, bodies, name):
     assert rss <= 1.2 * ref, f"{name}: memtrim's idle RSS {rss / ref:.2f} x the reference"
 
 
-SURVIVAL = [("ruby", 300), ("orthanc", 340)]
+# ruby's cell is measured, not gating (marker survival: bench/survival.sh): on a loaded
+# machine its burst fragments less and glibc alone survived it, a void pair (the whole suite
+# beside two busy loops, 2bb44cf at load 20 and a8a3edb at load 10-13); quiet, and one lane
+# after another, it held (r9, r14).
+SURVIVAL = [pytest.param("ruby", 300, id="ruby-300", marks=pytest.mark.survival),
+            pytest.param("orthanc", 340, id="orthanc-340")]
 
 
 @pytest.mark.parametrize("name,limit_mb", SURVIVAL)
