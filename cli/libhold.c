@@ -38,16 +38,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int same_ns(pid_t pid, const char *ns)
-{
-    char a[64], b[64];
-    struct stat sa, sb;
-    snprintf(a, sizeof a, "/proc/self/ns/%s", ns);
-    snprintf(b, sizeof b, "/proc/%d/ns/%s", (int)pid, ns);
-    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_ino == sb.st_ino &&
-           sa.st_dev == sb.st_dev;
-}
-
 /* Root, in the target's user namespace (its credentials are ours to take), and a procfs at
  * the target's /proc (a chroot may have none: then the copy). */
 int lib_hold_possible(const struct target *t)
@@ -55,7 +45,7 @@ int lib_hold_possible(const struct target *t)
     char proc[64];
     struct statfs sf;
     snprintf(proc, sizeof proc, "/proc/%d/root/proc", (int)t->pid);
-    return geteuid() == 0 && same_ns(t->pid, "user") && statfs(proc, &sf) == 0 &&
+    return geteuid() == 0 && target_same_ns(t->pid, "user") && statfs(proc, &sf) == 0 &&
            sf.f_type == PROC_SUPER_MAGIC;
 }
 
@@ -238,9 +228,9 @@ int lib_hold_start(const struct target *t, const char *lib, struct lib_hold *h, 
     }
     char ns[64];
     snprintf(ns, sizeof ns, "/proc/%d/ns/pid", (int)t->pid);
-    if (!same_ns(t->pid, "pid"))
+    if (!target_same_ns(t->pid, "pid"))
         pidns = open(ns, O_RDONLY | O_CLOEXEC);
-    if ((!same_ns(t->pid, "pid") && pidns < 0) || pipe2(stay, O_CLOEXEC) != 0 ||
+    if ((!target_same_ns(t->pid, "pid") && pidns < 0) || pipe2(stay, O_CLOEXEC) != 0 ||
         pipe2(report, O_CLOEXEC) != 0) {
         snprintf(err, errlen, "cannot prepare the library's helper: %s", strerror(errno));
         goto fail;

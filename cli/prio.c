@@ -96,18 +96,10 @@ pid_t prio_parse_nspid(const char *status)
     return last > 0 ? (pid_t)last : -1;
 }
 
-static int same_pid_ns(pid_t pid)
-{
-    char a[64], b[64], path[64];
-    snprintf(path, sizeof path, "/proc/%d/ns/pid", (int)pid);
-    ssize_t n = readlink("/proc/self/ns/pid", a, sizeof a - 1), m = readlink(path, b, sizeof b - 1);
-    return n > 0 && n == m && !memcmp(a, b, (size_t)n);
-}
-
 pid_t prio_our_tid(pid_t pid, pid_t tid)
 {
     static pid_t tids[4096];
-    if (same_pid_ns(pid))
+    if (target_same_ns(pid, "pid"))
         return tid;
     int n = target_threads(pid, tids, 4096);
     for (int i = n - 1; i >= 0; i--) { /* the newest last in /proc: ours among them */

@@ -53,6 +53,8 @@ const char *target_alloc_name(int alloc);
 const struct mt_alloc_row *target_alloc_row(const struct target *t);
 /* A small /proc file read whole into buf (NUL-terminated): its length, or -errno. */
 int target_read_file(const char *path, char *buf, size_t len);
+/* pid is in the same namespace of kind ns ("pid", "user", ...) as the tool. */
+int target_same_ns(pid_t pid, const char *ns);
 /* A /proc/PID/status text's fields (any text: the unknown and the malformed are skipped). */
 void target_parse_status(const char *text, struct target_status *st);
 /* 0, or -errno with err set (no such process, unreadable status). */

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -373,4 +374,14 @@ int target_thread_shstk(pid_t pid, pid_t tid)
     char path[64], buf[8192];
     snprintf(path, sizeof path, "/proc/%d/task/%d/status", (int)pid, (int)tid);
     return target_read_file(path, buf, sizeof buf) > 0 && target_parse_shstk(buf);
+}
+
+int target_same_ns(pid_t pid, const char *ns)
+{
+    char a[64], b[64];
+    struct stat sa, sb;
+    snprintf(a, sizeof a, "/proc/self/ns/%s", ns);
+    snprintf(b, sizeof b, "/proc/%d/ns/%s", (int)pid, ns);
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_ino == sb.st_ino &&
+           sa.st_dev == sb.st_dev;
 }
