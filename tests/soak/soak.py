@@ -20,19 +20,28 @@ is one address to the limits: pollers and slowloris share it). It passes when:
 - memtrim's own threads (memtrim-*, MHD-*) use at most 25 % of one core
   under the clients (SOAK_MAX_OWN_CPU_PCT): the ratio below cannot see that
   CPU, because the scheduler takes it from both hosts' workers alike;
-- the attacked host's throughput (studies completed per second) during the
-  60 s (in 6 slices interleaved with 60 s of baseline, one uncounted second
-  after each switch, each host's workers pinned one per CPU: windows of equal length
-  make the ratio's noise smallest for the time spent) is within 2 % of the same
-  run without the clients: the control host,
-  measured over the same seconds (so both see the same machine: other load
-  cancels out), corrected by the pair's ratio in the baseline window (two
-  processes are never exactly alike). SOAK_MIN_RATIO overrides 0.98.
+- the attacked host's throughput (studies completed per second) under the
+  clients is within 2 % of the same host without them. Two identical hosts run
+  side by side, each host's workers pinned one per CPU; the clients attack one
+  of them at a time, in ROUNDS slices each (SOAK_S of clients per host), in the
+  order A B B A A B B A ... (A: the clients on the host, B: on the control; one
+  uncounted second after each switch), and both hosts' studies are counted over
+  the same seconds (so both see the same machine: other load cancels out). In
+  A slices the host's count over the control's is k*e, in B slices the
+  control's over the host's is e/k, where k is the pair's own speed ratio (two
+  processes are never exactly alike) and e the clients' effect:
+  e = sqrt(k*e * e/k). Each slice is a measurement of e, none is spent on a
+  baseline, and the order cancels a drift of k linear in time. The interleaved
+  baseline/clients design before (6 slices of each, the pair's ratio corrected
+  by the baseline's) read 0.9771 at load 10 beside two busy loops: its
+  per-slice ratios spread 0.92-1.07, and it spent half its time on baselines.
+  SOAK_MIN_RATIO overrides 0.98.
 
 Usage: MEMTRIM_BUILD_DIR=build-asan MEMCOUNT_SO=... python3 tests/soak/soak.py
 """
 import http.client
 import json
+import math
 import os
 import random
 import socket
@@ -45,11 +54,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from conftest import BUILD, Demo  # noqa: E402
 from test_hostile import HOSTILE_PATCHES  # noqa: E402
 
-SOAK_S = float(os.environ.get("SOAK_SECONDS", 60))
-BASE_S = float(os.environ.get("SOAK_BASELINE_SECONDS", SOAK_S))
+SOAK_S = float(os.environ.get("SOAK_SECONDS", 60))  # of clients on each host
 CLIENTS = int(os.environ.get("SOAK_CLIENTS", 64))
 MIN_RATIO = float(os.environ.get("SOAK_MIN_RATIO", 0.98))
-ROUNDS = int(os.environ.get("SOAK_ROUNDS", 6))  # baseline and clients slices, interleaved
+ROUNDS = int(os.environ.get("SOAK_ROUNDS", 8))  # slices of clients on each host, A B B A ...
 SETTLE_S = 1.0  # not counted, after each switch between baseline and clients
 # memtrim's own threads under the clients, % of one core: 5.8-6.3 % measured here under
 # ASan beside the control (3.7-4.7 % on a host alone, 2.6-2.9 % in a release build),
@@ -257,11 +265,25 @@ def pin_workers(demo, cpus, n):
     return tids
 
 
-def throughput_ratio(base, base_control, during, during_control):
-    """The attacked host's studies under the clients over the control's, corrected by
-    the pair's ratio without clients."""
-    pair = base / base_control if base_control else 0.0
-    return during / during_control / pair if during_control and pair else 0.0
+def throughput_ratio(host_a, control_a, host_b, control_b):
+    """The clients' effect on a host's studies: (host/control while the clients are on the
+    host) times (control/host while they are on the control), square-rooted (the pair's
+    own speed ratio cancels)."""
+    if not (control_a and host_b and host_a and control_b):
+        return 0.0
+    return math.sqrt(host_a / control_a * control_b / host_b)
+
+
+def spread(slices):
+    """The standard error of the effect from the slices' own spread (log scale): a
+    diagnostic printed beside the ratio, never a bound."""
+    logs = [math.log(h / c if on_host else c / h) for on_host, h, c in slices if h and c]
+    if len(logs) < 2:
+        return float("nan")
+    mean = sum(logs) / len(logs)
+    var = sum((x - mean) ** 2 for x in logs) / (len(logs) - 1)
+    # the effect's log is half the A mean plus half the B mean; k's log cancels
+    return 0.5 * math.sqrt(var * 4 / len(logs))
 
 
 def main():
@@ -292,7 +314,8 @@ def main():
         print(f"soak: workers pinned one per CPU, host {pinned[0]}, control {pinned[1]}")
 
         def sample():
-            fds[0] = max(fds[0], len(os.listdir(f"/proc/{demo.proc.pid}/fd")))
+            fds[0] = max([fds[0]] + [len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+                                     for d in (demo, control)])
 
         def sample_mem():
             sample()
@@ -302,54 +325,65 @@ def main():
 
         time.sleep(3)  # warm-up: arenas, the store, the first samples
         clients = Clients(demo.port)
+        clients_control = Clients(control.port)
         # The clients' own warm-up, not counted: their first slice read low in CI
         # (first measurements 0.947 and 0.911, each re-measurement of the same
         # hosts 1.017 and 0.992): the host's first connections and the clients'
         # start are not the steady state the check is about.
-        clients.start()
-        window([demo, control], SOAK_S / ROUNDS, sample_mem)
-        clients.finish()
+        for warm, each in ((clients, sample_mem), (clients_control, sample)):
+            warm.start()
+            window([demo, control], SOAK_S / ROUNDS, each)
+            warm.finish()
 
         def measure():
-            """BASE_S of baseline and SOAK_S under the clients, interleaved in ROUNDS
-            slices (baseline, clients, baseline, clients, ...): the two hosts'
-            relative speed drifts over minutes on a shared machine, and slices side
-            by side cancel that drift where one baseline before one clients window
-            did not (their pair ratio moved by 2-3 % between windows)."""
-            totals = [0, 0, 0, 0]
+            """ROUNDS slices of SOAK_S / ROUNDS with the clients on each host, in the
+            order A B B A A B B A ... (A on the host, B on the control), both hosts'
+            studies counted over the same seconds. memtrim's CPU and heap are read on
+            the host, under its clients (A slices)."""
+            totals = [0, 0, 0, 0]  # host, control in A slices; host, control in B
             slices = []
-            for _ in range(ROUNDS):
-                window([demo, control], SETTLE_S, sample)  # the clients' last requests end
-                b, bc = window([demo, control], BASE_S / ROUNDS, sample)
-                clients.start()
-                window([demo, control], SETTLE_S, sample_mem)  # 66 threads start, connect
+            for i in range(2 * ROUNDS):
+                on_host = (i + 1) // 2 % 2 == 0  # A B B A A B B A ...
+                attacked = clients if on_host else clients_control
+                each = sample_mem if on_host else sample  # the host's heap under its clients
+                attacked.start()
+                window([demo, control], SETTLE_S, each)  # 66 threads start, connect
                 c0, t0 = memtrim_cpu_ns(demo.proc.pid), time.monotonic()
-                d, dc = window([demo, control], SOAK_S / ROUNDS, sample_mem)
-                for name, ns in memtrim_cpu_ns(demo.proc.pid).items():
-                    own_cpu[0][name] = own_cpu[0].get(name, 0) + ns - c0.get(name, 0)
-                own_cpu[1] += time.monotonic() - t0
-                clients.finish()
-                totals = [t + x for t, x in zip(totals, (b, bc, d, dc))]
-                slices.append(f"{b}/{bc} {d}/{dc}")
-            print(f"soak: slices, host/control baseline then under the clients: "
-                  f"{', '.join(slices)}: ratio {throughput_ratio(*totals):.4f}", flush=True)
+                h, c = window([demo, control], SOAK_S / ROUNDS, each)
+                if on_host:
+                    for name, ns in memtrim_cpu_ns(demo.proc.pid).items():
+                        own_cpu[0][name] = own_cpu[0].get(name, 0) + ns - c0.get(name, 0)
+                    own_cpu[1] += time.monotonic() - t0
+                attacked.finish()
+                k = 0 if on_host else 2
+                totals[k] += h
+                totals[k + 1] += c
+                slices.append((on_host, h, c))
+            print("soak: slices, host/control, (A) the clients on the host, (B) on the "
+                  "control: " + ", ".join(f"{'A' if a else 'B'} {h}/{c}" for a, h, c in slices)
+                  + f": ratio {throughput_ratio(*totals):.4f}, its standard error from the "
+                  f"slices' spread {spread(slices):.4f}", flush=True)
             return totals
 
         # One measurement, judged once: no second chance when it falls short (a best of
-        # two passes a host that is slower half the time). Since the workers are pinned
-        # the first measurements read 1.0006-1.031 (docs/benchmarks.md, "Soak").
-        base, base_control, during, during_control = measure()
-        ratio = throughput_ratio(base, base_control, during, during_control)
+        # two passes a host that is slower half the time).
+        host_a, control_a, host_b, control_b = measure()
+        ratio = throughput_ratio(host_a, control_a, host_b, control_b)
     finally:
         rc = demo.stop()
         rc = rc or control.stop()
     out = demo.output() + control.output()
-    print(f"soak: {CLIENTS} pollers + trimmer + slowloris for {SOAK_S:.0f} s; "
+    for k in ("requests", "cuts", "patches"):  # the control's clients count as the host's
+        setattr(clients, k, getattr(clients, k) + getattr(clients_control, k))
+    for st, n in clients_control.statuses.items():
+        clients.statuses[st] = clients.statuses.get(st, 0) + n
+    clients.errors += [f"control: {e}" for e in clients_control.errors]
+    print(f"soak: {CLIENTS} pollers + trimmer + slowloris for {SOAK_S:.0f} s on each host; "
           f"{clients.requests} requests {dict(sorted(clients.statuses.items()))}; "
           f"{clients.cuts} slowloris connections cut; {clients.patches} hostile PATCHes refused; "
-          f"host fds at most {fds[0]}/{NOFILE}")
-    print(f"soak: studies, host/control: baseline {base}/{base_control} ({BASE_S:.0f} s), "
-          f"under the clients {during}/{during_control} ({SOAK_S:.0f} s): throughput ratio "
+          f"fds at most {fds[0]}/{NOFILE}")
+    print(f"soak: studies, host/control: the clients on the host {host_a}/{control_a}, on the "
+          f"control {host_b}/{control_b} ({SOAK_S:.0f} s each): throughput ratio "
           f"{ratio:.4f} (must be >= {MIN_RATIO}); load {open('/proc/loadavg').read().split()[:3]}")
     pct = {k: v / 1e9 / own_cpu[1] * 100 for k, v in own_cpu[0].items()} if own_cpu[1] else {}
     own_pct = sum(pct.values())
