@@ -151,6 +151,10 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
         const char *m = cJSON_IsString(msg) ? msg->valuestring : "the command gave no answer";
         p->reason = agent_reason_of(cJSON_IsString(code) ? code->valuestring : NULL, m);
         snprintf(p->why, sizeof p->why, "%s", m);
+        if (p->reason == AR_NO_ROOM) { /* (decide.c: held until its cgroup has room) */
+            p->no_room_ns = now;
+            p->no_room_read = agent_room(cg);
+        }
         cg->refusals[p->reason]++;
     }
     cJSON_Delete(j);

@@ -104,6 +104,8 @@ struct agent_proc {
     double inside_ns;          /* its own budget of trims' time inside it (decide.c's bucket): */
     int64_t inside_at_ns;      /* what is left at inside_at_ns; inside_at_ns 0: full */
     int zero_trims;            /* trims in a row that gave back under 1 MiB */
+    int64_t no_room_ns;        /* its last refusal for want of room (monotonic), and the room */
+    int64_t no_room_read;      /* its cgroup had then as the agent read it (agent_room) */
     int in_flight;             /* a trim of it runs now */
     uint64_t trims, released;
     int seen;                  /* scan mark */
@@ -124,6 +126,7 @@ struct agent_cgroup {
     int allowed;
     int64_t limit, high;       /* bytes; -1 none */
     int64_t usage, anon, file, inactive_file, working_set; /* -1 unknown */
+    int64_t reclaimable;       /* its clean page cache (target_stat_reclaimable), 0 unknown */
     uint64_t oom_kills, oom_kills_at_near;
     int near;                  /* within 5 % of its limit now */
     uint64_t near_episodes, kills_avoided;
@@ -276,10 +279,16 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns);
  * a trim may start (its CPU is taken off afterwards), else 0. */
 double agent_budget_start(double percent);
 int agent_budget_take(double *budget_ns, int64_t *at_ns, int64_t now_ns, double percent);
+/* The room below the cgroup's aim as last read, its clean page cache counted as the
+ * command counts it (target_room_of); -1 unknown. */
+int64_t agent_room(const struct agent_cgroup *cg);
 /* 1 while p's last trim was refused for want of room (AR_NO_ROOM) and its cgroup, as last
- * read, still has less than a call's charge (cli.h's CLI_CALL_CHARGE) below its aim: not
- * asked again until then. */
-int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p);
+ * read, still has less than a call's charge (cli.h's CLI_CALL_CHARGE) below its aim, or,
+ * refused where the agent read room for it, for AGENT_NO_ROOM_HOLD_NS after the refusal:
+ * not asked again until then. */
+int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p,
+                       int64_t now_ns);
+#define AGENT_NO_ROOM_HOLD_NS (100 * 1000 * 1000LL)
 /* IdleTrims, outside the zone (the agent's own opt-in): the member whose anonymous memory
  * grew most since its last trim, by min_bytes at least, not trimmed within gap; -1 none. */
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "control.h"
 #include "outside.h"
+#include "target.h"
 
 int64_t agent_aim(const struct agent_cgroup *cg)
 {
@@ -48,17 +49,29 @@ static int left_alone(const struct agent_proc *p)
            p->reason != AR_FAILED && p->reason != AR_NO_ROOM;
 }
 
-int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p)
+int64_t agent_room(const struct agent_cgroup *cg)
+{
+    return target_room_of(agent_aim(cg), cg->usage, cg->reclaimable);
+}
+
+int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p,
+                       int64_t now_ns)
 {
     /* Refused for want of room, it is asked again once its cgroup (one of the levels the
-     * command reads) has room for a call as the agent reads it: asked every retrim gap at
-     * its limit, each ask forked and ran the command for one more refusal, 40 a second. */
+     * command reads) has room for a call as the agent reads it, its clean page cache
+     * counted as the command counts it: asked every retrim gap at its limit, each ask
+     * forked and ran the command for one more refusal, 40 a second. Where the command saw
+     * less than the agent read (its usage grew meanwhile, or on v2 the process sits in a
+     * child whose own cache is less than its limited cgroup's), it waits a while instead. */
     if (p->reason != AR_NO_ROOM || mt_control("agent-no-room-asked-again"))
         return 0;
-    int64_t aim = agent_aim(cg);
-    if (aim < 0 || cg->usage < 0)
+    if (p->no_room_read >= (int64_t)CLI_CALL_CHARGE && now_ns >= p->no_room_ns &&
+        now_ns - p->no_room_ns < AGENT_NO_ROOM_HOLD_NS)
+        return 1;
+    int64_t room = agent_room(cg);
+    if (room < 0)
         return 0; /* unknown: the retrim gap alone */
-    return aim - cg->usage < (int64_t)CLI_CALL_CHARGE;
+    return room < (int64_t)CLI_CALL_CHARGE;
 }
 
 long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
@@ -78,7 +91,8 @@ long agent_decide(const struct agent_cgroup *cg, int64_t now_ns, double ratio,
             .last_trim_ns = p->last_trim_ns,
             /* one that cannot give the least worth a trim is no candidate: never trimmed, the
              * decision would count all its memory (a container's pid 1 shell, its unshare) */
-            .busy = p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || p->anon < 0 ||
+            .busy = p->in_flight || left_alone(p) || agent_held_no_room(cg, p, now_ns) ||
+                    p->anon < 0 ||
                     agent_inside_left(p, now_ns) <= 0 ||
                     agent_expected(p) < (int64_t)min_releasable,
         };
@@ -156,7 +170,7 @@ int64_t agent_next_due(const struct agent_cgroup *cg, int64_t now_ns)
         return due;
     for (size_t i = 0; i < cg->nprocs; i++) {
         const struct agent_proc *p = &cg->procs[i];
-        if (p->in_flight || left_alone(p) || agent_held_no_room(cg, p) || !p->last_trim_ns)
+        if (p->in_flight || left_alone(p) || agent_held_no_room(cg, p, now_ns) || !p->last_trim_ns)
             continue; /* (held for room: the zone's poll reads the room again) */
         int64_t at = p->last_trim_ns + outside_retrim_ns();
         double left = agent_inside_left(p, now_ns);

@@ -66,6 +66,9 @@ void agent_cgroup_read(struct agent_cgroup *cg, int full)
         cg->anon = read_key(text, v1 ? "total_rss" : "anon");
         cg->file = read_key(text, v1 ? "total_cache" : "file");
         cg->inactive_file = read_key(text, v1 ? "total_inactive_file" : "inactive_file");
+        cg->reclaimable = target_stat_reclaimable(text, !v1);
+    } else {
+        cg->reclaimable = 0; /* the room as it was read without it */
     }
     cg->working_set = cg->usage < 0 ? -1 : cg->usage - (cg->inactive_file > 0 && cg->inactive_file <
                                                         cg->usage ? cg->inactive_file : 0);
@@ -307,6 +310,7 @@ static struct agent_cgroup *add_cgroup(struct agent *a, int version, const char 
     cg->allowed = agent_cgroup_allowed(&a->cfg, path);
     cg->event_fd = cg->events_fd = -1;
     cg->usage = cg->anon = cg->file = cg->inactive_file = cg->working_set = cg->base_usage = -1;
+    cg->reclaimable = 0;
     agent_cgroup_read(cg, 1);
     cg->oom_kills_at_near = cg->oom_kills;
     a->cgroups[a->ncgroups++] = cg;

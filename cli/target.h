@@ -95,8 +95,18 @@ int64_t target_rss(pid_t pid);
 void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max);
 /* The room left under the process's memory cgroup limits, the tightest of every level up
  * to the root (v1: limit_in_bytes and memsw's; v2: memory.max and memory.high) in bytes,
- * with the file that binds in where; -1 when no limit is set. */
+ * the clean page cache the kernel reclaims before it OOM-kills counted as room
+ * (target_stat_reclaimable; docs/command-rules.md), with the file that binds in where; -1
+ * when no limit is set. */
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len);
+/* A memory.stat text's clean page cache in bytes: its inactive file pages less its dirty,
+ * writeback and mapped file pages (v1's total_* figures, else its own; v2's), 0 when any
+ * is missing or no byte count; 0 under control cmd-room-cache-unseen (the old room). */
+int64_t target_stat_reclaimable(const char *stat, int v2);
+/* The room under a limit of which usage is charged and reclaimable may be reclaimed (counted
+ * up to usage): limit - (usage - reclaimable), 0 at least; -1 when limit is none ("max", past
+ * 2^62) or usage unknown (< 0). */
+int64_t target_room_of(int64_t limit, int64_t usage, int64_t reclaimable);
 /* The words of the refusal when that room is short of what a call may charge (cli/output.c:
  * "process PID" then these): the node agent reads them as a refusal that passes. */
 #define TARGET_NO_ROOM_WORDS "'s memory cgroup has "

@@ -87,20 +87,98 @@ static int cgroup_mount(int v2, char *out, size_t len)
     return found;
 }
 
-/* One level's room: limit - usage, where the limit is set; *room lowered, *where named. */
-static void level_room(const char *dir, const char *limit_file, const char *usage_file,
-                       int64_t *room, char *where, size_t len)
+/* memory.stat's value of key, at a line's start: 0 with *v set; -1 when absent or no byte
+ * count (digits alone, under 2^62: a cgroup file no kernel writes otherwise). */
+static int stat_key(const char *text, const char *key, int64_t *v)
 {
-    char file[1200];
+    size_t k = strlen(key);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+        if (strncmp(p, key, k) || p[k] != ' ')
+            continue;
+        const char *d = p + k + 1;
+        int64_t n = 0;
+        if (*d < '0' || *d > '9')
+            return -1;
+        for (; *d >= '0' && *d <= '9'; d++) {
+            n = n * 10 + (*d - '0');
+            if (n >= (INT64_C(1) << 62))
+                return -1;
+        }
+        if (*d && *d != '\n')
+            return -1;
+        *v = n;
+        return 0;
+    }
+    return -1;
+}
+
+int64_t target_stat_reclaimable(const char *stat, int v2)
+{
+    /* The clean page cache the kernel reclaims before it OOM-kills (docs/command-rules.md):
+     * the inactive file pages less every dirty page, every page under writeback and every
+     * mapped file page (on either list: a bound from below). v1 names its hierarchy's totals
+     * total_*, its own pages alone without the prefix (a part of them); v2's are the
+     * hierarchy's already. All four of one family, or nothing is counted. */
+    static const char *const names[3][4] = {
+        {"total_inactive_file", "total_dirty", "total_writeback", "total_mapped_file"},
+        {"inactive_file", "dirty", "writeback", "mapped_file"},
+        {"inactive_file", "file_dirty", "file_writeback", "file_mapped"}};
+    if (!stat || mt_control("cmd-room-cache-unseen")) /* the old room: the cache unseen */
+        return 0;
+    for (int f = v2 ? 2 : 0; f < (v2 ? 3 : 2); f++) {
+        int64_t v[4];
+        int i = 0;
+        while (i < 4 && stat_key(stat, names[f][i], &v[i]) == 0)
+            i++;
+        if (i < 4)
+            continue;
+        int64_t r = v[0];
+        for (i = 1; i < 4; i++)
+            r = r > v[i] ? r - v[i] : 0;
+        return r;
+    }
+    return 0;
+}
+
+int64_t target_room_of(int64_t limit, int64_t usage, int64_t reclaimable)
+{
+    if (limit < 0 || limit >= INT64_MAX / 2 || usage < 0) /* "max", v1's LONG_MAX; unknown */
+        return -1;
+    /* what the cgroup holds that the kernel cannot reclaim: the cache counted up to the
+     * usage, never past it (each figure is read apart; no sum overflows) */
+    int64_t held = usage - (reclaimable > 0 ? (reclaimable < usage ? reclaimable : usage) : 0);
+    return limit > held ? limit - held : 0;
+}
+
+#define CACHE_UNREAD INT64_MIN
+
+/* A memory.stat's clean cache (target_stat_reclaimable), 0 when unreadable. */
+static int64_t dir_reclaimable(const char *dir, int v2)
+{
+    char file[2700], text[8192];
+    snprintf(file, sizeof file, "%s/memory.stat", dir);
+    return target_read_file(file, text, sizeof text) > 0 ? target_stat_reclaimable(text, v2) : 0;
+}
+
+/* One level's room: limit - usage + the clean cache counted (*cache, read from stat_dir's
+ * memory.stat the first time a limit needs it), where the limit is set; *room lowered,
+ * *where named. */
+static void level_room(const char *dir, const char *limit_file, const char *usage_file,
+                       int64_t *cache, const char *stat_dir, int v2, int64_t *room, char *where,
+                       size_t len)
+{
+    char file[2700];
     snprintf(file, sizeof file, "%s/%s", dir, limit_file);
     int64_t limit = read_i64(file);
     if (limit < 0 || limit >= INT64_MAX / 2) /* "max", or v1's page-rounded LONG_MAX */
         return;
     snprintf(file, sizeof file, "%s/%s", dir, usage_file);
     int64_t usage = read_i64(file);
-    if (usage < 0)
+    if (*cache == CACHE_UNREAD)
+        *cache = dir_reclaimable(stat_dir, v2);
+    int64_t r = target_room_of(limit, usage, *cache);
+    if (r < 0)
         return;
-    int64_t r = limit > usage ? limit - usage : 0;
     if (*room < 0 || r < *room) {
         *room = r;
         snprintf(where, len, "%s/%s", dir, limit_file);
@@ -109,7 +187,7 @@ static void level_room(const char *dir, const char *limit_file, const char *usag
 
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
 {
-    char path[64], buf[4096], mnt[512], dir[2600];
+    char path[64], buf[4096], mnt[512], dir[2600], leaf[2600];
     int64_t room = -1;
     snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
     if (target_read_file(path, buf, sizeof buf) <= 0)
@@ -132,18 +210,36 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
             continue;
         if (cgroup_mount(v2, mnt, sizeof mnt) != 0)
             continue;
-        /* every level from the process's cgroup up to the hierarchy's root */
+        /* The clean cache a level's reclaim frees before the kernel OOM-kills (counted as
+         * room: docs/command-rules.md). v1: the level's own totals (its whole subtree, which
+         * its reclaim walks; v1 protects nothing from it). v2: the process's own cgroup's, a
+         * part of every level's above, and none at a level once a cgroup below it on the
+         * path sets memory.min (protected from that level's reclaim; memory.low is not: it
+         * yields before an OOM kill). */
+        int64_t own = CACHE_UNREAD;
+        int protected_below = 0;
+        leaf[0] = 0;
         for (size_t n = strlen(cg); n > 0 && n < sizeof dir - sizeof mnt; ) {
             cg[n] = 0;
             snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(cg, "/") ? cg : "");
             if (v2) {
-                level_room(dir, "memory.max", "memory.current", &room, where, len);
-                level_room(dir, "memory.high", "memory.current", &room, where, len);
-            } else {
-                level_room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", &room, where,
+                if (!leaf[0])
+                    snprintf(leaf, sizeof leaf, "%s", dir);
+                int64_t none = 0, *cache = protected_below ? &none : &own;
+                level_room(dir, "memory.max", "memory.current", cache, leaf, 1, &room, where,
                            len);
-                level_room(dir, "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes",
+                level_room(dir, "memory.high", "memory.current", cache, leaf, 1, &room, where,
+                           len);
+                char file[2700], m[64];
+                snprintf(file, sizeof file, "%s/memory.min", dir);
+                if (target_read_file(file, m, sizeof m) > 0 && strncmp(m, "0\n", 2))
+                    protected_below = 1; /* "max" or a byte count */
+            } else {
+                int64_t cache = CACHE_UNREAD;
+                level_room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", &cache, dir, 0,
                            &room, where, len);
+                level_room(dir, "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes",
+                           &cache, dir, 0, &room, where, len);
             }
             char *slash = strrchr(cg, '/');
             if (!slash || slash == cg)

@@ -4,10 +4,16 @@ space and a colon, which /proc/PID/cgroup prints as they are) whose limit is its
 512 KiB: load (the library, memtrim's engine and the page) is refused by name (exit 2), the
 target alive and without the library; trim, which charges only the page, runs.
 Control cmd-cgroup-room (the check off): load OOM-kills the target.
+
+The kernel reclaims a cgroup's clean page cache before it OOM-kills anything in it, so that
+cache is room (docs/command-rules.md): a python3 that read a file larger than its cgroup, the
+cgroup full of that clean cache to 64 KiB of its limit (as Orthanc's storage writes fill its
+own), is trimmed, and lives. Control cmd-room-cache-unseen (the old room): refused.
 """
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -23,6 +29,20 @@ def tool(*args):
     r = subprocess.run([str(TOOL), *map(str, args), "--json"], capture_output=True, text=True,
                        timeout=60)
     return r.returncode, r.stdout, r.stderr
+
+
+def said_bye(p, cg):
+    """The target, sent its end, ends as it should, never OOM-killed."""
+    p.stdin.close()
+    assert p.stdout.readline() == "bye\n" and p.wait(30) == 0
+    assert cg.oom_kills() == 0
+
+
+def ended(p, cg):
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    cg.remove()
 
 
 @pytest.mark.skipif(not (Cgroup.V1 / "memory.limit_in_bytes").exists() or os.geteuid() != 0,
@@ -45,11 +65,77 @@ def test_load_is_refused_without_room_and_trim_runs():
         assert not [m for m in open(f"/proc/{p.pid}/maps") if "libmemtrim" in m]
         rc, out, err = tool("trim", p.pid)
         assert rc == 0, (rc, out, err)
-        p.stdin.close()
-        assert p.stdout.readline() == "bye\n" and p.wait(30) == 0
-        assert cg.oom_kills() == 0
+        said_bye(p, cg)
     finally:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-        cg.remove()
+        ended(p, cg)
+
+
+CACHED = '''
+import sys
+held = [bytearray(100000) for _ in range(200)]  # 20 MB of heap below the mmap threshold
+last = bytearray(100000)  # above it: the freed chunks stay in the heap
+del held
+with open(sys.argv[1], 'rb') as f:  # clean page cache, charged to this cgroup
+    while f.read(1 << 20):
+        pass
+print('ready', flush=True)
+sys.stdin.read()
+print('bye', flush=True)
+'''
+
+
+def stat(cg):
+    return dict(line.split() for line in (cg.path / "memory.stat").read_text().splitlines())
+
+
+def set_limit(cg, limit):
+    """v1's memory and memory+swap limits to limit, in the order the kernel accepts (memsw
+    never under memory's)."""
+    mem, memsw = cg.path / "memory.limit_in_bytes", cg.path / "memory.memsw.limit_in_bytes"
+    order = [mem, memsw]
+    if memsw.exists() and limit > int(mem.read_text()):
+        order.reverse()
+    for f in order:
+        if f.exists():
+            f.write_text(str(limit))
+
+
+@pytest.mark.skipif(not (Cgroup.V1 / "memory.limit_in_bytes").exists() or os.geteuid() != 0,
+                    reason="a v1 memory cgroup made as root (tests/vm has the v2 hosts)")
+def test_clean_page_cache_is_room(tmp_path):
+    data = tmp_path / "data"
+    with open(data, "wb") as f:  # 128 MiB on disk, then out of the page cache
+        for _ in range(128):
+            f.write(os.urandom(1 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    cg = Cgroup(f"memtrim-room-cache-{os.getpid()}", 64 << 20)
+    p = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", CACHED, str(data)]),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd="/tmp")
+    try:
+        assert p.stdout.readline() == "ready\n"
+        usage = int((cg.path / "memory.usage_in_bytes").read_text())
+        set_limit(cg, usage)  # full: no room but its clean cache (a call charges up to 384 KiB)
+        usage = int((cg.path / "memory.usage_in_bytes").read_text())
+        limit = int((cg.path / "memory.limit_in_bytes").read_text())
+        s = stat(cg)
+        clean = int(s["total_inactive_file"]) - int(s["total_dirty"]) - \
+            int(s["total_writeback"]) - int(s["total_mapped_file"])
+        print(f"\nusage {usage >> 10} KiB of {limit >> 10}, cache {int(s['total_cache']) >> 20} MiB, "
+              f"inactive {int(s['total_inactive_file']) >> 20} MiB, clean and unmapped "
+              f"{clean >> 20} MiB, failcnt {(cg.path / 'memory.failcnt').read_text().strip()}")
+        assert limit - usage < 384 << 10 and clean >= 8 << 20, "the cell is not full of clean cache"
+        t0 = time.monotonic()
+        rc, out, err = tool("trim", p.pid)
+        after = stat(cg)
+        print(f"trim: rc {rc} in {time.monotonic() - t0:.2f} s; the cgroup's cache "
+              f"{int(s['total_cache']) >> 10} KiB before, {int(after['total_cache']) >> 10} after, "
+              f"usage {int((cg.path / 'memory.usage_in_bytes').read_text()) >> 10} KiB: {out.strip()[:300]}")
+        assert rc == 0, (rc, out, err)
+        assert json.loads(out)["released_bytes"] > 0
+        assert p.poll() is None and cg.oom_kills() == 0, \
+            f"the target died ({p.returncode}; oom_kill {cg.oom_kills()})"
+        said_bye(p, cg)
+    finally:
+        ended(p, cg)

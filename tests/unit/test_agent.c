@@ -9,6 +9,7 @@
 #include <math.h>
 
 #include "agent_int.h"
+#include "target.h"
 #include "common.h"
 #include "decision.h"
 #include "outside.h"
@@ -274,12 +275,31 @@ static void test_retrim(void)
     /* ...but not while its cgroup has less room than a call's charge: each ask forked the
      * command for one more refusal, every retrim gap (40 a second) */
     z.usage = z.limit - 100 * 1024;
-    CHECK(agent_held_no_room(&z, &q[0]));
+    CHECK(agent_held_no_room(&z, &q[0], t0 + gap));
     CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), -1);
     CHECK_EQ_INT(agent_next_due(&z, answered), INT64_MAX); /* the zone's poll reads it again */
     z.usage = z.limit - 384 * 1024; /* room for the call again (cli.h's CLI_CALL_CHARGE) */
-    CHECK(!agent_held_no_room(&z, &q[0]));
+    CHECK(!agent_held_no_room(&z, &q[0], t0 + gap));
     CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
+    /* At its limit with clean page cache (Orthanc's storage writes, 100 KiB left): that
+     * cache is room, as the command counts it (target_stat_reclaimable: 40 MiB inactive less
+     * 2 dirty and 6 mapped); the control cmd-room-cache-unseen holds it as before, and the
+     * agent waited for room the cache never left. */
+    z.usage = z.limit - 100 * 1024;
+    z.reclaimable = target_stat_reclaimable("total_inactive_file 41943040\ntotal_dirty 2097152\n"
+                                            "total_writeback 0\ntotal_mapped_file 6291456\n", 0);
+    CHECK_EQ_INT(agent_room(&z), 100 * 1024 + 32 * mib);
+    CHECK(!agent_held_no_room(&z, &q[0], t0 + gap));
+    CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), 0);
+    /* refused all the same where the agent read room (the command reads the process's own
+     * cgroup, or the usage grew meanwhile): held a while, not asked every retrim gap */
+    q[0].no_room_ns = t0 + gap;
+    q[0].no_room_read = agent_room(&z);
+    CHECK(agent_held_no_room(&z, &q[0], t0 + gap + AGENT_NO_ROOM_HOLD_NS - 1));
+    CHECK(!agent_held_no_room(&z, &q[0], t0 + gap + AGENT_NO_ROOM_HOLD_NS));
+    q[0].no_room_read = 100 * 1024; /* the agent read no room either: the room alone decides */
+    CHECK(!agent_held_no_room(&z, &q[0], t0 + gap + 1));
+    z.reclaimable = 0;
     z.usage = 230 * mib;
     q[0].reason = AR_KERNEL; /* the kernel's rules: left alone, no wake for it */
     CHECK_EQ_INT(agent_decide(&z, t0 + gap, 0.8, 6 * mib, &rule), -1);
