@@ -115,10 +115,16 @@ static void learn(struct agent_cgroup *cg, struct agent_proc *p, const char *ans
     const cJSON *ecode = cJSON_GetObjectItemCaseSensitive(err, "code");
     int64_t gave = cJSON_IsNumber(rel) && rel->valuedouble >= 0 &&
                    rel->valuedouble < 9007199254740992.0 ? (int64_t)rel->valuedouble : -1;
-    agent_inside_charge(p, now, agent_answer_inside_ns(
-        cJSON_IsString(ecode) ? ecode->valuestring : NULL, cJSON_IsObject(j),
-        cJSON_IsNumber(stop) ? stop->valuedouble : 0, cJSON_IsNumber(life) ? life->valuedouble : 0,
-        gave, started, now));
+    double stop_s = cJSON_IsNumber(stop) ? stop->valuedouble : 0;
+    double life_s = cJSON_IsNumber(life) ? life->valuedouble : 0;
+    int64_t charged = agent_answer_inside_ns(cJSON_IsString(ecode) ? ecode->valuestring : NULL,
+                                             cJSON_IsObject(j), stop_s, life_s, gave, started,
+                                             now);
+    agent_inside_charge(p, now, charged);
+    /* what it spent there: the charge, or a trim that paid, its figures */
+    p->last_inside_ns = charged ? charged : agent_in_target_ns(stop_s, life_s);
+    cg->inside_ns += (uint64_t)p->last_inside_ns;
+    cg->inside_charged_ns += (uint64_t)charged;
     if (cJSON_IsNumber(rel)) {
         /* (a child's answer, checked before the cast: a NaN or one past int64 is none) */
         int64_t r = rel->valuedouble > 0 && (rel->valuedouble < 9007199254740992.0 ||
@@ -246,9 +252,11 @@ static void finish(struct agent *a, struct agent_trim *t)
     }
     agent_history_trim(a, cg, p, released, now - t->t0, cpu);
     mt_log(MT_LOG_INFO, "agent", "cgroup %s: process %d (%s): %s %lld bytes in %.1f ms (%.1f ms "
-           "CPU, %.1f ms in the process)%s%s%s", cg->path, (int)p->pid, p->comm[0] ? p->comm : "gone",
+           "CPU, %.1f ms in the process, %.1f ms of it charged, %.3f s left)%s%s%s", cg->path,
+           (int)p->pid, p->comm[0] ? p->comm : "gone",
            p->reason ? "not trimmed," : "released", (long long)released,
-           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, (double)p->last_in_target_ns / 1e6,
+           (double)(now - t->t0) / 1e6, (double)cpu / 1e6, (double)p->last_inside_ns / 1e6,
+           (double)p->last_in_target_ns / 1e6, agent_inside_left(p, now) / 1e9,
            strstr(t->buf, "\"via\":\"api\"") ? ", asked through its memtrim's API" : "",
            p->reason ? ": " : "", p->reason ? p->why : "");
     cg->busy = NULL;

@@ -252,7 +252,6 @@ static int ask_main(int argc, char **argv)
 }
 
 /* --once: the cgroups found, as GET /agent/cgroups answers (api.c). */
-char *agent_cgroups_json(struct agent *a);
 
 int agent_main(int argc, char **argv)
 {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "server.h"
@@ -100,7 +101,10 @@ struct agent_proc {
     int64_t anon_after_trim;   /* RssAnon right after its last trim (-1 never trimmed) */
     int64_t last_released;     /* what its last trim gave back */
     int64_t last_trim_ns;      /* monotonic */
-    int64_t last_in_target_ns; /* its last trim's time inside it, as the command answered */
+    int64_t last_in_target_ns; /* its last trim's time inside it charged to its budget */
+    int64_t last_inside_ns;    /* ...and spent there (the command's figures; a call past its
+                                * deadline or no answer: the whole trim's time) */
+    int64_t inside_charged_ns; /* every charge to its budget, in all */
     double inside_ns;          /* its own budget of trims' time inside it (decide.c's bucket): */
     int64_t inside_at_ns;      /* what is left at inside_at_ns; inside_at_ns 0: full */
     int zero_trims;            /* trims in a row that gave back under 1 MiB */
@@ -131,6 +135,8 @@ struct agent_cgroup {
     int near;                  /* within 5 % of its limit now */
     uint64_t near_episodes, kills_avoided;
     uint64_t trims, released, wakes, dry_run_picks;
+    uint64_t inside_ns, inside_charged_ns; /* its members' trims' time inside them, spent and
+                                            * charged to their budgets, in all */
     uint64_t refusals[AR_COUNT];
     int64_t base_usage;        /* its low-water mark since its last trim (the growth rule) */
     int64_t threshold;         /* v1: the registered usage threshold (bytes) */
@@ -293,6 +299,11 @@ int agent_held_no_room(const struct agent_cgroup *cg, const struct agent_proc *p
  * grew most since its last trim, by min_bytes at least, not trimmed within gap; -1 none. */
 long agent_pick_idle(const struct agent_proc *procs, size_t n, int64_t now_ns, int64_t gap_ns,
                      int64_t min_bytes);
+
+/* api.c: GET /agent/cgroups' answer (malloc'd; NULL out of memory) and GET /metrics' text,
+ * a->lock held by the caller. */
+char *agent_cgroups_json(struct agent *a);
+void agent_metrics(struct agent *a, FILE *f);
 
 /* history.c: the store (db/'s db_agent): opened at start (a failure is logged, the agent
  * goes on without it), the cgroups' samples every SampleIntervalSeconds and the retention

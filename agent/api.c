@@ -10,6 +10,7 @@
 #include "agent_int.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +65,9 @@ static const struct series {
     const char *name, *type, *help;
     size_t offset; /* an int64_t or uint64_t field of struct agent_cgroup */
     int is_signed;
+    double unit;   /* the field's units in one of the series' (0: the same) */
 } series[] = {
-#define S(n, t, h, f, s) {"memtrim_agent_cgroup_" n, t, h, offsetof(struct agent_cgroup, f), s}
+#define S(n, t, h, f, s) {"memtrim_agent_cgroup_" n, t, h, offsetof(struct agent_cgroup, f), s, 0}
     S("usage_bytes", "gauge", "The cgroup's memory usage (memory.current / usage_in_bytes).", usage, 1),
     S("limit_bytes", "gauge", "The cgroup's memory limit (memory.max / limit_in_bytes).", limit, 1),
     S("high_bytes", "gauge", "The cgroup's memory.high (v2), where set.", high, 1),
@@ -77,18 +79,91 @@ static const struct series {
     S("kills_avoided_total", "counter", "Times it came within 5 % of its limit and left it with no OOM kill.", kills_avoided, 0),
     S("oom_kills_total", "counter", "The kernel's OOM kills in the cgroup (oom_kill).", oom_kills, 0),
 #undef S
+#define S(n, t, h, f, s) {"memtrim_agent_cgroup_" n, t, h, offsetof(struct agent_cgroup, f), s, 1e9}
+    S("inside_seconds_total", "counter", "The agent's trims' time inside the cgroup's processes (the taken thread's stop and memtrim's threads there).", inside_ns, 0),
+    S("inside_charged_seconds_total", "counter", "The part of it charged to each process's own budget of time inside it (a trim that gave back a MiB or more is not).", inside_charged_ns, 0),
+#undef S
 };
 
-static int64_t heap_free_estimate(const struct agent_cgroup *cg)
+/* Each member's own budget of trims' time inside it (decide.c's token bucket), now. */
+static void inside_json(cJSON *o, const struct agent_proc *p, int64_t now)
 {
+    cJSON *b = cJSON_AddObjectToObject(o, "inside_budget");
+    double left = agent_inside_left(p, now);
+    cJSON_AddNumberToObject(b, "left_seconds", (double)(int64_t)(left / 1e6) / 1e3);
+    cJSON_AddBoolToObject(b, "held", left <= 0);
+    cJSON_AddNumberToObject(b, "cap_seconds", AGENT_INSIDE_CAP_NS / 1e9);
+    cJSON_AddNumberToObject(b, "share", AGENT_INSIDE_SHARE);
+    cJSON_AddNumberToObject(b, "last_seconds", (double)p->last_inside_ns / 1e9);
+    cJSON_AddNumberToObject(b, "last_charged_seconds", (double)p->last_in_target_ns / 1e9);
+    cJSON_AddNumberToObject(b, "charged_seconds", (double)p->inside_charged_ns / 1e9);
+}
+
+/* One series with a sample per cgroup (value NAN: none for that one), printed with fmt. */
+static void per_cgroup(struct agent *a, FILE *f, const char *name, const char *type,
+                       const char *help, double (*value)(const struct agent_cgroup *, int64_t),
+                       const char *fmt)
+{
+    int64_t now = mt_mono_ns();
+    fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    for (size_t i = 0; i < a->ncgroups; i++) {
+        double v = value(a->cgroups[i], now);
+        if (isnan(v))
+            continue;
+        fputs(name, f);
+        put_labels(f, a->cgroups[i], NULL, NULL);
+        fputc(' ', f);
+        fprintf(f, fmt, v);
+        fputc('\n', f);
+    }
+}
+
+static double heap_free_estimate(const struct agent_cgroup *cg, int64_t now)
+{
+    (void)now;
     int64_t sum = 0;
     for (size_t i = 0; i < cg->nprocs; i++)
         if (!cg->procs[i].reason)
             sum += agent_expected(&cg->procs[i]);
-    return sum;
+    return (double)sum;
 }
 
-static void metrics(struct agent *a, FILE *f)
+/* Saved: what the trims gave back and has not come back since (never more than the cgroup's
+ * anonymous memory could hold). */
+static double saved_bytes(const struct agent_cgroup *cg, int64_t now)
+{
+    (void)now;
+    int64_t saved = 0;
+    for (size_t j = 0; j < cg->nprocs; j++) {
+        const struct agent_proc *p = &cg->procs[j];
+        int64_t back = agent_expected(p);
+        if (p->last_released > back && p->anon_after_trim >= 0)
+            saved += p->last_released - back;
+    }
+    return (double)saved;
+}
+
+/* The least left of its members' own budgets of trims' time inside them (none: no sample). */
+static double inside_least_s(const struct agent_cgroup *cg, int64_t now)
+{
+    double least = NAN;
+    for (size_t j = 0; j < cg->nprocs; j++) {
+        double left = agent_inside_left(&cg->procs[j], now) / 1e9;
+        least = j == 0 || left < least ? left : least;
+    }
+    return least;
+}
+
+/* Its members with none left (not asked until it refills). */
+static double inside_held(const struct agent_cgroup *cg, int64_t now)
+{
+    size_t held = 0;
+    for (size_t j = 0; j < cg->nprocs; j++)
+        held += agent_inside_left(&cg->procs[j], now) <= 0;
+    return (double)held;
+}
+
+void agent_metrics(struct agent *a, FILE *f)
 {
     for (size_t s = 0; s < sizeof series / sizeof series[0]; s++) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", series[s].name, series[s].help, series[s].name,
@@ -110,9 +185,18 @@ static void metrics(struct agent *a, FILE *f)
             }
             fputs(series[s].name, f);
             put_labels(f, cg, NULL, NULL);
-            fprintf(f, " %lld\n", v);
+            if (series[s].unit)
+                fprintf(f, " %.6f\n", (double)v / series[s].unit);
+            else
+                fprintf(f, " %lld\n", v);
         }
     }
+    per_cgroup(a, f, "memtrim_agent_cgroup_inside_budget_left_seconds", "gauge", "The least "
+               "left of its members' own budgets of trims' time inside them (a quarter of their "
+               "time, holding 2 s).", inside_least_s, "%.3f");
+    per_cgroup(a, f, "memtrim_agent_cgroup_inside_budget_held", "gauge", "Its members with no "
+               "budget of time inside them left: not trimmed until it refills.", inside_held,
+               "%.0f");
     fputs("# HELP memtrim_agent_released_bytes_total Bytes the agent's trims gave back, by cgroup.\n"
           "# TYPE memtrim_agent_released_bytes_total counter\n", f);
     for (size_t i = 0; i < a->ncgroups; i++) {
@@ -120,32 +204,12 @@ static void metrics(struct agent *a, FILE *f)
         put_labels(f, a->cgroups[i], NULL, NULL);
         fprintf(f, " %llu\n", (unsigned long long)a->cgroups[i]->released);
     }
-    fputs("# HELP memtrim_agent_cgroup_heap_free_estimate_bytes What a trim of the cgroup's "
-          "processes may give back now (their heap's growth since their last trim).\n"
-          "# TYPE memtrim_agent_cgroup_heap_free_estimate_bytes gauge\n", f);
-    for (size_t i = 0; i < a->ncgroups; i++) {
-        fputs("memtrim_agent_cgroup_heap_free_estimate_bytes", f);
-        put_labels(f, a->cgroups[i], NULL, NULL);
-        fprintf(f, " %lld\n", (long long)heap_free_estimate(a->cgroups[i]));
-    }
-    /* Saved: what the trims gave back and has not come back since (never more than the
-     * cgroup's anonymous memory could hold). */
-    fputs("# HELP memtrim_agent_cgroup_saved_bytes Released bytes not yet grown back, at most "
-          "the sum of each process's last release.\n"
-          "# TYPE memtrim_agent_cgroup_saved_bytes gauge\n", f);
-    for (size_t i = 0; i < a->ncgroups; i++) {
-        const struct agent_cgroup *cg = a->cgroups[i];
-        int64_t saved = 0;
-        for (size_t j = 0; j < cg->nprocs; j++) {
-            const struct agent_proc *p = &cg->procs[j];
-            int64_t back = agent_expected(p);
-            if (p->last_released > back && p->anon_after_trim >= 0)
-                saved += p->last_released - back;
-        }
-        fputs("memtrim_agent_cgroup_saved_bytes", f);
-        put_labels(f, cg, NULL, NULL);
-        fprintf(f, " %lld\n", (long long)saved);
-    }
+    per_cgroup(a, f, "memtrim_agent_cgroup_heap_free_estimate_bytes", "gauge",
+               "What a trim of the cgroup's processes may give back now (their heap's growth "
+               "since their last trim).", heap_free_estimate, "%.0f");
+    per_cgroup(a, f, "memtrim_agent_cgroup_saved_bytes", "gauge", "Released bytes not yet "
+               "grown back, at most the sum of each process's last release.", saved_bytes,
+               "%.0f");
     fputs("# HELP memtrim_agent_refusals_total Trims not made, by reason.\n"
           "# TYPE memtrim_agent_refusals_total counter\n", f);
     for (size_t i = 0; i < a->ncgroups; i++)
@@ -204,7 +268,7 @@ static int get_metrics(const struct server_request *req, struct server_reply *re
     if (!f)
         return server_reply_error(rep, 500, "internal", "out of memory");
     pthread_mutex_lock(&a->lock);
-    metrics(a, f);
+    agent_metrics(a, f);
     pthread_mutex_unlock(&a->lock);
     if (fclose(f) != 0) {
         free(buf);
@@ -216,6 +280,7 @@ static int get_metrics(const struct server_request *req, struct server_reply *re
 /* Called with a->lock held. */
 static cJSON *cgroups_json(struct agent *a)
 {
+    int64_t now = mt_mono_ns();
     cJSON *root = cJSON_CreateObject(), *list = cJSON_AddArrayToObject(root, "cgroups");
     cJSON_AddBoolToObject(root, "dry_run", a->cfg.dry_run);
     for (size_t i = 0; i < a->ncgroups; i++) {
@@ -263,6 +328,7 @@ static cJSON *cgroups_json(struct agent *a)
             cJSON_AddNumberToObject(o, "released_bytes", (double)p->released);
             cJSON_AddNumberToObject(o, "reads", (double)p->reads);
             cJSON_AddBoolToObject(o, "unreleasable", agent_reason_unreleasable(p->reason));
+            inside_json(o, p, now);
             if (p->reason) {
                 cJSON_AddStringToObject(o, "reason", agent_reason_name(p->reason));
                 cJSON_AddStringToObject(o, "why", p->why);
@@ -272,7 +338,6 @@ static cJSON *cgroups_json(struct agent *a)
     return root;
 }
 
-char *agent_cgroups_json(struct agent *a);
 char *agent_cgroups_json(struct agent *a)
 {
     cJSON *j = cgroups_json(a);

@@ -159,6 +159,7 @@ double agent_inside_left(const struct agent_proc *p, int64_t now_ns)
 void agent_inside_charge(struct agent_proc *p, int64_t now_ns, int64_t in_target_ns)
 {
     p->last_in_target_ns = in_target_ns;
+    p->inside_charged_ns += in_target_ns > 0 ? in_target_ns : 0;
     p->inside_ns = agent_inside_left(p, now_ns) - (double)in_target_ns;
     p->inside_at_ns = now_ns > 0 ? now_ns : 1;
 }

@@ -6,7 +6,10 @@
  */
 #include "harness.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "agent_int.h"
 #include "target.h"
@@ -426,6 +429,67 @@ static void test_token_files(void)
     rmdir(dir);
 }
 
+/* Each member's own budget of trims' time inside it, shown: per process in GET
+ * /agent/cgroups (what is left, held, the bucket's size and share, the last trim's time
+ * inside it and what of it was charged, every charge in all) and per cgroup in /metrics (the
+ * least left, the members held, the time inside its processes spent and charged). */
+static void test_inside_budget_shown(void)
+{
+    struct agent_proc p[2] = {{.pid = 11, .comm = "puma", .alloc = "glibc", .anon = 1 << 20,
+                               .anon_after_trim = -1},
+                              {.pid = 12, .comm = "ruby", .alloc = "glibc", .anon = 1 << 20,
+                               .anon_after_trim = -1}};
+    /* p[0]: a trim past the command's deadline charged its whole 3 s (2 s held: 1 s owed),
+     * its refill not begun (its charge dated past any now of this test); p[1] never charged */
+    agent_inside_charge(&p[0], INT64_MAX / 2, 3 * MT_SEC);
+    p[0].last_inside_ns = 3 * MT_SEC;
+    struct agent_cgroup cg = {.path = "/c", .version = 1, .limit = 300 << 20, .high = -1,
+                              .usage = 200 << 20, .procs = p, .nprocs = 2,
+                              .inside_ns = 3 * MT_SEC + 250 * MT_MS,
+                              .inside_charged_ns = 3 * MT_SEC};
+    struct agent_cgroup *cgs[1] = {&cg};
+    struct agent a = {.cgroups = cgs, .ncgroups = 1};
+    char *text = agent_cgroups_json(&a);
+    cJSON *j = cJSON_Parse(text);
+    const cJSON *ps = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "cgroups"), 0),
+                                          "processes");
+    const cJSON *b0 = cJSON_GetObjectItem(cJSON_GetArrayItem(ps, 0), "inside_budget");
+    const cJSON *b1 = cJSON_GetObjectItem(cJSON_GetArrayItem(ps, 1), "inside_budget");
+    CHECK(b0 && b1);
+    CHECK(cJSON_GetObjectItem(b0, "left_seconds")->valuedouble == -1.0);
+    CHECK(cJSON_IsTrue(cJSON_GetObjectItem(b0, "held")));
+    CHECK(cJSON_GetObjectItem(b0, "cap_seconds")->valuedouble == 2.0);
+    CHECK(cJSON_GetObjectItem(b0, "share")->valuedouble == 0.25);
+    CHECK(cJSON_GetObjectItem(b0, "last_seconds")->valuedouble == 3.0);
+    CHECK(cJSON_GetObjectItem(b0, "last_charged_seconds")->valuedouble == 3.0);
+    CHECK(cJSON_GetObjectItem(b0, "charged_seconds")->valuedouble == 3.0);
+    CHECK(cJSON_GetObjectItem(b1, "left_seconds")->valuedouble == 2.0);
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(b1, "held")));
+    CHECK(cJSON_GetObjectItem(b1, "charged_seconds")->valuedouble == 0.0);
+    cJSON_Delete(j);
+    free(text);
+
+    char *m = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&m, &len);
+    agent_metrics(&a, f);
+    fclose(f);
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_budget_left_seconds{cgroup=\"/c\",kind=\"other\"} -1.000\n");
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_budget_held{cgroup=\"/c\",kind=\"other\"} 1\n");
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_seconds_total{cgroup=\"/c\",kind=\"other\"} 3.250000\n");
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_charged_seconds_total{cgroup=\"/c\",kind=\"other\"} 3.000000\n");
+    /* refilled: none held, the least left p[0]'s */
+    p[0].inside_ns = 0.5e9;
+    free(m);
+    m = NULL;
+    f = open_memstream(&m, &len);
+    agent_metrics(&a, f);
+    fclose(f);
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_budget_left_seconds{cgroup=\"/c\",kind=\"other\"} 0.500\n");
+    CHECK_CONTAINS(m, "\nmemtrim_agent_cgroup_inside_budget_held{cgroup=\"/c\",kind=\"other\"} 0\n");
+    free(m);
+}
+
 int main(void)
 {
     RUN(test_kinds);
@@ -433,5 +497,6 @@ int main(void)
     RUN(test_token_files);
     RUN(test_decide);
     RUN(test_retrim);
+    RUN(test_inside_budget_shown);
     return harness_end();
 }
