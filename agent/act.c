@@ -38,9 +38,11 @@ enum agent_reason agent_reason_of(const char *code, const char *message)
         return strstr(message, "musl") ? AR_MUSL : strstr(message, "static") ? AR_STATIC
                                                                             : AR_RUNTIME;
     /* the command's refusal for want of room in the process's memory cgroup (cli/output.c:
-     * a call could charge it past its limit) passes with the usage: it stays a member. Taken
+     * a call could charge it past its limit), or in its pids cgroup (memtrim's threads could
+     * take the tasks it starts), passes with the usage: it stays a member. Taken
      * for the kernel's refusal, it left puma alone for good at its first one. */
-    if (!strcmp(code, "refused") && strstr(message, TARGET_NO_ROOM_WORDS) &&
+    if (!strcmp(code, "refused") && (strstr(message, TARGET_NO_ROOM_WORDS) ||
+                                     strstr(message, TARGET_NO_PIDS_WORDS)) &&
         !mt_control("agent-room-refusal-final"))
         return AR_NO_ROOM;
     if (!strcmp(code, "refused"))

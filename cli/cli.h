@@ -54,6 +54,14 @@ void cli_add_common(cJSON *j, const struct target *t, const struct inject_call *
 /* NULL when the process's memory cgroup has room for need bytes; else why not, in buf. */
 const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char *what, char *buf,
                                size_t len);
+/* The threads a call starts in the process at once (the raw thread and the glibc thread):
+ * its pids cgroup counts them as the process's own, so a process at its limit would see its
+ * own thread or fork fail while they live (Go's runtime dies of it). A call needs room for
+ * them and as many again left to the process. */
+#define CLI_CALL_THREADS 2
+/* NULL when the process's pids cgroups have room for twice CLI_CALL_THREADS tasks; else why
+ * not, in buf. */
+const char *cli_pids_refusal(const struct target *t, const char *what, char *buf, size_t len);
 
 /* load.c: `memtrim load PID`; its exit code. */
 int load_run(const struct opts *o, struct target *t);

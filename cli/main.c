@@ -359,6 +359,8 @@ static int act(const struct opts *o)
     if (strcmp(o->verb, "load") &&
         (why = cli_cgroup_refusal(&t, CLI_CALL_CHARGE, o->verb, buf, sizeof buf)))
         return cli_fail(o, EXIT_REFUSED, why);
+    if ((why = cli_pids_refusal(&t, o->verb, buf, sizeof buf)))
+        return cli_fail(o, EXIT_REFUSED, why);
     if (!strcmp(o->verb, "load"))
         return load_run(o, &t);
     return !strcmp(o->verb, "trim") ? trim(o, &t) : stats(o, &t);

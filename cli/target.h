@@ -110,6 +110,11 @@ int64_t target_room_of(int64_t limit, int64_t usage, int64_t reclaimable);
 /* The words of the refusal when that room is short of what a call may charge (cli/output.c:
  * "process PID" then these): the node agent reads them as a refusal that passes. */
 #define TARGET_NO_ROOM_WORDS "'s memory cgroup has "
+/* The tasks the process's pids cgroups may still start (pids.max less pids.current), the
+ * tightest of every level, v1 or v2, with the file that binds in where; -1 when none is set.
+ * memtrim's two threads count there as the target's own. */
+int64_t target_pids_room(pid_t pid, char *where, size_t len);
+#define TARGET_NO_PIDS_WORDS "'s pids cgroup may start "
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);

@@ -64,27 +64,69 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
     *max = read_i64(file);
 }
 
-/* Where the tool sees a cgroup hierarchy: cgroup2's mount, or the v1 one with the memory
- * controller (its options name it); 0 or -1. */
-static int cgroup_mount(int v2, char *out, size_t len)
+/* Where the tool sees a cgroup hierarchy: cgroup2's mount, or the v1 one with the controller
+ * (its options name it, a word between commas); 0 or -1. */
+static int cgroup_mount(int v2, const char *controller, char *out, size_t len)
 {
-    char line[1024], dev[256], dir[512], type[64], opts[512];
+    char line[1024], dev[256], dir[512], type[64], opts[512], words[520], want[72];
     FILE *f = fopen("/proc/self/mounts", "re");
     int found = -1;
     if (!f)
         return -1;
+    snprintf(want, sizeof want, ",%s,", controller);
     while (found && fgets(line, sizeof line, f)) {
         if (sscanf(line, "%255s %511s %63s %511s", dev, dir, type, opts) != 4)
             continue;
-        int is_memory = !strcmp(type, "cgroup") && (strstr(opts, ",memory") ||
-                                                     !strncmp(opts, "memory", 6));
-        if (v2 ? !strcmp(type, "cgroup2") : is_memory) {
+        snprintf(words, sizeof words, ",%s,", opts);
+        if (v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && strstr(words, want)) {
             snprintf(out, len, "%s", dir);
             found = 0;
         }
     }
     fclose(f);
     return found;
+}
+
+/* Every level of the process's cgroups for controller, from its own up to each hierarchy's
+ * root (v2: the unified one; v1: the one mounted with the controller): each(dir, v2, arg),
+ * each hierarchy begun with each(NULL, v2, arg). */
+static void cgroup_levels(pid_t pid, const char *controller,
+                          void (*each)(const char *dir, int v2, void *arg), void *arg)
+{
+    char path[64], buf[4096], mnt[512], dir[2600], want[72];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    if (target_read_file(path, buf, sizeof buf) <= 0)
+        return;
+    snprintf(want, sizeof want, ",%s,", controller);
+    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
+        /* "ID:CONTROLLERS:PATH", the path to the line's end (a cgroup's name may hold spaces
+         * and colons); v2's line is "0::PATH" */
+        char ctl[256], cg[2048];
+        const char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2 || (size_t)(c2 - c1 - 1) >= sizeof ctl || strlen(c2 + 1) >= sizeof cg ||
+            c2[1] != '/')
+            continue;
+        memcpy(ctl, c1 + 1, (size_t)(c2 - c1 - 1));
+        ctl[c2 - c1 - 1] = 0;
+        strcpy(cg, c2 + 1);
+        int v2 = ctl[0] == 0 && !strncmp(l, "0:", 2);
+        char have[272];
+        snprintf(have, sizeof have, ",%s,", ctl);
+        if (!v2 && !strstr(have, want))
+            continue;
+        if (cgroup_mount(v2, controller, mnt, sizeof mnt) != 0)
+            continue;
+        each(NULL, v2, arg);
+        for (size_t n = strlen(cg); n > 0 && n < sizeof dir - sizeof mnt; ) {
+            cg[n] = 0;
+            snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(cg, "/") ? cg : "");
+            each(dir, v2, arg);
+            char *slash = strrchr(cg, '/');
+            if (!slash || slash == cg)
+                break;
+            n = (size_t)(slash - cg);
+        }
+    }
 }
 
 /* memory.stat's value of key, at a line's start: 0 with *v set; -1 when absent or no byte
@@ -185,69 +227,88 @@ static void level_room(const char *dir, const char *limit_file, const char *usag
     }
 }
 
+/* The memory room's walk: the tightest room so far, and one hierarchy's clean cache. */
+struct mem_walk {
+    int64_t room, own;
+    int protected_below;
+    char *where;
+    size_t len;
+    char leaf[2600];
+};
+
+static void mem_level(const char *dir, int v2, void *arg)
+{
+    struct mem_walk *w = arg;
+    /* The clean cache a level's reclaim frees before the kernel OOM-kills (counted as room:
+     * docs/command-rules.md). v1: the level's own totals (its whole subtree, which its reclaim
+     * walks; v1 protects nothing from it). v2: the process's own cgroup's, a part of every
+     * level's above, and none at a level once a cgroup below it on the path sets memory.min
+     * (protected from that level's reclaim; memory.low is not: it yields before an OOM
+     * kill). */
+    if (!dir) { /* a hierarchy begins */
+        w->own = CACHE_UNREAD;
+        w->protected_below = 0;
+        w->leaf[0] = 0;
+        return;
+    }
+    if (v2) {
+        if (!w->leaf[0])
+            snprintf(w->leaf, sizeof w->leaf, "%s", dir);
+        int64_t none = 0, *cache = w->protected_below ? &none : &w->own;
+        level_room(dir, "memory.max", "memory.current", cache, w->leaf, 1, &w->room, w->where,
+                   w->len);
+        level_room(dir, "memory.high", "memory.current", cache, w->leaf, 1, &w->room, w->where,
+                   w->len);
+        char file[2700], m[64];
+        snprintf(file, sizeof file, "%s/memory.min", dir);
+        if (target_read_file(file, m, sizeof m) > 0 && strncmp(m, "0\n", 2))
+            w->protected_below = 1; /* "max" or a byte count */
+    } else {
+        int64_t cache = CACHE_UNREAD;
+        level_room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", &cache, dir, 0,
+                   &w->room, w->where, w->len);
+        level_room(dir, "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes", &cache,
+                   dir, 0, &w->room, w->where, w->len);
+    }
+}
+
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
 {
-    char path[64], buf[4096], mnt[512], dir[2600], leaf[2600];
-    int64_t room = -1;
-    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
-    if (target_read_file(path, buf, sizeof buf) <= 0)
-        return -1;
-    for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
-        /* "ID:CONTROLLERS:PATH", the path to the line's end (a cgroup's name may hold spaces
-         * and colons); v2's line is "0::PATH" */
-        char ctl[256], cg[2048];
-        const char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-        if (!c2 || (size_t)(c2 - c1 - 1) >= sizeof ctl || strlen(c2 + 1) >= sizeof cg ||
-            c2[1] != '/')
-            continue;
-        memcpy(ctl, c1 + 1, (size_t)(c2 - c1 - 1));
-        ctl[c2 - c1 - 1] = 0;
-        strcpy(cg, c2 + 1);
-        int v2 = ctl[0] == 0 && !strncmp(l, "0:", 2);
-        char want[272];
-        snprintf(want, sizeof want, ",%s,", ctl);
-        if (!v2 && !strstr(want, ",memory,"))
-            continue;
-        if (cgroup_mount(v2, mnt, sizeof mnt) != 0)
-            continue;
-        /* The clean cache a level's reclaim frees before the kernel OOM-kills (counted as
-         * room: docs/command-rules.md). v1: the level's own totals (its whole subtree, which
-         * its reclaim walks; v1 protects nothing from it). v2: the process's own cgroup's, a
-         * part of every level's above, and none at a level once a cgroup below it on the
-         * path sets memory.min (protected from that level's reclaim; memory.low is not: it
-         * yields before an OOM kill). */
-        int64_t own = CACHE_UNREAD;
-        int protected_below = 0;
-        leaf[0] = 0;
-        for (size_t n = strlen(cg); n > 0 && n < sizeof dir - sizeof mnt; ) {
-            cg[n] = 0;
-            snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(cg, "/") ? cg : "");
-            if (v2) {
-                if (!leaf[0])
-                    snprintf(leaf, sizeof leaf, "%s", dir);
-                int64_t none = 0, *cache = protected_below ? &none : &own;
-                level_room(dir, "memory.max", "memory.current", cache, leaf, 1, &room, where,
-                           len);
-                level_room(dir, "memory.high", "memory.current", cache, leaf, 1, &room, where,
-                           len);
-                char file[2700], m[64];
-                snprintf(file, sizeof file, "%s/memory.min", dir);
-                if (target_read_file(file, m, sizeof m) > 0 && strncmp(m, "0\n", 2))
-                    protected_below = 1; /* "max" or a byte count */
-            } else {
-                int64_t cache = CACHE_UNREAD;
-                level_room(dir, "memory.limit_in_bytes", "memory.usage_in_bytes", &cache, dir, 0,
-                           &room, where, len);
-                level_room(dir, "memory.memsw.limit_in_bytes", "memory.memsw.usage_in_bytes",
-                           &cache, dir, 0, &room, where, len);
-            }
-            char *slash = strrchr(cg, '/');
-            if (!slash || slash == cg)
-                break;
-            n = (size_t)(slash - cg);
-        }
+    static struct mem_walk w;
+    w = (struct mem_walk){.room = -1, .where = where, .len = len};
+    cgroup_levels(pid, "memory", mem_level, &w);
+    return w.room;
+}
+
+/* The pids room's walk: pids.max less pids.current at each level, v1 and v2 alike. */
+struct pids_walk {
+    int64_t room;
+    char *where;
+    size_t len;
+};
+
+static void pids_level(const char *dir, int v2, void *arg)
+{
+    struct pids_walk *w = arg;
+    (void)v2;
+    if (!dir)
+        return;
+    char file[2700];
+    snprintf(file, sizeof file, "%s/pids.max", dir);
+    int64_t limit = read_i64(file); /* "max": -1 */
+    snprintf(file, sizeof file, "%s/pids.current", dir);
+    int64_t r = target_room_of(limit, read_i64(file), 0);
+    if (r >= 0 && (w->room < 0 || r < w->room)) {
+        w->room = r;
+        snprintf(w->where, w->len, "%s/pids.max", dir);
     }
-    return room;
+}
+
+int64_t target_pids_room(pid_t pid, char *where, size_t len)
+{
+    struct pids_walk w = {-1, where, len};
+    cgroup_levels(pid, "pids", pids_level, &w);
+    return w.room;
 }
 
 long target_parse_syscall(const char *buf, uint64_t args[7])

@@ -9,6 +9,9 @@
  *   --busy-main             the main thread waits on a futex and reads no command
  *   --read-in-handler       the main thread reads stdin inside a SIGUSR1 handler (raised by
  *                           itself) and exits when the read returns; no command is read
+ *   --spawner               one thread starts two short threads and joins them every
+ *                           millisecond, and counts the starts that failed (a pids cgroup at
+ *                           its limit: EAGAIN)
  * Commands on stdin (the main thread reads it: a read the tool may interrupt), one a line:
  * "reset" clears the gaps, "report" prints one JSON line (the longest gap and when it began,
  * CLOCK_MONOTONIC), "cutsleep" installs a SIGUSR2 handler without SA_RESTART (and says the
@@ -30,7 +33,7 @@
 #define SLOTS 256
 #define MAX_CHURN 128
 
-static atomic_long iterations, corrupt, early_sleeps, sleeps, usr1;
+static atomic_long iterations, corrupt, early_sleeps, sleeps, usr1, spawns, spawn_failures;
 static atomic_llong gap_ns[MAX_CHURN];
 static atomic_llong gap_at[MAX_CHURN]; /* when each churner's longest gap began */
 static atomic_int reset_gen;
@@ -121,6 +124,30 @@ static void *sleeper(void *arg)
     return arg;
 }
 
+static void *spawned(void *arg)
+{
+    return arg;
+}
+
+static void *spawner(void *arg)
+{
+    for (;;) {
+        pthread_t t[2];
+        struct timespec ms = {0, 1000000};
+        int ok[2];
+        for (int i = 0; i < 2; i++)
+            if (!(ok[i] = pthread_create(&t[i], NULL, spawned, NULL) == 0))
+                atomic_fetch_add(&spawn_failures, 1);
+        for (int i = 0; i < 2; i++)
+            if (ok[i]) {
+                pthread_join(t[i], NULL);
+                atomic_fetch_add(&spawns, 1);
+            }
+        nanosleep(&ms, NULL);
+    }
+    return arg;
+}
+
 static void on_usr2(int sig)
 {
     (void)sig;
@@ -145,6 +172,7 @@ static void on_usr1_read(int sig)
 int main(int argc, char **argv)
 {
     int churn = 0, holders = 0, want_sleeper = 0, busy_main = 0, read_in_handler = 0;
+    int want_spawner = 0;
     size_t hold_mb = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--churn") && i + 1 < argc)
@@ -155,6 +183,8 @@ int main(int argc, char **argv)
             hold_mb = (size_t)atol(argv[++i]);
         else if (!strcmp(argv[i], "--sleeper"))
             want_sleeper = 1;
+        else if (!strcmp(argv[i], "--spawner"))
+            want_spawner = 1;
         else if (!strcmp(argv[i], "--busy-main"))
             busy_main = 1;
         else if (!strcmp(argv[i], "--read-in-handler"))
@@ -180,6 +210,8 @@ int main(int argc, char **argv)
         pthread_create(&t, NULL, churner, (void *)(uintptr_t)i);
     if (want_sleeper)
         pthread_create(&t, NULL, sleeper, NULL);
+    if (want_spawner)
+        pthread_create(&t, NULL, spawner, NULL);
     printf("ready %d\n", (int)getpid());
     fflush(stdout);
     if (busy_main) /* no thread in a read or a sleep: the main one waits on a futex */
@@ -205,10 +237,12 @@ int main(int argc, char **argv)
                 }
             printf("{\"iterations\": %ld, \"corrupt\": %ld, \"max_gap_seconds\": %.6f, "
                    "\"max_gap_at_seconds\": %.6f, "
-                   "\"sleeps\": %ld, \"early_sleeps\": %ld, \"usr1\": %ld}\n",
+                   "\"sleeps\": %ld, \"early_sleeps\": %ld, \"usr1\": %ld, \"spawns\": %ld, "
+                   "\"spawn_failures\": %ld}\n",
                    atomic_load(&iterations), atomic_load(&corrupt), (double)max / 1e9,
                    (double)at / 1e9,
-                   atomic_load(&sleeps), atomic_load(&early_sleeps), atomic_load(&usr1));
+                   atomic_load(&sleeps), atomic_load(&early_sleeps), atomic_load(&usr1),
+                   atomic_load(&spawns), atomic_load(&spawn_failures));
         } else if (!strncmp(line, "cutsleep", 8)) {
             /* a handler without SA_RESTART: the next signal cuts the sleeper's sleep short */
             struct sigaction cut = {.sa_handler = on_usr2};

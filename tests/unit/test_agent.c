@@ -16,6 +16,7 @@
 #include "common.h"
 #include "decision.h"
 #include "outside.h"
+#include "target.h"
 
 static struct agent_kind_info kind(const char *path)
 {
@@ -220,6 +221,12 @@ static void test_decide(void)
                                  "cgroup/memory/x/memory.limit_in_bytes) and trim may charge it "
                                  "up to 384 KiB: it could be OOM-killed; refused, nothing was "
                                  "changed"), AR_NO_ROOM);
+    /* and in its pids cgroup (the words as cli/output.c writes them) */
+    char pids[512];
+    snprintf(pids, sizeof pids, "process 9" TARGET_NO_PIDS_WORDS "1 more tasks (/sys/fs/cgroup/"
+             "pids/x/pids.max) and trim starts 2 threads there, leaving it at least as many: its "
+             "own thread or fork could fail; refused, nothing was changed");
+    CHECK_EQ_INT(agent_reason_of("refused", pids), AR_NO_ROOM);
     CHECK_EQ_INT(agent_reason_of(NULL, "x"), AR_FAILED);
     CHECK(agent_reason_unreleasable(AR_STATIC) && !agent_reason_unreleasable(AR_NO_THREAD));
     CHECK(!agent_reason_unreleasable(AR_NO_ROOM));

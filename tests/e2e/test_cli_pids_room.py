@@ -1,0 +1,70 @@
+"""The memtrim command never takes the tasks a target's pids cgroup leaves it (issue 37: nothing
+may change what the target observes). A call starts two threads of memtrim's in the target (the
+raw thread and the glibc thread); the pids controller counts them as the target's own, so a
+target at its limit would see its own pthread_create or fork fail with EAGAIN while they live
+(Go's runtime dies of that). memtrim-cli-target --spawner starts two threads and joins them every
+millisecond and counts the starts that failed; with a holder thread (45 MB of freed heap: a
+call of some milliseconds) it runs in a v1 pids cgroup whose pids.max is 5: its main thread, the
+holder, the spawner and the two spawned threads fit, so it never fails alone. Each of CALLS trims must be refused
+by name (exit 2, "pids cgroup may start", the file that binds), the target alive and its
+spawner never failed. Control cmd-pids-room (the check off): memtrim's threads take the
+cgroup's last tasks and the spawner's starts fail.
+"""
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD
+from wait import wait_for
+
+TOOL = BUILD / "memtrim"
+TARGET = BUILD / "memtrim-cli-target"
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+CALLS = 20
+LIMIT = 5  # main + holder + spawner + two spawned threads: 5 at most of the target's own
+
+
+def ask(p, cmd):
+    p.stdin.write(cmd + "\n")
+    p.stdin.flush()
+    return p.stdout.readline()
+
+
+@pytest.mark.skipif(not (PIDS_V1 / "cgroup.procs").exists() or os.geteuid() != 0,
+                    reason="a v1 pids cgroup made as root")
+def test_trim_is_refused_without_room_for_its_threads():
+    cg = PIDS_V1 / f"memtrim pids:{os.getpid()}"  # /proc/PID/cgroup prints the name as it is
+    cg.mkdir()
+    p = None
+    try:
+        (cg / "pids.max").write_text(str(LIMIT))
+        p = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"',
+                              "memtrim-cgroup", str(TARGET), "--spawner", "--holders", "1",
+                              "--hold-mb", "50"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().startswith("ready")
+        assert json.loads(ask(p, "report"))["spawns"] >= 0
+        for i in range(CALLS):
+            r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                               text=True, timeout=60)
+            assert p.poll() is None, f"call {i}: the target died ({p.returncode})"
+            rep = json.loads(ask(p, "report"))
+            assert rep["spawn_failures"] == 0, \
+                (f"call {i}: the target's own thread starts failed {rep['spawn_failures']} "
+                 f"times (memtrim's threads took its pids cgroup's tasks)", r.returncode, r.stderr)
+            assert r.returncode == 2 and "pids cgroup may start" in r.stderr and \
+                "pids.max" in r.stderr, (i, r.returncode, r.stdout, r.stderr)
+            assert json.loads(r.stdout)["error"]["code"] == "refused"
+        assert json.loads(ask(p, "report"))["spawns"] > 0  # it ran all along
+        assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+    finally:
+        if p is not None:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30,
+                 "the cgroup empty")  # its tasks' exit is seen there a moment later
+        cg.rmdir()
