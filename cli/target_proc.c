@@ -274,8 +274,7 @@ static void mem_level(const char *dir, int v2, void *arg)
 
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
 {
-    static struct mem_walk w;
-    w = (struct mem_walk){.room = -1, .where = where, .len = len};
+    struct mem_walk w = {.room = -1, .where = where, .len = len};
     cgroup_levels(pid, "memory", mem_level, &w);
     return w.room;
 }
