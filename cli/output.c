@@ -116,8 +116,13 @@ const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char 
 
 const char *cli_pids_refusal(const struct target *t, const char *what, char *buf, size_t len)
 {
-    char where[1200];
-    int64_t room = target_pids_room(t->pid, where, sizeof where);
+    char where[1200], nproc[200];
+    int64_t room = target_pids_room(t->pid, where, sizeof where),
+            room2 = target_nproc_room(t->pid, t->st.ruid, nproc, sizeof nproc);
+    if (room2 >= 0 && (room < 0 || room2 < room) && !mt_control("cmd-nproc-room")) {
+        room = room2;
+        snprintf(where, sizeof where, "%s", nproc);
+    }
     if (room < 0 || room >= 2 * CLI_CALL_THREADS || mt_control("cmd-pids-room"))
         return NULL;
     snprintf(buf, len, "process %d" TARGET_NO_PIDS_WORDS "%lld more tasks (%s) and %s starts %d "

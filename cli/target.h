@@ -114,7 +114,13 @@ int64_t target_room_of(int64_t limit, int64_t usage, int64_t reclaimable);
  * tightest of every level, v1 or v2, with the file that binds in where; -1 when none is set.
  * memtrim's two threads count there as the target's own. */
 int64_t target_pids_room(pid_t pid, char *where, size_t len);
-#define TARGET_NO_PIDS_WORDS "'s pids cgroup may start "
+/* The tasks the process's real uid may still start under its RLIMIT_NPROC (every task of that
+ * uid counts, as the kernel counts them at each clone), with the limit and the count in
+ * where; -1 when it does not bind (the real uid root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN,
+ * unlimited, another user namespace: not read). */
+int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len);
+/* The words of the refusal when either room is short of the call's threads (cli/output.c). */
+#define TARGET_NO_PIDS_WORDS " may start only "
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);

@@ -8,6 +8,7 @@
 #include "../common/control.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -308,6 +309,55 @@ int64_t target_pids_room(pid_t pid, char *where, size_t len)
     struct pids_walk w = {-1, where, len};
     cgroup_levels(pid, "pids", pids_level, &w);
     return w.room;
+}
+
+/* A status text's field (key "\nName:", at a line's start: never inside the first line, the
+ * process's name, which a process chooses) as a number in base, 0 with *v set; -1 absent. */
+static int status_field(const char *text, const char *key, int base, unsigned long long *v)
+{
+    const char *p = strstr(text, key);
+    if (!p)
+        return -1;
+    char *end;
+    errno = 0;
+    *v = strtoull(p + strlen(key), &end, base);
+    return errno || end == p + strlen(key) ? -1 : 0;
+}
+
+int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len)
+{
+    char path[64], buf[8192];
+    unsigned long long caps, limit, uid, threads;
+    /* the kernel's exemptions: the real uid root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN; and the
+     * counts of another user namespace are its own (not read) */
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    if (ruid == 0 || !target_same_ns(pid, "user") || target_read_file(path, buf, sizeof buf) <= 0 ||
+        status_field(buf, "\nCapEff:", 16, &caps) != 0 || caps & (1ull << 21 | 1ull << 24))
+        return -1;
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+    const char *l = target_read_file(path, buf, sizeof buf) > 0 ? strstr(buf, "\nMax processes")
+                                                                : NULL;
+    if (!l || sscanf(l + 14, "%llu", &limit) != 1) /* "unlimited" reads as none */
+        return -1;
+    /* every task of that real uid: each process's threads (from this pid namespace, which
+     * sees those of the namespaces below it) */
+    DIR *d = opendir("/proc");
+    int64_t tasks = 0;
+    if (!d)
+        return -1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] >= '1' && e->d_name[0] <= '9') {
+            snprintf(path, sizeof path, "/proc/%.20s/status", e->d_name);
+            if (target_read_file(path, buf, sizeof buf) > 0 &&
+                status_field(buf, "\nUid:", 10, &uid) == 0 && uid == ruid &&
+                status_field(buf, "\nThreads:", 10, &threads) == 0)
+                tasks += (int64_t)threads;
+        }
+    closedir(d);
+    snprintf(where, len, "RLIMIT_NPROC %llu of /proc/%d/limits, uid %u runs %lld tasks", limit,
+             (int)pid, (unsigned)ruid, (long long)tasks);
+    return (int64_t)limit > tasks ? (int64_t)limit - tasks : 0;
 }
 
 long target_parse_syscall(const char *buf, uint64_t args[7])

@@ -38,6 +38,7 @@ COVERED_ELSEWHERE = [
     (2, "a seccomp filter memtrim cannot read", "test_cli_seccomp.py"),
     (2, "a memory cgroup without room", "test_cli_cgroup_room.py"),
     (2, "a pids cgroup that may start fewer than 4 more tasks", "test_cli_pids_room.py"),
+    (2, "an RLIMIT_NPROC that leaves the process's real uid fewer", "test_cli_pids_room.py"),
     (6, "a result that could not be written to standard output", "test_cli_load_quiet.py"),
     (4, "another memtrim is acting", "test_cli_lock.py"),
     (3, "stats on jemalloc", "test_cli_allocators.py"),

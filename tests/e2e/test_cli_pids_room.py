@@ -6,10 +6,15 @@ target at its limit would see its own pthread_create or fork fail with EAGAIN wh
 millisecond and counts the starts that failed; with a holder thread (45 MB of freed heap: a
 call of some milliseconds) it runs in a v1 pids cgroup whose pids.max is 5: its main thread, the
 holder, the spawner and the two spawned threads fit, so it never fails alone. Each of CALLS trims must be refused
-by name (exit 2, "pids cgroup may start", the file that binds), the target alive and its
-spawner never failed. Control cmd-pids-room (the check off): memtrim's threads take the
-cgroup's last tasks and the spawner's starts fail.
+by name (exit 2, "may start only", the file that binds), the target alive and its spawner
+never failed. Control cmd-pids-room (the check off): memtrim's threads take the cgroup's last
+tasks and the spawner's starts fail.
+RLIMIT_NPROC binds the same way: every task of the target's real uid counts against it at each
+clone of the target's (memtrim's two included) unless that uid is root or the target holds
+CAP_SYS_RESOURCE or CAP_SYS_ADMIN. The same target run as a uid of its own with RLIMIT_NPROC 5:
+refused naming the limit; control cmd-nproc-room: its starts fail.
 """
+import resource
 import json
 import os
 import subprocess
@@ -27,6 +32,40 @@ CALLS = 20
 LIMIT = 5  # main + holder + spawner + two spawned threads: 5 at most of the target's own
 
 
+def spawner(cg=None, uid=None):
+    """The target: in cg (a v1 pids cgroup), or as uid with RLIMIT_NPROC at its own peak."""
+    def drop():
+        resource.setrlimit(resource.RLIMIT_NPROC, (LIMIT, LIMIT))
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    argv = [str(TARGET), "--spawner", "--holders", "1", "--hold-mb", "50"]
+    if cg is not None:
+        argv = ["/bin/sh", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"',
+                "memtrim-cgroup", *argv]
+    p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         preexec_fn=drop if uid is not None else None)
+    assert p.stdout.readline().startswith("ready")
+    return p
+
+
+def calls(p, binds):
+    """CALLS trims, each refused naming what binds, the target's starts never failed."""
+    for i in range(CALLS):
+        r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.poll() is None, f"call {i}: the target died ({p.returncode})"
+        rep = json.loads(ask(p, "report"))
+        assert rep["spawn_failures"] == 0, \
+            (f"call {i}: the target's own thread starts failed {rep['spawn_failures']} "
+             f"times (memtrim's threads took its last tasks)", r.returncode, r.stderr)
+        assert r.returncode == 2 and "may start only" in r.stderr and binds in r.stderr, \
+            (i, r.returncode, r.stdout, r.stderr)
+        assert json.loads(r.stdout)["error"]["code"] == "refused"
+    assert json.loads(ask(p, "report"))["spawns"] > 0  # it ran all along
+    assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+
+
 def ask(p, cmd):
     p.stdin.write(cmd + "\n")
     p.stdin.flush()
@@ -41,25 +80,8 @@ def test_trim_is_refused_without_room_for_its_threads():
     p = None
     try:
         (cg / "pids.max").write_text(str(LIMIT))
-        p = subprocess.Popen(["/bin/sh", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"',
-                              "memtrim-cgroup", str(TARGET), "--spawner", "--holders", "1",
-                              "--hold-mb", "50"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert p.stdout.readline().startswith("ready")
-        assert json.loads(ask(p, "report"))["spawns"] >= 0
-        for i in range(CALLS):
-            r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
-                               text=True, timeout=60)
-            assert p.poll() is None, f"call {i}: the target died ({p.returncode})"
-            rep = json.loads(ask(p, "report"))
-            assert rep["spawn_failures"] == 0, \
-                (f"call {i}: the target's own thread starts failed {rep['spawn_failures']} "
-                 f"times (memtrim's threads took its pids cgroup's tasks)", r.returncode, r.stderr)
-            assert r.returncode == 2 and "pids cgroup may start" in r.stderr and \
-                "pids.max" in r.stderr, (i, r.returncode, r.stdout, r.stderr)
-            assert json.loads(r.stdout)["error"]["code"] == "refused"
-        assert json.loads(ask(p, "report"))["spawns"] > 0  # it ran all along
-        assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+        p = spawner(cg=cg)
+        calls(p, "pids.max")
     finally:
         if p is not None:
             if p.poll() is None:
@@ -68,3 +90,14 @@ def test_trim_is_refused_without_room_for_its_threads():
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30,
                  "the cgroup empty")  # its tasks' exit is seen there a moment later
         cg.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a target of another uid with a limit set as root")
+def test_trim_is_refused_under_rlimit_nproc():
+    uid = 40000 + os.getpid() % 20000  # a uid of its own: no other task counts
+    p = spawner(uid=uid)
+    try:
+        calls(p, "RLIMIT_NPROC")
+    finally:
+        p.kill()
+        p.wait()
