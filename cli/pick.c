@@ -1,12 +1,14 @@
 /*
  * pick.c - the threads a call may be taken on (pick.h): /proc's view of each thread's system
- * call, a socket's receive timeout (read from a copy of its descriptor: pidfd_getfd, closed at
- * once), and the signal-frame scan of a stopped thread's stack. Reads only; the tool's one
- * thread.
+ * call and scheduling policy (a fair one only: fair_policy), a socket's receive timeout (read
+ * from a copy of its descriptor: pidfd_getfd, closed at once), and the signal-frame scan of a
+ * stopped thread's stack. Reads only; the tool's one thread.
  */
 #include "pick.h"
 
+#include "../common/control.h"
 #include "mem.h"
+#include "prio.h"
 #include "target.h"
 
 #include <stdio.h>
@@ -74,6 +76,25 @@ static int socket_timeout(pid_t pid, int fd)
     return r;
 }
 
+/* Whether a thread runs under a fair scheduling policy (SCHED_OTHER 0 or SCHED_BATCH 3). The
+ * thread the taken one clones inherits its policy, and the glibc thread that makes the call
+ * the raw thread's: taken in a SCHED_FIFO or SCHED_RR thread, memtrim's call would run in
+ * real time, holding a CPU from every fair thread of the process for its whole call; in a
+ * SCHED_IDLE one it would hold arena locks at almost no CPU while the process's threads wait
+ * on them; SCHED_DEADLINE's clone fails. 1 fair, 0 not or unreadable (passed over). */
+static int fair_policy(pid_t pid, pid_t tid)
+{
+    char path[96], buf[1024];
+    int nice;
+    unsigned long long start;
+    unsigned policy;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+    if (mt_control("cmd-unfair-policy-taken"))
+        return 1;
+    return target_read_file(path, buf, sizeof buf) > 0 &&
+           prio_parse_stat(buf, &nice, &start, &policy) == 0 && (policy == 0 || policy == 3);
+}
+
 static int on_socket(long nr)
 {
     return nr == SYS_read || nr == SYS_readv || nr == SYS_recvfrom || nr == SYS_recvmsg ||
@@ -99,7 +120,9 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
         uint64_t args[7], start, end;
         long nr = target_thread_syscall(pid, tids[i], args);
         int timed = nr >= 0 && on_socket(nr) && socket_timeout(pid, (int)args[0]) != 0;
-        if (!timed && nr >= 0 && target_syscall_safe(nr, args) &&
+        int unfair = nr >= 0 && !timed && target_syscall_safe(nr, args) &&
+                     !fair_policy(pid, tids[i]);
+        if (!timed && !unfair && nr >= 0 && target_syscall_safe(nr, args) &&
             target_mapping(pid, args[6], &start, &end) == 0) {
             out[k].tid = tids[i];
             out[k].sp = args[6];
@@ -111,7 +134,8 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
             snprintf(num, sizeof num, "syscall %ld", nr);
             w += (size_t)snprintf(why + w, whylen - w, "%s%d %s%s", w ? ", " : "", (int)tids[i],
                                   nr == -2 ? "running" : nr == -1 ? "in user code" : name ? name : num,
-                                  timed ? " with a receive timeout" : "");
+                                  timed ? " with a receive timeout" :
+                                  unfair ? " under a real-time or idle scheduling policy" : "");
         }
     }
     return k;

@@ -1,0 +1,108 @@
+"""The memtrim command never runs its call under a real-time or idle scheduling policy (issue
+37: nothing may change what the target observes). The thread the taken one clones inherits its
+policy and the glibc thread that makes the call inherits the raw thread's, so a call taken in
+a SCHED_FIFO thread ran in real time, holding a CPU from every fair thread of the process for
+its whole call (and one taken in a SCHED_IDLE thread would hold arena locks at almost no CPU).
+Only threads under SCHED_OTHER or SCHED_BATCH are taken (cli/pick.c, fair_policy).
+
+memtrim-cli-target with 3 holders (60 MB of freed heap, each blocked in a pipe read, the thread
+the pick prefers to the main one) set to SCHED_FIFO 1, its main thread (in a read of stdin)
+left SCHED_OTHER: CALLS trims, each watched from a thread of the test that reads the policy of
+every new thread of the target while the tool runs; none may be real-time, and the main thread
+is the one taken. With every thread real-time: exit 4 naming the policy, nothing mapped.
+Control cmd-unfair-policy-taken (the policy unread): a holder is taken and memtrim's threads
+run SCHED_FIFO.
+"""
+import json
+import os
+import subprocess
+import threading
+
+from conftest import BUILD
+
+TOOL = BUILD / "memtrim"
+TARGET = BUILD / "memtrim-cli-target"
+CALLS = 5
+FIFO = os.SCHED_FIFO
+
+
+def tids(pid):
+    return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+
+
+def policy(pid, tid):
+    """The thread's policy (stat field 41), None once it is gone."""
+    try:
+        stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[38])
+
+
+def target(fifo_main):
+    p = subprocess.Popen([str(TARGET), "--holders", "3", "--hold-mb", "20"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().startswith("ready")
+    for t in tids(p.pid):
+        if t != p.pid or fifo_main:
+            os.sched_setscheduler(t, FIFO, os.sched_param(1))
+    return p
+
+
+def watched_trim(p):
+    """One trim, and the policies of the target's threads born while it ran."""
+    own, seen, done = tids(p.pid), {}, threading.Event()
+
+    def watch():
+        while not done.is_set():
+            try:
+                for t in tids(p.pid) - own:
+                    pol = policy(p.pid, t)
+                    if pol is not None:
+                        seen.setdefault(t, set()).add(pol)
+            except FileNotFoundError:  # the target gone: the test says so
+                return
+    w = threading.Thread(target=watch)
+    w.start()
+    try:
+        r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json", "--thread-wait", "1"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        done.set()
+        w.join()
+    return r, seen
+
+
+def test_a_real_time_thread_is_never_taken():
+    p = target(fifo_main=False)
+    try:
+        policies = {t: policy(p.pid, t) for t in tids(p.pid)}
+        watched = 0
+        for i in range(CALLS):
+            r, seen = watched_trim(p)
+            assert p.poll() is None, f"call {i}: the target died"
+            rt = {t: s for t, s in seen.items() if s - {0, 3}}
+            assert not rt, f"call {i}: memtrim's threads ran under policy {rt} (1: SCHED_FIFO)"
+            watched += bool(seen)
+            assert r.returncode == 0, (i, r.returncode, r.stderr)
+            out = json.loads(r.stdout)
+            assert out["thread"] == p.pid, (i, out["thread"], "a real-time holder was taken")
+        assert watched, "the watch never saw memtrim's threads: it proved nothing"
+        assert {t: policy(p.pid, t) for t in tids(p.pid)} == policies
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_only_real_time_threads_is_no_safe_thread():
+    p = target(fifo_main=True)
+    try:
+        r, seen = watched_trim(p)
+        assert p.poll() is None
+        assert r.returncode == 4 and "real-time or idle scheduling policy" in r.stderr, \
+            (r.returncode, r.stderr)
+        assert not seen, f"memtrim started threads there: {seen}"
+        assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+    finally:
+        p.kill()
+        p.wait()
