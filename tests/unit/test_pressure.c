@@ -704,9 +704,195 @@ static void test_returned_release_taken_again(void)
     CHECK_EQ_INT(st.returned, 0);
 }
 
+/*
+ * The decision on a recorded trace (tests/unit/pressure_trace.txt): a simulated host of four
+ * kinds (alone under MemoryLimitBytes; in a cgroup whose page cache fills the rest and whose
+ * kernel reports the limit reached; one that re-uses each release; a low ratio with small
+ * studies), 4,000 readings each, 1-3 ms apart, its heap read every 50-150 ms, each trim given
+ * what the heap holds free. Every reading's verdict, rule, due time, zone, next due time and
+ * growth gap, and each trim's judgement, went into one line; the file holds the lines of the
+ * trims, and each kind's count of readings by verdict and rule with a hash of all its lines,
+ * as the decision of a process alone (pressure_decide before issue 38 made it the decision
+ * over a set of one member) gave them. MEMTRIM_RECORD_TRACE=FILE writes the file instead.
+ */
+struct sim {
+    uint64_t lcg;
+    int64_t now;
+    double live, freeres, base, cache; /* MB */
+    int climbing;
+    double target, step_mb;
+    int64_t next_read, est_ns;
+    uint64_t est;
+    int est_known;
+};
+
+static unsigned sim_rand(struct sim *s, unsigned n)
+{
+    s->lcg = s->lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (unsigned)((s->lcg >> 33) % n);
+}
+
+static uint64_t fnv(uint64_t h, const char *line)
+{
+    for (const char *c = line; *c; c++)
+        h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return h;
+}
+
+struct trace_kind {
+    const char *name;
+    int64_t limit_mb;
+    double ratio;
+    uint64_t min_mb;
+    int cgroup;      /* a cgroup in force: its charge, page cache, memory.events */
+    double study_mb; /* each climb's size */
+    int reuse;       /* the next climb re-uses the free memory first (rss does not grow) */
+    double cache_cap; /* the page cache grows to this share of the limit */
+    unsigned keep;   /* 1 in keep climbs keep their study live (0 none) until the next */
+    unsigned pause;  /* a climb starts at 1 reading in pause (0: 20) */
+};
+
+static void trace_run(const struct trace_kind *k, FILE *rec, char *sum, size_t sumlen,
+                      FILE *want_trims, int *mismatch)
+{
+    struct sim s = {.lcg = 42 + (uint64_t)k->limit_mb, .base = 20, .climbing = 1};
+    struct pressure_state st = {.last_trim_ns = -3600000 * MSN};
+    long counts[3] = {0, 0, 0}, rules[4] = {0, 0, 0, 0};
+    uint64_t h = 1469598103934665603ULL;
+    s.target = k->study_mb;
+    s.step_mb = 1 + sim_rand(&s, 3);
+    for (int i = 0; i < 6000; i++) {
+        s.now += (1 + sim_rand(&s, 3)) * MSN;
+        /* the host: climb a study (re-using free memory first), free it, pause */
+        if (s.climbing) {
+            double take = s.step_mb;
+            if (k->reuse && s.freeres > 0) {
+                double r = s.freeres < take ? s.freeres : take;
+                s.freeres -= r;
+            }
+            s.live += take;
+            if (s.live >= s.target) {
+                s.climbing = 0;
+                if (!k->keep || sim_rand(&s, k->keep)) {
+                    s.freeres += s.live * 0.98;
+                    s.live *= 0.02;
+                }
+            }
+        } else if (sim_rand(&s, k->pause ? k->pause : 20) == 0) {
+            s.climbing = 1;
+            s.target = s.live + k->study_mb * (0.5 + sim_rand(&s, 100) / 100.0);
+            s.step_mb = 1 + sim_rand(&s, 3);
+        }
+        if (k->cgroup && s.cache < k->cache_cap * (double)k->limit_mb)
+            s.cache += sim_rand(&s, 3);
+        double rss = s.base + s.live + s.freeres;
+        int last_chance = 0;
+        if (k->cgroup && rss + s.cache > (double)k->limit_mb) {
+            last_chance = 1; /* the kernel reclaims the cache first */
+            s.cache = (double)k->limit_mb - rss > 0 ? (double)k->limit_mb - rss : 0;
+        }
+        if (rss > (double)k->limit_mb) { /* killed: the host starts again */
+            s.live = s.freeres = 0;
+            s.climbing = 1;
+            s.target = k->study_mb;
+            rss = s.base;
+        }
+        if (s.now >= s.next_read) {
+            s.est = (uint64_t)(s.freeres * MB);
+            s.est_known = 1;
+            s.est_ns = s.now;
+            s.next_read = s.now + (50 + sim_rand(&s, 100)) * MSN;
+        }
+        struct pressure_input in = {.now_ns = s.now, .rss = (uint64_t)(rss * MB),
+                                    .limit = k->limit_mb * (int64_t)MB, .ratio = k->ratio,
+                                    .min_releasable = k->min_mb * MB, .estimate = s.est,
+                                    .estimate_known = s.est_known, .estimate_ns = s.est_ns,
+                                    .cg_current = k->cgroup ? (int64_t)((rss + s.cache) * MB) : -1,
+                                    .cg_file = k->cgroup ? (int64_t)(s.cache * MB) : -1,
+                                    .cg_shmem = k->cgroup ? (int64_t)(s.cache * MB) / 8 : -1,
+                                    .last_chance = last_chance};
+        int v = pressure_decide(&in, &st);
+        int64_t next = pressure_next_due(&in, &st);
+        char line[200];
+        int len = snprintf(line, sizeof(line), "%s %d %d %d %lld %d %lld %lld", k->name, i, v,
+                           v == PRESSURE_TRIM ? st.rule : -1,
+                           v == PRESSURE_TRIM && st.due_ns ? (long long)(s.now - st.due_ns) : -1LL,
+                           st.zone, next == INT64_MAX ? -1LL : (long long)(next - s.now),
+                           (long long)pressure_growth_gap(&in, &st));
+        counts[v]++;
+        if (v == PRESSURE_TRIM) {
+            rules[st.rule]++;
+            int64_t back = pressure_judge_last(&st, in.rss);
+            uint64_t released = (uint64_t)(s.freeres * MB);
+            rss -= s.freeres;
+            s.freeres = 0;
+            s.est = 0;
+            pressure_after_trim(&st, s.now, (uint64_t)(rss * MB), (int64_t)released,
+                                in.min_releasable);
+            snprintf(line + len, sizeof(line) - (size_t)len, " back %lld returned %d futile %d/%d",
+                     (long long)back, st.returned, st.futile, st.futile_timed);
+            if (rec)
+                fprintf(rec, "%s\n", line);
+            if (want_trims) {
+                char want[200];
+                if (!fgets(want, sizeof(want), want_trims) || strncmp(want, line, strlen(line)) ||
+                    want[strlen(line)] != '\n') {
+                    if ((*mismatch)++ < 5)
+                        fprintf(stderr, "trace: got  %s\n       want %s", line, want);
+                }
+            }
+        }
+        h = fnv(h, line);
+    }
+    snprintf(sum, sumlen, "sum %s outside %ld watch %ld trim %ld growth %ld line %ld estimate %ld "
+             "last-chance %ld hash %016llx", k->name, counts[0], counts[1], counts[2], rules[0],
+             rules[1], rules[2], rules[3], (unsigned long long)h);
+}
+
+static void test_decision_trace(void)
+{
+    static const struct trace_kind kinds[] = {
+        {"alone", 300, 0.9, 8, 0, 150, 0, 0, 3, 0},
+        {"cgroup", 340, 0.9, 8, 1, 60, 0, 0.3, 4, 0},
+        {"reuse", 560, 0.9, 8, 0, 200, 1, 0, 2, 0},
+        {"low", 250, 0.6, 1, 1, 30, 1, 0.2, 3, 0},
+        {"big-min", 400, 0.8, 64, 0, 90, 0, 0, 2, 0},
+        {"live", 300, 0.5, 8, 0, 12, 0, 0, 1, 300},
+        {"live-cgroup", 300, 0.5, 8, 1, 12, 0, 0.1, 1, 300},
+    };
+    const char *record = getenv("MEMTRIM_RECORD_TRACE");
+    FILE *rec = record ? fopen(record, "we") : NULL;
+    FILE *want = NULL;
+    if (!rec) {
+        want = fopen(MEMTRIM_SOURCE_DIR "/tests/unit/pressure_trace.txt", "re");
+        CHECK_MSG(want != NULL, "%s", "no tests/unit/pressure_trace.txt");
+        if (!want)
+            return;
+    }
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        char sum[300], line[300];
+        int mismatch = 0;
+        trace_run(&kinds[k], rec, sum, sizeof(sum), want, &mismatch);
+        if (rec) {
+            fprintf(rec, "%s\n", sum);
+            continue;
+        }
+        CHECK_MSG(mismatch == 0, "%s: %d trims differ from the recorded trace", kinds[k].name,
+                  mismatch);
+        CHECK_MSG(fgets(line, sizeof(line), want) && !strncmp(line, sum, strlen(sum)),
+                  "%s: the readings differ: got %s, want %s", kinds[k].name, sum, line);
+        printf("%s\n", sum);
+    }
+    if (rec)
+        fclose(rec);
+    if (want)
+        fclose(want);
+}
+
 int main(void)
 {
     RUN(test_decide);
+    RUN(test_decision_trace);
     RUN(test_charge);
     RUN(test_last_chance);
     RUN(test_storm_below_working_set);
