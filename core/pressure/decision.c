@@ -1,8 +1,11 @@
 /*
  * decision.c - the pressure engine's decisions (decision.h), pure functions.
  *
- * A process's own, of a reading and the state the pressure thread keeps
- * (engine.c): the zone,
+ * One decision, group_pressure_pick: which member of a set trims next. A process
+ * alone is the set of one member that is itself (pressure_as_set; pressure_decide keeps
+ * its state and asks group_pressure_pick), a group's members and the agent's cgroups are
+ * sets of many. A process alone keeps its own pace (struct pressure_pace), of a reading
+ * and the state the pressure thread keeps (engine.c): the zone,
  * growth by a step since the last trim, the line, the heap estimate, and the
  * back-off while trims find nothing or leave RSS above the line (per rule: a
  * climb's growth trims that find live memory do not hold off the estimate's),
@@ -170,6 +173,43 @@ int pressure_heap_may_hold(const struct pressure_input *in, const struct pressur
            in->estimate >= in->min_releasable;
 }
 
+void pressure_as_set(const struct pressure_input *in, const struct pressure_state *st,
+                     struct group_pressure_in *gin, struct group_candidate *c,
+                     struct pressure_pace *pace)
+{
+    *pace = (struct pressure_pace){
+        .since_ns = in->now_ns - st->last_trim_ns,
+        .growth_gap_ns = growth_gap(in, st),
+        .line_gap_ns = backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX),
+        .estimate_gap_ns = early_gap(in, st),
+        .grown = in->rss > st->base_rss ? in->rss - st->base_rss : 0,
+        .growth_step = growth_step(in),
+        .last_chance = in->last_chance && pressure_heap_may_hold(in, st),
+    };
+    *gin = (struct group_pressure_in){
+        .now_ns = in->now_ns,
+        .usage = in->rss ? (int64_t)pressure_charge(in) : -1,
+        .base_usage = -1,
+        .limit = in->limit,
+        .ratio = in->ratio,
+        .min_releasable = in->min_releasable,
+        /* the control: the rules without the process's pace (futile and returned waits,
+         * the line's repeat, its growth step, the last chance) */
+        .pace = mt_control("eng-one-no-pace") ? NULL : pace,
+    };
+    /* Its estimate counts while a heap reading is known: its own pace spaces the trims it
+     * asks for (the estimate rule's wait), not the reading's age. */
+    int known = in->estimate_known && in->estimate > 0;
+    *c = (struct group_candidate){
+        .releasable = known ? in->estimate : 0,
+        .estimate_fresh = known,
+        .estimate_after_trim = known,
+        .rss = in->rss,
+        .rss_after_trim = st->trimmed ? st->base_rss : 0,
+        .last_trim_ns = st->trimmed ? st->last_trim_ns : 0,
+    };
+}
+
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
 {
     if (st->base_rss == 0 || in->rss < st->base_rss)
@@ -182,65 +222,48 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
         if (in->rss > low && in->rss - low > st->regrown)
             st->regrown = in->rss - low;
     }
+    /* The decision: the set of one member that is this process, by the one rule table. */
+    struct group_pressure_in gin;
+    struct group_candidate self;
+    struct pressure_pace pace;
+    pressure_as_set(in, st, &gin, &self, &pace);
+    int rule;
+    int pick = group_pressure_pick(&gin, &self, 1, &rule);
+    st->due_ns = 0;
     if (in->limit <= 0 || in->ratio <= 0 || in->rss == 0) {
         st->zone = 0;
         return PRESSURE_OUTSIDE;
     }
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
-    uint64_t charge = pressure_charge(in);
-    st->zone = charge >= pressure_zone_floor(in->limit, in->ratio);
-    st->due_ns = 0;
-    /*
-     * The kernel reached the limit (a new memory.events max or oom): the last
-     * chance before the OOM killer. Trim now, whatever the back-off and the
-     * zone, unless the last trim already took what the heap held (a cgroup
-     * full of page cache hits max all the time; trimming then is futile).
-     */
-    if (in->last_chance && pressure_heap_may_hold(in, st)) {
+    st->zone = (uint64_t)gin.usage >= pressure_zone_floor(in->limit, in->ratio);
+    if (pick >= 0 && rule == GROUP_RULE_LAST_CHANCE) {
         st->rule = PRESSURE_RULE_LAST_CHANCE;
         return PRESSURE_TRIM;
     }
     if (!st->zone)
         return PRESSURE_OUTSIDE;
     st->line = line;
-    int64_t since = in->now_ns - st->last_trim_ns;
-    /*
-     * Climbing: what the host took since the last pressure trim may already
-     * be free again and kept resident by glibc (a worker fills 150 MB in
-     * 20 ms), so one step of growth inside the zone (5 % of the limit, at
-     * least TrimMinReleasableBytes) is reason to trim now, as soon as the
-     * last trim ended. A host growing live memory to its limit costs ten
-     * trims that find little; one that allocates and frees big blocks
-     * (RSS up and down by a step) is held off by a gap after each such trim:
-     * 1 ms, 2 ms, 4 ms ... up to ~1 s.
-     */
-    int64_t gap = growth_gap(in, st);
-    if (in->rss - st->base_rss >= growth_step(in) && since >= gap) {
+    if (pick < 0)
+        return PRESSURE_WATCH;
+    /* Since when the rule that fired held by its timing (a reaction counts from there). */
+    switch (rule) {
+    case GROUP_RULE_GROWTH:
         st->rule = PRESSURE_RULE_GROWTH;
-        if (gap)
-            st->due_ns = st->last_trim_ns + gap;
-        return PRESSURE_TRIM;
-    }
-    /* At the line: trim, and again while it holds, backing off while trims find nothing. */
-    int64_t hard = backoff(HARD_REPEAT_NS, st->futile_timed, FUTILE_MAX);
-    if (charge >= line && since >= hard) {
+        if (pace.growth_gap_ns)
+            st->due_ns = st->last_trim_ns + pace.growth_gap_ns;
+        break;
+    case GROUP_RULE_LINE:
         st->rule = PRESSURE_RULE_LINE;
-        st->due_ns = st->last_trim_ns + hard;
-        return PRESSURE_TRIM;
-    }
-    /*
-     * Free-but-resident memory (the last heap reading) that would cross the
-     * line if reused. Its back-off counts only its own and the line's trims
-     * that found nothing: a climb's growth trims say nothing about this.
-     */
-    int64_t early = early_gap(in, st);
-    if (estimate_holds(in, line) && since >= early) {
+        st->due_ns = st->last_trim_ns + pace.line_gap_ns;
+        break;
+    default: { /* GROUP_RULE_ESTIMATE: no burst, no climb ahead for a set with its pace */
         st->rule = PRESSURE_RULE_ESTIMATE;
-        int64_t due = st->last_trim_ns + early;
+        int64_t due = st->last_trim_ns + pace.estimate_gap_ns;
         st->due_ns = due > in->estimate_ns ? due : in->estimate_ns;
-        return PRESSURE_TRIM;
+        break;
     }
-    return PRESSURE_WATCH;
+    }
+    return PRESSURE_TRIM;
 }
 
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
@@ -305,6 +328,8 @@ static int candidate(const struct group_pressure_in *in, const struct group_cand
         return 1;
     if (!urgent)
         return 0;
+    if (in->pace)
+        return 1; /* the set's pace is the only one */
     int64_t since = c->last_trim_ns ? in->now_ns - c->last_trim_ns : INT64_MAX;
     int64_t gap = in->retrim_ns > 0 ? in->retrim_ns : GROUP_RETRIM_STALE_NS;
     /* ...little, but its RSS grew since that reading: what it grew by may be free now */
@@ -402,15 +427,47 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     *rule = GROUP_RULE_NONE;
     if (in->limit <= 0 || in->usage < 0 || in->ratio <= 0 || n <= 0)
         return -1;
+    const struct pressure_pace *pace = in->pace;
+    /*
+     * The kernel reached the limit (a new memory.events max or oom): the last chance
+     * before the OOM killer. Trim now, whatever the back-off and the zone, unless the
+     * last trim already took what the heap held (a cgroup full of page cache hits max
+     * all the time; trimming then is futile: pace->last_chance says so).
+     */
+    if (pace && pace->last_chance) {
+        int any = -1;
+        for (int i = 0; i < n; i++)
+            if (!c[i].busy && (any < 0 || c[i].rss > c[any].rss))
+                any = i;
+        if (any >= 0) {
+            *rule = GROUP_RULE_LAST_CHANCE;
+            return any;
+        }
+    }
     uint64_t floor = pressure_zone_floor(in->limit, in->ratio);
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
     uint64_t usage = (uint64_t)in->usage;
     int ahead = group_ahead(in);
     if (usage < floor && !ahead)
         return -1;
-    int at_line = usage >= line;
-    int grew = usage >= floor && in->base_usage >= 0 &&
+    int at_line, grew;
+    if (pace) {
+        /*
+         * Climbing: what the host took since the last trim may already be free again and
+         * kept resident by glibc (a worker fills 150 MB in 20 ms), so one step of growth
+         * inside the zone is reason to trim now, once the growth gap passed (none after a
+         * trim that found something and kept it; 1 ms, 2 ms, 4 ms ... up to ~1 s after
+         * futile ones; the returned wait). At the line: trim, and again while it holds,
+         * backing off while trims find nothing.
+         */
+        grew = usage >= floor && pace->grown >= pace->growth_step &&
+               pace->since_ns >= pace->growth_gap_ns;
+        at_line = usage >= line && pace->since_ns >= pace->line_gap_ns;
+    } else {
+        at_line = usage >= line;
+        grew = usage >= floor && in->base_usage >= 0 &&
                in->usage - in->base_usage >= group_growth_step(in->limit);
+    }
     int urgent = at_line || grew;
     int best = -1;
     uint64_t fresh_sum = 0;
@@ -427,12 +484,17 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     if (best < 0)
         return -1;
     if (urgent) {
-        *rule = at_line ? GROUP_RULE_LINE : GROUP_RULE_GROWTH;
+        /* a set with its pace: growth first (its futile back-off is the growth rule's) */
+        *rule = at_line && !(pace && grew) ? GROUP_RULE_LINE : GROUP_RULE_GROWTH;
         return best;
     }
     /* Below the line: only when what the members hold free exceeds the headroom,
-     * i.e. a member growing into memory another keeps would cross the line. */
-    if (fresh_sum >= line - usage || (usage >= floor && in->burst_bytes &&
+     * i.e. a member growing into memory another keeps would cross the line (at it,
+     * with its pace: the line's repeat not yet due, any free memory the estimate's). */
+    if (pace && pace->since_ns < pace->estimate_gap_ns)
+        return -1;
+    if ((fresh_sum > 0 && fresh_sum >= (usage < line ? line - usage : 0)) ||
+        (usage >= floor && in->burst_bytes &&
                                        c[best].estimate_fresh &&
                                        c[best].releasable >= in->burst_bytes)) {
         *rule = GROUP_RULE_ESTIMATE;

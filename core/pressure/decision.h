@@ -12,6 +12,10 @@
 
 #include <stdint.h>
 
+struct group_pressure_in;
+struct group_candidate;
+struct pressure_pace;
+
 /* ---- a process's decision (decision.c; tests/unit/test_pressure.c) ---- */
 
 struct pressure_input {
@@ -80,8 +84,17 @@ uint64_t pressure_charge(const struct pressure_input *in);
  * last trim, or a heap reading since then that holds TrimMinReleasableBytes. */
 int pressure_heap_may_hold(const struct pressure_input *in, const struct pressure_state *st);
 
-/* Decide on one reading; updates st (zone, base_rss). */
+/* Decide on one reading; updates st (zone, base_rss). The decision is group_pressure_pick's
+ * over the set of one member that is this process (pressure_as_set): one rule table for a
+ * process, a group and a node; this keeps the process's pace and its reaction's due time. */
 int pressure_decide(const struct pressure_input *in, struct pressure_state *st);
+
+/* A process alone as a set of one member (itself): the set's usage is what its limit sees
+ * (pressure_charge; unknown with no RSS), its one candidate the process with its heap
+ * estimate (while a reading is known), its pace st's back-off. gin->pace points to pace. */
+void pressure_as_set(const struct pressure_input *in, const struct pressure_state *st,
+                     struct group_pressure_in *gin, struct group_candidate *c,
+                     struct pressure_pace *pace);
 
 /* When a rule that waits on time (the line, the estimate) will next allow a trim, or INT64_MAX. */
 int64_t pressure_next_due(const struct pressure_input *in, const struct pressure_state *st);
@@ -120,6 +133,24 @@ struct group_candidate {
     int busy;                /* a group request to it is in flight */
 };
 
+/*
+ * A set that keeps its own pace: a process alone, the set of one member that is itself
+ * (pressure_as_set). Its back-off is the set's, not its member's: the futile and returned
+ * waits of pressure_state, the line's repeat; its growth is its RSS over its low since its
+ * last trim, by a step of limit / 20 (TrimMinReleasableBytes at least); and the kernel's
+ * report of the limit reached is its last chance, whatever the zone. A group's members
+ * keep their pace themselves (NULL: their candidacy, the stagger, the usage's growth).
+ */
+struct pressure_pace {
+    int64_t since_ns;        /* since the set's last pressure trim */
+    int64_t growth_gap_ns;   /* the growth rule waits this long after it */
+    int64_t line_gap_ns;     /* the line rule */
+    int64_t estimate_gap_ns; /* the estimate rule */
+    uint64_t grown;          /* the growth counted since the last trim's low */
+    uint64_t growth_step;
+    int last_chance;         /* the kernel reached the limit, and the heap may hold something */
+};
+
 struct group_pressure_in {
     int64_t now_ns;
     int64_t usage;           /* the cgroup's usage, or the sum of the members' RSS; < 0 unknown */
@@ -135,6 +166,7 @@ struct group_pressure_in {
                               * would hold had nobody trimmed it since), 0 unknown */
     int64_t retrim_ns;       /* between asks of a member that said nothing: 0 for
                               * GROUP_RETRIM_STALE_NS (outside members: outside.h) */
+    const struct pressure_pace *pace; /* the set's own pace, NULL: its members' (below) */
 };
 
 #define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */
@@ -147,6 +179,7 @@ enum group_rule {
     GROUP_RULE_ESTIMATE, /* inside the zone, the members hold free more than the headroom */
     GROUP_RULE_GROWTH,   /* inside the zone, the usage grew by a step since the last trim */
     GROUP_RULE_AHEAD,    /* the usage's last climb, again from here, would reach the zone */
+    GROUP_RULE_LAST_CHANCE, /* the set's pace: the kernel reached the limit (memory.events) */
 };
 
 /*
@@ -238,6 +271,10 @@ uint64_t group_act_threshold(const struct group_pressure_in *in);
  * it, as `malloc_trim` after every study would, and not only once that climb
  * has brought the usage into the zone (measured: 50-60 ms later).
  * The caller runs one at a time (staggered).
+ * A set with its own pace (in->pace: a process alone, pressure_as_set) has its rules
+ * timed by it: the kernel's last chance first, whatever the zone, for any member not
+ * busy; growth by its grown and growth_step, before the line; the line and the estimate
+ * once their gaps passed; no member's own retrim gap (the set's pace is its only one).
  */
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
                         int n, int *rule);

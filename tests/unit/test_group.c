@@ -430,12 +430,52 @@ static void test_a_cooperative_member(void)
     CHECK(sum.now == 120 << 20 && sum.peak == 300 << 20);
 }
 
+/* A set with its own pace (a process alone is one: test_pressure's trace): its gaps time the
+ * rules, no member's retrim gap does; the kernel's last chance picks a member not busy
+ * whatever the zone; growth comes before the line. */
+static void test_a_set_with_its_own_pace(void)
+{
+    struct pressure_pace pace = {.since_ns = MS(5), .growth_gap_ns = MS(10),
+                                 .line_gap_ns = MS(1000), .estimate_gap_ns = MS(500),
+                                 .grown = MB(20), .growth_step = MB(12)};
+    struct group_pressure_in i = in(100, -1); /* below the zone (125 MB) */
+    i.pace = &pace;
+    struct group_candidate c[2] = {fresh(0, 60), fresh(0, 90)};
+    c[0].estimate_fresh = c[1].estimate_fresh = 0;
+    c[1].busy = 1;
+    int rule;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    pace.last_chance = 1;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0); /* the one not busy */
+    CHECK_EQ_INT(rule, GROUP_RULE_LAST_CHANCE);
+    pace.last_chance = 0;
+    i.usage = (int64_t)MB(230); /* at the line (225), grown by a step: the gaps not passed */
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    pace.since_ns = MS(10); /* the growth gap passed, the line's not: growth */
+    c[0].last_trim_ns = i.now_ns - MS(1); /* no member's retrim gap with the set's pace */
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_GROWTH);
+    pace.grown = 0;
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+    pace.since_ns = MS(1000); /* the line's repeat passed */
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_LINE);
+    /* At the line, its repeat not due: a fresh estimate, once the estimate's wait passed. */
+    pace.since_ns = MS(600);
+    c[0] = fresh(10, 60);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), 0);
+    CHECK_EQ_INT(rule, GROUP_RULE_ESTIMATE);
+    pace.since_ns = MS(400);
+    CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
+}
+
 int main(void)
 {
     RUN(test_a_cooperative_member);
     RUN(test_the_stagger);
     RUN(test_the_zone_of_a_set);
     RUN(test_outside_the_zone_nothing);
+    RUN(test_a_set_with_its_own_pace);
     RUN(test_estimate_rule_largest_first);
     RUN(test_one_at_a_time);
     RUN(test_line_asks_members_that_said_nothing);
