@@ -82,17 +82,17 @@ static int socket_timeout(pid_t pid, int fd)
  * real time, holding a CPU from every fair thread of the process for its whole call; in a
  * SCHED_IDLE one it would hold arena locks at almost no CPU while the process's threads wait
  * on them; SCHED_DEADLINE's clone fails. 1 fair, 0 not or unreadable (passed over). */
-static int fair_policy(pid_t pid, pid_t tid)
+static int fair_policy(pid_t pid, pid_t tid, int *nice)
 {
     char path[96], buf[1024];
-    int nice;
     unsigned long long start;
     unsigned policy;
     snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-    if (mt_control("cmd-unfair-policy-taken"))
-        return 1;
-    return target_read_file(path, buf, sizeof buf) > 0 &&
-           prio_parse_stat(buf, &nice, &start, &policy) == 0 && (policy == 0 || policy == 3);
+    *nice = 0;
+    if (target_read_file(path, buf, sizeof buf) <= 0 ||
+        prio_parse_stat(buf, nice, &start, &policy) != 0)
+        return mt_control("cmd-unfair-policy-taken");
+    return policy == 0 || policy == 3 || mt_control("cmd-unfair-policy-taken");
 }
 
 static int on_socket(long nr)
@@ -120,11 +120,12 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
         uint64_t args[7], start, end;
         long nr = target_thread_syscall(pid, tids[i], args);
         int timed = nr >= 0 && on_socket(nr) && socket_timeout(pid, (int)args[0]) != 0;
-        int unfair = nr >= 0 && !timed && target_syscall_safe(nr, args) &&
-                     !fair_policy(pid, tids[i]);
+        int nice = 0, unfair = nr >= 0 && !timed && target_syscall_safe(nr, args) &&
+                               !fair_policy(pid, tids[i], &nice);
         if (!timed && !unfair && nr >= 0 && target_syscall_safe(nr, args) &&
             target_mapping(pid, args[6], &start, &end) == 0) {
             out[k].tid = tids[i];
+            out[k].nice = nice;
             out[k].sp = args[6];
             out[k].stack_end = end;
             out[k++].nr = nr;
@@ -138,5 +139,22 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
                                   unfair ? " under a real-time or idle scheduling policy" : "");
         }
     }
-    return k;
+    /* The threads at the main thread's nice first, the others after them, each in that order:
+     * memtrim's glibc thread inherits the taken thread's nice, and at a nice above the
+     * process's own (a background thread's 19) it holds arena locks at a sliver of a CPU
+     * while the process's threads wait on them; below it, it takes a CPU from them as --raise
+     * does (docs/command-rules.md). */
+    int main_nice;
+    fair_policy(pid, pid, &main_nice); /* 0 when unreadable */
+    static struct pick later[64];
+    int first = 0, m = 0;
+    for (int i = 0; i < k; i++) {
+        if (out[i].nice == main_nice || mt_control("cmd-nice-unordered"))
+            out[first++] = out[i];
+        else if (m < (int)(sizeof later / sizeof later[0]))
+            later[m++] = out[i];
+    }
+    for (int i = 0; i < m; i++)
+        out[first++] = later[i];
+    return first;
 }

@@ -12,6 +12,12 @@ every new thread of the target while the tool runs; none may be real-time, and t
 is the one taken. With every thread real-time: exit 4 naming the policy, nothing mapped.
 Control cmd-unfair-policy-taken (the policy unread): a holder is taken and memtrim's threads
 run SCHED_FIFO.
+
+The nice is inherited the same way: at a nice above the process's own (a background thread's
+19) memtrim's thread holds arena locks at a sliver of a CPU while the process's threads wait on
+them. The threads at the main thread's nice are taken first: the holders at nice 19, the main
+thread at 0: CALLS trims take the main thread and call at nice 0. Control cmd-nice-unordered:
+a holder is taken and the call runs at nice 19.
 """
 import json
 import os
@@ -39,12 +45,15 @@ def policy(pid, tid):
     return int(stat.rsplit(")", 1)[1].split()[38])
 
 
-def target(fifo_main):
+def target(fifo_main, niced=False):
+    """The holders (and with fifo_main the main thread) SCHED_FIFO, or with niced at nice 19."""
     p = subprocess.Popen([str(TARGET), "--holders", "3", "--hold-mb", "20"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().startswith("ready")
     for t in tids(p.pid):
-        if t != p.pid or fifo_main:
+        if niced and t != p.pid:
+            os.setpriority(os.PRIO_PROCESS, t, 19)
+        elif not niced and (t != p.pid or fifo_main):
             os.sched_setscheduler(t, FIFO, os.sched_param(1))
     return p
 
@@ -103,6 +112,24 @@ def test_only_real_time_threads_is_no_safe_thread():
             (r.returncode, r.stderr)
         assert not seen, f"memtrim started threads there: {seen}"
         assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_thread_at_the_main_threads_nice_is_taken_first():
+    p = target(fifo_main=False, niced=True)
+    try:
+        for i in range(CALLS):
+            r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                               text=True, timeout=60)
+            assert p.poll() is None, f"call {i}: the target died"
+            assert r.returncode == 0, (i, r.returncode, r.stderr)
+            out = json.loads(r.stdout)
+            assert out["call_thread_nice"] == 0 and out["thread"] == p.pid, \
+                (i, f"the call ran at nice {out['call_thread_nice']}, taken in {out['thread']}")
+        assert all(os.getpriority(os.PRIO_PROCESS, t) == (0 if t == p.pid else 19)
+                   for t in tids(p.pid))
     finally:
         p.kill()
         p.wait()
