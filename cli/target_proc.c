@@ -143,9 +143,19 @@ static int stat_key(const char *text, const char *key, int64_t *v)
         if (*d < '0' || *d > '9')
             return -1;
         for (; *d >= '0' && *d <= '9'; d++) {
-            n = n * 10 + (*d - '0');
-            if (n >= (INT64_C(1) << 62))
+            /* checked before the step: n * 10 + 9 past INT64_MAX wrapped (undefined), and a
+             * wrapped count came back under 2^62, a 20-digit figure read as any value, a
+             * negative dirty count as more cache than the cgroup holds. The control: the old
+             * check after the step (its wrap made explicit) */
+            if (mt_control("cmd-stat-wrap")) {
+                n = (int64_t)((uint64_t)n * 10u + (uint64_t)(*d - '0'));
+                if (n >= (INT64_C(1) << 62))
+                    return -1;
+                continue;
+            }
+            if (n > ((INT64_C(1) << 62) - 1 - (*d - '0')) / 10)
                 return -1;
+            n = n * 10 + (*d - '0');
         }
         if (*d && *d != '\n')
             return -1;

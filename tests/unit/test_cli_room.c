@@ -5,7 +5,9 @@
  * OOM-kills: memory.stat's inactive file pages less its dirty, writeback and mapped file
  * pages, v1's hierarchy totals or v2's, never past the usage; a missing, partial, odd or
  * hostile memory.stat counts nothing (the old room). Control cmd-room-cache-unseen: the cache
- * is not counted, Orthanc's cgroup full of its storage's cache has no room. Pure functions;
+ * is not counted, Orthanc's cgroup full of its storage's cache has no room; control
+ * cmd-stat-wrap: a figure's digits checked after each step, so 20 digits wrap to a count.
+ * Pure functions;
  * the test's one thread.
  */
 #include "harness.h"
@@ -65,6 +67,16 @@ static void test_stat_reclaimable(void)
                  "file_mapped 0\n", odd[i]);
         CHECK_EQ_INT(target_stat_reclaimable(text, 1), 0);
     }
+    /* 20 digits that wrap past 2^64 to a count under 2^62 (2^64 + 2^61, 2^64 - 2^61 read as
+     * -2^61): never a count, never a negative dirty figure turned into 2^61 of cache */
+    CHECK_EQ_INT(target_stat_reclaimable("inactive_file 20752587082923245568\nfile_dirty 0\n"
+                                         "file_writeback 0\nfile_mapped 0\n", 1), 0);
+    CHECK_EQ_INT(target_stat_reclaimable("inactive_file 1048576\nfile_dirty "
+                                         "16140901064495857664\nfile_writeback 0\n"
+                                         "file_mapped 0\n", 1), 0);
+    CHECK_EQ_INT(target_stat_reclaimable("total_inactive_file 1048576\ntotal_dirty 0\n"
+                                         "total_writeback 0\ntotal_mapped_file "
+                                         "16140901064495857664\n", 0), 0);
     /* the largest count taken, and a key only at a line's start, whole */
     CHECK_EQ_INT(target_stat_reclaimable("inactive_file 4611686018427387903\nfile_dirty 0\n"
                                          "file_writeback 0\nfile_mapped 0", 1),
