@@ -59,9 +59,11 @@ const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char 
  * own thread or fork fail while they live (Go's runtime dies of it). A call needs room for
  * them and as many again left to the process. */
 #define CLI_CALL_THREADS 2
-/* NULL when the process's pids cgroups have room for twice CLI_CALL_THREADS tasks; else why
+/* NULL when the process's pids cgroups and RLIMIT_NPROC have room for twice the threads a verb
+ * starts there (trim, stats: CLI_CALL_THREADS; load: its engine's too, load.c); else why
  * not, in buf. */
-const char *cli_pids_refusal(const struct target *t, const char *what, char *buf, size_t len);
+const char *cli_pids_refusal(const struct target *t, int threads, const char *what, char *buf,
+                             size_t len);
 
 /* load.c: `memtrim load PID`; its exit code. */
 int load_run(const struct opts *o, struct target *t);

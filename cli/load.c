@@ -28,6 +28,28 @@
  * python3, 1.1 MiB of it anonymous; this bound leaves room. */
 #define LOAD_ENGINE_CHARGE ((int64_t)8 << 20)
 
+/* The threads memtrim's engine starts in the process and keeps (the housekeeper, the pressure
+ * thread, the store's writer, the stall canary, the HTTP watchdog), beside HttpThreads of
+ * MHD's: 7 with the defaults, counted in test_cli_pids_room.py. The pids cgroup and
+ * RLIMIT_NPROC count each as the process's own for as long as it runs. */
+#define LOAD_ENGINE_THREADS 5
+#define LOAD_HTTP_THREADS_DEFAULT 2 /* core/config/config.c's HttpThreads */
+
+/* The threads a load starts there: the call's two, the engine's and the configuration's
+ * HttpThreads (its default when absent or not a number; the engine refuses one out of 1-64). */
+static int load_threads(const char *json)
+{
+    cJSON *j = cJSON_Parse(json), *sec = cJSON_GetObjectItemCaseSensitive(j, "MemoryTrim");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(sec) ? sec : j,
+                                                      "HttpThreads");
+    int http = cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 64
+                   ? (int)h->valuedouble : LOAD_HTTP_THREADS_DEFAULT;
+    cJSON_Delete(j);
+    if (mt_control("cmd-load-pids-engine")) /* the call's threads alone, as trim counts */
+        return CLI_CALL_THREADS;
+    return CLI_CALL_THREADS + LOAD_ENGINE_THREADS + http;
+}
+
 /* What dlopen makes of the system calls (each must be allowed: seccomp.c): open, read and
  * stat the file, map it (PROT_EXEC), protect and unmap, close, the loader's and malloc's
  * locks. Anything else load makes (the library's constructor, the engine's threads and
@@ -345,6 +367,12 @@ int load_run(const struct opts *o, struct target *t)
     char *json = load_config_text(o->config, err, sizeof err);
     if (!json)
         return cli_fail(o, EXIT_USAGE, err);
+    const char *why = cli_pids_refusal(t, load_threads(json), "load (the call and memtrim's "
+                                       "engine)", err, sizeof err);
+    if (why) {
+        free(json);
+        return cli_fail(o, EXIT_REFUSED, why);
+    }
     struct target_lib mt;
     int rc;
     if (target_find_lib(t->pid, "libmemtrim", &mt) == 0) { /* loaded: it says how it runs */
@@ -365,7 +393,7 @@ int load_run(const struct opts *o, struct target *t)
         return cli_fail(o, EXIT_FAILED, err);
     }
     struct stat lib_st;
-    const char *why = stat(lib, &lib_st) == 0
+    why = stat(lib, &lib_st) == 0
         ? cli_cgroup_refusal(t, CLI_CALL_CHARGE + LOAD_ENGINE_CHARGE + (int64_t)lib_st.st_size,
                              "load (the library, memtrim's engine and the page)", err, sizeof err)
         : NULL;

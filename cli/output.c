@@ -114,7 +114,8 @@ const char *cli_cgroup_refusal(const struct target *t, int64_t need, const char 
     return buf;
 }
 
-const char *cli_pids_refusal(const struct target *t, const char *what, char *buf, size_t len)
+const char *cli_pids_refusal(const struct target *t, int threads, const char *what, char *buf,
+                             size_t len)
 {
     char where[1200], nproc[200];
     int64_t room = target_pids_room(t->pid, where, sizeof where),
@@ -123,11 +124,11 @@ const char *cli_pids_refusal(const struct target *t, const char *what, char *buf
         room = room2;
         snprintf(where, sizeof where, "%s", nproc);
     }
-    if (room < 0 || room >= 2 * CLI_CALL_THREADS || mt_control("cmd-pids-room"))
+    if (room < 0 || room >= 2 * (int64_t)threads || mt_control("cmd-pids-room"))
         return NULL;
     snprintf(buf, len, "process %d" TARGET_NO_PIDS_WORDS "%lld more tasks (%s) and %s starts %d "
              "threads there, leaving it at least as many: its own thread or fork could fail; "
              "refused, nothing was changed", (int)t->pid, (long long)room, where, what,
-             CLI_CALL_THREADS);
+             threads);
     return buf;
 }

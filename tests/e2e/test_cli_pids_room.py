@@ -9,6 +9,11 @@ holder, the spawner and the two spawned threads fit, so it never fails alone. Ea
 by name (exit 2, "may start only", the file that binds), the target alive and its spawner
 never failed. Control cmd-pids-room (the check off): memtrim's threads take the cgroup's last
 tasks and the spawner's starts fail.
+load starts memtrim's engine there too, whose threads stay (7 with the defaults, HttpThreads 2):
+in the same cgroup with room for the call's threads alone (pids.max 9), load is refused naming
+the threads it would start; the engine's count is held against a real load's threads. Control
+cmd-load-pids-engine (load counted as the call's two threads): the engine takes the cgroup's
+last tasks.
 RLIMIT_NPROC binds the same way: every task of the target's real uid counts against it at each
 clone of the target's (memtrim's two included) unless that uid is root or the target holds
 CAP_SYS_RESOURCE or CAP_SYS_ADMIN. The same target run as a uid of its own with RLIMIT_NPROC 5:
@@ -17,6 +22,7 @@ refused naming the limit; control cmd-nproc-room: its starts fail.
 import resource
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -89,6 +95,59 @@ def test_trim_is_refused_without_room_for_its_threads():
             p.wait()
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30,
                  "the cgroup empty")  # its tasks' exit is seen there a moment later
+        cg.rmdir()
+
+
+def load_threads(rc, err):
+    """The threads a refused load says it starts there."""
+    m = re.search(r"load \(the call and memtrim's engine\) starts (\d+) threads", err)
+    assert rc == 2 and m and "pids.max" in err, (rc, err)
+    return int(m.group(1))
+
+
+@pytest.mark.skipif(not (PIDS_V1 / "cgroup.procs").exists() or os.geteuid() != 0,
+                    reason="a v1 pids cgroup made as root")
+def test_load_is_refused_without_room_for_its_engine():
+    cg = PIDS_V1 / f"memtrim pids load:{os.getpid()}"
+    cg.mkdir()
+    p = q = None
+    try:
+        (cg / "pids.max").write_text(str(LIMIT + 2 * 2))  # room for a trim's threads alone
+        p = spawner(cg=cg)
+        r = subprocess.run([str(TOOL), "load", str(p.pid), "--json", "--config",
+                            json.dumps({"HttpPort": 0})], capture_output=True, text=True,
+                           timeout=60)
+        assert p.poll() is None, f"the target died ({p.returncode})"
+        rep = json.loads(ask(p, "report"))
+        assert rep["spawn_failures"] == 0, \
+            (f"its own thread starts failed {rep['spawn_failures']} times", r.returncode, r.stderr)
+        need = load_threads(r.returncode, r.stderr)
+        assert not [m for m in open(f"/proc/{p.pid}/maps")
+                    if "libmemtrim" in m or "memtrim-inject" in m]
+        # the count held against a real load's threads, outside any limit
+        q = subprocess.Popen([str(TARGET), "--holders", "1", "--hold-mb", "10"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert q.stdout.readline().startswith("ready")
+        before = len(os.listdir(f"/proc/{q.pid}/task"))
+        r = subprocess.run([str(TOOL), "load", str(q.pid), "--json", "--config",
+                            json.dumps({"HttpPort": 0})], capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, (r.returncode, r.stderr)
+        out = json.loads(r.stdout)
+        assert out["call_threads_ended"] is True, out
+        def added():
+            return len(os.listdir(f"/proc/{q.pid}/task")) - before
+        # the call's ended threads leave /proc a moment after the answer; the engine's stay
+        wait_for(lambda: added() <= need - 2, 30, f"the loaded engine's threads within "
+                 f"{need - 2} (the call's two ended)")
+        assert added() > 0, "nothing started: the count proved nothing"
+    finally:
+        for x in (p, q):
+            if x is not None:
+                if x.poll() is None:
+                    x.kill()
+                x.wait()
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30, "the cgroup empty")
         cg.rmdir()
 
 
