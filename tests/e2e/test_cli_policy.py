@@ -13,16 +13,20 @@ is the one taken. With every thread real-time: exit 4 naming the policy, nothing
 Control cmd-unfair-policy-taken (the policy unread): a holder is taken and memtrim's threads
 run SCHED_FIFO.
 
-The nice is inherited the same way: at a nice above the process's own (a background thread's
-19) memtrim's thread holds arena locks at a sliver of a CPU while the process's threads wait on
-them. The threads at the main thread's nice are taken first: the holders at nice 19, the main
-thread at 0: CALLS trims take the main thread and call at nice 0. Control cmd-nice-unordered:
-a holder is taken and the call runs at nice 19.
+The nice and the CPU affinity are inherited the same way: at a nice above the process's own (a
+background thread's 19) memtrim's thread holds arena locks at a sliver of a CPU while the
+process's threads wait on them; pinned to a thread's own CPU (an isolated core), it takes that
+CPU from it. The threads at the main thread's nice and on its CPUs are taken first: the
+holders at nice 19, or pinned to CPU 1, the main thread at 0 on every CPU: CALLS trims take
+the main thread, call at nice 0 and run on every CPU. Control cmd-nice-unordered: a holder is
+taken, the call at nice 19 or pinned.
 """
 import json
 import os
 import subprocess
 import threading
+
+import pytest
 
 from conftest import BUILD
 
@@ -45,28 +49,40 @@ def policy(pid, tid):
     return int(stat.rsplit(")", 1)[1].split()[38])
 
 
-def target(fifo_main, niced=False):
-    """The holders (and with fifo_main the main thread) SCHED_FIFO, or with niced at nice 19."""
+def target(fifo_main, niced=False, pinned=False):
+    """The holders (and with fifo_main the main thread) SCHED_FIFO, or with niced at nice 19,
+    or with pinned on CPU 1 alone."""
     p = subprocess.Popen([str(TARGET), "--holders", "3", "--hold-mb", "20"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().startswith("ready")
     for t in tids(p.pid):
         if niced and t != p.pid:
             os.setpriority(os.PRIO_PROCESS, t, 19)
-        elif not niced and (t != p.pid or fifo_main):
+        elif pinned and t != p.pid:
+            os.sched_setaffinity(t, {1})
+        elif not niced and not pinned and (t != p.pid or fifo_main):
             os.sched_setscheduler(t, FIFO, os.sched_param(1))
     return p
 
 
-def watched_trim(p):
-    """One trim, and the policies of the target's threads born while it ran."""
+def cpus(tid):
+    """The thread's CPUs, None once it is gone."""
+    try:
+        return frozenset(os.sched_getaffinity(tid))
+    except OSError:
+        return None
+
+
+def watched_trim(p, probe=None):
+    """One trim, and probe(pid, tid) (the policy) of the target's threads born while it ran."""
+    probe = probe or policy
     own, seen, done = tids(p.pid), {}, threading.Event()
 
     def watch():
         while not done.is_set():
             try:
                 for t in tids(p.pid) - own:
-                    pol = policy(p.pid, t)
+                    pol = probe(p.pid, t)
                     if pol is not None:
                         seen.setdefault(t, set()).add(pol)
             except FileNotFoundError:  # the target gone: the test says so
@@ -130,6 +146,27 @@ def test_a_thread_at_the_main_threads_nice_is_taken_first():
                 (i, f"the call ran at nice {out['call_thread_nice']}, taken in {out['thread']}")
         assert all(os.getpriority(os.PRIO_PROCESS, t) == (0 if t == p.pid else 19)
                    for t in tids(p.pid))
+    finally:
+        p.kill()
+        p.wait()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2 or 1 not in os.sched_getaffinity(0),
+                    reason="two CPUs, CPU 1 among them")
+def test_a_thread_on_the_main_threads_cpus_is_taken_first():
+    p = target(fifo_main=False, pinned=True)
+    every = cpus(p.pid)
+    try:
+        watched = 0
+        for i in range(CALLS):
+            r, seen = watched_trim(p, lambda pid, t: cpus(t))
+            assert p.poll() is None, f"call {i}: the target died"
+            pinned = {t: c for t, c in seen.items() if c != {every}}
+            assert not pinned, f"call {i}: memtrim's threads ran on {pinned}, not on {every}"
+            watched += bool(seen)
+            assert r.returncode == 0, (i, r.returncode, r.stderr)
+            assert json.loads(r.stdout)["thread"] == p.pid, (i, "a pinned holder was taken")
+        assert watched, "the watch never saw memtrim's threads: it proved nothing"
     finally:
         p.kill()
         p.wait()
