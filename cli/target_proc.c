@@ -65,44 +65,105 @@ void target_cgroup(pid_t pid, int *version, int64_t *usage, int64_t *max)
     *max = read_i64(file);
 }
 
-/* Where the tool sees a cgroup hierarchy: cgroup2's mount, or the v1 one with the controller
- * (its options name it, a word between commas); 0 or -1. */
-static int cgroup_mount(int v2, const char *controller, char *out, size_t len)
+/* mountinfo's octal escapes (a space is \040) undone in place. */
+static void mount_unescape(char *s)
 {
-    char line[1024], dev[256], dir[512], type[64], opts[512], words[520], want[72];
-    FILE *f = fopen("/proc/self/mounts", "re");
+    char *w = s;
+    for (const char *r = s; *r; w++) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] >= '0' && r[2] <= '7' &&
+            r[3] >= '0' && r[3] <= '7') {
+            *w = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
+            r += 4;
+        } else {
+            *w = *r++;
+        }
+    }
+    *w = 0;
+}
+
+/* What cg (a cgroup's path as /proc/PID/cgroup prints it: relative to this command's cgroup
+ * namespace, "/../../x" for one outside it) adds below a mount's root (mountinfo's fourth
+ * field, relative to that namespace too), or NULL when the mount does not show it. */
+static const char *below_root(const char *cg, const char *root)
+{
+    size_t n = strlen(root);
+    if (!strcmp(root, "/")) /* shows ours and below it, never what is above ("/..") */
+        return strncmp(cg, "/..", 3) || (cg[3] && cg[3] != '/') ? cg : NULL;
+    if (strncmp(cg, root, n) || (cg[n] && cg[n] != '/'))
+        return NULL;
+    return cg[n] ? cg + n : "/";
+}
+
+/* Where the tool sees the cgroup cg of a hierarchy: the mount point of cgroup2, or of the v1
+ * one with the controller (its super options name it, a word between commas), whose root
+ * shows cg, in out, and what cg adds below that root in rel (the path walked up to the
+ * mount's root); cgroup2's only where the controller is enabled at the mount's root. 0; -1
+ * when the hierarchy is not mounted here (nothing to read, as before);
+ * -2 when it is but no mount shows cg (the tool in a cgroup namespace that does not hold the
+ * process's cgroup, as a container's own /sys/fs/cgroup: the mount point joined to
+ * "/../../x" was no cgroup, and no limit was read). The control: the first mount of the
+ * kind, its point joined to cg as printed. */
+static int cgroup_mount(int v2, const char *controller, const char *cg, char *out, size_t len,
+                        char *rel, size_t rlen)
+{
+    char line[4096], root[2048], dir[1024], type[64], opts[512], words[520], want[72];
+    FILE *f = fopen("/proc/self/mountinfo", "re");
     int found = -1;
     if (!f)
         return -1;
     snprintf(want, sizeof want, ",%s,", controller);
     while (found && fgets(line, sizeof line, f)) {
-        if (sscanf(line, "%255s %511s %63s %511s", dev, dir, type, opts) != 4)
+        const char *dash = strstr(line, " - ");
+        if (!dash || sscanf(line, "%*s %*s %*s %2047s %1023s", root, dir) != 2 ||
+            sscanf(dash + 3, "%63s %*s %511s", type, opts) != 2)
             continue;
         snprintf(words, sizeof words, ",%s,", opts);
-        if (v2 ? !strcmp(type, "cgroup2") : !strcmp(type, "cgroup") && strstr(words, want)) {
-            snprintf(out, len, "%s", dir);
-            found = 0;
+        if (v2 ? strcmp(type, "cgroup2") : strcmp(type, "cgroup") || !strstr(words, want))
+            continue;
+        mount_unescape(root);
+        mount_unescape(dir);
+        if (v2) { /* the controller enabled there (a hybrid host's unified has none) */
+            char file[1100], ctls[512], have[520];
+            snprintf(file, sizeof file, "%s/cgroup.controllers", dir);
+            if (target_read_file(file, ctls, sizeof ctls) <= 0)
+                continue;
+            for (char *c = ctls; *c; c++)
+                *c = *c == ' ' || *c == '\n' ? ',' : *c;
+            snprintf(have, sizeof have, ",%s,", ctls);
+            if (!strstr(have, want))
+                continue;
         }
+        found = -2; /* mounted */
+        const char *below = mt_control("cmd-cgroupns-unresolved") ? cg : below_root(cg, root);
+        if (!below)
+            continue;
+        snprintf(out, len, "%s", dir);
+        snprintf(rel, rlen, "%s", below);
+        found = 0;
     }
     fclose(f);
     return found;
 }
 
 /* Every level of the process's cgroups for controller, from its own up to each hierarchy's
- * root (v2: the unified one; v1: the one mounted with the controller): each(dir, v2, arg),
- * each hierarchy begun with each(NULL, v2, arg). */
-static void cgroup_levels(pid_t pid, const char *controller,
-                          void (*each)(const char *dir, int v2, void *arg), void *arg)
+ * root as a mount shows it (v2: the unified one; v1: the one mounted with the controller),
+ * found through mountinfo's roots from this command's cgroup namespace too: each(dir, v2,
+ * arg), each hierarchy begun with each(NULL, v2, arg). The hierarchies mounted here that no
+ * mount shows the process's cgroup in, counted (the first one's path in hidden). */
+static int cgroup_levels(pid_t pid, const char *controller,
+                         void (*each)(const char *dir, int v2, void *arg), void *arg,
+                         char *hidden, size_t hlen)
 {
-    char path[64], buf[4096], mnt[512], dir[2600], want[72];
+    char path[64], buf[4096], mnt[1024], dir[3100], want[72];
+    int unseen = 0;
     snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
     if (target_read_file(path, buf, sizeof buf) <= 0)
-        return;
+        return 0;
     snprintf(want, sizeof want, ",%s,", controller);
     for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
         /* "ID:CONTROLLERS:PATH", the path to the line's end (a cgroup's name may hold spaces
          * and colons); v2's line is "0::PATH" */
-        char ctl[256], cg[2048];
+        char ctl[256], cg[2048], rel[2048];
         const char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2 || (size_t)(c2 - c1 - 1) >= sizeof ctl || strlen(c2 + 1) >= sizeof cg ||
             c2[1] != '/')
@@ -115,19 +176,33 @@ static void cgroup_levels(pid_t pid, const char *controller,
         snprintf(have, sizeof have, ",%s,", ctl);
         if (!v2 && !strstr(have, want))
             continue;
-        if (cgroup_mount(v2, controller, mnt, sizeof mnt) != 0)
+        int m = cgroup_mount(v2, controller, cg, mnt, sizeof mnt, rel, sizeof rel);
+        if (m == -2 && !unseen++)
+            snprintf(hidden, hlen, "%s", cg);
+        if (m != 0)
             continue;
         each(NULL, v2, arg);
-        for (size_t n = strlen(cg); n > 0 && n < sizeof dir - sizeof mnt; ) {
-            cg[n] = 0;
-            snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(cg, "/") ? cg : "");
+        for (size_t n = strlen(rel); n > 0 && n < sizeof dir - sizeof mnt; ) {
+            rel[n] = 0;
+            snprintf(dir, sizeof dir, "%s%s", mnt, strcmp(rel, "/") ? rel : "");
             each(dir, v2, arg);
-            char *slash = strrchr(cg, '/');
-            if (!slash || slash == cg)
+            char *slash = strrchr(rel, '/');
+            if (!slash || slash == rel)
                 break;
-            n = (size_t)(slash - cg);
+            n = (size_t)(slash - rel);
         }
     }
+    return unseen;
+}
+
+/* A hierarchy of the process's that no mount of the tool shows: its room is none (refused,
+ * never guessed), where says why. */
+static void levels_hidden(const char *hidden, const char *controller, int64_t *room,
+                          char *where, size_t len)
+{
+    *room = 0;
+    snprintf(where, len, "its %s cgroup %.1024s, which no cgroup mount of this command shows: "
+             "it runs in another cgroup namespace; run it in the host's", controller, hidden);
 }
 
 /* memory.stat's value of key, at a line's start: 0 with *v set; -1 when absent or no byte
@@ -286,7 +361,9 @@ static void mem_level(const char *dir, int v2, void *arg)
 int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
 {
     struct mem_walk w = {.room = -1, .where = where, .len = len};
-    cgroup_levels(pid, "memory", mem_level, &w);
+    char hidden[2048];
+    if (cgroup_levels(pid, "memory", mem_level, &w, hidden, sizeof hidden))
+        levels_hidden(hidden, "memory", &w.room, where, len);
     return w.room;
 }
 
@@ -317,7 +394,9 @@ static void pids_level(const char *dir, int v2, void *arg)
 int64_t target_pids_room(pid_t pid, char *where, size_t len)
 {
     struct pids_walk w = {-1, where, len};
-    cgroup_levels(pid, "pids", pids_level, &w);
+    char hidden[2048];
+    if (cgroup_levels(pid, "pids", pids_level, &w, hidden, sizeof hidden))
+        levels_hidden(hidden, "pids", &w.room, where, len);
     return w.room;
 }
 

@@ -14,6 +14,12 @@ in the same cgroup with room for the call's threads alone (pids.max 9), load is 
 the threads it would start; the engine's count is held against a real load's threads. Control
 cmd-load-pids-engine (load counted as the call's two threads): the engine takes the cgroup's
 last tasks.
+The command may run in a cgroup namespace of its own (a container's, a DaemonSet's): the
+process's cgroup is then printed relative to it ("/../../x") and the mounts' roots say which
+cgroup each shows (mountinfo). From one, the cgroup is found through the mount that shows it
+and the trim is refused as from the host; where no mount shows it (the namespace's own mount),
+refused as unreadable. Control cmd-cgroupns-unresolved (the mount point joined to the path as
+printed, the old walk): no limit read, the trim runs and the spawner's starts fail.
 RLIMIT_NPROC binds the same way: every task of the target's real uid counts against it at each
 clone of the target's (memtrim's two included) unless that uid is root or the target holds
 CAP_SYS_RESOURCE or CAP_SYS_ADMIN. The same target run as a uid of its own with RLIMIT_NPROC 5:
@@ -96,6 +102,51 @@ def test_trim_is_refused_without_room_for_its_threads():
         wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30,
                  "the cgroup empty")  # its tasks' exit is seen there a moment later
         cg.rmdir()
+
+
+@pytest.mark.skipif(not (PIDS_V1 / "cgroup.procs").exists() or os.geteuid() != 0,
+                    reason="a v1 pids cgroup made as root")
+def test_trim_from_another_cgroup_namespace_is_refused():
+    cg = PIDS_V1 / f"memtrim pids ns:{os.getpid()}"
+    tool_cg = PIDS_V1 / f"memtrim-tool-{os.getpid()}"
+    cg.mkdir()
+    (tool_cg / "sub").mkdir(parents=True)
+    p = None
+    try:
+        (cg / "pids.max").write_text(str(LIMIT))
+        p = spawner(cg=cg)
+        # the tool's pids cgroup another's (its namespace's root below the mounts' roots);
+        # its memory cgroup the hierarchy's root, where the mounts' root is its namespace's
+        enter = (f'echo $$ > "{tool_cg}/sub/cgroup.procs" && '
+                 f'echo $$ > /sys/fs/cgroup/memory/cgroup.procs && ')
+        for how, script, says in (
+                ("resolved", enter + 'exec unshare -C "$@"', str(cg / "pids.max")),
+                ("hidden", enter + 'exec unshare -C -m --propagation private sh -c \''
+                 f'umount "{PIDS_V1}" && mount -t cgroup -o pids memtrim-ns "{PIDS_V1}" && '
+                 'exec "$@"\' sh "$@"',
+                 "no cgroup mount of this command shows")):
+            seen = open(f"/proc/{p.pid}/cgroup").read()
+            r = subprocess.run(["/bin/sh", "-c", script, "sh", str(TOOL), "trim", str(p.pid),
+                                "--json"], capture_output=True, text=True, timeout=60)
+            assert p.poll() is None, f"{how}: the target died ({p.returncode})"
+            rep = json.loads(ask(p, "report"))
+            assert rep["spawn_failures"] == 0, \
+                (f"{how}: its own thread starts failed {rep['spawn_failures']} times",
+                 r.returncode, r.stderr)
+            assert r.returncode == 2 and "may start only" in r.stderr and says in r.stderr, \
+                (how, r.returncode, r.stderr, seen)
+        assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+    finally:
+        if p is not None:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().strip(), 30, "the cgroup empty")
+        wait_for(lambda: not (tool_cg / "sub" / "cgroup.procs").read_text().strip(), 30,
+                 "the tool's cgroup empty")
+        cg.rmdir()
+        (tool_cg / "sub").rmdir()
+        tool_cg.rmdir()
 
 
 def load_threads(rc, err):
