@@ -140,22 +140,31 @@ int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen)
                                   unfair ? " under a real-time or idle scheduling policy" : "");
         }
     }
-    /* The threads at the main thread's nice and on its CPUs first, the others after them, each
-     * in that order: memtrim's glibc thread inherits the taken thread's nice and affinity. At
-     * a nice above the process's own (a background thread's 19) it holds arena locks at a
-     * sliver of a CPU while the process's threads wait on them; below it, it takes a CPU from
-     * them as --raise does; pinned to a thread's own CPUs (an isolated core), it takes them
-     * from that thread (docs/command-rules.md). */
+    /* The threads at the main thread's nice, on its CPUs and in its cgroups first, the others
+     * after them, each in that order: memtrim's glibc thread inherits the taken thread's nice,
+     * affinity and cgroups. At a nice above the process's own (a background thread's 19), or
+     * in a thread's CPU-throttled cgroup, it holds arena locks at a sliver of a CPU while the
+     * process's threads wait on them; below it, it takes a CPU from them as --raise does;
+     * pinned to a thread's own CPUs (an isolated core), it takes them from that thread
+     * (docs/command-rules.md). */
     int main_nice;
     fair_policy(pid, pid, &main_nice); /* 0 when unreadable */
     static cpu_set_t main_cpus, cpus;
+    static char main_cg[4096], cg[4096];
+    char path[96];
     int main_known = sched_getaffinity(pid, sizeof main_cpus, &main_cpus) == 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/cgroup", (int)pid, (int)pid);
+    int main_cg_known = target_read_file(path, main_cg, sizeof main_cg) > 0;
     static struct pick later[64];
     int first = 0, m = 0;
     for (int i = 0; i < k; i++) {
         int same_cpus = !main_known || (sched_getaffinity(out[i].tid, sizeof cpus, &cpus) == 0 &&
                                          CPU_EQUAL(&cpus, &main_cpus));
-        if ((out[i].nice == main_nice && same_cpus) || mt_control("cmd-nice-unordered"))
+        snprintf(path, sizeof path, "/proc/%d/task/%d/cgroup", (int)pid, (int)out[i].tid);
+        int same_cg = !main_cg_known || (target_read_file(path, cg, sizeof cg) > 0 &&
+                                         !strcmp(cg, main_cg));
+        if ((out[i].nice == main_nice && same_cpus && same_cg) ||
+            mt_control("cmd-nice-unordered"))
             out[first++] = out[i];
         else if (m < (int)(sizeof later / sizeof later[0]))
             later[m++] = out[i];

@@ -17,9 +17,9 @@ struct pick {
     uint64_t sp, stack_end; /* its stack pointer in the call, and the end of that mapping */
 };
 
-/* The safe threads now, up to max (at most 64), those at the main thread's nice and on its
- * CPUs first, the main thread last among them; why says what the others were doing. Their
- * count. */
+/* The safe threads now, up to max (at most 64), those at the main thread's nice, on its
+ * CPUs and in its cgroups first, the main thread last among them; why says what the others
+ * were doing. Their count. */
 int pick_threads(pid_t pid, struct pick *out, int max, char *why, size_t whylen);
 /* 1 if the stopped thread's stack from rsp to end holds a signal frame (whatever its
  * restorer: the kernel's frame is recognised by its own fields), 0 if not, -1 if it cannot be

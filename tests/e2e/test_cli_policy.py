@@ -20,20 +20,27 @@ CPU from it. The threads at the main thread's nice and on its CPUs are taken fir
 holders at nice 19, or pinned to CPU 1, the main thread at 0 on every CPU: CALLS trims take
 the main thread, call at nice 0 and run on every CPU. Control cmd-nice-unordered: a holder is
 taken, the call at nice 19 or pinned.
+So are the cgroups: the holders in a v1 cpu cgroup throttled to 1 % of a CPU, the main thread
+outside it: the main thread taken and memtrim's threads never seen in that cgroup; control
+cmd-nice-unordered: they run in it.
 """
 import json
 import os
 import subprocess
 import threading
 
+from pathlib import Path
+
 import pytest
 
 from conftest import BUILD
+from wait import wait_for
 
 TOOL = BUILD / "memtrim"
 TARGET = BUILD / "memtrim-cli-target"
 CALLS = 5
 FIFO = os.SCHED_FIFO
+CPU_V1 = Path("/sys/fs/cgroup/cpu")
 
 
 def tids(pid):
@@ -49,7 +56,7 @@ def policy(pid, tid):
     return int(stat.rsplit(")", 1)[1].split()[38])
 
 
-def target(fifo_main, niced=False, pinned=False):
+def target(fifo_main, niced=False, pinned=False, fifo=True):
     """The holders (and with fifo_main the main thread) SCHED_FIFO, or with niced at nice 19,
     or with pinned on CPU 1 alone."""
     p = subprocess.Popen([str(TARGET), "--holders", "3", "--hold-mb", "20"],
@@ -60,7 +67,7 @@ def target(fifo_main, niced=False, pinned=False):
             os.setpriority(os.PRIO_PROCESS, t, 19)
         elif pinned and t != p.pid:
             os.sched_setaffinity(t, {1})
-        elif not niced and not pinned and (t != p.pid or fifo_main):
+        elif fifo and not niced and not pinned and (t != p.pid or fifo_main):
             os.sched_setscheduler(t, FIFO, os.sched_param(1))
     return p
 
@@ -98,21 +105,26 @@ def watched_trim(p, probe=None):
     return r, seen
 
 
+def watched_trims(p, probe, wrong, what):
+    """CALLS trims, each watched with probe: none of memtrim's threads may show a value for which
+    wrong(values) holds, and the main thread is the one taken."""
+    watched = 0
+    for i in range(CALLS):
+        r, seen = watched_trim(p, probe)
+        assert p.poll() is None, f"call {i}: the target died"
+        bad = {t: v for t, v in seen.items() if wrong(v)}
+        assert not bad, f"call {i}: memtrim's threads ran {what}: {bad}"
+        watched += bool(seen)
+        assert r.returncode == 0, (i, r.returncode, r.stderr)
+        assert json.loads(r.stdout)["thread"] == p.pid, (i, "a holder was taken")
+    assert watched, "the watch never saw memtrim's threads: it proved nothing"
+
+
 def test_a_real_time_thread_is_never_taken():
     p = target(fifo_main=False)
     try:
         policies = {t: policy(p.pid, t) for t in tids(p.pid)}
-        watched = 0
-        for i in range(CALLS):
-            r, seen = watched_trim(p)
-            assert p.poll() is None, f"call {i}: the target died"
-            rt = {t: s for t, s in seen.items() if s - {0, 3}}
-            assert not rt, f"call {i}: memtrim's threads ran under policy {rt} (1: SCHED_FIFO)"
-            watched += bool(seen)
-            assert r.returncode == 0, (i, r.returncode, r.stderr)
-            out = json.loads(r.stdout)
-            assert out["thread"] == p.pid, (i, out["thread"], "a real-time holder was taken")
-        assert watched, "the watch never saw memtrim's threads: it proved nothing"
+        watched_trims(p, policy, lambda v: v - {0, 3}, "under a policy not fair (1: SCHED_FIFO)")
         assert {t: policy(p.pid, t) for t in tids(p.pid)} == policies
     finally:
         p.kill()
@@ -157,16 +169,41 @@ def test_a_thread_on_the_main_threads_cpus_is_taken_first():
     p = target(fifo_main=False, pinned=True)
     every = cpus(p.pid)
     try:
-        watched = 0
-        for i in range(CALLS):
-            r, seen = watched_trim(p, lambda pid, t: cpus(t))
-            assert p.poll() is None, f"call {i}: the target died"
-            pinned = {t: c for t, c in seen.items() if c != {every}}
-            assert not pinned, f"call {i}: memtrim's threads ran on {pinned}, not on {every}"
-            watched += bool(seen)
-            assert r.returncode == 0, (i, r.returncode, r.stderr)
-            assert json.loads(r.stdout)["thread"] == p.pid, (i, "a pinned holder was taken")
-        assert watched, "the watch never saw memtrim's threads: it proved nothing"
+        watched_trims(p, lambda pid, t: cpus(t), lambda v: v != {every},
+                      f"on CPUs other than the main thread's {set(every)}")
     finally:
         p.kill()
         p.wait()
+
+
+def cpu_cgroup(pid, tid):
+    """The thread's v1 cpu cgroup path, None once it is gone."""
+    try:
+        lines = open(f"/proc/{pid}/task/{tid}/cgroup").read().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 2)[2] for ln in lines if "cpu" in ln.split(":")[1].split(",")),
+                None)
+
+
+@pytest.mark.skipif(not (CPU_V1 / "cpu.cfs_quota_us").exists() or os.geteuid() != 0,
+                    reason="a v1 cpu cgroup made as root")
+def test_a_thread_in_the_main_threads_cgroups_is_taken_first():
+    cg = CPU_V1 / f"memtrim throttled:{os.getpid()}"
+    cg.mkdir()
+    p = None
+    try:
+        (cg / "cpu.cfs_period_us").write_text("100000")
+        (cg / "cpu.cfs_quota_us").write_text("1000")
+        p = target(fifo_main=False, niced=False, pinned=False, fifo=False)
+        for t in tids(p.pid) - {p.pid}:
+            (cg / "tasks").write_text(str(t))
+        throttled = cpu_cgroup(p.pid, max(tids(p.pid) - {p.pid}))
+        assert throttled and throttled != cpu_cgroup(p.pid, p.pid)
+        watched_trims(p, cpu_cgroup, lambda v: throttled in v, "in the throttled cgroup")
+    finally:
+        if p is not None:
+            p.kill()
+            p.wait()
+        wait_for(lambda: not (cg / "tasks").read_text().strip(), 30, "the cgroup empty")
+        cg.rmdir()
