@@ -2,8 +2,10 @@
  * fuzz_cli_status.c - libFuzzer harness for the memtrim command's readers of a target's
  * /proc/PID/status (cli/target.c, target_parse_status: uids, capabilities, seccomp mode and
  * filters, the name the target chose) and /proc/PID/stat (cli/target_proc.c,
- * target_parse_stat: a name may hold ')' and spaces), which run as root. Any bytes: the name
- * stays NUL-terminated within its buffer.
+ * target_parse_stat: a name may hold ')' and spaces), which run as root; and a memory
+ * cgroup's memory.stat (target_stat_reclaimable, both versions' names: a hostile cgroup's
+ * figures), whose clean cache is the room's. Any bytes: the name stays NUL-terminated within
+ * its buffer, and the cache is a count under 2^62 (a figure's digits never overflow).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +27,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pid_t ppid;
     unsigned long long start;
     (void)target_parse_stat(text, &ppid, &start);
+    for (int v2 = 0; v2 < 2; v2++) {
+        int64_t clean = target_stat_reclaimable(text, v2);
+        if (clean < 0 || clean >= (INT64_C(1) << 62))
+            __builtin_trap();
+    }
     free(text);
     return 0;
 }

@@ -12,7 +12,8 @@
 #                 core/group/group_chan.c), then the sums and JSON the leader makes of it
 #   fuzz_cli_elf, fuzz_cli_maps, fuzz_cli_status, fuzz_cli_syscall, fuzz_cli_bpf
 #                 what the memtrim command reads of a target as root: its ELF files
-#                 (cli/elfsym.c), /proc/PID/maps, status and stat, syscall (cli/target*.c),
+#                 (cli/elfsym.c), /proc/PID/maps, status and stat, syscall, a cgroup's
+#                 memory.stat (cli/target*.c),
 #                 and its seccomp filters (cli/bpfeval.c)
 # Fails when a harness finds something, or runs nothing ("Done 0 runs" or no
 # summary at all). Usage: tests/fuzz/run.sh [seconds]
