@@ -40,7 +40,13 @@ enum agent_reason agent_reason_of(const char *code, const char *message)
     /* the command's refusal for want of room in the process's memory cgroup (cli/output.c:
      * a call could charge it past its limit), or in its pids cgroup (memtrim's threads could
      * take the tasks it starts), passes with the usage: it stays a member. Taken
-     * for the kernel's refusal, it left puma alone for good at its first one. */
+     * for the kernel's refusal, it left puma alone for good at its first one. But a room the
+     * command cannot read (its cgroup namespace shows no mount of the process's cgroup) is
+     * the command's for good: left alone and reported, as the kernel's; held only for room,
+     * it was asked again each time the agent read room there, a command forked each time. */
+    if (!strcmp(code, "refused") && strstr(message, TARGET_UNSEEN_WORDS) &&
+        !mt_control("agent-unseen-room-retried"))
+        return AR_KERNEL;
     if (!strcmp(code, "refused") && (strstr(message, TARGET_NO_ROOM_WORDS) ||
                                      strstr(message, TARGET_NO_PIDS_WORDS)) &&
         !mt_control("agent-room-refusal-final"))

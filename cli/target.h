@@ -121,6 +121,9 @@ int64_t target_pids_room(pid_t pid, char *where, size_t len);
 int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len);
 /* The words of the refusal when either room is short of the call's threads (cli/output.c). */
 #define TARGET_NO_PIDS_WORDS " may start only "
+/* The words of a room that cannot be read: the process's cgroup shown by no mount of the
+ * command's (another cgroup namespace; target_proc.c): no reading to come changes it. */
+#define TARGET_UNSEEN_WORDS ", which no cgroup mount of this command shows"
 /* A thread's system call state from /proc/PID/task/TID/syscall: its number (-1 when not in
  * one, -2 when running or unreadable), six arguments, then its stack pointer (args[6]). */
 long target_thread_syscall(pid_t pid, pid_t tid, uint64_t args[7]);

@@ -201,8 +201,8 @@ static void levels_hidden(const char *hidden, const char *controller, int64_t *r
                           char *where, size_t len)
 {
     *room = 0;
-    snprintf(where, len, "its %s cgroup %.1024s, which no cgroup mount of this command shows: "
-             "it runs in another cgroup namespace; run it in the host's", controller, hidden);
+    snprintf(where, len, "its %s cgroup %.1024s" TARGET_UNSEEN_WORDS ": it runs in another "
+             "cgroup namespace; run it in the host's", controller, hidden);
 }
 
 /* memory.stat's value of key, at a line's start: 0 with *v set; -1 when absent or no byte

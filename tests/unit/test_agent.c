@@ -227,6 +227,19 @@ static void test_decide(void)
              "pids/x/pids.max) and trim starts 2 threads there, leaving it at least as many: its "
              "own thread or fork could fail; refused, nothing was changed");
     CHECK_EQ_INT(agent_reason_of("refused", pids), AR_NO_ROOM);
+    /* a room the command cannot read from its cgroup namespace: final, the kernel's kind
+     * (control agent-unseen-room-retried: held for room, asked again) */
+    char unseen[512];
+    snprintf(unseen, sizeof unseen, "process 9" TARGET_NO_ROOM_WORDS "0 KiB left (its memory "
+             "cgroup /../../kubepods/x" TARGET_UNSEEN_WORDS ": it runs in another cgroup "
+             "namespace; run it in the host's) and trim may charge it up to 384 KiB: it could be "
+             "OOM-killed; refused, nothing was changed");
+    CHECK_EQ_INT(agent_reason_of("refused", unseen), AR_KERNEL);
+    snprintf(unseen, sizeof unseen, "process 9" TARGET_NO_PIDS_WORDS "0 more tasks (its pids "
+             "cgroup /../x" TARGET_UNSEEN_WORDS ": it runs in another cgroup namespace; run it "
+             "in the host's) and trim starts 2 threads there, leaving it at least as many: its "
+             "own thread or fork could fail; refused, nothing was changed");
+    CHECK_EQ_INT(agent_reason_of("refused", unseen), AR_KERNEL);
     CHECK_EQ_INT(agent_reason_of(NULL, "x"), AR_FAILED);
     CHECK(agent_reason_unreleasable(AR_STATIC) && !agent_reason_unreleasable(AR_NO_THREAD));
     CHECK(!agent_reason_unreleasable(AR_NO_ROOM));
