@@ -30,9 +30,11 @@
 
 /* The threads memtrim's engine starts in the process and keeps (the housekeeper, the pressure
  * thread, the store's writer, the stall canary, the HTTP watchdog), beside HttpThreads of
- * MHD's: 7 with the defaults, counted in test_cli_pids_room.py. The pids cgroup and
- * RLIMIT_NPROC count each as the process's own for as long as it runs. */
+ * MHD's: 7 with the defaults, counted in test_cli_pids_room.py; a worker group's (GroupName,
+ * FollowFork) adds its own thread and the one that restarts it in a child. The pids cgroup
+ * and RLIMIT_NPROC count each as the process's own for as long as it runs. */
 #define LOAD_ENGINE_THREADS 5
+#define LOAD_GROUP_THREADS 2
 #define LOAD_HTTP_THREADS_DEFAULT 2 /* core/config/config.c's HttpThreads */
 
 /* The threads a load starts there: the call's two, the engine's and the configuration's
@@ -44,10 +46,15 @@ static int load_threads(const char *json)
                                                       "HttpThreads");
     int http = cJSON_IsNumber(h) && h->valuedouble >= 1 && h->valuedouble <= 64
                    ? (int)h->valuedouble : LOAD_HTTP_THREADS_DEFAULT;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(sec) ? sec : j,
+                                                         "GroupName");
+    int group = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cJSON_IsObject(sec) ? sec : j,
+                                                              "FollowFork")) ||
+                (cJSON_IsString(name) && name->valuestring[0]);
     cJSON_Delete(j);
     if (mt_control("cmd-load-pids-engine")) /* the call's threads alone, as trim counts */
         return CLI_CALL_THREADS;
-    return CLI_CALL_THREADS + LOAD_ENGINE_THREADS + http;
+    return CLI_CALL_THREADS + LOAD_ENGINE_THREADS + http + (group ? LOAD_GROUP_THREADS : 0);
 }
 
 /* What dlopen makes of the system calls (each must be allowed: seccomp.c): open, read and

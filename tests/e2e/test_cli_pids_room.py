@@ -158,21 +158,25 @@ def load_threads(rc, err):
 
 @pytest.mark.skipif(not (PIDS_V1 / "cgroup.procs").exists() or os.geteuid() != 0,
                     reason="a v1 pids cgroup made as root")
-def test_load_is_refused_without_room_for_its_engine():
+@pytest.mark.parametrize("config,threads", [({}, 9), ({"HttpThreads": 4}, 11),
+                                            ({"GroupName": f"memtrim-pids-{os.getpid()}"}, 11)],
+                         ids=["defaults", "http4", "group"])
+def test_load_is_refused_without_room_for_its_engine(config, threads):
     cg = PIDS_V1 / f"memtrim pids load:{os.getpid()}"
     cg.mkdir()
     p = q = None
     try:
         (cg / "pids.max").write_text(str(LIMIT + 2 * 2))  # room for a trim's threads alone
         p = spawner(cg=cg)
+        config = dict(config, HttpPort=0)
         r = subprocess.run([str(TOOL), "load", str(p.pid), "--json", "--config",
-                            json.dumps({"HttpPort": 0})], capture_output=True, text=True,
-                           timeout=60)
+                            json.dumps(config)], capture_output=True, text=True, timeout=60)
         assert p.poll() is None, f"the target died ({p.returncode})"
         rep = json.loads(ask(p, "report"))
         assert rep["spawn_failures"] == 0, \
             (f"its own thread starts failed {rep['spawn_failures']} times", r.returncode, r.stderr)
         need = load_threads(r.returncode, r.stderr)
+        assert need == threads, (need, threads)
         assert not [m for m in open(f"/proc/{p.pid}/maps")
                     if "libmemtrim" in m or "memtrim-inject" in m]
         # the count held against a real load's threads, outside any limit
@@ -181,8 +185,7 @@ def test_load_is_refused_without_room_for_its_engine():
         assert q.stdout.readline().startswith("ready")
         before = len(os.listdir(f"/proc/{q.pid}/task"))
         r = subprocess.run([str(TOOL), "load", str(q.pid), "--json", "--config",
-                            json.dumps({"HttpPort": 0})], capture_output=True, text=True,
-                           timeout=60)
+                            json.dumps(config)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, (r.returncode, r.stderr)
         out = json.loads(r.stdout)
         assert out["call_threads_ended"] is True, out
