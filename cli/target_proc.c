@@ -145,19 +145,19 @@ static int cgroup_mount(int v2, const char *controller, const char *cg, char *ou
     return found;
 }
 
-/* Every level of the process's cgroups for controller, from its own up to each hierarchy's
+/* Every level of the cgroups in file (a process's or a thread's /proc cgroup file) for
+ * controller, from its own up to each hierarchy's
  * root as a mount shows it (v2: the unified one; v1: the one mounted with the controller),
  * found through mountinfo's roots from this command's cgroup namespace too: each(dir, v2,
  * arg), each hierarchy begun with each(NULL, v2, arg). The hierarchies mounted here that no
  * mount shows the process's cgroup in, counted (the first one's path in hidden). */
-static int cgroup_levels(pid_t pid, const char *controller,
+static int cgroup_levels(const char *file, const char *controller,
                          void (*each)(const char *dir, int v2, void *arg), void *arg,
                          char *hidden, size_t hlen)
 {
-    char path[64], buf[4096], mnt[1024], dir[3100], want[72];
+    char buf[4096], mnt[1024], dir[3100], want[72];
     int unseen = 0;
-    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
-    if (target_read_file(path, buf, sizeof buf) <= 0)
+    if (target_read_file(file, buf, sizeof buf) <= 0)
         return 0;
     snprintf(want, sizeof want, ",%s,", controller);
     for (char *l = strtok(buf, "\n"); l; l = strtok(NULL, "\n")) {
@@ -362,7 +362,9 @@ int64_t target_cgroup_room(pid_t pid, char *where, size_t len)
 {
     struct mem_walk w = {.room = -1, .where = where, .len = len};
     char hidden[2048];
-    if (cgroup_levels(pid, "memory", mem_level, &w, hidden, sizeof hidden))
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cgroup", (int)pid);
+    if (cgroup_levels(path, "memory", mem_level, &w, hidden, sizeof hidden))
         levels_hidden(hidden, "memory", &w.room, where, len);
     return w.room;
 }
@@ -394,8 +396,37 @@ static void pids_level(const char *dir, int v2, void *arg)
 int64_t target_pids_room(pid_t pid, char *where, size_t len)
 {
     struct pids_walk w = {-1, where, len};
-    char hidden[2048];
-    if (cgroup_levels(pid, "pids", pids_level, &w, hidden, sizeof hidden))
+    char hidden[2048], other[2048], path[96], text[4096];
+    /* Every thread's cgroups, each distinct set once: memtrim's threads join the taken
+     * thread's, any safe thread may be taken, and v1's pids tasks and v2's threaded cgroups
+     * place threads apart from their process (the control: the process's alone) */
+    uint64_t seen[32];
+    int nseen = 0, unseen = 0;
+    static pid_t tids[4096]; /* (the tool's one thread) */
+    int n = mt_control("cmd-pids-thread-cgroups") ? 0 : target_threads(pid, tids, 4096);
+    if (n <= 0) {
+        tids[0] = pid;
+        n = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        snprintf(path, sizeof path, "/proc/%d/task/%d/cgroup", (int)pid, (int)tids[i]);
+        if (target_read_file(path, text, sizeof text) <= 0)
+            continue;
+        uint64_t h = 1469598103934665603ull; /* FNV-1a of the thread's cgroup file */
+        for (const char *c = text; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        int dup = 0;
+        for (int j = 0; j < nseen && !dup; j++)
+            dup = seen[j] == h;
+        if (dup)
+            continue;
+        if (nseen < (int)(sizeof seen / sizeof seen[0]))
+            seen[nseen++] = h;
+        if (cgroup_levels(path, "pids", pids_level, &w, unseen ? other : hidden,
+                          sizeof hidden))
+            unseen++;
+    }
+    if (unseen)
         levels_hidden(hidden, "pids", &w.room, where, len);
     return w.room;
 }

@@ -20,6 +20,9 @@ cgroup each shows (mountinfo). From one, the cgroup is found through the mount t
 and the trim is refused as from the host; where no mount shows it (the namespace's own mount),
 refused as unreadable. Control cmd-cgroupns-unresolved (the mount point joined to the path as
 printed, the old walk): no limit read, the trim runs and the spawner's starts fail.
+A thread may sit in a pids cgroup of its own (v1's tasks, v2's threaded cgroups), and
+memtrim's threads join the taken thread's: every thread's cgroups are read (control
+cmd-pids-thread-cgroups: the process's alone).
 RLIMIT_NPROC binds the same way: every task of the target's real uid counts against it at each
 clone of the target's (memtrim's two included) unless that uid is root or the target holds
 CAP_SYS_RESOURCE or CAP_SYS_ADMIN. The same target run as a uid of its own with RLIMIT_NPROC 5:
@@ -147,6 +150,48 @@ def test_trim_from_another_cgroup_namespace_is_refused():
         cg.rmdir()
         (tool_cg / "sub").rmdir()
         tool_cg.rmdir()
+
+
+@pytest.mark.skipif(not (PIDS_V1 / "cgroup.procs").exists() or os.geteuid() != 0,
+                    reason="a v1 pids cgroup made as root")
+def test_a_threads_own_pids_cgroup_is_read():
+    """memtrim's threads join the taken thread's cgroups, and v1's pids tasks place a thread
+    apart from its process: the spawner and holder threads alone in a pids cgroup at their
+    own peak (4: themselves and the two spawned), the main thread outside it and busy (no
+    safe thread but those two). Each trim is refused naming that cgroup, nothing mapped.
+    Control cmd-pids-thread-cgroups (the process's cgroup alone, the main thread's): no
+    limit read, the trims run, their threads in the spawner's cgroup."""
+    cg = PIDS_V1 / f"memtrim pids threads:{os.getpid()}"
+    cg.mkdir()
+    p = subprocess.Popen([str(TARGET), "--spawner", "--holders", "1", "--hold-mb", "50",
+                          "--busy-main"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().startswith("ready")
+        (cg / "pids.max").write_text("4")
+        # the holder and the spawner (its spawned threads follow it); a spawned thread of the
+        # moment may end before it is moved
+        for t in sorted(int(t) for t in os.listdir(f"/proc/{p.pid}/task")):
+            if t != p.pid:
+                try:
+                    (cg / "tasks").write_text(str(t))
+                except OSError:
+                    pass
+        wait_for(lambda: all(str(cg.name) in open(f"/proc/{p.pid}/task/{t}/cgroup").read()
+                             for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid),
+                 30, "every thread but the main one in the cgroup", retry_on=(OSError,))
+        for i in range(CALLS // 4):
+            r = subprocess.run([str(TOOL), "trim", str(p.pid), "--json"], capture_output=True,
+                               text=True, timeout=60)
+            assert p.poll() is None, f"call {i}: the target died ({p.returncode})"
+            assert r.returncode == 2 and "may start only" in r.stderr and \
+                str(cg / "pids.max") in r.stderr, (i, r.returncode, r.stdout, r.stderr)
+        assert not [m for m in open(f"/proc/{p.pid}/maps") if "memtrim-inject" in m]
+    finally:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        wait_for(lambda: not (cg / "tasks").read_text().strip(), 30, "the cgroup empty")
+        cg.rmdir()
 
 
 def load_threads(rc, err):
