@@ -119,6 +119,9 @@ int64_t target_pids_room(pid_t pid, char *where, size_t len);
  * where; -1 when it does not bind (the real uid root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN,
  * unlimited, another user namespace: not read). */
 int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len);
+/* A /proc/PID/limits text's soft RLIMIT_NPROC ("Max processes"): -1 when unlimited, absent,
+ * or at or past INT64_MAX (a limit no count of tasks reaches). */
+int64_t target_nproc_limit(const char *limits);
 /* The words of the refusal when either room is short of the call's threads (cli/output.c). */
 #define TARGET_NO_PIDS_WORDS " may start only "
 /* The words of a room that cannot be read: the process's cgroup shown by no mount of the

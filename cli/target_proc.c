@@ -444,10 +444,23 @@ static int status_field(const char *text, const char *key, int base, unsigned lo
     return errno || end == p + strlen(key) ? -1 : 0;
 }
 
+int64_t target_nproc_limit(const char *limits)
+{
+    unsigned long long limit;
+    const char *l = limits ? strstr(limits, "\nMax processes") : NULL;
+    if (!l || sscanf(l + 14, "%llu", &limit) != 1) /* "unlimited" reads as none */
+        return -1;
+    /* a soft limit at or past INT64_MAX (2^63: set below RLIM_INFINITY, printed as a number)
+     * binds no count of tasks; the control: cast as it is, a negative limit, no room */
+    if (limit >= (unsigned long long)INT64_MAX && !mt_control("cmd-nproc-wrap"))
+        return -1;
+    return (int64_t)limit;
+}
+
 int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len)
 {
     char path[64], buf[8192];
-    unsigned long long caps, limit, uid, threads;
+    unsigned long long caps, uid, threads;
     /* the kernel's exemptions: the real uid root, CAP_SYS_RESOURCE or CAP_SYS_ADMIN; and the
      * counts of another user namespace are its own (not read) */
     snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
@@ -455,9 +468,8 @@ int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len)
         status_field(buf, "\nCapEff:", 16, &caps) != 0 || caps & (1ull << 21 | 1ull << 24))
         return -1;
     snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
-    const char *l = target_read_file(path, buf, sizeof buf) > 0 ? strstr(buf, "\nMax processes")
-                                                                : NULL;
-    if (!l || sscanf(l + 14, "%llu", &limit) != 1) /* "unlimited" reads as none */
+    int64_t limit = target_read_file(path, buf, sizeof buf) > 0 ? target_nproc_limit(buf) : -1;
+    if (limit == -1)
         return -1;
     /* every task of that real uid: each process's threads (from this pid namespace, which
      * sees those of the namespaces below it) */
@@ -475,9 +487,9 @@ int64_t target_nproc_room(pid_t pid, uid_t ruid, char *where, size_t len)
                 tasks += (int64_t)threads;
         }
     closedir(d);
-    snprintf(where, len, "RLIMIT_NPROC %llu of /proc/%d/limits, uid %u runs %lld tasks", limit,
-             (int)pid, (unsigned)ruid, (long long)tasks);
-    return (int64_t)limit > tasks ? (int64_t)limit - tasks : 0;
+    snprintf(where, len, "RLIMIT_NPROC %lld of /proc/%d/limits, uid %u runs %lld tasks",
+             (long long)limit, (int)pid, (unsigned)ruid, (long long)tasks);
+    return limit > tasks ? limit - tasks : 0;
 }
 
 long target_parse_syscall(const char *buf, uint64_t args[7])

@@ -113,9 +113,38 @@ static void test_room_of(void)
     CHECK_EQ_INT(target_room_of(0, 0, -5), 0);
 }
 
+/* /proc/PID/limits' RLIMIT_NPROC: a soft limit at or past 2^63 (set below RLIM_INFINITY,
+ * printed as a number) binds nothing; control cmd-nproc-wrap: it was cast to a negative
+ * limit, no room, every call refused (and the agent held the process for want of room). */
+static void test_nproc_limit(void)
+{
+    static const char head[] = "Limit                     Soft Limit           Hard Limit"
+                               "           Units     \nMax cpu time              unlimited   "
+                               "         unlimited            seconds   \n";
+    char text[512];
+    snprintf(text, sizeof text, "%sMax processes             96367                96367      "
+             "          processes \n", head);
+    CHECK_EQ_INT(target_nproc_limit(text), 96367);
+    snprintf(text, sizeof text, "%sMax processes             unlimited            unlimited  "
+             "          processes \n", head);
+    CHECK_EQ_INT(target_nproc_limit(text), -1);
+    snprintf(text, sizeof text, "%sMax processes             9223372036854775807  unlimited  "
+             "          processes \n", head);
+    CHECK_EQ_INT(target_nproc_limit(text), -1);
+    snprintf(text, sizeof text, "%sMax processes             18446744073709551614 unlimited  "
+             "          processes \n", head);
+    CHECK_EQ_INT(target_nproc_limit(text), -1);
+    snprintf(text, sizeof text, "%sMax processes             9223372036854775806  unlimited  "
+             "          processes \n", head);
+    CHECK_EQ_INT(target_nproc_limit(text), INT64_MAX - 1);
+    CHECK_EQ_INT(target_nproc_limit(head), -1);
+    CHECK_EQ_INT(target_nproc_limit(NULL), -1);
+}
+
 int main(void)
 {
     RUN(test_stat_reclaimable);
     RUN(test_room_of);
+    RUN(test_nproc_limit);
     return harness_end();
 }
