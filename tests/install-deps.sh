@@ -10,7 +10,8 @@ test_pkgs="sqlite3 libcurl4-openssl-dev python3-pytest python3-requests python3-
  libjemalloc2 libtcmalloc-minimal4 libmimalloc2.0
  lintian dpkg-dev file systemd
  qemu-system-x86 busybox-static gnutls-bin
- python3-gunicorn php-fpm apache2 puma ruby gdb"
+ python3-gunicorn php-fpm apache2 puma ruby gdb
+ podman runc mmdebstrap uidmap"
 want=$build_pkgs
 [ "${1:-build}" = all ] && want="$build_pkgs $test_pkgs"
 command -v node >/dev/null 2>&1 || { [ "${1:-build}" = all ] && want="$want nodejs npm"; }

@@ -1,7 +1,7 @@
 """The node agent's e2e helpers (issue 39, docs/agent.md): `memtrim agent` started beside
 "containers", each an unmodified program in its own cgroup and its own pid and mount
-namespaces (unshare(1): this machine has no container engine running; the agent sees a
-container's processes exactly as on a node, by their host pids in cgroup.procs), and what the
+namespaces (unshare(1), made by the test itself; real podman containers: podman_util.py; the
+agent sees a container's processes exactly as on a node, by their host pids in cgroup.procs), and what the
 agent serves (/metrics, /agent/cgroups). Functions of their arguments and an Agent process.
 """
 import json

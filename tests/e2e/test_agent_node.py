@@ -1,6 +1,6 @@
 """The node test (issue 39, docs/agent.md): four "containers" started together, each an
-unmodified program in its own cgroup and its own pid and mount namespaces (unshare: no
-container engine runs on this machine, agent_util.py), three under a memory limit and one
+unmodified program in its own cgroup and its own pid and mount namespaces (unshare,
+agent_util.py; real podman containers: test_agent_podman.py), three under a memory limit and one
 without. The program is the fragmenting allocator workload of the pressure tests (the demo
 host without memtrim: 8 worker threads, each with its own glibc arena, take 150 MB studies in
 turn and keep 2 %; freed memory stays resident, so under 400 MB the kernel kills it).
