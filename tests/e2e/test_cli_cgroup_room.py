@@ -9,6 +9,9 @@ The kernel reclaims a cgroup's clean page cache before it OOM-kills anything in 
 cache is room (docs/command-rules.md): a python3 that read a file larger than its cgroup, the
 cgroup full of that clean cache to 64 KiB of its limit (as Orthanc's storage writes fill its
 own), is trimmed, and lives. Control cmd-room-cache-unseen (the old room): refused.
+
+From a cgroup namespace of the command's own, the same load is refused the same way (control
+cmd-cgroupns-unresolved: the room unread, the load runs).
 """
 import json
 import os
@@ -19,6 +22,7 @@ import pytest
 
 from conftest import BUILD
 from hosts_util import Cgroup, free_port
+from wait import wait_for
 
 TOOL = BUILD / "memtrim"
 HEADROOM = 512 << 10
@@ -29,6 +33,15 @@ def tool(*args):
     r = subprocess.run([str(TOOL), *map(str, args), "--json"], capture_output=True, text=True,
                        timeout=60)
     return r.returncode, r.stdout, r.stderr
+
+
+def fill(p, cg):
+    """The target ready, its cgroup's limits set HEADROOM above its usage."""
+    assert p.stdout.readline() == "ready\n"
+    usage = int((cg.path / "memory.usage_in_bytes").read_text())
+    for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+        if (cg.path / name).exists():
+            (cg.path / name).write_text(str(usage + HEADROOM))
 
 
 def said_bye(p, cg):
@@ -52,11 +65,7 @@ def test_load_is_refused_without_room_and_trim_runs():
     p = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", PY]), stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, text=True, cwd="/tmp")
     try:
-        assert p.stdout.readline() == "ready\n"
-        usage = int((cg.path / "memory.usage_in_bytes").read_text())
-        for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
-            if (cg.path / name).exists():
-                (cg.path / name).write_text(str(usage + HEADROOM))
+        fill(p, cg)
         rc, out, err = tool("load", p.pid, "--config", json.dumps({"HttpPort": free_port()}))
         assert p.poll() is None, f"the target died ({p.returncode}; oom_kill {cg.oom_kills()})"
         assert rc == 2 and "memory cgroup has" in err and "memory.limit_in_bytes" in err, \
@@ -68,6 +77,38 @@ def test_load_is_refused_without_room_and_trim_runs():
         said_bye(p, cg)
     finally:
         ended(p, cg)
+
+
+@pytest.mark.skipif(not (Cgroup.V1 / "memory.limit_in_bytes").exists() or os.geteuid() != 0,
+                    reason="a v1 memory cgroup made as root (tests/vm has the v2 hosts)")
+def test_the_room_is_read_from_another_cgroup_namespace():
+    """The command in a cgroup namespace of its own (a container's, the agent's pod) sees the
+    process's cgroup as /../../NAME: found through the mount whose root shows it, the room
+    under its limit is read and a load without room refused by name, as from the host.
+    Control cmd-cgroupns-unresolved (the mount point joined to the path as printed): no limit
+    read, the load runs into the full cgroup."""
+    cg = Cgroup(f"memtrim room ns:{os.getpid()}", 1 << 30)
+    tool_cg = Cgroup.V1 / f"memtrim-room-tool-{os.getpid()}"
+    (tool_cg / "sub").mkdir(parents=True)
+    p = subprocess.Popen(cg.wrap(["/usr/bin/python3", "-c", PY]), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True, cwd="/tmp")
+    try:
+        fill(p, cg)
+        r = subprocess.run(["/bin/sh", "-c", f'echo $$ > "{tool_cg}/sub/cgroup.procs" && '
+                            'exec unshare -C "$@"', "sh", str(TOOL), "load", str(p.pid),
+                            "--json", "--config", json.dumps({"HttpPort": free_port()})],
+                           capture_output=True, text=True, timeout=120)
+        assert p.poll() is None, f"the target died ({p.returncode}; oom_kill {cg.oom_kills()})"
+        assert r.returncode == 2 and "memory cgroup has" in r.stderr and \
+            str(cg.path / "memory.limit_in_bytes") in r.stderr, (r.returncode, r.stderr)
+        assert not [m for m in open(f"/proc/{p.pid}/maps") if "libmemtrim" in m]
+        said_bye(p, cg)
+    finally:
+        ended(p, cg)
+        wait_for(lambda: not (tool_cg / "sub" / "cgroup.procs").read_text().strip(), 30,
+                 "the tool's cgroup empty")
+        (tool_cg / "sub").rmdir()
+        tool_cg.rmdir()
 
 
 CACHED = '''
