@@ -1,7 +1,7 @@
 """Real containers for the node agent's tests (issue 39, docs/agent.md): Debian's podman with
 runc (crun refuses this machine's hybrid cgroups), images built offline from Debian's own
 packages (mmdebstrap --variant=minbase, then `podman import`), and containers run with a
-memory limit and podman's default seccomp profile. One Images per test session (each image
+memory limit and podman's default seccomp profile. One Images per test module (each image
 built at its first use, every tag removed at the end); one Container per `podman run`,
 removed by its remove(). Functions of their arguments; no state beyond those two classes.
 """
@@ -82,27 +82,40 @@ class Images:
 
 
 class Container:
-    """`podman run --detach` of image under a memory limit (memory and swap: swap must not
-    hide the kill), on the host's network (the test's clients reach it on loopback, as a
-    host-network pod's), with mounts [(host path, container path, "ro"|"rw")] and args; its
-    name unique (memtrim-e2e-<pid>-<label>), its conmon run in dir. Not --rm: podman's record
-    of how it ended (ExitCode) is read after its end; remove() drops it, running or not."""
+    """One `podman run` (in the foreground: its client is the server's process for
+    runtimes_util.Server, and its exit code the container's) of image under a memory limit
+    (memory and swap: swap must not hide the kill), on the host's network (the test's clients
+    reach it on loopback, as a host-network pod's), with folders mounted at their own paths
+    [(host path, "ro"|"rw")] (a runtime's command and configuration name them as on the host);
+    its name unique (memtrim-e2e-<pid>-<label>). command() is what to run; attach() reads the
+    running container. Not --rm: podman's record of it is read after its end; remove() drops
+    it, running or not."""
 
-    def __init__(self, image, label, limit_bytes, mounts, args, dir):
+    def __init__(self, image, label, limit_bytes, mounts):
         self.name = f"memtrim-e2e-{os.getpid()}-{label}"
         podman("rm", "--force", "--time", "0", self.name, check=False)  # a leftover of a killed run
         vols = []
-        for host, inside, mode in mounts:
-            vols += ["--volume", f"{host}:{inside}:{mode}"]
-        self.id = podman("run", "--detach", "--name", self.name, "--memory", limit_bytes,
-                         "--memory-swap", limit_bytes, "--network", "host", *ULIMITS, *vols,
-                         image, *args, cwd=dir)
-        self.pid = int(self.inspect()["State"]["Pid"])
-        # its memory cgroup as the host names it: what the agent watches
-        # (v1's memory hierarchy, else v2's unified one)
+        for host, mode in mounts:
+            vols += ["--volume", f"{host}:{host}:{mode}"]
+        self.run = [*PODMAN, "run", "--name", self.name, "--memory", str(limit_bytes),
+                    "--memory-swap", str(limit_bytes), "--network", "host", *ULIMITS, *vols, image]
+        self.id = self.pid = self.cgroup = None
+
+    def command(self, args):
+        """The podman command that runs args in the container (runtimes_util.Server's wrap)."""
+        return [*self.run, *args]
+
+    def attach(self, timeout=60):
+        """Once it runs: its ID, its first process's host pid and its memory cgroup as the
+        host names it (what the agent watches; v1's memory hierarchy, else v2's)."""
+        state = wait_for(lambda: self.running() and self.inspect(), timeout,
+                         f"container {self.name} to run", interval=0.1,
+                         retry_on=(AssertionError,))
+        self.id, self.pid = state["Id"], int(state["State"]["Pid"])
         paths = {line.split(":", 2)[1]: line.split(":", 2)[2] for line in
                  Path(f"/proc/{self.pid}/cgroup").read_text().splitlines()}
         self.cgroup = paths.get("memory", paths.get(""))
+        return self
 
     def inspect(self):
         return json.loads(podman("inspect", "--type", "container", self.name))[0]
@@ -110,12 +123,18 @@ class Container:
     def running(self):
         return self.inspect()["State"]["Running"]
 
-    def end(self, timeout=60):
-        """Once it has stopped: (exit code, OOMKilled) as podman recorded them."""
-        wait_for(lambda: not self.running(), timeout, f"container {self.name} to end",
-                 interval=0.2)
-        state = self.inspect()["State"]
-        return state["ExitCode"], state["OOMKilled"]
+    def memory(self, name):
+        """The first number of its v1 memory cgroup's file name (None once it is gone)."""
+        try:
+            return int((Path("/sys/fs/cgroup/memory") / self.cgroup.lstrip("/") / name)
+                       .read_text().split()[0])
+        except FileNotFoundError:
+            return None
+
+    def oom_kill_count(self):
+        stat = (Path("/sys/fs/cgroup/memory") / self.cgroup.lstrip("/") /
+                "memory.oom_control").read_text()
+        return int(re.search(r"^oom_kill (\d+)$", stat, re.M).group(1))
 
     def oom_killed(self):
         """The pids the kernel's OOM killer took in its cgroup, from the kernel's log (its
