@@ -46,6 +46,21 @@ def podman(*args, timeout=120, check=True, cwd=None):
     return p.stdout.strip()
 
 
+def sweep():
+    """Remove what a killed session left: containers (memtrim-e2e-<pid>-...) and images
+    (localhost/memtrim-e2e-...:<pid>) whose session's pid is gone (a live one's are its own)."""
+    def gone(pid):
+        return not Path(f"/proc/{pid}").exists()
+    for name in podman("ps", "--all", "--format", "{{.Names}}").split():
+        m = re.fullmatch(r"memtrim-e2e-(\d+)-.*", name)
+        if m and gone(m.group(1)):
+            podman("rm", "--force", "--time", "0", name, check=False)
+    for ref in podman("images", "--format", "{{.Repository}}:{{.Tag}}").split():
+        m = re.fullmatch(r"localhost/memtrim-e2e-[a-z]+:(\d+)", ref)
+        if m and gone(m.group(1)):
+            podman("rmi", "--force", ref, check=False)
+
+
 class Images:
     """Debian bookworm images (minbase plus the packages asked for), built by mmdebstrap into
     a tar under dir and imported as localhost/memtrim-e2e-<key>:<pid>; get(key, packages)

@@ -59,6 +59,7 @@ def images(tmp_path_factory):
     why = pu.unavailable()
     if why:
         pytest.fail(f"real containers cannot run here: {why}")
+    pu.sweep()
     made = pu.Images(tmp_path_factory.mktemp("images"))
     yield made
     made.remove()
