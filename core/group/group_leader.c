@@ -649,7 +649,8 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
                                              : g->m[0].snap.memory_limit_bytes,
         .min_releasable = (uint64_t)cfg->trim_min_releasable_bytes,
         .burst_bytes = (uint64_t)cfg->trim_releasable_trigger_bytes,
-        .width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS, .members_gen = g->members_gen};
+        .width_ns = (int64_t)cfg->group_trim_slot_ms * MT_MS, .members_gen = g->members_gen,
+        .self = n > 0 && idx[0] == 0}; /* the leader is member 0 */
     pressure_look(g->d.pressure, &li, c, n, &sum, &lk); /* on the engine's zone */
     struct group_member *m = lk.pick >= 0 ? &g->m[idx[lk.pick]] : NULL;
     if (kernel) {
@@ -676,11 +677,13 @@ static void leader_pressure(struct group *g, int64_t now, const struct mt_config
         pressure_ask(g, m, fd, id, now, cfg, lk.guess);
 }
 
-/* The engine's kernel woke (the pressure thread, under its p->lock): look at the set now. */
-static void leader_kernel_woke(void *arg)
+/* The engine's kernel woke, or the engine handed its verdict on the leader to the set (the
+ * pressure thread, under its p->lock): look at the set now. */
+static void leader_kernel_woke(void *arg, int kernel)
 {
     struct group *g = arg;
-    atomic_store(&g->kernel_woke, 1);
+    if (kernel)
+        atomic_store(&g->kernel_woke, 1);
     group_wake(g);
 }
 

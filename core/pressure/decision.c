@@ -266,6 +266,12 @@ int pressure_decide(const struct pressure_input *in, struct pressure_state *st)
     return PRESSURE_TRIM;
 }
 
+void pressure_handed(struct pressure_state *st, int64_t now_ns, uint64_t rss)
+{
+    st->last_trim_ns = now_ns;
+    st->base_rss = rss;
+}
+
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
                          int64_t released, uint64_t min_releasable)
 {
@@ -321,6 +327,10 @@ int64_t group_growth_step(int64_t limit)
 static int candidate(const struct group_pressure_in *in, const struct group_candidate *c,
                      int urgent)
 {
+    /* Its own reading: it grew by its step since its last trim, and it trims in its own
+     * process (a leader): no request of the stagger's is in flight to it. */
+    if (c->grew)
+        return 1;
     if (c->busy)
         return 0;
     /* it said what it holds, lately and after its last trim */
@@ -448,7 +458,12 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
     uint64_t line = (uint64_t)((double)in->limit * in->ratio);
     uint64_t usage = (uint64_t)in->usage;
     int ahead = group_ahead(in);
-    if (usage < floor && !ahead)
+    /* A set's members: the kernel's last chance is the line's rule, whatever the zone (the
+     * most held first, a member that said nothing after its retrim gap: not the largest
+     * RSS, a worker at its study's peak holds it live, and a request to it holds the
+     * stagger from one that freed its study). */
+    int last_chance = !pace && in->last_chance;
+    if (usage < floor && !ahead && !last_chance)
         return -1;
     int at_line, grew;
     if (pace) {
@@ -464,18 +479,20 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
                pace->since_ns >= pace->growth_gap_ns;
         at_line = usage >= line && pace->since_ns >= pace->line_gap_ns;
     } else {
-        at_line = usage >= line;
+        at_line = usage >= line || last_chance;
         grew = usage >= floor && in->base_usage >= 0 &&
                in->usage - in->base_usage >= group_growth_step(in->limit);
     }
     int urgent = at_line || grew;
-    int best = -1;
+    int best = -1, grown = -1;
     uint64_t fresh_sum = 0;
     for (int i = 0; i < n; i++) {
         if (c[i].estimate_fresh && c[i].releasable >= in->min_releasable)
             fresh_sum += c[i].releasable;
         if (!candidate(in, &c[i], urgent))
             continue;
+        if (c[i].grew && (grown < 0 || held(&c[i]) > held(&c[grown])))
+            grown = i;
         /* The most held free first; then the largest RSS (it may hold the most). */
         if (best < 0 || held(&c[i]) > held(&c[best]) ||
             (held(&c[i]) == held(&c[best]) && c[i].rss > c[best].rss))
@@ -485,7 +502,9 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
         return -1;
     if (urgent) {
         /* a set with its pace: growth first (its futile back-off is the growth rule's) */
-        *rule = at_line && !(pace && grew) ? GROUP_RULE_LINE : GROUP_RULE_GROWTH;
+        *rule = last_chance       ? GROUP_RULE_LAST_CHANCE
+                : at_line && !(pace && grew) ? GROUP_RULE_LINE
+                                             : GROUP_RULE_GROWTH;
         return best;
     }
     /* Below the line: only when what the members hold free exceeds the headroom,
@@ -493,12 +512,18 @@ int group_pressure_pick(const struct group_pressure_in *in, const struct group_c
      * with its pace: the line's repeat not yet due, any free memory the estimate's). */
     if (pace && pace->since_ns < pace->estimate_gap_ns)
         return -1;
-    if ((fresh_sum > 0 && fresh_sum >= (usage < line ? line - usage : 0)) ||
-        (usage >= floor && in->burst_bytes &&
-                                       c[best].estimate_fresh &&
-                                       c[best].releasable >= in->burst_bytes)) {
+    int estimate = (fresh_sum > 0 && fresh_sum >= (usage < line ? line - usage : 0)) ||
+                   (usage >= floor && in->burst_bytes && c[best].estimate_fresh &&
+                    c[best].releasable >= in->burst_bytes);
+    if (estimate) {
         *rule = GROUP_RULE_ESTIMATE;
         return best;
+    }
+    /* A member that grew by its own step (its reading, now): the growth it took may be
+     * free again already (a worker fills 150 MB in 20 ms), inside the zone. */
+    if (grown >= 0 && usage >= floor) {
+        *rule = GROUP_RULE_GROWTH;
+        return grown;
     }
     /* Ahead of the next climb: what a member freed goes back before that climb needs it
      * (candidate() took only a fresh estimate of min_releasable, and more than nothing). */

@@ -113,6 +113,10 @@ int64_t pressure_judge_last(struct pressure_state *st, uint64_t rss_now);
  * returned one (0: none). */
 int64_t pressure_growth_gap(const struct pressure_input *in, const struct pressure_state *st);
 
+/* The verdict went to the process's set (zone.h's pressure_zone_hand), at now with RSS rss:
+ * the set trims it, or another member; its growth and the rules' gaps count from here. */
+void pressure_handed(struct pressure_state *st, int64_t now_ns, uint64_t rss);
+
 /* Record a pressure trim's outcome in st (futile back-off, growth base). */
 void pressure_after_trim(struct pressure_state *st, int64_t start_ns, uint64_t rss_after,
                          int64_t released, uint64_t min_releasable);
@@ -131,6 +135,9 @@ struct group_candidate {
     uint64_t rss_after_trim; /* its RSS right after its last trim (any), 0 none yet */
     int64_t last_trim_ns;    /* monotonic start of its last group pressure trim, 0 none */
     int busy;                /* a group request to it is in flight */
+    int grew;                /* its own reading, now, shows its RSS grew by its growth step
+                              * since its last trim (a leader's engine, every 2 ms in the
+                              * zone: pressure_zone_hand): the member growth rule */
 };
 
 /*
@@ -167,6 +174,9 @@ struct group_pressure_in {
     int64_t retrim_ns;       /* between asks of a member that said nothing: 0 for
                               * GROUP_RETRIM_STALE_NS (outside members: outside.h) */
     const struct pressure_pace *pace; /* the set's own pace, NULL: its members' (below) */
+    int last_chance;         /* the kernel reached the set's limit (memory.events max, oom:
+                              * a leader's engine, pressure_zone_hand); a set with its pace
+                              * says it in pace */
 };
 
 #define GROUP_ESTIMATE_STALE_NS (1000LL * 1000 * 1000) /* 1 s */
@@ -179,7 +189,7 @@ enum group_rule {
     GROUP_RULE_ESTIMATE, /* inside the zone, the members hold free more than the headroom */
     GROUP_RULE_GROWTH,   /* inside the zone, the usage grew by a step since the last trim */
     GROUP_RULE_AHEAD,    /* the usage's last climb, again from here, would reach the zone */
-    GROUP_RULE_LAST_CHANCE, /* the set's pace: the kernel reached the limit (memory.events) */
+    GROUP_RULE_LAST_CHANCE, /* the kernel reached the limit (memory.events) */
 };
 
 /*
@@ -275,6 +285,12 @@ uint64_t group_act_threshold(const struct group_pressure_in *in);
  * timed by it: the kernel's last chance first, whatever the zone, for any member not
  * busy; growth by its grown and growth_step, before the line; the line and the estimate
  * once their gaps passed; no member's own retrim gap (the set's pace is its only one).
+ * Two rules of every set carry what a member read at its own pace (a group's leader, a
+ * worker itself, read by its engine every 2 ms: pressure_zone_hand): the kernel's last
+ * chance (in->last_chance) is the line's rule whatever the zone (the most held first, a
+ * member that said nothing after its retrim gap); and inside the zone a member that grew
+ * by its growth step (c->grew) is asked, whatever its retrim gap and the stagger's wait
+ * (it trims in its own process), when no rule of the set picked another first.
  */
 int group_pressure_pick(const struct group_pressure_in *in, const struct group_candidate *c,
                         int n, int *rule);

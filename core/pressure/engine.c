@@ -22,7 +22,10 @@
  * A worker group's leader listens (pressure_kernel_listen): each kernel wake-up
  * also wakes its group thread, which looks at the set at once (the group's
  * decision, core/pressure/zone.c), so the kernel's signal drives the group's
- * decision as it drives this process's.
+ * decision. While its last look saw other members, this thread trims nothing itself: a
+ * verdict to trim is handed to that look (pressure_zone_hand: this process's growth, the
+ * kernel's last chance) and wakes it, and the set trims its member 0 or another: one
+ * decision a wake-up. A process alone (no other member) trims itself as it decides.
  *
  * Descriptors: see kernel.c; the wake eventfd is the one written by other
  * threads: its number and identity are set before the thread starts and never
@@ -284,11 +287,23 @@ static int64_t step(struct pressure *p, struct loop *l, int kernel, int64_t woke
         p->stats.kernel_wakeups++;
     pthread_mutex_unlock(&p->lock);
 
-    int busy = 0;
+    int busy = 0, handed = 0;
+    /* A leader with other members is one of its set: the set decides (its look, woken now),
+     * and this verdict is that member's reading (its growth, the kernel's last chance). */
+    if (verdict == PRESSURE_TRIM) {
+        pthread_mutex_lock(&p->lock);
+        handed = p->woke && pressure_zone_hand(&p->zone, l->st.rule, in.rss);
+        if (handed)
+            p->woke(p->woke_arg, 0);
+        pthread_mutex_unlock(&p->lock);
+    }
     /* A rule that came due by time (a back-off ended, a heap reading arrived) crossed then. */
     if (verdict == PRESSURE_TRIM && l->st.due_ns > l->calm_ns)
         l->calm_ns = l->st.due_ns;
-    if (verdict == PRESSURE_TRIM) {
+    if (handed) {
+        pressure_handed(&l->st, in.now_ns, in.rss); /* its growth counts from here */
+        l->calm_ns = in.now_ns;
+    } else if (verdict == PRESSURE_TRIM) {
         busy = do_trim(p, l, &snap, in.now_ns);
         if (l->st.rule == PRESSURE_RULE_LAST_CHANCE && !busy) {
             pthread_mutex_lock(&p->lock);
@@ -358,7 +373,7 @@ static void *pressure_main(void *arg)
         int stop = p->stop;
         /* The set's decision first: this process's own step may run a trim. */
         if (kernel && p->woke && !stop && !mt_control("eng-group-tick-only"))
-            p->woke(p->woke_arg);
+            p->woke(p->woke_arg, 1);
         pthread_mutex_unlock(&p->lock);
         if (stop)
             break;
@@ -436,7 +451,7 @@ void pressure_wake(struct pressure *p)
     }
 }
 
-void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg), void *arg)
+void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg, int kernel), void *arg)
 {
     if (!p)
         return;
@@ -510,7 +525,7 @@ int pressure_set_zone(struct pressure *p)
 }
 
 void pressure_look(struct pressure *p, const struct pressure_look_in *li,
-                   const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                   struct group_candidate *c, int n, const struct pressure_sums *sum,
                    struct pressure_look *out)
 {
     if (!p) {

@@ -30,7 +30,7 @@ struct pressure {
     struct mt_fdid wake_id; /* its identity: written to only while it is still the eventfd */
     pthread_mutex_t lock;
     int stop;                    /* guarded by lock */
-    void (*woke)(void *arg);     /* guarded by lock: the set the kernel's wake-ups drive */
+    void (*woke)(void *arg, int kernel); /* guarded by lock: the set its wake-ups drive */
     void *woke_arg;
     struct pressure_zone zone;   /* guarded by lock: the instance's one zone (pressure.h) */
     struct pressure_stats stats; /* guarded by lock */

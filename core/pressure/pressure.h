@@ -48,11 +48,12 @@ void pressure_stop(struct pressure *p); /* joins the thread; pressure_free() fre
 /* Re-read the configuration now (PATCH /config, resume). */
 void pressure_wake(struct pressure *p);
 /* The set whose decision this engine's kernel wake-ups drive (a worker group's leader: its
- * thread looks at the set at once, not at its next tick). woke(arg) runs on the pressure
- * thread right after each kernel wake-up (v1 threshold, PSI trigger, memory.events),
- * under p->lock: it takes no lock of ours and never blocks. woke NULL takes it off; once
+ * thread looks at the set at once, not at its next tick). woke(arg, 1) runs on the pressure
+ * thread right after each kernel wake-up (v1 threshold, PSI trigger, memory.events), and
+ * woke(arg, 0) when it handed its verdict to the set (zone.h's pressure_zone_hand), under
+ * p->lock: it takes no lock of ours and never blocks. woke NULL takes it off; once
  * that returned it is not running and never runs again (the set may be freed). */
-void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg), void *arg);
+void pressure_kernel_listen(struct pressure *p, void (*woke)(void *arg, int kernel), void *arg);
 
 /* ---- the zone: one per instance, the engine's ----------------------------
  * What the engine's thread last read of this process (its charge inside its zone), and the
@@ -71,7 +72,7 @@ void pressure_zone_view(struct pressure *p, struct pressure_zone_view *v);
 int pressure_set_zone(struct pressure *p); /* the view's set alone */
 /* A leader's look at its set (zone.h's pressure_zone_look on the engine's zone). */
 void pressure_look(struct pressure *p, const struct pressure_look_in *li,
-                   const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                   struct group_candidate *c, int n, const struct pressure_sums *sum,
                    struct pressure_look *out);
 /* The leader told its members the zone and the grant (pressure_zone_told). */
 void pressure_told(struct pressure *p, int zone, int act, int at_line, uint64_t threshold,

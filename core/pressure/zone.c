@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "control.h"
 #include "zone.h"
 
 void pressure_zone_init(struct pressure_zone *z)
@@ -100,14 +101,36 @@ void pressure_zone_trimmed(struct pressure_zone *z)
     z->base_usage = INT64_MAX;
 }
 
+int pressure_zone_hand(struct pressure_zone *z, int rule, uint64_t rss)
+{
+    /* the control: the leader's engine decides for it beside its set (two decisions) */
+    if (!z->others || mt_control("eng-leader-decides-alone"))
+        return 0;
+    if (rule == PRESSURE_RULE_LAST_CHANCE)
+        z->handed_last_chance = 1;
+    else if (rule == PRESSURE_RULE_GROWTH)
+        z->handed_grew = 1;
+    z->handed_rss = rss;
+    return 1;
+}
+
 void pressure_zone_look(struct pressure_zone *z, const struct pressure_look_in *li,
-                        const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                        struct group_candidate *c, int n, const struct pressure_sums *sum,
                         struct pressure_look *out)
 {
     struct group_pressure_in *in = &out->in;
     *in = (struct group_pressure_in){.now_ns = li->now, .ratio = li->ratio,
                                      .min_releasable = li->min_releasable,
-                                     .burst_bytes = li->burst_bytes};
+                                     .burst_bytes = li->burst_bytes,
+                                     .last_chance = z->handed_last_chance};
+    int self = li->self && n > 0;
+    if (self && z->handed_rss > c[0].rss)
+        c[0].rss = z->handed_rss; /* the engine's reading is the newer */
+    if (self && z->handed_grew)
+        c[0].grew = 1;
+    z->others = n > self;
+    z->handed_grew = z->handed_last_chance = 0;
+    z->handed_rss = 0;
     pressure_zone_inputs(z, li->now, li->limit, li->usage, sum, in);
     int zone = pressure_zone_inside(z, li->now, li->ratio, in);
     uint64_t threshold = zone && li->width_ns > 0 ? group_act_threshold(in) : 0;

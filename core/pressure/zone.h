@@ -34,6 +34,11 @@ struct pressure_zone {
     uint64_t act_threshold;           /* ...holding this much free (the last grant's) */
     int64_t act_sent_ns, act_width_ns; /* the last grant went out then, with this slot width */
     uint64_t act_gen;                 /* the members' count of changes at the last grant */
+    /* The leader's engine and its set (pressure_zone_hand): the last look saw other
+     * members; what the engine handed to the next look (cleared by it). */
+    int others;
+    int handed_grew, handed_last_chance;
+    uint64_t handed_rss;
 };
 
 /* The members' sums a look reads (RSS now, at their recent peaks, after their trims). */
@@ -72,6 +77,7 @@ struct pressure_look_in {
     uint64_t burst_bytes;       /* TrimReleasableTriggerBytes */
     int64_t width_ns;           /* the stagger's slot width, 0: members trim only when asked */
     uint64_t members_gen;
+    int self;                   /* 1: c[0] is the process whose engine this is (a leader) */
 };
 
 /* What the look decided. */
@@ -91,7 +97,17 @@ struct pressure_look {
  * grant, the line, whether they must hear of it, and the member to trim (the zone counts
  * its growth from the low after that trim). */
 void pressure_zone_look(struct pressure_zone *z, const struct pressure_look_in *li,
-                        const struct group_candidate *c, int n, const struct pressure_sums *sum,
+                        struct group_candidate *c, int n, const struct pressure_sums *sum,
                         struct pressure_look *out);
+
+/*
+ * The engine's verdict on its own process (decision.h's pressure_decide, rule its enum
+ * pressure_rule, rss the reading) while that process leads a set with other members: the
+ * set decides, the process is one member of it (issue 38: one decision per wake-up). 1:
+ * handed to the set's next look (the engine wakes it and trims nothing itself); its growth
+ * is that member's own growth (c->grew, its RSS as read now), the kernel's last chance the
+ * set's (in->last_chance). 0: no other member: the engine trims its process itself.
+ */
+int pressure_zone_hand(struct pressure_zone *z, int rule, uint64_t rss);
 
 #endif /* MEMTRIM_ZONE_H */

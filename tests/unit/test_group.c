@@ -469,6 +469,62 @@ static void test_a_set_with_its_own_pace(void)
     CHECK_EQ_INT(group_pressure_pick(&i, c, 2, &rule), -1);
 }
 
+/* A leader with other members is member 0 of its set (issue 38: one decision per
+ * wake-up): its engine's verdict goes to the set's next look, which decides. Its growth
+ * (its engine's reading, every 2 ms in the zone) is the member growth rule: member 0 is
+ * asked inside the zone though it was trimmed 5 ms ago, the stagger waits on another
+ * member and no rule of the set holds; the kernel's last chance is the set's: its line's
+ * rule, whatever the zone. A leader alone (no other member in its last look) keeps its
+ * own decision. */
+static void test_a_leader_is_member_0_of_its_set(void)
+{
+    const int64_t s = 1000LL * 1000 * 1000;
+    struct pressure_zone z;
+    struct pressure_sums sum = {.rss = (int64_t)MB(200), .peak = (int64_t)MB(200),
+                                .now = (int64_t)MB(200)};
+    struct pressure_look_in li = {.now = 10 * s, .limit = (int64_t)MB(250),
+                                  .usage = (int64_t)MB(150), .ratio = 0.9,
+                                  .min_releasable = MB(8), .burst_bytes = MB(64), .self = 1};
+    struct pressure_look lk;
+    pressure_zone_init(&z);
+    /* the leader alone: its engine trims it itself */
+    struct group_candidate c[3] = {fresh(0, 60), fresh(2, 70), fresh(1, 50)};
+    pressure_zone_look(&z, &li, c, 1, &sum, &lk);
+    CHECK_EQ_INT(pressure_zone_hand(&z, PRESSURE_RULE_GROWTH, MB(80)), 0);
+    /* with two members besides it: the set decides */
+    pressure_zone_look(&z, &li, c, 3, &sum, &lk);
+    CHECK_EQ_INT(lk.pick, -1); /* inside the zone (125 MB), no rule of the set holds */
+    c[0].estimate_fresh = 0; /* its RSS grew since its heap reading, trimmed 5 ms ago */
+    c[0].rss_after_trim = MB(55);
+    c[0].last_trim_ns = li.now - MS(5);
+    c[0].busy = 1; /* a request to another member is in flight (the stagger's wait) */
+    li.now += MS(2);
+    CHECK_EQ_INT(pressure_zone_hand(&z, PRESSURE_RULE_GROWTH, MB(80)), 1);
+    pressure_zone_look(&z, &li, c, 3, &sum, &lk);
+    CHECK_EQ_INT(lk.pick, 0); /* it trims in its own process: no request to it waits */
+    CHECK_EQ_INT(lk.rule, GROUP_RULE_GROWTH);
+    CHECK(c[0].rss == MB(80) && lk.guess);
+    c[0].grew = c[0].busy = 0;
+    li.now += MS(2);
+    pressure_zone_look(&z, &li, c, 3, &sum, &lk); /* handed once: the next look alone */
+    CHECK_EQ_INT(lk.pick, -1);
+    /* the kernel reached the limit: below the zone, the line's rule: the member not busy
+     * that holds the most free (not the largest RSS: a worker at its study's peak holds it
+     * live; member 0 said nothing since its trim 9 ms ago, within its retrim gap) */
+    li.usage = (int64_t)MB(100);
+    c[0].rss = MB(200);
+    c[1] = fresh(60, 120);
+    c[1].busy = 1;
+    c[2] = fresh(30, 90);
+    CHECK_EQ_INT(pressure_zone_hand(&z, PRESSURE_RULE_LAST_CHANCE, MB(70)), 1);
+    pressure_zone_look(&z, &li, c, 3, &sum, &lk);
+    CHECK_EQ_INT(lk.pick, 2);
+    CHECK_EQ_INT(lk.rule, GROUP_RULE_LAST_CHANCE);
+    /* the members left (its look saw it alone): its own decision again */
+    pressure_zone_look(&z, &li, c, 1, &sum, &lk);
+    CHECK_EQ_INT(pressure_zone_hand(&z, PRESSURE_RULE_LINE, MB(80)), 0);
+}
+
 int main(void)
 {
     RUN(test_a_cooperative_member);
@@ -476,6 +532,7 @@ int main(void)
     RUN(test_the_zone_of_a_set);
     RUN(test_outside_the_zone_nothing);
     RUN(test_a_set_with_its_own_pace);
+    RUN(test_a_leader_is_member_0_of_its_set);
     RUN(test_estimate_rule_largest_first);
     RUN(test_one_at_a_time);
     RUN(test_line_asks_members_that_said_nothing);
