@@ -18,7 +18,7 @@ dir=$root/build-controls
 list=$root/tests/controls.txt
 # The floor: the number of controls listed when it was last raised. Raise it with each
 # control added; a line lost in a merge then fails the stage instead of going unseen.
-floor=100
+floor=108
 jobs=${MEMTRIM_CONTROLS_JOBS:-$(nproc)}
 limit=${MEMTRIM_CONTROL_TIMEOUT:-300}
 
