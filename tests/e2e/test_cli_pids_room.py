@@ -38,6 +38,7 @@ from pathlib import Path
 import pytest
 
 from conftest import BUILD
+from hosts_util import readable_build
 from wait import wait_for
 
 TOOL = BUILD / "memtrim"
@@ -54,7 +55,10 @@ def spawner(cg=None, uid=None):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    argv = [str(TARGET), "--spawner", "--holders", "1", "--hold-mb", "50"]
+    # as another uid, a copy it may run: the build folder may sit in a checkout other users
+    # cannot enter (a clone under /root, mode 0700: r17's "Permission denied")
+    target = TARGET if uid is None else readable_build(TARGET.name) / TARGET.name
+    argv = [str(target), "--spawner", "--holders", "1", "--hold-mb", "50"]
     if cg is not None:
         argv = ["/bin/sh", "-c", f'echo $$ > "{cg}/cgroup.procs" && exec "$@"',
                 "memtrim-cgroup", *argv]
