@@ -117,6 +117,9 @@ def test_time_and_env_in_front(procs, tmp_path, front):
     p = procs(front + [build_file("memtrim-demo")] + DEMO_ARGS, tmp_path / "out.log",
               env=preload_env(config))
     wait_for(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 20, "memtrim in the demo")
+    # the API serves before the start steps' last line is written: wait for that line, or a
+    # SIGTERM sent in between finds no line to count (r18 beside two busy loops, load 10)
+    wait_for(lambda: "started; API on" in p.output(), 20, "memtrim's start line")
     h = health(port)
     assert h["program"] == "memtrim-demo", h
     if front[0] == "/usr/bin/time":
